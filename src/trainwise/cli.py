@@ -1,0 +1,189 @@
+"""The `trainwise` command: thin wiring of profile → predict → plan; no logic lives here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from trainwise.errors import TrainwiseError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Profile a PyTorch training job for a few iterations, predict its full training time, plan where to run it.")
+console = Console()
+err_console = Console(stderr=True)
+
+# The training command after `--`, split off before typer parses the rest (typer would otherwise try
+# to parse the user's own options).
+_passthrough: list[str] | None = None
+
+
+def _parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise TrainwiseError(f"{what} must be comma-separated whole numbers (got {text!r}), e.g. 5,10,20") from None
+    if not values or any(v <= 0 for v in values):
+        raise TrainwiseError(f"{what} must be positive whole numbers (got {text!r})")
+    return values
+
+
+@app.command()
+def profile(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write")] = Path("trainwise-profile.json"),
+    iterations: Annotated[int, typer.Option("--iterations", "-k", help="Minimum epoch-1 iterations before the stability test may stop sampling")] = 20,
+    max_iterations: Annotated[int, typer.Option(help="Stop sampling epoch 1 after this many iterations even if not stable")] = 400,
+    max_seconds: Annotated[float, typer.Option(help="Stop sampling epoch 1 after this many seconds of iterations")] = 60.0,
+    val_batches: Annotated[int, typer.Option(help="Validation batches to time (0: stop before validation)")] = 10,
+    epoch2_iterations: Annotated[int, typer.Option(help="Iterations of epoch 2 to time (epoch-start cost)")] = 5,
+    target_ci: Annotated[float, typer.Option(help="Stop when the 95% interval of the mean iteration time is within this fraction")] = 0.02,
+    full: Annotated[bool, typer.Option("--full", help="Let the job run to completion, recording everything")] = False,
+    timeout: Annotated[Optional[float], typer.Option(help="Kill the job after this many seconds")] = None,
+    batch_sizes: Annotated[Optional[str], typer.Option(help="Profile once per batch size, e.g. 64,128,256; the command must contain {batch}")] = None,
+    workload: Annotated[Optional[str], typer.Option(help="A name for the job, kept in the profile")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="Planned epochs: caps epoch-1 sampling at --budget of the predicted run")] = None,
+    budget: Annotated[float, typer.Option(help="With --epochs: fraction of the predicted full run that epoch-1 sampling may take")] = 0.01,
+) -> None:
+    """Run `-- COMMAND...` (an unmodified PyTorch script) for a few iterations and write its Profile."""
+    from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile
+    from trainwise.report.terminal import profile_table
+
+    if _passthrough is None:
+        raise TrainwiseError("missing `--` before the training command: use `trainwise profile [OPTIONS] -- python train.py ARGS`")
+    options = ProfileOptions(mode="full" if full else "sampled", min_iterations=iterations, max_iterations=max_iterations,
+                             max_profile_seconds=max_seconds, validation_batches=val_batches,
+                             epoch2_iterations=epoch2_iterations, target_relative_ci=target_ci, timeout_s=timeout,
+                             epochs_hint=epochs, budget_fraction=budget)
+    options.validate()
+    jobs: list[tuple[Path, list[str]]]
+    if batch_sizes:
+        sizes = _parse_int_list(batch_sizes, "--batch-sizes")
+        jobs = [(output.with_name(f"{output.stem}-b{size}{output.suffix}"), cmd) for size, cmd in expand_batch_sizes(_passthrough, sizes)]
+    else:
+        jobs = [(output, _passthrough)]
+    for path, command in jobs:
+        result = run_profile(command, options, workload=workload)
+        result.save(path)
+        console.print(profile_table(result))
+        console.print(f"profile written to [bold]{path}[/bold]")
+
+
+@app.command()
+def predict(
+    profiles: Annotated[list[Path], typer.Argument(help="Profile JSON file(s), e.g. one per batch size")],
+    epochs: Annotated[Optional[int], typer.Option(help="Epochs of the full run")] = None,
+    epoch_options: Annotated[str, typer.Option(help="Epoch counts to tabulate when --epochs is not given (Malta methodology 2)")] = "5,10,20",
+    epochs_from: Annotated[Optional[Path], typer.Option(help="Methodology 1: take the epochs from a --full profile of a run with early stopping")] = None,
+    estimator: Annotated[str, typer.Option(help="trainwise (default), eq5.4, eq5.3, averaged, eq5.1, eq4.1, or all")] = "trainwise",
+    iterations_per_epoch: Annotated[Optional[int], typer.Option(help="Override the iterations per epoch")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the predictions as JSON")] = None,
+) -> None:
+    """Predict the full training time on the machine each profile was taken on."""
+    from trainwise._io import atomic_write_text
+    from trainwise.predict.same_machine import ESTIMATORS, epochs_to_converge, predict_total
+    from trainwise.profile.schema import load_profile
+    from trainwise.report.terminal import prediction_table, print_flips
+
+    loaded = [(path, load_profile(path)) for path in profiles]
+    if epochs is not None:
+        epoch_list = [epochs]
+    elif epochs_from is not None:
+        epoch_list = [epochs_to_converge(load_profile(epochs_from))]
+    else:
+        epoch_list = _parse_int_list(epoch_options, "--epoch-options")
+    estimators = list(ESTIMATORS) if estimator == "all" else [estimator]
+    rows = []
+    skipped: list[str] = []
+    for path, prof in loaded:
+        label = f"{path.stem} (batch {prof.dataset.global_batch_size})"
+        for name in estimators:
+            for n_epochs in epoch_list:
+                try:
+                    rows.append((label, prof, predict_total(prof, n_epochs, name, iterations_per_epoch)))
+                except TrainwiseError as exc:
+                    if estimator != "all":
+                        raise
+                    skipped.append(f"{name}: {exc}")
+                    break
+    console.print(prediction_table(rows))
+    print_flips(console, rows)
+    for line in sorted(set(skipped)):
+        console.print(f"[dim]skipped {line}[/dim]")
+    if json_out is not None:
+        payload = [{"profile": label, "estimator": p.estimator, "epochs": p.epochs, "iterations_per_epoch": p.iterations_per_epoch,
+                    "predicted_s": p.total_s, "low_s": p.low_s, "high_s": p.high_s, "breakdown_s": p.breakdown_s,
+                    "provenance": "modelled from a measured profile", "note": p.note} for label, _, p in rows]
+        atomic_write_text(json_out, json.dumps(payload, indent=1))
+        console.print(f"predictions written to [bold]{json_out}[/bold]")
+
+
+@app.command()
+def plan(
+    workload: Annotated[str, typer.Option(help="Reference workload to profile when no --profile is given")] = "mnist_cnn",
+    profile_paths: Annotated[Optional[list[Path]], typer.Option("--profile", help="Measured profile(s) to plan from")] = None,
+    epoch_options: Annotated[str, typer.Option(help="Epoch counts to predict")] = "5,10,20",
+    out_dir: Annotated[Path, typer.Option(help="Where the profile and predictions are written")] = Path("trainwise-out"),
+) -> None:
+    """Profile the job (the built-in default workload unless --profile is given) and predict its full training time."""
+    from trainwise.plan.same_machine import plan_same_machine
+
+    plan_same_machine(workload=workload, profile_paths=profile_paths or [], epoch_options=_parse_int_list(epoch_options, "--epoch-options"),
+                      out_dir=out_dir, console=console)
+
+
+@app.command("workloads")
+def list_workloads() -> None:
+    """List the reference workloads of the seed documents."""
+    from rich.table import Table
+
+    from trainwise.workloads import WORKLOADS
+
+    table = Table(title="Reference workloads")
+    for column in ("name", "data", "batch", "epochs", "source", "description"):
+        table.add_column(column)
+    for spec in WORKLOADS.values():
+        table.add_row(spec.name, f"{spec.data_kind}: {spec.data_description}", str(spec.default_batch_size),
+                      str(spec.default_epochs), spec.seed_source, spec.description)
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: split off the training command, run typer, turn errors into one line."""
+    global _passthrough
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--" in args:
+        position = args.index("--")
+        args, _passthrough = args[:position], args[position + 1:]
+    else:
+        _passthrough = None
+    try:
+        app(args=args, prog_name="trainwise", standalone_mode=False)
+    except TrainwiseError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("[red]interrupted[/red]")
+        return 130
+    except (typer.Exit, SystemExit) as exc:  # --help, no_args_is_help
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        return int(code or 0)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,191 @@
+"""Full-training-time prediction on the machine a profile was taken on.
+
+Two families of estimators work from the same Profile:
+
+- the Malta dissertation's equations (DIGEST §1; `trainwise.predict.malta`), fed exactly the inputs
+  they name (T(Init), T(It1), T(It2), the mean of iterations 2–10, T(Val1), T(Val2), epoch times);
+- trainwise's own estimator (the default), which replaces the single second iteration by the
+  robust steady-state mean with its 95 % interval, scales the validation time from the sampled
+  batches to the whole validation set, and adds what happens between epochs (epoch-start cost of
+  the DataLoader, the gap around validation), all measured in the profile.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict import malta
+from trainwise.profile.schema import Profile
+
+ESTIMATORS = ("trainwise", "eq5.4", "eq5.3", "averaged", "eq5.1", "eq4.1")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted total training time with its band and where each part comes from."""
+
+    estimator: str
+    epochs: int
+    iterations_per_epoch: int
+    total_s: float
+    low_s: float
+    high_s: float
+    breakdown_s: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def relative_halfwidth(self) -> float:
+        return (self.high_s - self.low_s) / 2 / self.total_s if self.total_s > 0 else 0.0
+
+
+def iterations_per_epoch_of(profile: Profile, override: int | None = None) -> int:
+    if override is not None:
+        if override <= 0:
+            raise TrainwiseError(f"iterations per epoch must be positive (got {override})")
+        return override
+    n_it = profile.dataset.iterations_per_epoch
+    if n_it is None:
+        raise TrainwiseError("the profile does not know the iterations per epoch (the training loader has no length): "
+                             "pass --iterations-per-epoch N")
+    return n_it
+
+
+def _check_epochs(epochs: int) -> None:
+    if not isinstance(epochs, int) or epochs <= 0:
+        raise TrainwiseError(f"epochs must be a positive whole number (got {epochs!r}): pass e.g. --epochs 10")
+
+
+@dataclass(frozen=True)
+class ValidationEstimate:
+    first_pass_s: float
+    later_pass_s: float
+    relative_halfwidth: float
+    batches_per_pass: int
+
+
+def validation_estimate(profile: Profile) -> ValidationEstimate | None:
+    """Scale the timed validation batches to a full pass over the validation set."""
+    timed = [v for v in profile.validations if v.batches_timed > 0]
+    if not timed:
+        return None
+    first = timed[0]
+    total_batches = first.batches_total or profile.dataset.val_batches_per_pass or first.batches_timed
+    batch_times = first.batch_wall_s
+    first_batch_s = batch_times[0]
+    rest = [t for v in timed for t in (v.batch_wall_s[1:] if v is first else v.batch_wall_s[1:])]
+    steady_batch_s = statistics.fmean(rest) if rest else first_batch_s
+    spread = statistics.stdev(rest) / math.sqrt(len(rest)) * 1.96 / steady_batch_s if len(rest) > 1 and steady_batch_s > 0 else 0.5
+    first_pass = first_batch_s + (total_batches - 1) * steady_batch_s
+    # Without DataLoader workers a later pass starts warm; with workers each pass pays their start.
+    later_first = first_batch_s if profile.dataset.num_workers > 0 else steady_batch_s
+    later_pass = later_first + (total_batches - 1) * steady_batch_s
+    return ValidationEstimate(first_pass, later_pass, spread, total_batches)
+
+
+def _between_epochs_s(profile: Profile) -> float:
+    """Time between the end of one epoch's last iteration and the next epoch's first batch request,
+    less the validation pass inside it: printing, checkpointing, creating the next iterator."""
+    epochs = profile.epochs
+    if len(epochs) < 2 or epochs[0].end_s is None:
+        return 0.0
+    gap = epochs[1].start_s - epochs[0].end_s
+    for v in profile.validations:
+        if v.epoch == epochs[0].index:
+            gap -= v.wall_s
+    return max(0.0, gap)
+
+
+def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int | None = None) -> Prediction:
+    _check_epochs(epochs)
+    n_it = iterations_per_epoch_of(profile, iterations_per_epoch)
+    steady = profile.steady_state
+    mean_s = steady.iteration.mean_s
+    half = (steady.iteration.ci95_high_s - steady.iteration.ci95_low_s) / 2
+    iterations_s = epochs * n_it * mean_s + (steady.first_iteration_s - mean_s)
+    epoch_start_s = (epochs - 1) * max(0.0, steady.epoch_start_extra_s or 0.0)
+    between_s = (epochs - 1) * _between_epochs_s(profile)
+    val = validation_estimate(profile)
+    validation_s = 0.0 if val is None else val.first_pass_s + (epochs - 1) * val.later_pass_s
+    init_s = profile.init.total_s
+    total = init_s + iterations_s + epoch_start_s + between_s + validation_s
+    band = math.hypot(epochs * n_it * half, validation_s * (val.relative_halfwidth if val else 0.0))
+    # An estimate that was still drifting when sampling stopped gets the drift added to its band.
+    if steady.stabilised_after is None and steady.relative_drift and math.isfinite(steady.relative_drift):
+        band += iterations_s * steady.relative_drift / 2
+    note = "" if val is not None else "no validation pass observed: validation time not included"
+    return Prediction("trainwise", epochs, n_it, total, max(0.0, total - band), total + band,
+                      {"init_s": init_s, "iterations_s": iterations_s, "epoch_start_s": epoch_start_s,
+                       "between_epochs_s": between_s, "validation_s": validation_s}, note)
+
+
+def _malta_inputs(profile: Profile) -> tuple[float, float, float]:
+    its = profile.iterations
+    if len(its) < 2:
+        raise TrainwiseError("the Malta estimators need at least two iterations in the profile: profile with --iterations ≥ 2")
+    return profile.init.total_s, its[0].wall_s, its[1].wall_s
+
+
+def malta_estimate(profile: Profile, epochs: int, estimator: str, iterations_per_epoch: int | None = None) -> Prediction:
+    """The dissertation's equations, with exactly the inputs they name (DIGEST §1)."""
+    _check_epochs(epochs)
+    n_it = iterations_per_epoch_of(profile, iterations_per_epoch)
+    init_s, it1_s, it2_s = _malta_inputs(profile)
+    val = validation_estimate(profile)
+    val1 = val.first_pass_s if val else 0.0
+    val2 = val.later_pass_s if val else 0.0
+    if estimator == "eq5.4":
+        total = malta.eq_5_4_total_s(init_s, it1_s, it2_s, n_it, epochs)
+        breakdown = {"init_s": init_s, "iterations_s": total - init_s}
+    elif estimator == "eq5.3":
+        total = malta.eq_5_3_total_s(init_s, it1_s, it2_s, n_it, epochs, val1, val2)
+        breakdown = {"init_s": init_s, "validation_s": val1 + (epochs - 1) * val2}
+    elif estimator == "averaged":
+        first_ten = [it.wall_s for it in profile.iterations[1:10]]
+        total = malta.averaged_iterations_total_s(init_s, it1_s, first_ten, n_it, epochs, val1, val2)
+        breakdown = {"init_s": init_s, "validation_s": val1 + (epochs - 1) * val2}
+    elif estimator in ("eq5.1", "eq4.1"):
+        complete = [e for e in profile.epochs if e.end_s is not None and not e.truncated]
+        if len(complete) < 2:
+            raise TrainwiseError(f"{estimator} needs two complete epochs (methodology 1): profile with --full on a 2-epoch run")
+        ends = []
+        for e in complete[:2]:
+            vals = [v.start_s + v.wall_s for v in profile.validations if v.epoch == e.index]
+            ends.append(max([e.end_s, *vals]))
+        first_epoch_s = ends[0] - complete[0].start_s
+        later_epoch_s = ends[1] - complete[1].start_s
+        if estimator == "eq5.1":
+            total = malta.eq_5_1_total_s(init_s, first_epoch_s, later_epoch_s, epochs)
+        else:
+            total = malta.eq_4_1_total_s(first_epoch_s, later_epoch_s, epochs)
+        breakdown = {"first_epoch_s": first_epoch_s, "later_epoch_s": later_epoch_s}
+    else:
+        raise TrainwiseError(f"unknown estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)}")
+    return Prediction(estimator, epochs, n_it, total, total, total, breakdown,
+                      "published equation: no uncertainty band")
+
+
+def predict_total(profile: Profile, epochs: int, estimator: str = "trainwise",
+                  iterations_per_epoch: int | None = None) -> Prediction:
+    if estimator == "trainwise":
+        return trainwise_estimate(profile, epochs, iterations_per_epoch)
+    return malta_estimate(profile, epochs, estimator, iterations_per_epoch)
+
+
+def epochs_to_converge(full_profile: Profile) -> int:
+    """Methodology 1: the epochs a full run with early stopping needed, reused for other machines."""
+    if full_profile.mode != "full" or full_profile.full_run is None:
+        raise TrainwiseError("--epochs-from needs a profile recorded with --full (a complete run with early stopping)")
+    if full_profile.full_run.epochs_completed < 1:
+        raise TrainwiseError("the --epochs-from profile completed no epoch")
+    return full_profile.full_run.epochs_completed
+
+
+def relative_error(actual_s: float, predicted_s: float) -> float:
+    """trainwise's error convention: |predicted − actual| / actual (the actual run is the truth).
+    The dissertation divides by the estimate instead (`malta.malta_relative_error`)."""
+    if actual_s <= 0:
+        raise ValueError("actual time must be positive")
+    return abs(predicted_s - actual_s) / actual_s

@@ -1,0 +1,588 @@
+"""The recorder that runs *inside* the profiled training process.
+
+It is armed by the `sitecustomize` that `trainwise profile` puts on PYTHONPATH, waits for the script
+to import torch (so that environment variables the script sets before `import torch`, such as
+OMP_NUM_THREADS, keep their effect), and then instruments torch from outside, with no change to the
+user's code:
+
+- iteration boundaries: the global optimizer step post-hook (and GradScaler.step, which may skip
+  the optimizer step on inf/NaN gradients); with several optimizers the first one to step is the
+  "primary" whose steps delimit iterations;
+- data wait: time spent inside DataLoader iterators' ``__next__``;
+- validation: DataLoader iterators consumed while autograd is disabled or the model is in eval mode;
+- epochs: a training DataLoader iterator that is exhausted;
+- init: process launch → first iteration start, with marks for torch import, first module,
+  first DataLoader and first optimizer construction.
+
+In sampled mode it ends epoch 1 early once the iteration time has stabilised (by raising
+StopIteration from the training iterator, exactly what the end of an epoch looks like to the
+script), times a few validation batches, times the first iterations of epoch 2, writes the raw
+record and ends the process. Only torch and the standard library are used here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import platform
+import resource
+import socket
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from trainwise.profile import stats
+
+CONFIG_ENV = "TRAINWISE_PROFILE_CONFIG"
+RAW_FORMAT_VERSION = 1
+
+_recorder: "Recorder | None" = None
+
+
+def current() -> "Recorder | None":
+    return _recorder
+
+
+def arm() -> None:
+    """Create the process-wide recorder from the environment and wait for torch."""
+    global _recorder
+    if _recorder is not None:
+        return
+    config = json.loads(os.environ[CONFIG_ENV])
+    # Children of this process (DataLoader workers, subprocesses the script starts) must not record.
+    os.environ.pop(CONFIG_ENV, None)
+    _recorder = Recorder(config)
+    if "torch" in sys.modules:
+        _recorder.install_torch_hooks()
+    else:
+        sys.meta_path.insert(0, _TorchImportWatcher(_recorder))
+    atexit.register(_recorder.on_process_exit)
+
+
+class _TorchImportWatcher(importlib.abc.MetaPathFinder):
+    """Runs the recorder's torch hooks right after the script's own `import torch` completes."""
+
+    def __init__(self, recorder: "Recorder") -> None:
+        self.recorder = recorder
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+        recorder = self.recorder
+
+        def exec_module(module):
+            recorder.mark("torch_import_start")
+            original_exec(module)
+            recorder.mark("torch_imported")
+            recorder.install_torch_hooks()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _batch_length(batch: Any) -> int | None:
+    """Samples in a batch: leading dimension of its first tensor (tuple, list, dict or tensor)."""
+    for _ in range(3):
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else 1
+        if isinstance(batch, (list, tuple)) and batch:
+            batch = batch[0]
+        elif isinstance(batch, dict) and batch:
+            batch = next(iter(batch.values()))
+        else:
+            return None
+    return None
+
+
+class _LoaderState:
+    __slots__ = ("role", "key", "batches", "truncate", "record")
+
+    def __init__(self, role: str, key: int) -> None:
+        self.role = role
+        self.key = key
+        self.batches = 0
+        self.truncate = False
+        self.record: dict[str, Any] | None = None
+
+
+class _FinishNow(Exception):
+    """Internal: the profile is complete."""
+
+
+class Recorder:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.perf0 = time.perf_counter()
+        self.wall0 = time.time()
+        launch_wall = float(config.get("launch_wall_s") or self.wall0)
+        self.offset_s = self.wall0 - launch_wall  # seconds from launch to perf0
+        self.sampled = config.get("mode", "sampled") == "sampled"
+        self.min_iterations = int(config.get("min_iterations", 20))
+        self.max_iterations = int(config.get("max_iterations", 500))
+        self.max_seconds = float(config.get("max_profile_seconds", 120.0))
+        self.target_relative_ci = float(config.get("target_relative_ci", 0.02))
+        self.max_relative_drift = float(config.get("max_relative_drift", 0.05))
+        self.validation_batches = int(config.get("validation_batches", 10))
+        self.epoch2_iterations = int(config.get("epoch2_iterations", 5))
+        self.sync_cuda = bool(config.get("sync_cuda", True))
+        # With the planned epoch count known, epoch-1 sampling also stops at this fraction of the
+        # predicted full run, so that profiling stays a small share of training.
+        self.epochs_hint = config.get("epochs_hint")
+        self.budget_fraction = float(config.get("budget_fraction", 0.01))
+        self.out_path = config["out_path"]
+
+        self.marks: dict[str, float] = {"bootstrap": self.now()}
+        self.iterations: list[dict[str, Any]] = []
+        self.validations: list[dict[str, Any]] = []
+        self.epochs: list[dict[str, Any]] = []
+        self.loaders: dict[str, dict[str, Any]] = {}
+        self.model: dict[str, Any] = {}
+        self.stop_reason = "script_exited"
+        self.stability: dict[str, Any] = {}
+        self.notes: list[str] = []
+
+        self.iter_start: float | None = None
+        self.current_train_state: _LoaderState | None = None
+        self._truncated_epoch = 0
+        self.iter_data_wait = 0.0
+        self.iter_samples = 0
+        self.iter_batches = 0
+        self.primary_optimizer_id: int | None = None
+        self.explicit_steps = False
+        self.in_scaler_step = False
+        self.eval_depth = 0
+        self.eval_mode = False
+        self.epoch1_truncated = False
+        self.validation_done = False
+        self.finished = False
+        self.written = False
+        self._torch = None
+        self._forward_hook = None
+        self._loader_counter = 0
+        self._lock = threading.Lock()
+
+    # ---- time -------------------------------------------------------------------------------
+    def now(self) -> float:
+        """Seconds since the launcher started the process."""
+        return time.perf_counter() - self.perf0 + self.offset_s
+
+    def mark(self, name: str) -> None:
+        self.marks.setdefault(name, self.now())
+
+    # ---- installation -----------------------------------------------------------------------
+    def install_torch_hooks(self) -> None:
+        import torch
+        import torch.utils.data.dataloader as dataloader_module
+        from torch.optim import optimizer as optimizer_module
+
+        self._torch = torch
+        self.mark("torch_imported")
+        recorder = self
+
+        optimizer_module.register_optimizer_step_post_hook(self._on_optimizer_step)
+
+        scaler_class = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler_class is not None:
+            original_scaler_step = scaler_class.step
+
+            def scaler_step(scaler, optimizer, *args, **kwargs):
+                # GradScaler skips optimizer.step() on inf/NaN gradients; the iteration still ends.
+                recorder.in_scaler_step = True
+                try:
+                    return original_scaler_step(scaler, optimizer, *args, **kwargs)
+                finally:
+                    recorder.in_scaler_step = False
+                    recorder._boundary(optimizer)
+
+            scaler_class.step = scaler_step
+
+        iter_class = dataloader_module._BaseDataLoaderIter
+        original_next = iter_class.__next__
+
+        def loader_next(iterator):
+            state = getattr(iterator, "_trainwise_state", None)
+            if state is None:
+                state = recorder._new_loader_state(iterator)
+            if state.truncate:
+                recorder._on_truncated(iterator, state)
+                raise StopIteration
+            start = time.perf_counter()
+            try:
+                batch = original_next(iterator)
+            except StopIteration:
+                recorder._on_exhausted(iterator, state, start)
+                raise
+            recorder._on_batch(iterator, state, start, time.perf_counter(), batch)
+            return batch
+
+        iter_class.__next__ = loader_next
+
+        module_class = torch.nn.Module
+        original_train = module_class.train
+
+        def module_train(module, mode: bool = True):
+            # Module.train recurses into children; only the outermost call says what the user asked.
+            recorder.eval_depth += 1
+            try:
+                return original_train(module, mode)
+            finally:
+                recorder.eval_depth -= 1
+                if recorder.eval_depth == 0:
+                    recorder.eval_mode = not mode
+
+        module_class.train = module_train
+
+        original_module_init = module_class.__init__
+
+        def module_init(module, *args, **kwargs):
+            if "first_module_init" not in recorder.marks:
+                recorder.mark("first_module_init")
+            return original_module_init(module, *args, **kwargs)
+
+        module_class.__init__ = module_init
+
+        loader_class = torch.utils.data.DataLoader
+        original_loader_init = loader_class.__init__
+
+        def loader_init(loader, *args, **kwargs):
+            recorder.mark("first_dataloader_init")
+            return original_loader_init(loader, *args, **kwargs)
+
+        loader_class.__init__ = loader_init
+
+        optimizer_class = torch.optim.Optimizer
+        original_optimizer_init = optimizer_class.__init__
+
+        def optimizer_init(optimizer, *args, **kwargs):
+            recorder.mark("first_optimizer_init")
+            result = original_optimizer_init(optimizer, *args, **kwargs)
+            recorder.mark("first_optimizer_ready")  # the first optimizer pays torch's lazy imports
+            return result
+
+        optimizer_class.__init__ = optimizer_init
+
+        # Loops without a DataLoader: the first iteration starts at the first forward pass.
+        self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._on_first_forward)
+
+    def _on_first_forward(self, module, args):
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+        if self.iter_start is None and not self.iterations and self._torch.is_grad_enabled():
+            self.iter_start = time.perf_counter() - self.perf0 + self.offset_s
+            self.mark("first_iteration_start")
+
+    # ---- data loaders -----------------------------------------------------------------------
+    def _new_loader_state(self, iterator) -> _LoaderState:
+        torch = self._torch
+        validation = (not torch.is_grad_enabled()) or self.eval_mode
+        self._loader_counter += 1
+        state = _LoaderState("val" if validation else "train", self._loader_counter)
+        try:
+            iterator._trainwise_state = state
+        except AttributeError:  # pragma: no cover - exotic iterator subclasses with __slots__
+            pass
+        info: dict[str, Any] = {}
+        try:
+            info["batches_per_pass"] = len(iterator)
+        except Exception:
+            info["batches_per_pass"] = None
+        try:
+            info["dataset_size"] = len(iterator._dataset)
+        except Exception:
+            info["dataset_size"] = None
+        info["drop_last"] = bool(getattr(iterator, "_drop_last", False))
+        info["num_workers"] = int(getattr(iterator, "_num_workers", 0))
+        self.loaders.setdefault(state.role, info)
+        if state.role == "train":
+            self.current_train_state = state
+            self._start_epoch(info)
+        elif self.sampled and self.epoch1_truncated and not self.validation_done and self.validation_batches <= 0:
+            self._finish("sampled_without_validation")
+        return state
+
+    def _start_epoch(self, info: dict[str, Any]) -> None:
+        if self.epochs and self.epochs[-1]["end_s"] is None:
+            # The previous epoch's iterator was abandoned (e.g. `break`): close it here.
+            self.epochs[-1]["end_s"] = self.now()
+        self.epochs.append({"index": len(self.epochs), "start_s": self.now(), "end_s": None,
+                            "iterations": 0, "truncated": False,
+                            "batches_per_epoch": info.get("batches_per_pass")})
+        self.iter_start = None  # an epoch starts with its first batch request
+
+    def _on_batch(self, iterator, state: _LoaderState, start: float, end: float, batch) -> None:
+        start_s = start - self.perf0 + self.offset_s
+        end_s = end - self.perf0 + self.offset_s
+        state.batches += 1
+        samples = _batch_length(batch)
+        if state.role == "train":
+            if self.iter_start is None:
+                self.iter_start = start_s
+                self.mark("first_iteration_start")
+            self.iter_data_wait += end_s - start_s
+            self.iter_samples += samples or 0
+            self.iter_batches += 1
+            return
+        record = state.record
+        if record is None:
+            record = {"epoch": max(0, len(self.epochs) - 1), "start_s": start_s, "end_s": None,
+                      "batch_starts_s": [], "data_wait_s": [], "samples": 0, "truncated": False,
+                      "batches_total": self.loaders.get("val", {}).get("batches_per_pass")}
+            state.record = record
+            self.validations.append(record)
+        record["batch_starts_s"].append(start_s)
+        record["data_wait_s"].append(end_s - start_s)
+        record["samples"] += samples or 0
+        if self.sampled and not self.validation_done and len(record["batch_starts_s"]) >= self.validation_batches \
+                and self.epoch1_truncated:
+            # Enough validation batches timed: the next request ends this validation pass.
+            state.truncate = True
+
+    def _on_exhausted(self, iterator, state: _LoaderState, start: float) -> None:
+        end_s = start - self.perf0 + self.offset_s
+        if state.role == "train":
+            if self.epochs and self.epochs[-1]["end_s"] is None:
+                self.epochs[-1]["end_s"] = end_s
+            self.iter_start = None
+            self._reset_iteration()
+        elif state.record is not None:
+            state.record["end_s"] = end_s
+            self._after_validation()
+
+    def _on_truncated(self, iterator, state: _LoaderState) -> None:
+        now = self.now()
+        if state.role == "train":
+            if self.epochs and self.epochs[-1]["end_s"] is None:
+                self.epochs[-1]["end_s"] = now
+                self.epochs[-1]["truncated"] = True
+            self.iter_start = None
+            self._reset_iteration()
+        elif state.record is not None:
+            state.record["end_s"] = now
+            state.record["truncated"] = True
+            self._after_validation()
+
+    def _after_validation(self) -> None:
+        if not self.sampled or not self.epoch1_truncated or self.validation_done:
+            return
+        self.validation_done = True
+        if self.epoch2_iterations <= 0:
+            self._finish("validation_timed")
+
+    # ---- iterations -------------------------------------------------------------------------
+    def _reset_iteration(self) -> None:
+        self.iter_data_wait = 0.0
+        self.iter_samples = 0
+        self.iter_batches = 0
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.in_scaler_step or self.explicit_steps:
+            return
+        self._boundary(optimizer)
+
+    def _boundary(self, optimizer) -> None:
+        if self.explicit_steps:
+            return
+        if self.primary_optimizer_id is None:
+            self.primary_optimizer_id = id(optimizer)
+            self._describe_model(optimizer)
+        elif id(optimizer) != self.primary_optimizer_id:
+            return  # a secondary optimizer's step is part of the primary's iteration
+        self.end_iteration()
+
+    def end_iteration(self, samples: int | None = None) -> None:
+        """Close the current iteration at this instant (used by hooks and the explicit API)."""
+        torch = self._torch
+        if self.sync_cuda and torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # CUDA is asynchronous: the boundary is when the GPU is done
+        end_s = self.now()
+        start_s = self.iter_start
+        if start_s is None:
+            # No batch was requested and no forward seen: start at the previous boundary.
+            start_s = self.iterations[-1]["end_s"] if self.iterations else self.marks.get("torch_imported", 0.0)
+            self.mark("first_iteration_start")
+        epoch = max(0, len(self.epochs) - 1)
+        self.iterations.append({
+            "index": len(self.iterations), "epoch": epoch, "start_s": start_s, "end_s": end_s,
+            "data_wait_s": self.iter_data_wait,
+            "samples": samples if samples is not None else self.iter_samples,
+            "batches": self.iter_batches,
+        })
+        if self.epochs:
+            self.epochs[-1]["iterations"] += 1
+        self.iter_start = end_s
+        self._reset_iteration()
+        if self.sampled:
+            self._check_stop(epoch)
+
+    def _check_stop(self, epoch: int) -> None:
+        if self.epoch1_truncated:
+            in_later_epoch = [it for it in self.iterations if it["epoch"] > self._truncated_epoch]
+            if len(in_later_epoch) >= self.epoch2_iterations or not self.epochs:
+                self._finish("sampled")
+            return
+        times = [it["end_s"] - it["start_s"] for it in self.iterations]
+        n = len(times)
+        if n < self.min_iterations and (self.now() - self.marks["first_iteration_start"]) < self.max_seconds:
+            return
+        verdict = stats.stability(times, target_relative_ci=self.target_relative_ci,
+                                  max_relative_drift=self.max_relative_drift)
+        elapsed = self.now() - self.marks["first_iteration_start"]
+        reason = None
+        if verdict.stable and n >= self.min_iterations:
+            reason = "stable"
+        elif n >= self.max_iterations:
+            reason = "max_iterations"
+        elif elapsed >= self.max_seconds:
+            reason = "time_budget"
+        elif self._over_budget(times, elapsed):
+            reason = "cost_budget"
+        if reason is None:
+            return
+        self.stability = {"reason": reason, "iterations": n, "warmup_iterations": verdict.warmup_iterations,
+                          "relative_ci95_halfwidth": verdict.relative_ci95_halfwidth,
+                          "relative_drift": verdict.relative_drift, "stable": verdict.stable}
+        self.epoch1_truncated = True
+        self._truncated_epoch = epoch
+        if self.current_train_state is None:
+            # No DataLoader to end early: this loop cannot be steered, so stop here.
+            self._finish("sampled_no_dataloader")
+            return
+        self._mark_train_truncation()
+
+    def _over_budget(self, times: list[float], elapsed_s: float) -> bool:
+        if not self.epochs_hint or not self.epochs or not self.epochs[0].get("batches_per_epoch"):
+            return False
+        predicted_full_s = sum(times) / len(times) * self.epochs[0]["batches_per_epoch"] * float(self.epochs_hint)
+        return elapsed_s >= self.budget_fraction * predicted_full_s
+
+    def _mark_train_truncation(self) -> None:
+        # The active training iterator ends its epoch at its next request.
+        if self.current_train_state is not None:
+            self.current_train_state.truncate = True
+
+    # ---- explicit API -----------------------------------------------------------------------
+    def explicit_step(self, samples: int | None = None) -> None:
+        self.explicit_steps = True
+        self.end_iteration(samples)
+
+    def explicit_iteration_start(self) -> None:
+        self.explicit_steps = True
+        self.iter_start = self.now()
+        self.mark("first_iteration_start")
+
+    # ---- model / environment ----------------------------------------------------------------
+    def _describe_model(self, optimizer) -> None:
+        parameters = trainable = gradient_bytes = 0
+        device = "cpu"
+        dtypes: set[str] = set()
+        seen: set[int] = set()
+        for group in getattr(optimizer, "param_groups", []):
+            for p in group.get("params", []):
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                count = p.numel()
+                parameters += count
+                if p.requires_grad:
+                    trainable += count
+                    gradient_bytes += count * p.element_size()
+                device = str(p.device)
+                dtypes.add(str(p.dtype).replace("torch.", ""))
+        self.model = {"parameters": parameters, "trainable_parameters": trainable,
+                      "gradient_bytes": gradient_bytes, "device": device,
+                      "parameter_dtypes": sorted(dtypes), "optimizer": type(optimizer).__name__}
+
+    def _environment(self) -> dict[str, Any]:
+        torch = self._torch
+        env: dict[str, Any] = {
+            "python_version": platform.python_version(), "platform": platform.platform(),
+            "hostname": socket.gethostname(), "cpu_model": _cpu_model(), "logical_cores": os.cpu_count(),
+            "torch_version": getattr(torch, "__version__", None),
+            "torch_threads": torch.get_num_threads() if torch is not None else None,
+            "device": self.model.get("device", "cpu"), "device_name": None,
+        }
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            env["device_name"] = torch.cuda.get_device_name()
+        return env
+
+    def _memory(self) -> dict[str, Any]:
+        peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        memory: dict[str, Any] = {"peak_rss_bytes": int(peak_rss_kib) * 1024, "peak_device_bytes": None}
+        torch = self._torch
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            memory["peak_device_bytes"] = int(torch.cuda.max_memory_allocated())
+        return memory
+
+    # ---- output -----------------------------------------------------------------------------
+    def raw_record(self) -> dict[str, Any]:
+        last_events = [it["end_s"] for it in self.iterations] + [v["end_s"] for v in self.validations if v["end_s"]]
+        return {
+            "raw_format_version": RAW_FORMAT_VERSION,
+            "mode": "sampled" if self.sampled else "full",
+            "config": {k: v for k, v in self.config.items() if k != "out_path"},
+            "stop_reason": self.stop_reason,
+            "stability": self.stability,
+            "marks": self.marks,
+            "iterations": self.iterations,
+            "validations": self.validations,
+            "epochs": self.epochs,
+            "loaders": self.loaders,
+            "model": self.model,
+            "environment": self._environment(),
+            "memory": self._memory(),
+            "training_end_s": max(last_events) if last_events else None,
+            "recorded_until_s": self.now(),
+            "explicit_steps": self.explicit_steps,
+            "notes": self.notes,
+        }
+
+    def write(self) -> None:
+        if self.written:
+            return
+        self.written = True
+        record = self.raw_record()
+        directory = os.path.dirname(os.path.abspath(self.out_path))
+        fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=directory)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle)
+        os.replace(tmp, self.out_path)
+
+    def _finish(self, reason: str) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.stop_reason = reason
+        self.write()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # End now, skipping the rest of the script: its end-of-training code (saving a model,
+        # writing results) must not run on a model that was trained for a few iterations only.
+        os._exit(0)
+
+    def on_process_exit(self) -> None:
+        if not self.finished:
+            self.write()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -1,0 +1,146 @@
+"""Launch an unmodified training command with the recorder armed, and turn its record into a Profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from trainwise.errors import TrainwiseError
+from trainwise.profile._child import CONFIG_ENV
+from trainwise.profile.schema import Profile, profile_from_raw
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+
+# Default minimum of epoch-1 iterations sampled before the stability test may stop profiling.
+# Chosen with benchmarks/profile_iterations.py: below ~20 the steady-state estimate of the small
+# CPU workloads still moves by more than the noise floor; above it the profile costs more without
+# getting closer to the full run's mean. The stopping rule adds iterations while the estimate drifts.
+DEFAULT_MIN_ITERATIONS = 20
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    mode: Literal["sampled", "full"] = "sampled"
+    min_iterations: int = DEFAULT_MIN_ITERATIONS
+    max_iterations: int = 400
+    max_profile_seconds: float = 60.0
+    target_relative_ci: float = 0.02
+    max_relative_drift: float = 0.05
+    validation_batches: int = 10
+    epoch2_iterations: int = 5
+    timeout_s: float | None = None
+    sync_cuda: bool = True
+    epochs_hint: int | None = None
+    budget_fraction: float = 0.01
+
+    def validate(self) -> None:
+        if self.min_iterations < 2:
+            raise TrainwiseError(f"--iterations must be at least 2 (got {self.min_iterations}): the first iteration is always warm-up")
+        if self.max_iterations < self.min_iterations:
+            raise TrainwiseError(f"--max-iterations ({self.max_iterations}) is below --iterations ({self.min_iterations}): raise it")
+        if self.validation_batches < 0 or self.epoch2_iterations < 0:
+            raise TrainwiseError("--val-batches and --epoch2-iterations must be ≥ 0")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise TrainwiseError(f"--timeout must be positive (got {self.timeout_s})")
+        if self.epochs_hint is not None and self.epochs_hint <= 0:
+            raise TrainwiseError(f"--epochs must be a positive whole number (got {self.epochs_hint})")
+        if not 0 < self.budget_fraction <= 1:
+            raise TrainwiseError(f"--budget must be a fraction in (0, 1] (got {self.budget_fraction})")
+        if self.max_profile_seconds <= 0:
+            raise TrainwiseError(f"--max-seconds must be positive (got {self.max_profile_seconds})")
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """`python`/`python3` mean the interpreter trainwise itself runs in (the user's venv)."""
+    if not command:
+        raise TrainwiseError("no training command given: use `trainwise profile -- python train.py ARGS`")
+    first = command[0]
+    if first in ("python", "python3", "python3.11"):
+        return [sys.executable, *command[1:]]
+    if shutil.which(first) is None and not Path(first).exists():
+        raise TrainwiseError(f"command not found: {first!r}; give the full path or start with `python`")
+    return list(command)
+
+
+def expand_batch_sizes(command: list[str], batch_sizes: list[int]) -> list[tuple[int, list[str]]]:
+    """One command per batch size, replacing the `{batch}` placeholder in any argument."""
+    if not any("{batch}" in arg for arg in command):
+        raise TrainwiseError("--batch-sizes needs a `{batch}` placeholder in the command, e.g. `-- python train.py --batch-size {batch}`")
+    for size in batch_sizes:
+        if size <= 0:
+            raise TrainwiseError(f"batch size must be positive (got {size})")
+    return [(size, [arg.replace("{batch}", str(size)) for arg in command]) for size in batch_sizes]
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), *, workload: str | None = None,
+                quiet: bool = False) -> Profile:
+    """Run `command` with the recorder armed and return its Profile (nothing is written to disk)."""
+    options.validate()
+    argv = resolve_command(command)
+    with tempfile.TemporaryDirectory(prefix="trainwise-profile-") as workdir:
+        raw_path = Path(workdir) / "raw.json"
+        config = asdict(options)
+        config.pop("timeout_s")
+        config["out_path"] = str(raw_path)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")] if p)
+        env["TRAINWISE_PACKAGE_PARENT"] = str(PACKAGE_PARENT)
+        launch_wall = time.time()
+        config["launch_wall_s"] = launch_wall
+        env[CONFIG_ENV] = json.dumps(config)
+        output = subprocess.DEVNULL if quiet else None
+        try:
+            process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output, stderr=output)
+        except OSError as exc:
+            raise TrainwiseError(f"cannot start {argv[0]!r}: {exc.strerror}; check the command") from None
+        try:
+            exit_code = process.wait(timeout=options.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise TrainwiseError(
+                f"the job did not finish profiling within --timeout {options.timeout_s:g} s and was stopped: "
+                "raise --timeout, or lower --iterations/--max-seconds if it hangs") from None
+        except KeyboardInterrupt:
+            _kill_group(process)
+            raise
+        process_wall = time.time() - launch_wall
+        raw = json.loads(raw_path.read_text()) if raw_path.exists() else None
+
+    if raw is None:
+        if exit_code != 0:
+            raise TrainwiseError(f"the training command exited with code {exit_code} before its first iteration: "
+                                 "run it without trainwise to see its error")
+        raise TrainwiseError("the training command exited without starting a Python training process that imports torch: "
+                             "check that the command runs your PyTorch script")
+    if not raw["iterations"]:
+        if exit_code != 0:
+            raise TrainwiseError(f"the training command exited with code {exit_code} before its first iteration: "
+                                 "run it without trainwise to see its error")
+        raise TrainwiseError("the script finished without a single optimizer step: trainwise finds iterations from "
+                             "torch.optim optimizer steps; in a custom loop call trainwise.profile.step() after each iteration")
+    if exit_code != 0:
+        raise TrainwiseError(f"the training command crashed (exit code {exit_code}) after {len(raw['iterations'])} "
+                             "iterations: fix the script, then profile again")
+    return profile_from_raw(raw, command=list(command), process_wall_s=process_wall, exit_code=exit_code, workload=workload)

@@ -1,0 +1,344 @@
+"""The Profile: what one measured run of a training job tells us, as versioned JSON.
+
+Times are seconds since the launcher started the process (`*_s`), durations are seconds, sizes are
+bytes. Every number here is *measured* on the host named in `environment`; consumers that import a
+profile from another machine say so (provenance lives with the number's consumer, e.g. a plan row).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trainwise import __version__
+from trainwise._io import atomic_write_text
+from trainwise.errors import TrainwiseError
+from trainwise.profile import stats
+
+PROFILE_SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Measurement(_Model):
+    """A duration with its spread (mean and its 95 % interval, median, IQR, extremes)."""
+
+    n: int = Field(ge=0)
+    mean_s: float = Field(ge=0)
+    median_s: float = Field(ge=0)
+    std_s: float = Field(ge=0)
+    iqr_s: float = Field(ge=0)
+    min_s: float = Field(ge=0)
+    max_s: float = Field(ge=0)
+    ci95_low_s: float = Field(ge=0)
+    ci95_high_s: float = Field(ge=0)
+
+    @classmethod
+    def of(cls, times_s: list[float]) -> "Measurement":
+        if not times_s:
+            return cls(n=0, mean_s=0, median_s=0, std_s=0, iqr_s=0, min_s=0, max_s=0, ci95_low_s=0, ci95_high_s=0)
+        s = stats.summarise([max(0.0, t) for t in times_s])
+        high = s.ci95_high_s if s.ci95_high_s != float("inf") else s.mean_s * 10
+        return cls(n=s.n, mean_s=s.mean_s, median_s=s.median_s, std_s=s.std_s, iqr_s=s.iqr_s, min_s=s.min_s,
+                   max_s=s.max_s, ci95_low_s=s.ci95_low_s, ci95_high_s=high)
+
+    @property
+    def relative_ci95_halfwidth(self) -> float:
+        return (self.ci95_high_s - self.ci95_low_s) / 2 / self.mean_s if self.mean_s > 0 else 0.0
+
+
+class Iteration(_Model):
+    index: int = Field(ge=0)
+    epoch: int = Field(ge=0)
+    start_s: float
+    wall_s: float = Field(ge=0)
+    data_wait_s: float = Field(ge=0)
+    compute_s: float = Field(ge=0, description="wall_s − data_wait_s: forward, backward, optimizer, Python")
+    samples: int = Field(ge=0)
+    batches: int = Field(ge=0)
+
+
+class ValidationPass(_Model):
+    epoch: int = Field(ge=0)
+    start_s: float
+    wall_s: float = Field(ge=0)
+    batches_timed: int = Field(ge=0)
+    batches_total: int | None = Field(default=None, ge=0, description="batches in a full pass, when the loader has a length")
+    samples: int = Field(ge=0)
+    truncated: bool
+    batch_wall_s: list[float]
+    data_wait_s: float = Field(ge=0)
+
+
+class Epoch(_Model):
+    index: int = Field(ge=0)
+    start_s: float
+    end_s: float | None
+    iterations: int = Field(ge=0)
+    truncated: bool
+    batches_per_epoch: int | None = None
+
+
+class InitBreakdown(_Model):
+    """T(Init): launch → first iteration start, split where the hooks could see it."""
+
+    total_s: float = Field(ge=0)
+    python_startup_s: float = Field(ge=0, description="launch → interpreter ready (trainwise bootstrap)")
+    import_torch_s: float | None = Field(default=None, ge=0)
+    before_torch_s: float | None = Field(default=None, ge=0, description="script code before `import torch` finished")
+    model_build_s: float | None = Field(default=None, ge=0, description="first nn.Module built → first optimizer built")
+    data_setup_s: float | None = Field(default=None, ge=0, description="first DataLoader built → next mark")
+    optimizer_setup_s: float | None = Field(default=None, ge=0, description="building the first optimizer (torch's lazy imports)")
+    other_s: float = Field(ge=0, description="the rest of the script's set-up")
+    marks: dict[str, float]
+
+
+class DatasetShape(_Model):
+    n_train: int | None = Field(default=None, ge=0)
+    n_val: int | None = Field(default=None, ge=0)
+    train_batches_per_epoch: int | None = Field(default=None, ge=0)
+    val_batches_per_pass: int | None = Field(default=None, ge=0)
+    batches_per_iteration: float = Field(gt=0, description="> 1 with gradient accumulation")
+    global_batch_size: int = Field(ge=0, description="samples per optimizer step, all batches of the step")
+    val_batch_size: int | None = Field(default=None, ge=0)
+    drop_last: bool = False
+    num_workers: int = 0
+
+    @property
+    def iterations_per_epoch(self) -> int | None:
+        if self.train_batches_per_epoch is None:
+            return None
+        return max(1, round(self.train_batches_per_epoch / self.batches_per_iteration))
+
+
+class Memory(_Model):
+    peak_rss_bytes: int = Field(ge=0)
+    peak_device_bytes: int | None = Field(default=None, ge=0)
+
+
+class ModelShape(_Model):
+    parameters: int = Field(default=0, ge=0)
+    trainable_parameters: int = Field(default=0, ge=0)
+    gradient_bytes: int = Field(default=0, ge=0)
+    device: str = "cpu"
+    parameter_dtypes: list[str] = []
+    optimizer: str | None = None
+
+
+class Environment(_Model):
+    python_version: str
+    platform: str
+    hostname: str
+    cpu_model: str
+    logical_cores: int | None
+    torch_version: str | None
+    torch_threads: int | None
+    device: str
+    device_name: str | None
+
+
+class SteadyState(_Model):
+    """Robust per-iteration time after warm-up, with its spread."""
+
+    warmup_iterations: int = Field(ge=0)
+    iteration: Measurement
+    data_wait: Measurement
+    compute: Measurement
+    first_iteration_s: float = Field(ge=0, description="T(It1): the cold-start iteration")
+    epoch_start_extra_s: float | None = Field(default=None, description="first iteration of a later epoch minus the steady mean")
+    stop_reason: str
+    stabilised_after: int | None = Field(default=None, description="epoch-1 iterations sampled when the estimate was judged stable")
+    relative_drift: float | None = None
+
+
+class FullRun(_Model):
+    """Recorded only with `--full`: the real totals the prediction is judged against."""
+
+    training_end_s: float = Field(ge=0, description="launch → end of the last iteration or validation pass")
+    epochs_completed: int = Field(ge=0)
+
+
+class Profile(_Model):
+    schema_version: Literal[1] = PROFILE_SCHEMA_VERSION
+    trainwise_version: str = __version__
+    created_at: str
+    workload: str | None = None
+    command: list[str]
+    mode: Literal["sampled", "full"]
+    stop_reason: str
+    process_wall_s: float = Field(ge=0, description="launch → process exit, as the launcher saw it")
+    exit_code: int
+    environment: Environment
+    init: InitBreakdown
+    iterations: list[Iteration]
+    validations: list[ValidationPass]
+    epochs: list[Epoch]
+    dataset: DatasetShape
+    memory: Memory
+    model: ModelShape
+    steady_state: SteadyState
+    full_run: FullRun | None = None
+    notes: list[str] = []
+
+    # ---- persistence ----
+    def save(self, path: str | Path) -> Path:
+        return atomic_write_text(path, self.model_dump_json(indent=1))
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read a Profile JSON, with one-line errors for every way it can be wrong."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TrainwiseError(f"profile {p} does not exist: create it with `trainwise profile -o {p} -- python train.py`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainwiseError(f"profile {p} cannot be read ({exc.__class__.__name__}): check the path and permissions") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TrainwiseError(f"profile {p} is not valid JSON (line {exc.lineno}): re-run `trainwise profile` to recreate it") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise TrainwiseError(f"profile {p} is not a trainwise profile (no schema_version): pass a file written by `trainwise profile`")
+    version = data.get("schema_version")
+    if version != PROFILE_SCHEMA_VERSION:
+        raise TrainwiseError(
+            f"profile {p} has schema version {version!r}; this trainwise {__version__} reads version "
+            f"{PROFILE_SCHEMA_VERSION}: re-run `trainwise profile` with this version")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise TrainwiseError(f"profile {p} is malformed at `{where}`: {first['msg']}; re-run `trainwise profile` to recreate it") from None
+
+
+# ---- building a Profile from the recorder's raw record --------------------------------------
+
+def _init_breakdown(raw: dict[str, Any], first_iteration_start_s: float) -> InitBreakdown:
+    marks = {k: float(v) for k, v in raw["marks"].items()}
+    bootstrap = marks.get("bootstrap", 0.0)
+    import_torch = None
+    before_torch = None
+    if "torch_import_start" in marks and "torch_imported" in marks:
+        import_torch = max(0.0, marks["torch_imported"] - marks["torch_import_start"])
+        before_torch = max(0.0, marks["torch_import_start"] - bootstrap)
+    ordered = sorted((v, k) for k, v in marks.items() if v <= first_iteration_start_s)
+    ordered.append((first_iteration_start_s, "first_iteration_start"))
+
+    def segment_after(name: str) -> float | None:
+        for position, (value, key) in enumerate(ordered[:-1]):
+            if key == name:
+                return max(0.0, ordered[position + 1][0] - value)
+        return None
+
+    model_build = None
+    if "first_module_init" in marks and "first_optimizer_init" in marks:
+        model_build = max(0.0, marks["first_optimizer_init"] - marks["first_module_init"])
+        if "first_dataloader_init" in marks and marks["first_module_init"] < marks["first_dataloader_init"] < marks["first_optimizer_init"]:
+            model_build = None  # data set-up interleaved with the model: not separable
+    data_setup = segment_after("first_dataloader_init")
+    optimizer_setup = None
+    if "first_optimizer_init" in marks and "first_optimizer_ready" in marks:
+        optimizer_setup = max(0.0, marks["first_optimizer_ready"] - marks["first_optimizer_init"])
+    total = max(0.0, first_iteration_start_s)
+    accounted = (bootstrap + (import_torch or 0) + (before_torch or 0) + (model_build or 0) + (data_setup or 0)
+                 + (optimizer_setup or 0))
+    return InitBreakdown(total_s=total, python_startup_s=max(0.0, bootstrap), import_torch_s=import_torch,
+                         before_torch_s=before_torch, model_build_s=model_build, data_setup_s=data_setup,
+                         optimizer_setup_s=optimizer_setup,
+                         other_s=max(0.0, total - accounted), marks=marks)
+
+
+def steady_state_of(iterations: list[Iteration], stop_reason: str, stability: dict[str, Any]) -> SteadyState:
+    """Steady-state iteration time: epoch-1 iterations after warm-up plus later epochs' iterations
+    except each later epoch's first (which carries the epoch-start cost, reported separately)."""
+    if not iterations:
+        raise TrainwiseError("the job recorded no training iteration: nothing to estimate")
+    first_epoch = iterations[0].epoch
+    epoch1 = [it for it in iterations if it.epoch == first_epoch]
+    warmup = stats.detect_warmup([it.wall_s for it in epoch1]) if len(epoch1) > 1 else 0
+    steady: list[Iteration] = epoch1[warmup:]
+    epoch_start_excess: list[float] = []
+    later_epochs = sorted({it.epoch for it in iterations if it.epoch != first_epoch})
+    for epoch in later_epochs:
+        in_epoch = [it for it in iterations if it.epoch == epoch]
+        steady.extend(in_epoch[1:])
+    if not steady:
+        steady = iterations[-1:]
+    iteration = Measurement.of([it.wall_s for it in steady])
+    for epoch in later_epochs:
+        first = next(it for it in iterations if it.epoch == epoch)
+        epoch_start_excess.append(first.wall_s - iteration.mean_s)
+    return SteadyState(
+        warmup_iterations=warmup,
+        iteration=iteration,
+        data_wait=Measurement.of([it.data_wait_s for it in steady]),
+        compute=Measurement.of([it.compute_s for it in steady]),
+        first_iteration_s=iterations[0].wall_s,
+        epoch_start_extra_s=statistics.median(epoch_start_excess) if epoch_start_excess else None,
+        stop_reason=stop_reason,
+        stabilised_after=stability.get("iterations") if stability.get("stable") else None,
+        relative_drift=stability.get("relative_drift") if stability else None,
+    )
+
+
+def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s: float, exit_code: int,
+                     workload: str | None = None) -> Profile:
+    iterations = [
+        Iteration(index=i, epoch=it["epoch"], start_s=it["start_s"], wall_s=max(0.0, it["end_s"] - it["start_s"]),
+                  data_wait_s=max(0.0, it["data_wait_s"]),
+                  compute_s=max(0.0, it["end_s"] - it["start_s"] - it["data_wait_s"]),
+                  samples=int(it["samples"] or 0), batches=int(it["batches"] or 0))
+        for i, it in enumerate(raw["iterations"])
+    ]
+    if not iterations:
+        raise TrainwiseError("the job recorded no training iteration")
+    validations = []
+    for v in raw["validations"]:
+        starts = list(v["batch_starts_s"])
+        end = v["end_s"] if v["end_s"] is not None else (starts[-1] if starts else v["start_s"])
+        bounds = starts + [end]
+        validations.append(ValidationPass(
+            epoch=v["epoch"], start_s=v["start_s"], wall_s=max(0.0, end - v["start_s"]),
+            batches_timed=len(starts), batches_total=v.get("batches_total"), samples=int(v["samples"]),
+            truncated=bool(v["truncated"]), batch_wall_s=[max(0.0, b - a) for a, b in zip(bounds, bounds[1:])],
+            data_wait_s=max(0.0, sum(v["data_wait_s"]))))
+    epochs = [Epoch(index=e["index"], start_s=e["start_s"], end_s=e["end_s"], iterations=e["iterations"],
+                    truncated=e["truncated"], batches_per_epoch=e.get("batches_per_epoch")) for e in raw["epochs"]]
+    train_info = raw["loaders"].get("train", {})
+    val_info = raw["loaders"].get("val", {})
+    with_batches = [it for it in iterations if it.batches > 0]
+    batches_per_iteration = statistics.median([it.batches for it in with_batches]) if with_batches else 1.0
+    samples = [it.samples for it in iterations if it.samples > 0]
+    global_batch = int(statistics.median(samples)) if samples else 0
+    val_batch = None
+    if validations and validations[0].batches_timed:
+        val_batch = round(validations[0].samples / validations[0].batches_timed)
+    dataset = DatasetShape(
+        n_train=train_info.get("dataset_size"), n_val=val_info.get("dataset_size"),
+        train_batches_per_epoch=train_info.get("batches_per_pass"), val_batches_per_pass=val_info.get("batches_per_pass"),
+        batches_per_iteration=float(batches_per_iteration), global_batch_size=global_batch, val_batch_size=val_batch,
+        drop_last=bool(train_info.get("drop_last", False)), num_workers=int(train_info.get("num_workers", 0)))
+    first_start = iterations[0].start_s
+    full_run = None
+    if raw["mode"] == "full" and raw.get("training_end_s") is not None:
+        complete_epochs = sum(1 for e in epochs if e.end_s is not None and not e.truncated)
+        full_run = FullRun(training_end_s=raw["training_end_s"], epochs_completed=complete_epochs)
+    return Profile(
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        workload=workload, command=list(command), mode=raw["mode"], stop_reason=raw["stop_reason"],
+        process_wall_s=max(0.0, process_wall_s), exit_code=exit_code,
+        environment=Environment(**raw["environment"]), init=_init_breakdown(raw, first_start),
+        iterations=iterations, validations=validations, epochs=epochs, dataset=dataset,
+        memory=Memory(**raw["memory"]), model=ModelShape(**raw["model"]) if raw["model"] else ModelShape(),
+        steady_state=steady_state_of(iterations, raw["stop_reason"], raw.get("stability") or {}),
+        full_run=full_run, notes=list(raw.get("notes", [])),
+    )

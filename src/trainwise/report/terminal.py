@@ -1,0 +1,91 @@
+"""Rich renderings for the terminal: a profile summary and prediction tables.
+
+Every number says where it comes from: "measured here" (this host's profile), "measured on HOST"
+(a profile imported from elsewhere), or "modelled" with the model's band.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from trainwise.predict.same_machine import Prediction
+from trainwise.profile.schema import Profile
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def provenance_of(profile: Profile) -> str:
+    host = profile.environment.hostname
+    return "measured here" if host == socket.gethostname() else f"measured on {host} (imported)"
+
+
+def profile_table(profile: Profile) -> Table:
+    s = profile.steady_state
+    d = profile.dataset
+    table = Table(title=f"Profile ({profile.mode}, {provenance_of(profile)})", show_header=True)
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("spread / note")
+    table.add_row("T(Init)", format_duration(profile.init.total_s),
+                  f"startup {format_duration(profile.init.python_startup_s)}, import torch "
+                  + (format_duration(profile.init.import_torch_s) if profile.init.import_torch_s is not None else "n/a"))
+    table.add_row("T(It1) cold start", format_duration(s.first_iteration_s), f"{s.warmup_iterations} warm-up iteration(s) dropped")
+    table.add_row("steady iteration (mean)", format_duration(s.iteration.mean_s),
+                  f"95% CI {format_duration(s.iteration.ci95_low_s)}–{format_duration(s.iteration.ci95_high_s)}, "
+                  f"median {format_duration(s.iteration.median_s)}, n={s.iteration.n}")
+    table.add_row("  data wait", format_duration(s.data_wait.mean_s), f"{s.data_wait.mean_s / s.iteration.mean_s:.1%} of the iteration" if s.iteration.mean_s else "")
+    table.add_row("  compute", format_duration(s.compute.mean_s), "forward + backward + optimizer")
+    if profile.validations:
+        v = profile.validations[0]
+        table.add_row("validation (timed)", format_duration(v.wall_s), f"{v.batches_timed} of {v.batches_total or '?'} batches")
+    table.add_row("samples / iteration", str(d.global_batch_size), f"{d.batches_per_iteration:g} batch(es) per optimizer step")
+    table.add_row("iterations / epoch", str(d.iterations_per_epoch or "unknown"), f"N_train={d.n_train}, N_val={d.n_val}")
+    table.add_row("parameters", f"{profile.model.parameters:,}", f"gradients {profile.model.gradient_bytes / 1e6:.1f} MB")
+    table.add_row("peak RSS", f"{profile.memory.peak_rss_bytes / 2**20:.0f} MiB",
+                  "" if profile.memory.peak_device_bytes is None else f"device peak {profile.memory.peak_device_bytes / 2**20:.0f} MiB")
+    table.add_row("profiling stopped", s.stop_reason, f"stable after {s.stabilised_after} iterations" if s.stabilised_after else "")
+    table.add_row("profiling cost", format_duration(profile.process_wall_s), "launch → exit")
+    return table
+
+
+def prediction_table(rows: Sequence[tuple[str, Profile, Prediction]], title: str = "Predicted full training time") -> Table:
+    """rows: (label, profile, prediction). `×min` is Malta's methodology-2 normalisation: each time
+    divided by the smallest for the same estimator and epoch count."""
+    sources = sorted({provenance_of(profile) for _, profile, _ in rows})
+    table = Table(title=title, caption="source: modelled from profiles " + "; ".join(sources)
+                  + " (trainwise rows: 95% band from the steady-state spread)")
+    for column in ("profile", "estimator", "epochs", "predicted", "95% band", "×min"):
+        table.add_column(column, justify="left" if column in ("profile", "estimator") else "right")
+    minimum: dict[tuple[str, int], float] = {}
+    for _, _, p in rows:
+        key = (p.estimator, p.epochs)
+        minimum[key] = min(minimum.get(key, float("inf")), p.total_s)
+    for label, _, p in rows:
+        band = "—" if p.low_s == p.high_s else f"{format_duration(p.low_s)}–{format_duration(p.high_s)}"
+        table.add_row(label, p.estimator, str(p.epochs), format_duration(p.total_s), band,
+                      f"{p.total_s / minimum[(p.estimator, p.epochs)]:.2f}")
+    return table
+
+
+def print_flips(console: Console, rows: Sequence[tuple[str, Profile, Prediction]]) -> None:
+    """Malta's observation: the best choice can change with the epoch count — say so."""
+    best: dict[int, str] = {}
+    for epochs in sorted({p.epochs for _, _, p in rows}):
+        candidates = [(p.total_s, label) for label, _, p in rows if p.epochs == epochs and p.estimator == rows[0][2].estimator]
+        if candidates:
+            best[epochs] = min(candidates)[1]
+    if len(set(best.values())) > 1:
+        console.print("[yellow]The fastest choice changes with the epoch count: "
+                      + ", ".join(f"{e} epochs → {label}" for e, label in best.items()) + "[/yellow]")

@@ -1,0 +1,124 @@
+"""Small helpers shared by the reference workload scripts.
+
+Only plumbing lives here (command-line parsing, seeding, device choice, one-line epoch summary).
+Every script keeps its own, plain training loop so that an outside profiler sees the standard idioms:
+``DataLoader.__next__``, ``optimizer.step()``, ``model.eval()`` + ``torch.no_grad()`` for validation.
+Nothing here imports any trainwise profiling code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def build_parser(
+    description: str,
+    *,
+    batch_size: int,
+    epochs: int,
+    train_samples: int,
+    val_samples: int,
+    lr: float,
+) -> argparse.ArgumentParser:
+    """The common CLI of every workload script, with the seed's values as defaults."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--batch-size", type=int, default=batch_size,
+                   help=f"training and validation batch size (seed default {batch_size})")
+    p.add_argument("--epochs", type=int, default=epochs,
+                   help=f"number of epochs (seed default {epochs})")
+    p.add_argument("--train-samples", type=int, default=train_samples,
+                   help=f"training-set size (seed default {train_samples})")
+    p.add_argument("--val-samples", type=int, default=val_samples,
+                   help=f"validation-set size (seed default {val_samples})")
+    p.add_argument("--lr", type=float, default=lr, help=f"learning rate (seed default {lr})")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default 0)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch.set_num_threads value (default: leave torch's default)")
+    p.add_argument("--seed", type=int, default=0, help="seed for data generation, init and shuffling")
+    p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
+    return p
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    for name in ("batch_size", "epochs", "train_samples", "val_samples"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.num_workers < 0:
+        parser.error("--num-workers must be >= 0")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be >= 1")
+    if args.lr <= 0:
+        parser.error("--lr must be > 0")
+    return args
+
+
+def setup(args: argparse.Namespace) -> torch.device:
+    """Apply --threads and --seed, and return the torch device asked for with --device."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    np.random.seed(args.seed % 2**32)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda was asked for but torch.cuda.is_available() is False")
+    return device
+
+
+def loader_kwargs(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Keyword arguments shared by the train and validation DataLoaders."""
+    kw: dict[str, Any] = {
+        "batch_size": args.batch_size,
+        "num_workers": args.num_workers,
+        "pin_memory": device.type == "cuda",
+    }
+    if args.num_workers > 0:
+        kw["persistent_workers"] = True
+    return kw
+
+
+def shuffle_generator(seed: int) -> torch.Generator:
+    """A seeded generator for the training DataLoader's shuffling (deterministic order)."""
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def item_seed(seed: int, split: str, index: int) -> int:
+    """Deterministic 63-bit seed for one synthetic sample, independent of worker and order."""
+    split_code = zlib.crc32(split.encode())
+    return (seed * 1_000_003 + split_code * 7_919 + index * 2_654_435_761) % (2**63 - 1)
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def print_header(name: str, data_line: str, args: argparse.Namespace, model: torch.nn.Module) -> None:
+    """The start-up lines: the data source first (a profiler/test looks for ``data: ``)."""
+    print(data_line, flush=True)
+    print(
+        f"workload: {name} | params={count_parameters(model):,} | batch_size={args.batch_size} "
+        f"| epochs={args.epochs} | train_samples={args.train_samples} | val_samples={args.val_samples} "
+        f"| lr={args.lr:g} | device={args.device} | threads={torch.get_num_threads()} "
+        f"| num_workers={args.num_workers}",
+        flush=True,
+    )
+
+
+def print_epoch(
+    epoch: int, epochs: int, train_loss: float, val_loss: float, val_acc: float, seconds: float
+) -> None:
+    print(
+        f"epoch {epoch + 1}/{epochs} loss={train_loss:.4f} val_loss={val_loss:.4f} "
+        f"val_acc={val_acc:.4f} time={seconds:.2f}s",
+        flush=True,
+    )

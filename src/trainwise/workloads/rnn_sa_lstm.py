@@ -1,0 +1,183 @@
+"""RNN-SA: LSTM sentiment analysis (Künas, seed 000) on SYNTHETIC token sequences of the seed's shape.
+
+Seed (000_b3fbe7dd09c0ac24.txt):
+  * §4.2 "Text Classification": IMDb reviews (Maas et al. 2011), 50,000 balanced positive/negative;
+    punctuation and stop words removed, lower-cased; "Sequences are limited to a fixed size (300
+    words)"; 80 % / 20 % train/test split.
+  * §4.2.1 "RNN-SA Architecture": input (300) -> embedding (vocabulary 20,000, dimension 128) ->
+    LSTM with 128 units and dropout 0.2 -> Dense 128 ReLU -> Dense 64 ReLU -> Dense with a sigmoid,
+    "The final product is a single output" (the text also says "2 in the last"; a single sigmoid unit
+    is what a sigmoid binary classifier has, so we use one logit); "Uniform" kernel initializer.
+  * §6.2.2 "Accuracy Evaluation - RNN-SA": "trained the RNN-SA model on 36,000 samples, validate on
+    10,000 samples, and tested it on 4,000 samples, and limiting to 5 epochs ... batch size of 1024".
+  * The optimizer and learning rate are not stated in the seed: we ASSUME Adam with Keras' default
+    learning rate 0.001 and binary cross-entropy (the usual Keras setup for this model).
+
+Model: Embedding(20000, 128) -> Dropout 0.2 (Keras' LSTM input dropout) -> LSTM(128) -> last hidden
+state -> Linear 128 ReLU -> Linear 64 ReLU -> Linear 1 (sigmoid folded into BCEWithLogitsLoss); dense
+weights ~ U(-0.05, 0.05) (Keras "uniform"), zero biases.
+
+Data (SYNTHETIC, nothing downloaded): 300-token sequences over a 20,000-word vocabulary (index 0 is
+padding); review lengths log-normal (median ~120 words after stop-word removal) clipped to 10-300 and
+pre-padded like Keras ``pad_sequences``; word ids log-uniform (Zipf-like); positive / negative reviews
+carry words from disjoint "sentiment" id ranges at different rates. Generated once, deterministically,
+into int32 tensors (46,000 x 300 x 4 bytes = 55 MB at the seed's sizes).
+
+Run:  python -m trainwise.workloads.rnn_sa_lstm --epochs 1 --batch-size 64 --train-samples 128 --val-samples 64
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from trainwise.workloads._common import (
+    build_parser,
+    loader_kwargs,
+    parse_args,
+    print_epoch,
+    print_header,
+    setup,
+    shuffle_generator,
+)
+
+NAME = "rnn_sa_lstm"
+DEFAULTS = {
+    "batch_size": 1024,  # §6.2.2
+    "epochs": 5,  # §6.2.2
+    "train_samples": 36_000,  # §6.2.2
+    "val_samples": 10_000,  # §6.2.2
+    "lr": 0.001,  # not in the seed: Keras' Adam default (assumption)
+}
+VOCAB_SIZE = 20_000
+SEQ_LEN = 300
+EMBED_DIM = 128
+LSTM_UNITS = 128
+# Disjoint id ranges of "sentiment words" (frequent-ish ids, as sentiment words are).
+POSITIVE_WORDS = (50, 250)
+NEGATIVE_WORDS = (250, 450)
+
+
+class SentimentLSTM(nn.Module):
+    def __init__(self, vocab_size: int = VOCAB_SIZE, embed_dim: int = EMBED_DIM, units: int = LSTM_UNITS):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim)
+        self.dropout = nn.Dropout(0.2)
+        self.lstm = nn.LSTM(embed_dim, units, batch_first=True)
+        self.head = nn.Sequential(
+            nn.Linear(units, units),
+            nn.ReLU(),
+            nn.Linear(units, 64),
+            nn.ReLU(),
+            nn.Linear(64, 1),
+        )
+        for m in self.head:
+            if isinstance(m, nn.Linear):
+                nn.init.uniform_(m.weight, -0.05, 0.05)  # Keras "uniform" initializer
+                nn.init.zeros_(m.bias)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.embedding(tokens))
+        _, (h_n, _) = self.lstm(x)
+        return self.head(h_n[-1]).squeeze(-1)  # one logit per review
+
+
+def build_model() -> nn.Module:
+    return SentimentLSTM()
+
+
+def build_optimizer(model: nn.Module, lr: float = DEFAULTS["lr"]) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=lr, eps=1e-7)
+
+
+def synth_reviews(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` pre-padded int32 token sequences (n x 300) and float32 labels (1 = positive)."""
+    labels = rng.integers(0, 2, size=n)
+    lengths = np.clip(np.rint(rng.lognormal(np.log(120), 0.6, size=n)), 10, SEQ_LEN).astype(np.int64)
+    words = np.exp(rng.uniform(0.0, np.log(VOCAB_SIZE - 1), size=(n, SEQ_LEN))).astype(np.int64)
+    words = np.clip(words, 1, VOCAB_SIZE - 1)
+    # sentiment words: 6 % of positions from the review's own polarity, 2 % from the other
+    u = rng.random((n, SEQ_LEN))
+    own_lo = np.where(labels == 1, POSITIVE_WORDS[0], NEGATIVE_WORDS[0])[:, None]
+    other_lo = np.where(labels == 1, NEGATIVE_WORDS[0], POSITIVE_WORDS[0])[:, None]
+    span = POSITIVE_WORDS[1] - POSITIVE_WORDS[0]
+    offsets = rng.integers(0, span, size=(n, SEQ_LEN))
+    words = np.where(u < 0.06, own_lo + offsets, words)
+    words = np.where((u >= 0.06) & (u < 0.08), other_lo + offsets, words)
+    # pre-padding (Keras pad_sequences default): the last `length` positions hold the review
+    positions = np.arange(SEQ_LEN)[None, :]
+    words = np.where(positions >= SEQ_LEN - lengths[:, None], words, 0)
+    return words.astype(np.int32), labels.astype(np.float32)
+
+
+def build_datasets(
+    train_samples: int = DEFAULTS["train_samples"],
+    val_samples: int = DEFAULTS["val_samples"],
+    seed: int = 0,
+) -> tuple[Dataset, Dataset, str]:
+    """Return (train dataset, validation dataset, the ``data: ...`` source line)."""
+    rng = np.random.default_rng(seed)
+    x_tr, y_tr = synth_reviews(train_samples, rng)
+    x_va, y_va = synth_reviews(val_samples, rng)
+    train = TensorDataset(torch.from_numpy(x_tr), torch.from_numpy(y_tr))
+    val = TensorDataset(torch.from_numpy(x_va), torch.from_numpy(y_va))
+    line = (
+        f"data: synthetic (IMDb-shaped token sequences: vocabulary {VOCAB_SIZE}, length {SEQ_LEN}, "
+        "pre-padded; binary sentiment)"
+    )
+    return train, val, line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(
+        "RNN-SA LSTM sentiment classifier (embedding 128, LSTM 128, dense 128-64-1), per Künas (seed 000).",
+        **DEFAULTS,
+    )
+    args = parse_args(parser, argv)
+    device = setup(args)
+
+    train_ds, val_ds, data_line = build_datasets(args.train_samples, args.val_samples, seed=args.seed)
+    model = build_model().to(device)
+    print_header(NAME, data_line, args, model)
+
+    train_loader = DataLoader(
+        train_ds, shuffle=True, generator=shuffle_generator(args.seed), **loader_kwargs(args, device)
+    )
+    val_loader = DataLoader(val_ds, shuffle=False, **loader_kwargs(args, device))
+    criterion = nn.BCEWithLogitsLoss()
+    optimizer = build_optimizer(model, args.lr)
+
+    for epoch in range(args.epochs):
+        start = time.perf_counter()
+        model.train()
+        train_loss, seen = 0.0, 0
+        for x, y in train_loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            train_loss += loss.item() * y.size(0)
+            seen += y.size(0)
+
+        model.eval()
+        val_loss, correct, total = 0.0, 0, 0
+        with torch.no_grad():
+            for x, y in val_loader:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                out = model(x)
+                val_loss += criterion(out, y).item() * y.size(0)
+                correct += ((out > 0).float() == y).sum().item()
+                total += y.size(0)
+        print_epoch(epoch, args.epochs, train_loss / max(seen, 1), val_loss / max(total, 1),
+                    correct / max(total, 1), time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
