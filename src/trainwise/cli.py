@@ -32,8 +32,9 @@ def _parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def profile(
+    ctx: typer.Context,
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write")] = Path("trainwise-profile.json"),
     iterations: Annotated[int, typer.Option("--iterations", "-k", help="Minimum epoch-1 iterations before the stability test may stop sampling")] = 20,
     max_iterations: Annotated[int, typer.Option(help="Stop sampling epoch 1 after this many iterations even if not stable")] = 400,
@@ -52,7 +53,7 @@ def profile(
     from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile
     from trainwise.report.terminal import profile_table
 
-    if _passthrough is None:
+    if _passthrough is None or ctx.args:
         raise TrainwiseError("missing `--` before the training command: use `trainwise profile [OPTIONS] -- python train.py ARGS`")
     options = ProfileOptions(mode="full" if full else "sampled", min_iterations=iterations, max_iterations=max_iterations,
                              max_profile_seconds=max_seconds, validation_batches=val_batches,
@@ -171,13 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Exit, SystemExit) as exc:  # --help, no_args_is_help
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         return int(code or 0)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
-        raise
+    except typer.exceptions.TyperException as exc:  # usage errors from the parser
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        err_console.print(f"[red]error:[/red] {message}; see `trainwise --help`", highlight=False, soft_wrap=True)
+        return int(getattr(exc, "exit_code", 2) or 2)
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from trainwise._io import atomic_write_text
+from trainwise.errors import TrainwiseError
 from trainwise.predict.same_machine import predict_total
 from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import Profile, load_profile
@@ -18,7 +19,10 @@ from trainwise.report.terminal import prediction_table, print_flips, profile_tab
 def profile_workload(name: str, console: Console, **overrides) -> Profile:
     from trainwise.workloads import command_for, get_workload
 
-    spec = get_workload(name)
+    try:
+        spec = get_workload(name)
+    except ValueError as exc:
+        raise TrainwiseError(f"{exc} Pick one with --workload (list them with `trainwise workloads`).") from None
     command = command_for(name, **overrides)
     console.print(f"profiling reference workload [bold]{spec.name}[/bold] ({spec.data_kind} data: {spec.data_description}) on this machine…")
     with console.status("running a few iterations of the job"):

@@ -1,0 +1,30 @@
+# `make run`: install into .venv (created if missing) and run the main job on the built-in default
+# workload. `make test`: install with the test extras and run the test suite.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.trainwise-installed
+
+.PHONY: run test test-all benchmark install clean
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/trainwise plan
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+benchmark: $(STAMP)
+	$(PY) benchmarks/same_machine_prediction.py
+
+clean:
+	rm -rf $(VENV) trainwise-out .pytest_cache

@@ -1,0 +1,2 @@
+import torch
+raise RuntimeError("the user's script is broken")

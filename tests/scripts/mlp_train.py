@@ -1,0 +1,40 @@
+"""A plain PyTorch training script, unmodified: the profiler must see it from outside."""
+import argparse
+import pathlib
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--batch-size", type=int, default=16)
+parser.add_argument("--train-samples", type=int, default=640)
+parser.add_argument("--val-samples", type=int, default=320)
+parser.add_argument("--accumulate", type=int, default=1)
+parser.add_argument("--done-file", default="")
+args = parser.parse_args()
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+x = torch.randn(args.train_samples + args.val_samples, 32)
+y = (x[:, 0] > 0).long()
+train = DataLoader(TensorDataset(x[: args.train_samples], y[: args.train_samples]), batch_size=args.batch_size, shuffle=True)
+val = DataLoader(TensorDataset(x[args.train_samples:], y[args.train_samples:]), batch_size=args.batch_size)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(args.epochs):
+    model.train()
+    for step, (xb, yb) in enumerate(train):
+        loss = torch.nn.functional.cross_entropy(model(xb), yb) / args.accumulate
+        loss.backward()
+        if (step + 1) % args.accumulate == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for xb, yb in val:
+            correct += (model(xb).argmax(1) == yb).sum().item()
+    print(f"epoch {epoch} accuracy {correct / args.val_samples:.3f}", flush=True)
+if args.done_file:
+    pathlib.Path(args.done_file).write_text("trained")

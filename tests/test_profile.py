@@ -1,0 +1,110 @@
+"""The profiler on real, unmodified PyTorch scripts run as subprocesses."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainwise.errors import TrainwiseError
+from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile
+
+SCRIPTS = Path(__file__).parent / "scripts"
+pytestmark = pytest.mark.slow
+
+
+def script(name: str, *args: str) -> list[str]:
+    return [sys.executable, str(SCRIPTS / name), *args]
+
+
+def test_sampled_profile_stops_early_and_times_validation_and_epoch2(tmp_path):
+    done = tmp_path / "done"
+    options = ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2)
+    profile = run_profile(script("mlp_train.py", "--epochs", "50", "--done-file", str(done)), options, quiet=True)
+    assert profile.mode == "sampled"
+    assert profile.stop_reason == "sampled"
+    first, second = profile.epochs[0], profile.epochs[1]
+    assert first.truncated and 6 <= first.iterations <= 8
+    assert second.iterations == 2
+    assert len(profile.iterations) == first.iterations + 2
+    v = profile.validations[0]
+    assert v.batches_timed == 3 and v.batches_total == 20 and v.truncated
+    assert profile.dataset.n_train == 640 and profile.dataset.n_val == 320
+    assert profile.dataset.train_batches_per_epoch == 40 and profile.dataset.iterations_per_epoch == 40
+    assert profile.dataset.global_batch_size == 16
+    # The rest of the script (here: "save the model") must not run after a sampled profile.
+    assert not done.exists()
+    s = profile.steady_state
+    assert s.warmup_iterations >= 1 and s.iteration.n >= 1
+    assert s.iteration.ci95_low_s <= s.iteration.mean_s <= s.iteration.ci95_high_s
+    for it in profile.iterations:
+        assert it.wall_s == pytest.approx(it.data_wait_s + it.compute_s)
+        assert it.data_wait_s > 0
+    init = profile.init
+    assert 0 < init.python_startup_s < init.total_s
+    assert init.import_torch_s is not None and init.import_torch_s > 0
+    assert profile.model.parameters == 32 * 64 + 64 + 64 * 2 + 2
+    assert profile.model.optimizer == "Adam"
+    assert profile.memory.peak_rss_bytes > 10 * 2**20
+    assert profile.environment.torch_version.startswith("2.14")
+
+
+def test_full_mode_runs_to_completion(tmp_path):
+    done = tmp_path / "done"
+    profile = run_profile(script("mlp_train.py", "--epochs", "2", "--done-file", str(done)),
+                          ProfileOptions(mode="full"), quiet=True)
+    assert done.read_text() == "trained"
+    assert profile.full_run is not None and profile.full_run.epochs_completed == 2
+    assert len(profile.iterations) == 80
+    assert [v.batches_timed for v in profile.validations] == [20, 20]
+    assert not any(e.truncated for e in profile.epochs)
+    assert profile.full_run.training_end_s <= profile.process_wall_s + 0.5
+
+
+def test_gradient_accumulation_counts_optimizer_steps():
+    profile = run_profile(script("mlp_train.py", "--epochs", "1", "--accumulate", "2"), ProfileOptions(mode="full"), quiet=True)
+    assert len(profile.iterations) == 20
+    assert profile.dataset.batches_per_iteration == 2
+    assert profile.dataset.global_batch_size == 32
+    assert profile.dataset.iterations_per_epoch == 20
+
+
+def test_explicit_api_for_custom_loops():
+    profile = run_profile(script("custom_loop.py"), ProfileOptions(mode="full"), quiet=True)
+    assert len(profile.iterations) == 50
+    assert all(it.samples == 8 for it in profile.iterations)
+
+
+def test_grad_scaler_steps_delimit_iterations():
+    profile = run_profile(script("grad_scaler.py"), ProfileOptions(mode="full"), quiet=True)
+    assert len(profile.iterations) == 64
+    assert profile.dataset.iterations_per_epoch == 32
+
+
+@pytest.mark.parametrize("name, message", [
+    ("crash_early.py", "before its first iteration"),
+    ("crash_later.py", "crashed (exit code 1) after 4 iterations"),
+    ("no_optimizer.py", "without a single optimizer step"),
+])
+def test_broken_scripts_give_clear_errors(name, message):
+    with pytest.raises(TrainwiseError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_profile(script(name), ProfileOptions(), quiet=True)
+
+
+def test_timeout_kills_a_hanging_job():
+    with pytest.raises(TrainwiseError, match="--timeout"):
+        run_profile(script("hang.py"), ProfileOptions(timeout_s=5), quiet=True)
+
+
+def test_bad_options_and_commands():
+    with pytest.raises(TrainwiseError, match="no training command"):
+        run_profile([], ProfileOptions())
+    with pytest.raises(TrainwiseError, match="command not found"):
+        run_profile(["definitely-not-a-command-xyz"], ProfileOptions())
+    with pytest.raises(TrainwiseError, match="at least 2"):
+        ProfileOptions(min_iterations=1).validate()
+    with pytest.raises(TrainwiseError, match="placeholder"):
+        expand_batch_sizes(["python", "t.py"], [8])
+    assert expand_batch_sizes(["python", "t.py", "--batch-size={batch}"], [8, 16]) == [
+        (8, ["python", "t.py", "--batch-size=8"]), (16, ["python", "t.py", "--batch-size=16"])]

@@ -1,0 +1,163 @@
+"""trainwise's estimator and the Malta adapters on synthetic profiles (no subprocess)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict.same_machine import predict_total, relative_error, trainwise_estimate
+from trainwise.profile.schema import PROFILE_SCHEMA_VERSION, load_profile, profile_from_raw
+
+
+def raw_profile(iteration_s: list[float], *, init_s: float = 2.0, batches_per_epoch: int = 100,
+                val_batch_s: list[float] | None = None, val_total: int = 20, epoch2: list[float] | None = None,
+                gap_s: float = 0.0, mode: str = "sampled") -> dict:
+    """A raw recorder record: epoch 1 with `iteration_s`, optional validation and epoch-2 iterations."""
+    t = init_s
+    iterations = []
+    for wall in iteration_s:
+        iterations.append({"index": len(iterations), "epoch": 0, "start_s": t, "end_s": t + wall, "data_wait_s": wall * 0.1,
+                           "samples": 32, "batches": 1})
+        t += wall
+    epochs = [{"index": 0, "start_s": init_s, "end_s": t, "iterations": len(iteration_s), "truncated": True,
+               "batches_per_epoch": batches_per_epoch}]
+    validations = []
+    if val_batch_s:
+        starts = []
+        v0 = t
+        for wall in val_batch_s:
+            starts.append(t)
+            t += wall
+        validations.append({"epoch": 0, "start_s": v0, "end_s": t, "batch_starts_s": starts, "data_wait_s": [0.0] * len(starts),
+                            "samples": 64 * len(starts), "truncated": True, "batches_total": val_total})
+    t += gap_s
+    if epoch2:
+        epochs.append({"index": 1, "start_s": t, "end_s": None, "iterations": len(epoch2), "truncated": False,
+                       "batches_per_epoch": batches_per_epoch})
+        for wall in epoch2:
+            iterations.append({"index": len(iterations), "epoch": 1, "start_s": t, "end_s": t + wall, "data_wait_s": 0.0,
+                               "samples": 32, "batches": 1})
+            t += wall
+    return {
+        "raw_format_version": 1, "mode": mode, "config": {}, "stop_reason": "sampled",
+        "stability": {"iterations": len(iteration_s), "stable": True, "relative_drift": 0.0},
+        "marks": {"bootstrap": 0.1, "torch_import_start": 0.1, "torch_imported": 1.5, "first_iteration_start": init_s},
+        "iterations": iterations, "validations": validations, "epochs": epochs,
+        "loaders": {"train": {"batches_per_pass": batches_per_epoch, "dataset_size": batches_per_epoch * 32, "drop_last": False, "num_workers": 0},
+                    "val": {"batches_per_pass": val_total, "dataset_size": val_total * 64, "drop_last": False, "num_workers": 0}},
+        "model": {"parameters": 10, "trainable_parameters": 10, "gradient_bytes": 40, "device": "cpu", "parameter_dtypes": ["float32"], "optimizer": "SGD"},
+        "environment": {"python_version": "3.11", "platform": "linux", "hostname": "h", "cpu_model": "cpu", "logical_cores": 2,
+                        "torch_version": "2.14.1", "torch_threads": 2, "device": "cpu", "device_name": None},
+        "memory": {"peak_rss_bytes": 1 << 20, "peak_device_bytes": None},
+        "training_end_s": t, "recorded_until_s": t, "explicit_steps": False, "notes": [],
+    }
+
+
+def make(iteration_s, **kw):
+    return profile_from_raw(raw_profile(iteration_s, **kw), command=["python", "t.py"], process_wall_s=10.0, exit_code=0)
+
+
+def test_exact_for_constant_iteration_times():
+    profile = make([0.5] * 30, init_s=3.0, val_batch_s=[0.2] * 5, val_total=20, epoch2=[0.5] * 4)
+    prediction = trainwise_estimate(profile, epochs=10)
+    expected = 3.0 + 10 * 100 * 0.5 + 10 * 20 * 0.2
+    assert prediction.total_s == pytest.approx(expected)
+    assert prediction.low_s == pytest.approx(expected) and prediction.high_s == pytest.approx(expected)
+
+
+def test_warmup_is_dropped_and_epoch_start_cost_is_added():
+    profile = make([5.0, 2.0] + [1.0] * 30, init_s=1.0, epoch2=[1.5, 1.0, 1.0])
+    s = profile.steady_state
+    assert s.warmup_iterations == 2
+    assert s.iteration.mean_s == pytest.approx(1.0)
+    assert s.first_iteration_s == 5.0
+    assert s.epoch_start_extra_s == pytest.approx(0.5)
+    p = trainwise_estimate(profile, epochs=3)
+    # init + E·N·t + (It1 − t) + (E − 1)·epoch-start extra; warm-up iteration 2 is not repeated.
+    assert p.total_s == pytest.approx(1.0 + 3 * 100 * 1.0 + 4.0 + 2 * 0.5)
+
+
+def test_between_epoch_gap_is_counted_once_per_epoch_boundary():
+    profile = make([1.0] * 20, init_s=0.0, val_batch_s=[0.1] * 4, val_total=4, epoch2=[1.0] * 3, gap_s=2.0)
+    p = trainwise_estimate(profile, epochs=4)
+    assert p.breakdown_s["between_epochs_s"] == pytest.approx(3 * 2.0)
+    assert p.breakdown_s["validation_s"] == pytest.approx(4 * 0.4)
+
+
+def test_malta_adapters_use_the_named_inputs():
+    profile = make([3.0, 1.2] + [1.0] * 20, init_s=2.0, val_batch_s=[0.1] * 4, val_total=4)
+    eq54 = predict_total(profile, 5, "eq5.4")
+    assert eq54.total_s == pytest.approx(2.0 + 3.0 + (5 * 100 - 1) * 1.2)
+    eq53 = predict_total(profile, 5, "eq5.3")
+    assert eq53.total_s == pytest.approx(eq54.total_s + 5 * 0.4)
+    averaged = predict_total(profile, 5, "averaged")
+    mean_2_to_10 = (1.2 + 8 * 1.0) / 9
+    assert averaged.total_s == pytest.approx(2.0 + 3.0 + mean_2_to_10 * (100 - 1) + 0.4 + 4 * (mean_2_to_10 * 100 + 0.4))
+    with pytest.raises(TrainwiseError, match="two complete epochs"):
+        predict_total(profile, 5, "eq5.1")
+    with pytest.raises(TrainwiseError, match="unknown estimator"):
+        predict_total(profile, 5, "eq9.9")
+
+
+@pytest.mark.parametrize("epochs", [0, -3])
+def test_non_positive_epochs_rejected(epochs):
+    profile = make([1.0] * 10)
+    with pytest.raises(TrainwiseError, match="positive"):
+        trainwise_estimate(profile, epochs)
+
+
+iteration_lists = st.lists(st.floats(min_value=1e-4, max_value=10.0, allow_nan=False), min_size=3, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(iteration_lists, st.integers(min_value=1, max_value=50), st.sampled_from(["trainwise", "eq5.4", "eq5.3", "averaged"]))
+def test_estimators_never_negative_and_monotone_in_epochs(times, epochs, estimator):
+    profile = make(times, val_batch_s=[0.05, 0.04], val_total=10)
+    a = predict_total(profile, epochs, estimator)
+    b = predict_total(profile, epochs + 1, estimator)
+    assert a.total_s >= 0 and a.low_s >= 0
+    assert b.total_s >= a.total_s
+    assert a.low_s <= a.total_s <= a.high_s
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(min_value=1e-3, max_value=5.0), st.integers(min_value=3, max_value=30), st.integers(min_value=1, max_value=30))
+def test_all_estimators_agree_for_constant_iterations_without_validation(t, n, epochs):
+    profile = make([t] * n, init_s=1.0)
+    expected = 1.0 + epochs * 100 * t
+    for estimator in ("trainwise", "eq5.4", "averaged"):
+        assert predict_total(profile, epochs, estimator).total_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_relative_error_convention():
+    assert relative_error(100.0, 95.0) == pytest.approx(0.05)
+    with pytest.raises(ValueError):
+        relative_error(0.0, 1.0)
+
+
+def test_profile_roundtrip_and_bad_files(tmp_path):
+    profile = make([1.0] * 10)
+    path = profile.save(tmp_path / "p.json")
+    assert load_profile(path) == profile
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(TrainwiseError, match="not valid JSON"):
+        load_profile(tmp_path / "bad.json")
+    old = json.loads(path.read_text())
+    old["schema_version"] = 0
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(TrainwiseError, match=f"schema version 0.*reads version {PROFILE_SCHEMA_VERSION}"):
+        load_profile(tmp_path / "old.json")
+    broken = json.loads(path.read_text())
+    broken["iterations"][0]["wall_s"] = -1
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(TrainwiseError, match="malformed at `iterations.0.wall_s`"):
+        load_profile(tmp_path / "broken.json")
+    with pytest.raises(TrainwiseError, match="does not exist"):
+        load_profile(tmp_path / "missing.json")
+    (tmp_path / "other.json").write_text("[1, 2]")
+    with pytest.raises(TrainwiseError, match="not a trainwise profile"):
+        load_profile(tmp_path / "other.json")
