@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import trainwise.workloads as wl
 from trainwise.workloads import (
     DEFAULT_WORKLOAD,
     MEASURED_CPU_ITERATION_S,
+    MEASURED_CPU_NOTES,
     WORKLOADS,
     WorkloadSpec,
     command_for,
@@ -66,7 +66,10 @@ def test_registry_names_and_specs():
         assert min(spec.default_batch_size, spec.default_epochs, spec.default_train_samples,
                    spec.default_val_samples) >= 1
         assert "lr" in spec.hyperparameters
-        assert name in MEASURED_CPU_ITERATION_S
+        measured = MEASURED_CPU_ITERATION_S[name]
+        assert set(measured) == {spec.default_batch_size, spec.default_batch_size // 2}
+        assert all(v > 0 for v in measured.values())
+        assert name in MEASURED_CPU_NOTES
     assert WORKLOADS["mnist_cnn"].data_kind == "real"
     assert {n for n, s in WORKLOADS.items() if s.data_kind == "synthetic"} == EXPECTED - {"mnist_cnn"}
 
@@ -103,9 +106,7 @@ def test_command_for_defaults_and_overrides():
     args = cmd[3:]
     assert args == ["--batch-size", "256", "--epochs", "13", "--train-samples", "40512", "--val-samples", "212"]
     cmd = command_for("mnist_cnn", batch_size=64, epochs=2, lr=0.5, threads=1, device="cpu",
-                      num_workers=0, seed=3, mnist_dir="/data/mnist", threads_unused=None) \
-        if False else command_for("mnist_cnn", batch_size=64, epochs=2, lr=0.5, threads=1, device="cpu",
-                                  num_workers=0, seed=3, mnist_dir="/data/mnist")
+                      num_workers=0, seed=3, mnist_dir="/data/mnist")
     joined = " ".join(cmd)
     for fragment in ("--batch-size 64", "--epochs 2", "--lr 0.5", "--threads 1", "--device cpu",
                      "--num-workers 0", "--seed 3", "--mnist-dir /data/mnist", "--val-samples 10000"):
@@ -246,18 +247,20 @@ def _check_run(name: str, out: subprocess.CompletedProcess[str], epochs: int = 1
     [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in TINY],
 )
 def test_script_runs_tiny(name):
-    out = _run(_tiny_command(name))
-    _check_run(name, out)
+    epochs = 1 if name in SLOW else 2
+    cmd = _tiny_command(name, epochs=epochs)
+    if name == "nn_twins_mlp":
+        cmd += ["--num-workers", "1"]  # DataLoader worker processes work too
+    _check_run(name, _run(cmd), epochs=epochs)
 
 
-def test_script_two_epochs_with_worker():
-    cmd = _tiny_command("nn_twins_mlp", epochs=2) + ["--num-workers", "1"]
-    _check_run("nn_twins_mlp", _run(cmd), epochs=2)
+def test_script_rejects_bad_arguments(capsys):
+    from trainwise.workloads import nn_twins_mlp
 
-
-def test_script_rejects_bad_arguments():
-    out = _run(command_for("nn_twins_mlp", batch_size=0))
-    assert out.returncode == 2 and "--batch-size must be >= 1" in out.stderr
+    with pytest.raises(SystemExit) as exc:
+        nn_twins_mlp.main(["--batch-size", "0"])
+    assert exc.value.code == 2
+    assert "--batch-size must be >= 1" in capsys.readouterr().err
 
 
 def test_scripts_fire_standard_hooks():
@@ -297,3 +300,10 @@ def test_scripts_fire_standard_hooks():
     # per epoch: 3 train batches + StopIteration, 1 val batch + StopIteration
     assert len(nexts) == 2 * (4 + 2)
     assert len(evals) == 2
+
+
+def test_measure_helper_times_iterations():
+    from trainwise.workloads.measure import seconds_per_iteration
+
+    s = seconds_per_iteration("nn_twins_mlp", 8, iters=3, warmup=1)
+    assert 0 < s < 5

@@ -46,8 +46,8 @@ def profile(
     timeout: Annotated[Optional[float], typer.Option(help="Kill the job after this many seconds")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Profile once per batch size, e.g. 64,128,256; the command must contain {batch}")] = None,
     workload: Annotated[Optional[str], typer.Option(help="A name for the job, kept in the profile")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Planned epochs: caps epoch-1 sampling at --budget of the predicted run")] = None,
-    budget: Annotated[float, typer.Option(help="With --epochs: fraction of the predicted full run that epoch-1 sampling may take")] = 0.01,
+    epochs: Annotated[Optional[int], typer.Option(help="Planned epochs: keeps the whole profile within --budget of the predicted run")] = None,
+    budget: Annotated[float, typer.Option(help="With --epochs: the profile, start-up included, may cost at most this fraction of the predicted full run (at least --iterations are always sampled)")] = 0.02,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) for a few iterations and write its Profile."""
     from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile

@@ -137,10 +137,10 @@ class Recorder:
         self.validation_batches = int(config.get("validation_batches", 10))
         self.epoch2_iterations = int(config.get("epoch2_iterations", 5))
         self.sync_cuda = bool(config.get("sync_cuda", True))
-        # With the planned epoch count known, epoch-1 sampling also stops at this fraction of the
-        # predicted full run, so that profiling stays a small share of training.
+        # With the planned epoch count known, sampling also stops when the profile would cost more
+        # than this fraction of the predicted full run.
         self.epochs_hint = config.get("epochs_hint")
-        self.budget_fraction = float(config.get("budget_fraction", 0.01))
+        self.budget_fraction = float(config.get("budget_fraction", 0.02))
         self.out_path = config["out_path"]
 
         self.marks: dict[str, float] = {"bootstrap": self.now()}
@@ -463,10 +463,19 @@ class Recorder:
         self._mark_train_truncation()
 
     def _over_budget(self, times: list[float], elapsed_s: float) -> bool:
+        """With the planned epoch count known, the whole profile — start-up included — should cost
+        at most `budget_fraction` of the predicted full run."""
         if not self.epochs_hint or not self.epochs or not self.epochs[0].get("batches_per_epoch"):
             return False
-        predicted_full_s = sum(times) / len(times) * self.epochs[0]["batches_per_epoch"] * float(self.epochs_hint)
-        return elapsed_s >= self.budget_fraction * predicted_full_s
+        warmup = stats.detect_warmup(times)
+        steady = times[warmup:] or times[-1:]
+        mean_s = sum(steady) / len(steady)
+        init_s = self.marks["first_iteration_start"]
+        predicted_full_s = init_s + mean_s * self.epochs[0]["batches_per_epoch"] * float(self.epochs_hint)
+        # What is still to come: the validation batches (about half an iteration each: no backward)
+        # and the epoch-2 iterations.
+        reserve_s = (0.5 * self.validation_batches + self.epoch2_iterations) * mean_s
+        return self.now() + reserve_s >= self.budget_fraction * predicted_full_s
 
     def _mark_train_truncation(self) -> None:
         # The active training iterator ends its epoch at its next request.

@@ -41,7 +41,7 @@ class ProfileOptions:
     timeout_s: float | None = None
     sync_cuda: bool = True
     epochs_hint: int | None = None
-    budget_fraction: float = 0.01
+    budget_fraction: float = 0.02
 
     def validate(self) -> None:
         if self.min_iterations < 2:

@@ -13,10 +13,25 @@ Common command line: ``--batch-size --epochs --train-samples --val-samples --lr 
 Importing this package does not import torch; the workload modules do.
 
 ``MEASURED_CPU_ITERATION_S`` (measured_cpu_iteration_s): steady-state seconds per training iteration
-(data loading + forward + backward + optimizer step, mean of iterations after one or two warm-up
-ones) on this project's 2-core development CPU (torch 2.14.1, default 2 threads, num_workers=0),
-at the seed's default batch size and at half of it. The machine is shared, so the figures are
-indicative (+-30 %). Use them to size CPU benchmark runs: a full run takes about
+(data loading + forward + backward + optimizer step; the median of the iterations after the
+warm-up ones) on this project's 2-core development CPU (torch 2.14.1, default 2 threads, num_workers=0),
+at the seed's default batch size and at half of it (2-core CPU; no GPU). The machine is shared, so
+the figures are indicative (+-30 %); ``MEASURED_CPU_NOTES`` gives the spread seen and, per workload,
+what a full CPU run at the seed's size would take and how to size a 3-10 minute one (ResNet-50 and
+InceptionV3 at the seed's sizes are impractical on CPU: ~14 h and ~70 h).
+
+=================  ==========  ===========  =============
+workload           seed batch  s/it (seed)  s/it (half)
+=================  ==========  ===========  =============
+mnist_cnn          256         0.41         0.18 (128)
+seismic_fcn        256         1.30         0.65 (128)
+resnet50_cifar10   256         2.97         1.57 (128)
+inceptionv3_dr     32          11.5         5.1 (16)
+nn_twins_mlp       32          0.0015       0.0014 (16)
+rnn_sa_lstm        1024        5.0          2.35 (512)
+=================  ==========  ===========  =============
+
+Use them to size CPU benchmark runs: a full run takes about
 ``T(init) + epochs * ceil(train_samples / batch) * s_per_it + validation``; for a 3-10 minute run
 pick ``--train-samples`` / ``--epochs`` accordingly. Re-measure with
 ``python -m trainwise.workloads.measure``.
@@ -32,6 +47,7 @@ from typing import Any, Literal
 __all__ = [
     "DEFAULT_WORKLOAD",
     "MEASURED_CPU_ITERATION_S",
+    "MEASURED_CPU_NOTES",
     "WORKLOADS",
     "WorkloadSpec",
     "command_for",
@@ -276,15 +292,48 @@ WORKLOADS: dict[str, WorkloadSpec] = {
 
 DEFAULT_WORKLOAD = "mnist_cnn"
 
-# measured_cpu_iteration_s: {workload: {batch_size: seconds per iteration}} on the 2-core dev CPU
-# (see the module docstring for the method). "note" says where the seed default is impractical on CPU.
-MEASURED_CPU_ITERATION_S: dict[str, dict[Any, Any]] = {
-    "mnist_cnn": {256: None, 128: None},
-    "seismic_fcn": {256: None, 128: None},
-    "resnet50_cifar10": {256: None, 128: None},
-    "inceptionv3_dr": {32: None, 16: None},
-    "nn_twins_mlp": {32: None, 16: None},
-    "rnn_sa_lstm": {1024: None, 512: None},
+# measured_cpu_iteration_s: {workload: {batch_size: seconds per training iteration}}, measured with
+# ``python -m trainwise.workloads.measure`` on the 2-core development CPU (no GPU), torch 2.14.1 with its
+# default 2 threads, num_workers=0; the median of 3-300 timed iterations after 1-20 warm-up ones; two
+# sessions agreed within the ranges given in MEASURED_CPU_NOTES. Keys: the seed default batch and half.
+MEASURED_CPU_ITERATION_S: dict[str, dict[int, float]] = {
+    "mnist_cnn": {256: 0.41, 128: 0.18},
+    "seismic_fcn": {256: 1.30, 128: 0.65},
+    "resnet50_cifar10": {256: 2.97, 128: 1.57},
+    "inceptionv3_dr": {32: 11.5, 16: 5.1},
+    "nn_twins_mlp": {32: 0.0015, 16: 0.0014},
+    "rnn_sa_lstm": {1024: 5.0, 512: 2.35},
+}
+
+# What the measurements mean for a CPU run at the seed's full size, and how to size a 3-10 minute one.
+MEASURED_CPU_NOTES: dict[str, str] = {
+    "mnist_cnn": (
+        "range 0.41-0.47 s (256), 0.18-0.19 s (128). Seed size: 196 it/epoch ~ 80 s + validation of "
+        "10,000 ~ 10 s per epoch, 15 epochs ~ 22 min. 3-10 min: e.g. --epochs 5, or --train-samples 12800."
+    ),
+    "seismic_fcn": (
+        "range 1.30-1.68 s (256), 0.62-0.68 s (128). Seed size: 159 it/epoch ~ 3.5 min per epoch, "
+        "13 epochs ~ 45 min. 3-10 min: e.g. --epochs 2, or --train-samples 10240 --epochs 4."
+    ),
+    "resnet50_cifar10": (
+        "range 2.89-2.97 s (256), 1.53-1.57 s (128). Seed size is impractical on CPU: 196 it/epoch "
+        "~ 10 min per epoch, 87 epochs ~ 14 h. 3-10 min: e.g. --train-samples 5120 --val-samples 1024 "
+        "--epochs 3 (20 it/epoch)."
+    ),
+    "inceptionv3_dr": (
+        "range 11.5-11.8 s (32), 4.7-5.1 s (16). Seed size is impractical on CPU: 875 it/epoch ~ 2.8 h "
+        "per epoch, 25 epochs ~ 70 h. 3-10 min: e.g. --batch-size 16 --train-samples 320 "
+        "--val-samples 64 --epochs 2 (20 it/epoch), or --batch-size 8."
+    ),
+    "nn_twins_mlp": (
+        "range 0.0015-0.0017 s (32), 0.0009-0.0014 s (16): a 78-parameter model, so per-iteration "
+        "Python/DataLoader overhead dominates and halving the batch barely changes the time. Seed size: "
+        "852 it/epoch ~ 1.5 s + validation, 50 epochs ~ 1.5-2 min. 3-10 min: e.g. --epochs 200."
+    ),
+    "rnn_sa_lstm": (
+        "range 5.0-7.9 s (1024), 2.35-2.56 s (512). Seed size: 36 it/epoch ~ 3 min + validation of "
+        "10,000 ~ 20 s per epoch, 5 epochs ~ 17 min. 3-10 min: e.g. --epochs 2, or --train-samples 12288."
+    ),
 }
 
 # command_for() keyword -> command-line option.

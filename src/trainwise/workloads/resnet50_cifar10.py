@@ -136,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         **DEFAULTS,
     )
     args = parse_args(parser, argv)
+    if args.train_samples % args.batch_size == 1:
+        # ResNet-50's last BatchNorm sees a 1x1 map on 32x32 inputs: a 1-sample batch cannot train.
+        parser.error("--train-samples % --batch-size must not be 1 (a 1-sample last batch breaks BatchNorm)")
     device = setup(args)
 
     train_ds, val_ds, data_line = build_datasets(args.train_samples, args.val_samples, seed=args.seed)

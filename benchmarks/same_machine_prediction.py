@@ -1,0 +1,230 @@
+"""Same-machine prediction accuracy: profile k iterations, predict the full run, run it, compare.
+
+For each (workload, batch size):
+  1. a pilot profile (not counted) measures the iteration time, to size the full run to
+     --target-minutes on this machine;
+  2. the measured profile: `trainwise profile` with the planned epoch count (sampling budget);
+  3. predictions for the planned epochs: trainwise's estimator and the seed's equations;
+  4. the full run, instrumented (`--full`), whose launch → end-of-training time is the truth.
+Then: the noise floor (the first configuration's full run repeated), the instrumentation overhead
+(interleaved A/B pairs of plain vs instrumented runs, median of per-pair ratios), and the
+error-vs-k sweep that justifies the profiler's default minimum iteration count.
+
+Writes benchmarks/results/same_machine_prediction.json (and profile_iterations.json) and prints a table.
+Run: .venv/bin/python benchmarks/same_machine_prediction.py [--target-minutes 4] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from trainwise._io import atomic_write_text
+from trainwise.predict.same_machine import predict_total, relative_error
+from trainwise.profile import stats
+from trainwise.profile.runner import DEFAULT_MIN_ITERATIONS, ProfileOptions, run_profile
+from trainwise.profile.schema import Profile
+from trainwise.workloads import command_for, get_workload
+
+RESULTS = Path(__file__).parent / "results"
+console = Console()
+
+# (workload, global batch size, planned epochs, validation samples). Training samples are sized
+# from the pilot so that each full run takes about --target-minutes here.
+# Batches are small enough that an iteration takes tens of milliseconds on this CPU, so that a
+# 5-minute run has thousands of iterations (as real trainings do) and profiling stays a small share.
+CONFIGS = [
+    ("mnist_cnn", 16, 4, 2000),
+    ("mnist_cnn", 32, 4, 2000),
+    ("seismic_fcn", 8, 3, 256),
+    ("seismic_fcn", 16, 3, 256),
+    ("nn_twins_mlp", 32, 5, 2000),
+    ("nn_twins_mlp", 64, 5, 2000),
+    ("rnn_sa_lstm", 8, 3, 512),
+    ("rnn_sa_lstm", 16, 3, 512),
+]
+# One intra-op thread: on this shared 2-core machine a second torch thread stalls whenever anything
+# else runs on the other core, which would make the benchmark measure the neighbours, not trainwise.
+THREADS = 1
+SEED_ESTIMATORS = ("eq5.4", "eq5.3", "averaged")
+
+
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "torch_version": torch.__version__, "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "platform": platform.platform(), "gpu": None}
+
+
+def size_train_samples(workload: str, batch: int, epochs: int, val_samples: int, target_s: float) -> tuple[int, float]:
+    pilot = run_profile(command_for(workload, batch_size=batch, epochs=50, train_samples=batch * 400, val_samples=val_samples, threads=THREADS),
+                        ProfileOptions(min_iterations=20, max_iterations=60, validation_batches=3, epoch2_iterations=0),
+                        quiet=True)
+    iteration_s = pilot.steady_state.iteration.mean_s
+    init_s = pilot.init.total_s
+    iterations = max(200, int((target_s - init_s) / epochs / iteration_s))
+    return iterations * batch, iteration_s
+
+
+def full_run(command: list[str]) -> Profile:
+    return run_profile(command, ProfileOptions(mode="full"), quiet=True)
+
+
+def plain_run_s(command: list[str]) -> float:
+    start = time.time()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.time() - start
+
+
+def k_sweep(full: Profile, epochs: int, ks: list[int]) -> list[dict]:
+    """Error of the steady-state mean estimated from the first k iterations of epoch 1, against the
+    full run's mean steady iteration (the term that dominates the total)."""
+    epoch1 = [it.wall_s for it in full.iterations if it.epoch == 0]
+    truth = full.steady_state.iteration.mean_s
+    rows = []
+    for k in ks:
+        if k > len(epoch1):
+            continue
+        sample = epoch1[:k]
+        warmup = stats.detect_warmup(sample)
+        steady = sample[warmup:] or sample[-1:]
+        estimate = statistics.fmean(steady)
+        rows.append({"k": k, "iteration_error": abs(estimate - truth) / truth,
+                     "cost_fraction": sum(sample) / full.full_run.training_end_s})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target-minutes", type=float, default=6.5)
+    parser.add_argument("--quick", action="store_true", help="tiny runs to check the script works (results not committed)")
+    parser.add_argument("--overhead-pairs", type=int, default=4)
+    args = parser.parse_args()
+    target_s = 20.0 if args.quick else args.target_minutes * 60
+    configs = CONFIGS[:2] if args.quick else CONFIGS
+    rows = []
+    sweeps: dict[int, list[float]] = {}
+    sweep_costs: dict[int, list[float]] = {}
+    first_full_command = None
+    started = time.time()
+    for workload, batch, epochs, val_samples in configs:
+        train_samples, pilot_iteration_s = size_train_samples(workload, batch, epochs, val_samples, target_s)
+        command = command_for(workload, batch_size=batch, epochs=epochs, train_samples=train_samples, val_samples=val_samples,
+                              threads=THREADS)
+        console.print(f"[bold]{workload}[/bold] batch {batch}: {train_samples} samples × {epochs} epochs "
+                      f"(pilot {pilot_iteration_s * 1000:.1f} ms/iteration)")
+        profile = run_profile(command, ProfileOptions(epochs_hint=epochs), workload=workload, quiet=True)
+        predictions = {"trainwise": predict_total(profile, epochs)}
+        for name in SEED_ESTIMATORS:
+            predictions[name] = predict_total(profile, epochs, name)
+        full = full_run(command)
+        if first_full_command is None:
+            first_full_command = (command, full)
+        actual_s = full.full_run.training_end_s
+        row = {
+            "workload": workload, "data": get_workload(workload).data_kind, "batch_size": batch, "epochs": epochs,
+            "train_samples": train_samples, "val_samples": val_samples,
+            "iterations_per_epoch": profile.dataset.iterations_per_epoch,
+            "profiled_iterations": len(profile.iterations), "profile_stop": profile.steady_state.stop_reason,
+            "profile_wall_s": profile.process_wall_s, "full_run_wall_s": full.process_wall_s, "actual_s": actual_s,
+            "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,
+            "predicted_s": {name: p.total_s for name, p in predictions.items()},
+            "band_s": [predictions["trainwise"].low_s, predictions["trainwise"].high_s],
+            "abs_error": {name: relative_error(actual_s, p.total_s) for name, p in predictions.items()},
+            "malta_error": {name: abs(actual_s - p.total_s) / p.total_s for name, p in predictions.items()},
+            "steady_iteration_profile_s": profile.steady_state.iteration.mean_s,
+            "steady_iteration_full_s": full.steady_state.iteration.mean_s,
+        }
+        rows.append(row)
+        for entry in k_sweep(full, epochs, [3, 5, 10, 20, 40, 80, 160]):
+            sweeps.setdefault(entry["k"], []).append(entry["iteration_error"])
+            sweep_costs.setdefault(entry["k"], []).append(entry["cost_fraction"])
+        console.print(f"  predicted {row['predicted_s']['trainwise']:.1f} s, actual {actual_s:.1f} s, "
+                      f"error {row['abs_error']['trainwise']:.1%}, profiling cost {row['profiling_cost_fraction']:.2%}")
+
+    # Noise floor: the same full run again.
+    command, first = first_full_command
+    repeat = full_run(command)
+    a, b = first.full_run.training_end_s, repeat.full_run.training_end_s
+    noise_floor = abs(a - b) / ((a + b) / 2)
+    console.print(f"noise floor: {a:.1f} s vs {b:.1f} s → {noise_floor:.1%}")
+
+    # Instrumentation overhead: interleaved pairs, order alternated, median of per-pair ratios.
+    workload, batch, epochs, val_samples = configs[0]
+    overhead_command = command_for(workload, batch_size=batch, epochs=2, train_samples=batch * (60 if args.quick else 300),
+                                   val_samples=val_samples, threads=THREADS)
+    ratios = []
+    for pair in range(args.overhead_pairs):
+        if pair % 2 == 0:
+            plain = plain_run_s(overhead_command)
+            instrumented = full_run(overhead_command).process_wall_s
+        else:
+            instrumented = full_run(overhead_command).process_wall_s
+            plain = plain_run_s(overhead_command)
+        ratios.append(instrumented / plain)
+        console.print(f"  overhead pair {pair}: plain {plain:.2f} s, instrumented {instrumented:.2f} s")
+    overhead = statistics.median(ratios) - 1
+
+    errors = [r["abs_error"]["trainwise"] for r in rows]
+    summary = {
+        "median_abs_error": statistics.median(errors),
+        "max_abs_error": max(errors),
+        "profiling_cost_fraction": statistics.median(r["profiling_cost_fraction"] for r in rows),
+        "max_profiling_cost_fraction": max(r["profiling_cost_fraction"] for r in rows),
+        "instrumentation_overhead": overhead,
+        "noise_floor": noise_floor,
+        "seed_equations": {name: {"median_abs_error": statistics.median(r["abs_error"][name] for r in rows),
+                                  "max_abs_error": max(r["abs_error"][name] for r in rows)} for name in SEED_ESTIMATORS},
+        "configurations": len(rows),
+        "workloads": sorted({r["workload"] for r in rows}),
+        "error_convention": "|predicted − actual| / actual; actual = launch → end of the last iteration/validation of the --full run",
+    }
+    k_rows = [{"k": k, "median_iteration_error": statistics.median(v), "max_iteration_error": max(v),
+               "median_cost_fraction": statistics.median(sweep_costs[k]), "configurations": len(v)}
+              for k, v in sorted(sweeps.items())]
+    result = {
+        "benchmark": "same_machine_prediction", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(), "summary": summary, "rows": rows,
+        "overhead_pairs": ratios, "noise_floor_runs_s": [a, b], "k_sweep": k_rows,
+        "default_min_iterations": DEFAULT_MIN_ITERATIONS, "target_full_run_s": target_s,
+        "benchmark_wall_s": time.time() - started, "quick": args.quick,
+    }
+    name = "same_machine_prediction_quick.json" if args.quick else "same_machine_prediction.json"
+    atomic_write_text(RESULTS / name, json.dumps(result, indent=1))
+    atomic_write_text(RESULTS / ("profile_iterations_quick.json" if args.quick else "profile_iterations.json"),
+                      json.dumps({"benchmark": "profile_iterations", "machine": result["machine"],
+                                  "summary": {"default_min_iterations": DEFAULT_MIN_ITERATIONS,
+                                              "k_sweep": k_rows}, "source": name}, indent=1))
+
+    table = Table(title="Same-machine prediction (trainwise estimator vs seed equations)")
+    for column in ("workload", "batch", "epochs", "actual", "trainwise", "err", "eq5.4 err", "eq5.3 err", "avg err", "profile cost"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        table.add_row(r["workload"], str(r["batch_size"]), str(r["epochs"]), f"{r['actual_s']:.1f} s",
+                      f"{r['predicted_s']['trainwise']:.1f} s", f"{r['abs_error']['trainwise']:.1%}",
+                      f"{r['abs_error']['eq5.4']:.1%}", f"{r['abs_error']['eq5.3']:.1%}", f"{r['abs_error']['averaged']:.1%}",
+                      f"{r['profiling_cost_fraction']:.2%}")
+    console.print(table)
+    console.print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in summary.items()})
+
+
+if __name__ == "__main__":
+    main()
