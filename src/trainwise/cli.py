@@ -17,6 +17,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console()
 err_console = Console(stderr=True)
 
+from trainwise.catalog.cli import catalog_app  # noqa: E402 - light: pandas is imported lazily
+
+app.add_typer(catalog_app, name="catalog")
+
 # The training command after `--`, split off before typer parses the rest (typer would otherwise try
 # to parse the user's own options).
 _passthrough: list[str] | None = None
