@@ -117,7 +117,11 @@ def main() -> None:
     parser.add_argument("--target-minutes", type=float, default=6.5)
     parser.add_argument("--quick", action="store_true", help="tiny runs to check the script works (results not committed)")
     parser.add_argument("--overhead-pairs", type=int, default=4)
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="pin this benchmark and its runs to one CPU (keep other work off it for clean timings)")
     args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     target_s = 20.0 if args.quick else args.target_minutes * 60
     configs = CONFIGS[:2] if args.quick else CONFIGS
     rows = []
@@ -206,6 +210,7 @@ def main() -> None:
         "overhead_pairs": ratios, "noise_floor_runs_s": [a, b], "k_sweep": k_rows,
         "default_min_iterations": DEFAULT_MIN_ITERATIONS, "target_full_run_s": target_s,
         "benchmark_wall_s": time.time() - started, "quick": args.quick,
+        "pinned_cpu": args.cpu, "threads_per_run": THREADS,
     }
     name = "same_machine_prediction_quick.json" if args.quick else "same_machine_prediction.json"
     atomic_write_text(RESULTS / name, json.dumps(result, indent=1))

@@ -108,3 +108,17 @@ def test_bad_options_and_commands():
         expand_batch_sizes(["python", "t.py"], [8])
     assert expand_batch_sizes(["python", "t.py", "--batch-size={batch}"], [8, 16]) == [
         (8, ["python", "t.py", "--batch-size=8"]), (16, ["python", "t.py", "--batch-size=16"])]
+
+
+def test_dataloader_workers_and_a_reference_workload():
+    from trainwise.workloads import command_for
+
+    command = command_for("nn_twins_mlp", batch_size=32, epochs=20, train_samples=3200, val_samples=640, num_workers=2, threads=1)
+    profile = run_profile(command, ProfileOptions(min_iterations=10, max_iterations=12, validation_batches=2, epoch2_iterations=2),
+                          workload="nn_twins_mlp", quiet=True)
+    assert profile.dataset.num_workers == 2
+    assert profile.dataset.iterations_per_epoch == 100
+    assert profile.validations and profile.validations[0].batches_timed == 2
+    assert profile.epochs[1].iterations == 2
+    # With worker processes a batch is usually ready: the wait is measured, not assumed.
+    assert all(it.data_wait_s >= 0 for it in profile.iterations)

@@ -128,16 +128,45 @@ def predict(
 
 @app.command()
 def plan(
-    workload: Annotated[str, typer.Option(help="Reference workload to profile when no --profile is given")] = "mnist_cnn",
-    profile_paths: Annotated[Optional[list[Path]], typer.Option("--profile", help="Measured profile(s) to plan from")] = None,
-    epoch_options: Annotated[str, typer.Option(help="Epoch counts to predict")] = "5,10,20",
-    out_dir: Annotated[Path, typer.Option(help="Where the profile and predictions are written")] = Path("trainwise-out"),
+    workload: Annotated[str, typer.Option(help="Reference workload to profile here when no --profile is given")] = "mnist_cnn",
+    profile_paths: Annotated[Optional[list[Path]], typer.Option("--profile", help="Measured profile(s) to plan from, from this or other machines (repeatable)")] = None,
+    catalog: Annotated[str, typer.Option(help="Price catalog: current, seed-2021, or a path")] = "current",
+    objective: Annotated[str, typer.Option(help="fastest, cheapest, weighted, deadline (cheapest meeting --deadline) or budget (fastest within --budget)")] = "cheapest",
+    weights: Annotated[Optional[str], typer.Option(help="Weighted objective weights, e.g. time=1,cost=2 (also risk)")] = None,
+    deadline: Annotated[Optional[str], typer.Option(help="Deadline for the whole run, e.g. 2h, 90m, 1h30m")] = None,
+    budget: Annotated[Optional[str], typer.Option(help="Budget in USD for the whole run, e.g. 25")] = None,
+    cloud: Annotated[Optional[list[str]], typer.Option("--cloud", help="Only these clouds (repeatable or comma-separated)")] = None,
+    region: Annotated[Optional[list[str]], typer.Option("--region", help="Only these regions or zones")] = None,
+    accelerator: Annotated[Optional[list[str]], typer.Option("--accelerator", help="Only these accelerators, e.g. V100,A100")] = None,
+    spot: Annotated[bool, typer.Option("--spot/--no-spot", help="Include spot/preemptible prices")] = True,
+    min_gpu_memory: Annotated[Optional[float], typer.Option(help="Minimum memory per accelerator, GiB")] = None,
+    epoch_options: Annotated[str, typer.Option(help="Epoch counts to plan for (Malta methodology 2)")] = "5,10,20",
+    epochs: Annotated[Optional[int], typer.Option(help="The headline epoch count (default: the largest option)")] = None,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write the HTML/PNG/JSON/Markdown report here (default OUT_DIR/report)")] = None,
+    local_offering: Annotated[Optional[Path], typer.Option(help="TOML/YAML user offering pricing this machine (e.g. on-premise capex)")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables")] = False,
+    dataset_gb: Annotated[Optional[float], typer.Option(help="Dataset size to stage to cloud machines, GB")] = None,
+    bandwidth_mbps: Annotated[Optional[float], typer.Option(help="Staging bandwidth, Mb/s (default: the seed's measured 8.75 MB/s)")] = None,
+    provisioning_minutes: Annotated[Optional[float], typer.Option(help="Provisioning/boot time of a cloud machine (default 15-20 min)")] = None,
+    interruption_rate: Annotated[Optional[float], typer.Option(help="Spot interruptions per hour")] = None,
+    interruption_frequency_30d: Annotated[Optional[float], typer.Option(help="AWS-style interruption frequency over 30 days, e.g. 0.05")] = None,
+    checkpoint_write_s: Annotated[Optional[float], typer.Option(help="Seconds to write a checkpoint (default: from the model size)")] = None,
+    reference: Annotated[Optional[str], typer.Option(help="offering_id of the reference platform (default: this machine)")] = None,
+    top: Annotated[int, typer.Option(help="Rows in the top-plans table")] = 10,
+    out_dir: Annotated[Path, typer.Option(help="Where the profile and the default report are written")] = Path("trainwise-out"),
 ) -> None:
-    """Profile the job (the built-in default workload unless --profile is given) and predict its full training time."""
-    from trainwise.plan.same_machine import plan_same_machine
+    """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
+    from trainwise.plan.command import run_plan_command
 
-    plan_same_machine(workload=workload, profile_paths=profile_paths or [], epoch_options=_parse_int_list(epoch_options, "--epoch-options"),
-                      out_dir=out_dir, console=console)
+    run_plan_command(workload=workload, profile_paths=profile_paths or [], catalog_name=catalog,
+                     epoch_options=_parse_int_list(epoch_options, "--epoch-options"), out_dir=out_dir,
+                     report_dir=report if report is not None else out_dir / "report", local_offering_path=local_offering,
+                     json_output=json_output, console=console, err_console=err_console, objective=objective,
+                     weights=weights, deadline=deadline, budget=budget, clouds=cloud, regions=region,
+                     accelerators=accelerator, spot=spot, min_gpu_memory=min_gpu_memory, primary_epochs=epochs,
+                     dataset_gb=dataset_gb, bandwidth_mbps=bandwidth_mbps, provisioning_minutes=provisioning_minutes,
+                     interruption_rate=interruption_rate, interruption_frequency_30d=interruption_frequency_30d,
+                     checkpoint_write_s=checkpoint_write_s, reference=reference, top=top)
 
 
 @app.command("workloads")

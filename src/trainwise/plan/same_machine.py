@@ -1,5 +1,6 @@
-"""`trainwise plan` before prices exist: profile the job here (or take given profiles) and predict
-its full training time for each epoch option. The priced, ranked plan builds on the same steps."""
+"""Same-machine planning: profile the job here (or take given profiles) and predict its full
+training time for each epoch option. `trainwise plan` now runs the priced, ranked plan
+(`trainwise.plan.command`); `profile_workload*` is shared with it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,17 @@ from trainwise.report.terminal import prediction_table, print_flips, profile_tab
 
 
 def profile_workload(name: str, console: Console, **overrides) -> Profile:
+    return _profile_workload(name, console, spinner=True, **overrides)
+
+
+def profile_workload_quiet(name: str, console: Console, **overrides) -> Profile:
+    """The same, without a spinner of its own (for callers that show a progress display)."""
+    return _profile_workload(name, console, spinner=False, **overrides)
+
+
+def _profile_workload(name: str, console: Console, *, spinner: bool, **overrides) -> Profile:
+    from contextlib import nullcontext
+
     from trainwise.workloads import command_for, get_workload
 
     try:
@@ -25,7 +37,7 @@ def profile_workload(name: str, console: Console, **overrides) -> Profile:
         raise TrainwiseError(f"{exc} Pick one with --workload (list them with `trainwise workloads`).") from None
     command = command_for(name, **overrides)
     console.print(f"profiling reference workload [bold]{spec.name}[/bold] ({spec.data_kind} data: {spec.data_description}) on this machine…")
-    with console.status("running a few iterations of the job"):
+    with console.status("running a few iterations of the job") if spinner else nullcontext():
         return run_profile(command, ProfileOptions(), workload=spec.name, quiet=True)
 
 

@@ -89,3 +89,63 @@ def print_flips(console: Console, rows: Sequence[tuple[str, Profile, Prediction]
     if len(set(best.values())) > 1:
         console.print("[yellow]The fastest choice changes with the epoch count: "
                       + ", ".join(f"{e} epochs → {label}" for e, label in best.items()) + "[/yellow]")
+
+
+# ---- plans (trainwise plan) -------------------------------------------------------------------
+
+_PLAN_COLUMNS = ["rank", "offering", "accelerator", "market", "batch", "time", "time band", "cost", "cost band",
+                 "$/1M samples", "speedup", "time from", "price from"]
+_COMPACT_COLUMNS = ["rank", "offering", "accelerator", "market", "batch", "time", "cost", "$/1M samples", "sources"]
+WIDE_TERMINAL = 180
+
+
+def plan_table(frame, title: str, caption: str = "", best_id: str | None = None, compact: bool = False) -> Table:
+    """A rich table of plan rows (a DataFrame from a PlanResult); the best row bold, Pareto rows red.
+    `compact` (narrow terminals): fewer columns, and the provenance of each row's time (T1, T2…)
+    and price (P1, P2…) as footnotes in the caption."""
+    from trainwise.report.data import display_row, records
+
+    columns = _COMPACT_COLUMNS if compact else _PLAN_COLUMNS
+    table = Table(title=title, show_lines=False)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("offering", "accelerator", "market", "time from", "price from", "sources") else "right",
+                         overflow="fold")
+    notes: dict[str, str] = {}
+    for record in records(frame):
+        shown = display_row(record)
+        if compact:
+            t = notes.setdefault(("T", shown["time from"]), f"T{sum(1 for k in notes if k[0] == 'T') + 1}")
+            p = notes.setdefault(("P", shown["price from"]), f"P{sum(1 for k in notes if k[0] == 'P') + 1}")
+            shown["sources"] = f"{t} {p}"
+        style = "bold green" if record["plan_id"] == best_id else ("red" if record.get("pareto") else None)
+        table.add_row(*[shown[c] for c in columns], style=style)
+    legend = "; ".join(f"{code}: {text}" for (_, text), code in notes.items())
+    table.caption = "\n".join(part for part in (caption, legend) if part)
+    return table
+
+
+def print_plan(console: Console, result, top_n: int = 10) -> None:
+    """Top plans, the Pareto set, the best plan per epoch option, flags and the not-predicted count."""
+    primary = result.primary
+    best_id = primary.iloc[0]["plan_id"]
+    compact = console.width < WIDE_TERMINAL
+    console.print(plan_table(primary.head(top_n), f"Top {min(top_n, len(primary))} plans, {result.primary_epochs} epochs — "
+                             f"{result.objective.describe}", result.catalog_caption, best_id, compact))
+    pareto = result.pareto[result.pareto["epochs"] == result.primary_epochs]
+    console.print(plan_table(pareto, f"Pareto set ({len(pareto)}): no other plan is both faster and cheaper",
+                             "red: on the Pareto front; bold green: the best plan", best_id, compact))
+    per_epochs = result.best_per_epochs()
+    table = Table(title="Best plan per epoch option (Malta's methodology 2)")
+    for column in ("epochs", "offering", "market", "batch", "time", "cost"):
+        table.add_column(column, justify="left" if column in ("offering", "market") else "right")
+    from trainwise.report.data import display_row, records
+
+    for record in records(per_epochs):
+        shown = display_row(record)
+        table.add_row(str(record["epochs"]), shown["offering"], shown["market"], shown["batch"], shown["time"], shown["cost"])
+    console.print(table)
+    for flag in result.flags:
+        console.print(f"[yellow]⚠ {flag}[/yellow]", highlight=False)
+    if len(result.not_predicted):
+        console.print(f"[dim]{int(result.not_predicted['offerings'].sum())} priced offerings are not predicted "
+                      "(device model not available yet): profile on their accelerator and pass --profile[/dim]")

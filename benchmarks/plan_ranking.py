@@ -1,0 +1,157 @@
+"""Ranking speed: `plan()` over ≥ 100,000 candidate (offering × market × batch size × epoch option) rows.
+
+The packaged catalog's single-accelerator offerings (on-demand and spot prices: the two markets)
+are crossed with synthetic profiles "measured" on each of their accelerators at several batch
+sizes and with the epoch options 5, 10, 20, until at least --rows candidates exist. The timed call
+is the whole pure planner — runtime sources, the cost model (billing, provisioning, spot
+expectation), constraints, the weighted (PRESTO) score, ranking, the Pareto sets and the
+robustness flags — with a deadline constraint and a weighted objective, the heaviest path. The
+profiles and the catalog are built before the clock starts. `rank_only_seconds` times the
+vectorised core alone (constraints + score + rank + Pareto) on the candidate frame.
+
+Writes benchmarks/results/plan_ranking.json (summary.rank_100k_seconds = median of --repeats).
+Run: .venv/bin/python benchmarks/plan_ranking.py [--rows 100000] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+
+from trainwise._io import atomic_write_text
+from trainwise.catalog import load_catalog
+from trainwise.plan import Constraints, Objective, PlanOptions, plan
+from trainwise.plan import planner as planner_module
+from trainwise.plan.pareto import pareto_mask_grouped
+from trainwise.plan.synthetic import synthetic_profile
+
+RESULTS = Path(__file__).parent / "results"
+EPOCH_OPTIONS = (5, 10, 20)
+THRESHOLD_S = 1.0
+
+
+def machine() -> dict:
+    try:
+        import torch
+
+        torch_version, threads = torch.__version__, torch.get_num_threads()
+        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - torch is optional for this benchmark
+        torch_version, threads, gpu = None, None, None
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "torch_version": torch_version, "torch_threads": threads, "python": platform.python_version(),
+            "platform": platform.platform(), "numpy": np.__version__, "pandas": pd.__version__, "gpu": gpu,
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def build(rows_wanted: int):
+    catalog = load_catalog("packaged")
+    offerings = catalog.offerings
+    single = offerings[(offerings["accelerator_count"] == 1.0) & offerings["accelerator"].notna()]
+    priced_markets = int(single["price_per_hour"].notna().sum() + single["spot_price_per_hour"].notna().sum())
+    per_batch = priced_markets * len(EPOCH_OPTIONS)
+    batch_sizes = [32 * (i + 1) for i in range(max(1, math.ceil(rows_wanted / per_batch)))]
+    accelerators = sorted(single["accelerator"].unique())
+    profiles = []
+    for a_index, accelerator in enumerate(accelerators):
+        for b_index, batch in enumerate(batch_sizes):
+            profiles.append((f"{accelerator} b{batch}", synthetic_profile(
+                host=f"bench-{accelerator}", device_name=accelerator, batch_size=batch,
+                iteration_s=0.01 * (1 + a_index % 7) * (1 + 0.1 * b_index), batches_per_epoch=max(1, 50_000 // batch),
+                jitter=0.05)))
+    return catalog, profiles, batch_sizes, accelerators
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--output", type=Path, default=RESULTS / "plan_ranking.json")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    catalog, profiles, batch_sizes, accelerators = build(args.rows)
+    objective = Objective(kind="weighted", weights={"time": 1.0, "cost": 1.0, "risk": 0.5})
+    constraints = Constraints(deadline_s=30 * 86400.0)
+    options = PlanOptions(this_host="benchmark-host-not-matching")
+
+    def run():
+        return plan(profiles, catalog, objective, constraints, epoch_options=EPOCH_OPTIONS, options=options)
+
+    result = run()  # warm-up (imports, caches)
+    rows = len(result.plans)
+    timings = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        run()
+        timings.append(time.perf_counter() - t0)
+
+    # The vectorised core alone, on a fresh copy of the candidate frame each time.
+    base = result.plans.copy()
+    core_timings = []
+    for _ in range(args.repeats):
+        frame = base.drop(columns=["feasible", "excluded_by", "rank", "score", "pareto"]).copy()
+        frame["_seq"] = np.arange(len(frame))
+        frame["_spot"] = (frame["market"] == "spot").to_numpy()
+        t0 = time.perf_counter()
+        planner_module._apply_constraints(frame, constraints, set(), set(), set(), max(EPOCH_OPTIONS))
+        planner_module._rank(frame, objective)
+        feasible = frame["feasible"].to_numpy()
+        pareto_mask_grouped(frame["wall_s"].to_numpy()[feasible], frame["total_cost"].to_numpy()[feasible],
+                            frame["epochs"].to_numpy()[feasible])
+        core_timings.append(time.perf_counter() - t0)
+
+    median = statistics.median(timings)
+    summary = {
+        "rank_100k_seconds": round(median, 4),
+        "candidate_rows": rows,
+        "repetitions": args.repeats,
+        "min_seconds": round(min(timings), 4),
+        "max_seconds": round(max(timings), 4),
+        "rank_only_seconds": round(statistics.median(core_timings), 4),
+        "threshold_seconds": THRESHOLD_S,
+        "meets_threshold": median < THRESHOLD_S and rows >= 100_000,
+        "what_is_timed": "plan() end to end: runtime sources, cost model, constraints, weighted score, ranking, Pareto, flags",
+    }
+    payload = {
+        "benchmark": "plan_ranking",
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "summary": summary,
+        "setup": {"catalog": catalog.caption, "offerings_in_catalog": len(catalog.offerings), "profiles": len(profiles),
+                  "accelerators": accelerators, "batch_sizes": batch_sizes, "epoch_options": list(EPOCH_OPTIONS),
+                  "objective": objective.model_dump(), "constraints": constraints.model_dump(),
+                  "feasible_rows": int(result.plans["feasible"].sum()), "pareto_rows": int(result.plans["pareto"].sum())},
+        "timings_seconds": [round(t, 5) for t in timings],
+        "rank_only_timings_seconds": [round(t, 5) for t in core_timings],
+        "benchmark_wall_s": round(time.perf_counter() - started, 2),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    atomic_write_text(args.output, json.dumps(payload, indent=1))
+    print(f"{rows:,} candidate rows: plan() median {median:.3f} s over {args.repeats} runs "
+          f"(min {min(timings):.3f}, max {max(timings):.3f}); core {summary['rank_only_seconds']:.3f} s "
+          f"-> {'OK' if summary['meets_threshold'] else 'SLOWER THAN'} {THRESHOLD_S:g} s; written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""`trainwise plan`: the I/O around the pure planner. Load or take the profiles (profiling the
+default workload here when none is given), load the catalog and the local offering, call `plan()`,
+print the tables, write the report. Progress bars cover every step that can take over a second."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from trainwise.errors import TrainwiseError
+from trainwise.plan import costs
+from trainwise.plan.objectives import Constraints, make_objective, parse_duration, parse_money, parse_weights
+from trainwise.plan.planner import PlanOptions, PlanResult, check_inputs, plan
+from trainwise.profile.schema import Profile, load_profile
+
+
+def _split(values: Sequence[str] | None) -> tuple[str, ...]:
+    out: list[str] = []
+    for value in values or ():
+        out += [part.strip() for part in value.split(",") if part.strip()]
+    return tuple(out)
+
+
+def build_inputs(*, objective: str = "cheapest", weights: str | None = None, deadline: str | None = None,
+                 budget: str | None = None, clouds: Sequence[str] | None = None, regions: Sequence[str] | None = None,
+                 accelerators: Sequence[str] | None = None, spot: bool = True, min_gpu_memory: float | None = None,
+                 primary_epochs: int | None = None, dataset_gb: float | None = None, bandwidth_mbps: float | None = None,
+                 provisioning_minutes: float | None = None, interruption_rate: float | None = None,
+                 interruption_frequency_30d: float | None = None, checkpoint_write_s: float | None = None,
+                 reference: str | None = None, top: int = 10, this_host: str | None = None):
+    """(Objective, Constraints, PlanOptions) from CLI-style values, with one-line errors."""
+    deadline_s = parse_duration(deadline) if deadline else None
+    budget_usd = parse_money(budget) if budget else None
+    objective_model = make_objective(objective, weights=parse_weights(weights) if weights else None,
+                                     deadline_s=deadline_s, budget_usd=budget_usd)
+    if min_gpu_memory is not None and min_gpu_memory < 0:
+        raise TrainwiseError(f"--min-gpu-memory must be >= 0 GiB (got {min_gpu_memory:g})")
+    constraints = Constraints(clouds=_split(clouds), regions=_split(regions), accelerators=_split(accelerators),
+                              allow_spot=spot, min_gpu_memory_gib=min_gpu_memory, deadline_s=deadline_s, budget_usd=budget_usd)
+    update: dict[str, Any] = {"reference": reference, "primary_epochs": primary_epochs, "top_n": top,
+                              "this_host": this_host or socket.gethostname()}
+    if dataset_gb is not None:
+        if dataset_gb < 0:
+            raise TrainwiseError(f"--dataset-gb must be >= 0 (got {dataset_gb:g})")
+        update["dataset_gb"] = dataset_gb
+    if bandwidth_mbps is not None:
+        if bandwidth_mbps <= 0:
+            raise TrainwiseError(f"--bandwidth-mbps must be positive (got {bandwidth_mbps:g})")
+        update["staging_bytes_per_s"] = bandwidth_mbps * 1e6 / 8
+        update["staging_source"] = f"user-given {bandwidth_mbps:g} Mb/s"
+    if provisioning_minutes is not None:
+        if provisioning_minutes < 0:
+            raise TrainwiseError(f"--provisioning-minutes must be >= 0 (got {provisioning_minutes:g})")
+        s = provisioning_minutes * 60
+        update["provisioning_s"] = (s, s, s)
+        update["provisioning_source"] = f"user-given {provisioning_minutes:g} min"
+    if interruption_rate is not None and interruption_frequency_30d is not None:
+        raise TrainwiseError("give either --interruption-rate (per hour) or --interruption-frequency-30d, not both")
+    if interruption_rate is not None:
+        if interruption_rate < 0:
+            raise TrainwiseError(f"--interruption-rate must be >= 0 per hour (got {interruption_rate:g})")
+        update["interruptions_per_hour"] = interruption_rate
+        update["interruption_source"] = f"user-given {interruption_rate:g} per hour"
+    if interruption_frequency_30d is not None:
+        rate = costs.rate_from_30day_frequency(interruption_frequency_30d)
+        update["interruptions_per_hour"] = rate
+        update["interruption_source"] = (f"user-given AWS-style 30-day interruption frequency {interruption_frequency_30d:.0%} "
+                                         f"= {rate:.3g} per hour (Poisson)")
+    if checkpoint_write_s is not None:
+        if checkpoint_write_s < 0:
+            raise TrainwiseError(f"--checkpoint-write-s must be >= 0 (got {checkpoint_write_s:g})")
+        update["checkpoint_write_s"] = checkpoint_write_s
+    return objective_model, constraints, PlanOptions(**{k: v for k, v in update.items() if v is not None})
+
+
+@contextmanager
+def _progress(console: Console) -> Iterator[Progress]:
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        console=console, transient=True)
+    with progress:
+        yield progress
+
+
+@contextmanager
+def _step(progress: Progress, description: str) -> Iterator[None]:
+    task = progress.add_task(description, total=1)
+    try:
+        yield
+    finally:
+        progress.update(task, completed=1)
+
+
+def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_name: str, epoch_options: Sequence[int],
+                     out_dir: Path, report_dir: Path | None, local_offering_path: Path | None, json_output: bool,
+                     console: Console, err_console: Console, **choices: Any) -> PlanResult:
+    from trainwise.catalog import load_catalog, load_user_offerings
+
+    objective, constraints, options = build_inputs(**choices)
+    status_console = err_console if json_output else console
+    catalog = load_catalog(catalog_name)
+    local = load_user_offerings(local_offering_path) if local_offering_path is not None else None
+    check_inputs(catalog, constraints, options, local)
+    profiles: list[tuple[str, Profile]]
+    with _progress(status_console) as progress:
+        if profile_paths:
+            with _step(progress, f"reading {len(profile_paths)} profile(s)"):
+                profiles = [(path.stem, load_profile(path)) for path in profile_paths]
+        else:
+            from trainwise.plan.same_machine import profile_workload_quiet
+
+            with _step(progress, f"profiling the default workload {workload} on this machine (a few iterations)"):
+                measured = profile_workload_quiet(workload, status_console)
+            path = measured.save(out_dir / f"{workload}.profile.json")
+            status_console.print(f"profile written to [bold]{path}[/bold]")
+            profiles = [(workload, measured)]
+        with _step(progress, "ranking candidates"):
+            result = plan(profiles, catalog, objective, constraints, epoch_options=epoch_options, local_offering=local,
+                          options=options)
+        paths = {}
+        if report_dir is not None:
+            from trainwise.report.bundle import write_report
+
+            with _step(progress, f"rendering the chart and writing the report to {report_dir}"):
+                paths = write_report(result, report_dir, top_n=options.top_n)
+    if json_output:
+        from trainwise.report.data import plan_payload
+
+        console.print_json(json.dumps(plan_payload(result, options.top_n), allow_nan=False, default=_json_default))
+    else:
+        from trainwise.report.terminal import print_plan
+
+        print_plan(console, result, options.top_n)
+    for kind, path in paths.items():
+        status_console.print(f"{kind} report: [bold]{path}[/bold]")
+    return result
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)

@@ -1,0 +1,709 @@
+"""`plan()`: profiles × catalog × objective × constraints → ranked plans. Pure: no I/O, no printing;
+the same inputs give the same result and the inputs are not modified.
+
+A candidate is one (offering, market, batch size, epoch option): market on-demand or spot, batch
+size the profile's global batch, epoch option one of `epoch_options` (Malta's methodology 2: 5, 10,
+20 by default). Each candidate's time and cost (all vectorised over a pandas frame):
+
+    wall     = provisioning + data staging + E[training under interruptions]
+    training = predict_total(profile, epochs) (trainwise estimator), from the runtime source
+    cost     = price × billed(wall)  (billing granularity and minimum of the offering)
+             + dataset egress from object storage + object storage for the run
+
+Provisioning and staging apply to cloud (and reserved) offerings; on-premise machines and this
+machine start at once with the data already there. Spot rows add the expected preemption loss
+(Young/Daly checkpointing, `costs.spot_expectation`) and its spread to the band.
+
+Ranking is within each epoch option; the primary epoch option (the largest unless given: Malta
+found 20 epochs ranks VMs best, DIGEST §1) is the headline. When the best plan changes across epoch
+options, or the runner-up lies within the winner's uncertainty band, a flag says so.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainwise.catalog import names
+from trainwise.catalog.model import Catalog, Offering, frame_from_offerings
+from trainwise.catalog.user import on_premise_price_per_hour
+from trainwise.errors import TrainwiseError
+from trainwise.plan import costs
+from trainwise.plan.objectives import Constraints, Objective, format_hours
+from trainwise.plan.pareto import pareto_mask_grouped
+from trainwise.plan.runtime import (
+    DEFAULT_SOURCES,
+    NOT_PREDICTED,
+    LabelledProfile,
+    RuntimeContext,
+    RuntimeSource,
+    collect,
+    resolve_device,
+)
+from trainwise.predict.same_machine import predict_total
+from trainwise.profile.schema import Profile
+
+DEFAULT_EPOCH_OPTIONS = (5, 10, 20)
+LOCAL_OFFERING_ID = "local/this-machine"
+# An assumed price for this machine when the user gives none: a 2,000 $ workstation amortised over
+# 3 years of continuous use, plus 150 W at 0.15 $/kWh (the seed's formula, DIGEST §2, with power added).
+ASSUMED_LOCAL = {"capex_usd": 2000.0, "lifetime_years": 3.0, "power_kw": 0.15, "usd_per_kwh": 0.15}
+CONSTRAINT_ORDER = ("cloud", "region", "accelerator", "spot", "min-gpu-memory", "model-fit", "deadline", "budget")
+
+
+class InfeasiblePlanError(TrainwiseError):
+    """No candidate meets the constraints; says which constraint excluded everything and what the
+    best infeasible option would be."""
+
+    def __init__(self, message: str, constraint: str | None = None, best_infeasible: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.constraint = constraint
+        self.best_infeasible = best_infeasible
+
+
+class PlanOptions(BaseModel):
+    """Assumptions of the cost model, each overridable; defaults cite their source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provisioning_s: tuple[float, float, float] = Field(default=costs.DEFAULT_PROVISIONING_S,
+                                                       description="low, expected, high seconds to a running cloud machine")
+    provisioning_source: str = costs.PROVISIONING_SOURCE
+    dataset_gb: float | None = Field(default=None, ge=0, description="dataset staged to cloud machines; None: not modelled")
+    staging_bytes_per_s: float = Field(default=costs.DEFAULT_STAGING_BYTES_PER_S, gt=0)
+    staging_source: str = costs.STAGING_SOURCE
+    storage_usd_per_gb_month: float = Field(default=costs.DEFAULT_STORAGE_USD_PER_GB_MONTH, ge=0)
+    interruptions_per_hour: float = Field(default=costs.DEFAULT_INTERRUPTIONS_PER_HOUR, ge=0)
+    interruption_source: str = costs.INTERRUPTION_SOURCE
+    checkpoint_write_s: float | None = Field(default=None, ge=0, description="None: from the model's size")
+    estimator: str = "trainwise"
+    reference: str | None = Field(default=None, description="offering_id of the reference platform; None: this machine")
+    primary_epochs: int | None = Field(default=None, gt=0)
+    this_host: str | None = Field(default=None, description="None: socket.gethostname()")
+    top_n: int = Field(default=10, gt=0)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plans: pd.DataFrame              # every predicted candidate, feasible or not (see PLAN_COLUMNS)
+    not_predicted: pd.DataFrame      # offerings with no runtime source, grouped
+    primary_epochs: int
+    epoch_options: tuple[int, ...]
+    objective: Objective
+    constraints: Constraints
+    flags: tuple[str, ...]
+    assumptions: tuple[str, ...]
+    exclusions: Mapping[str, int]    # constraint -> candidates it excluded (at the primary epoch option)
+    catalog_caption: str
+    reference: str | None
+    profiles: tuple[Mapping[str, Any], ...]
+    inconsistencies: tuple[str, ...] = field(default=())
+
+    @property
+    def ranked(self) -> pd.DataFrame:
+        """Feasible candidates, best first within each epoch option."""
+        feasible = self.plans[self.plans["feasible"]]
+        return feasible.sort_values(["epochs", "rank"], kind="stable")
+
+    @property
+    def primary(self) -> pd.DataFrame:
+        ranked = self.ranked
+        return ranked[ranked["epochs"] == self.primary_epochs]
+
+    @property
+    def best(self) -> dict[str, Any]:
+        return self.primary.iloc[0].to_dict()
+
+    @property
+    def pareto(self) -> pd.DataFrame:
+        frame = self.plans[self.plans["pareto"]]
+        return frame.sort_values(["epochs", "wall_s", "total_cost"], kind="stable")
+
+    def best_per_epochs(self) -> pd.DataFrame:
+        ranked = self.ranked
+        return ranked[ranked["rank"] == 1]
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def default_local_offering() -> Offering:
+    price = on_premise_price_per_hour(ASSUMED_LOCAL["capex_usd"], lifetime_years=ASSUMED_LOCAL["lifetime_years"],
+                                      power_kw=ASSUMED_LOCAL["power_kw"], usd_per_kwh=ASSUMED_LOCAL["usd_per_kwh"],
+                                      round_cents=False)
+    note = (f"assumed: a {ASSUMED_LOCAL['capex_usd']:,.0f} $ workstation amortised over {ASSUMED_LOCAL['lifetime_years']:g} y "
+            f"(8760 h/y) + {ASSUMED_LOCAL['power_kw'] * 1000:.0f} W at {ASSUMED_LOCAL['usd_per_kwh']} $/kWh = {price:.4f} $/h; "
+            "pass --local-offering FILE for your own")
+    return Offering(catalog="assumed", offering_id=LOCAL_OFFERING_ID, cloud="local", region="this machine",
+                    instance_type="this machine", kind="on_premise", billing="per_second", min_billed_seconds=0.0,
+                    price_per_hour=price, price_date="assumed", source="assumed (trainwise default)", notes=(note,))
+
+
+def _local_offerings(local: Offering | Catalog | Sequence[Offering] | None) -> list[Offering]:
+    if local is None:
+        return [default_local_offering()]
+    if isinstance(local, Offering):
+        return [local]
+    if isinstance(local, Catalog):
+        offerings = list(local.iter_offerings())
+        on_premise = [o for o in offerings if o.kind == "on_premise"]
+        return on_premise[:1] or offerings[:1]
+    return list(local)
+
+
+def _labelled(profiles: Any, catalog: Catalog, this_host: str) -> list[LabelledProfile]:
+    if isinstance(profiles, Profile):
+        items: list[tuple[str | None, Profile]] = [(None, profiles)]
+    elif isinstance(profiles, Mapping):
+        items = list(profiles.items())
+    else:
+        items = [(None, p) if isinstance(p, Profile) else (p[0], p[1]) for p in profiles]
+    if not items:
+        raise TrainwiseError("plan needs at least one profile: profile the job (trainwise profile) or pass --profile FILE")
+    out: list[LabelledProfile] = []
+    seen: set[str] = set()
+    for label, profile in items:
+        env = profile.environment
+        accelerator = resolve_device(env.device_name, catalog) if env.device != "cpu" else None
+        if label is None:
+            label = f"{profile.workload or 'job'}@{env.hostname} b{profile.dataset.global_batch_size}"
+        base, n = label, 2
+        while label in seen:
+            label, n = f"{base} #{n}", n + 1
+        seen.add(label)
+        out.append(LabelledProfile(label=label, profile=profile, accelerator=accelerator, here=env.hostname == this_host))
+    return out
+
+
+def _predictions(profiles: Sequence[LabelledProfile], epoch_options: Sequence[int], estimator: str,
+                 checkpoint_write_s: float | None) -> pd.DataFrame:
+    rows = []
+    for item in profiles:
+        profile = item.profile
+        steady = profile.steady_state
+        n_train = profile.dataset.n_train
+        state = costs.training_state_bytes(profile.model.gradient_bytes, profile.model.optimizer)
+        checkpoint = checkpoint_write_s if checkpoint_write_s is not None else costs.checkpoint_write_s(state)
+        for epochs in epoch_options:
+            prediction = predict_total(profile, epochs, estimator)
+            n_it = prediction.iterations_per_epoch
+            samples_per_epoch = n_train if n_train else n_it * profile.dataset.global_batch_size
+            init_s = profile.init.total_s
+            first_epoch = steady.first_iteration_s + (n_it - 1) * steady.iteration.mean_s
+            validation = prediction.breakdown_s.get("validation_s", 0.0)
+            steady_s = max(0.0, prediction.total_s - init_s - first_epoch - validation)
+            rows.append({"profile": item.label, "epochs": int(epochs), "training_s": prediction.total_s,
+                         "training_low_s": prediction.low_s, "training_high_s": prediction.high_s, "init_s": init_s,
+                         "first_epoch_s": first_epoch, "steady_s": steady_s, "validation_s": validation,
+                         "relative_error": prediction.relative_halfwidth, "samples": float(samples_per_epoch * epochs),
+                         "checkpoint_write_s": checkpoint,
+                         "device_memory_gib": (profile.memory.peak_device_bytes / 2**30
+                                               if profile.memory.peak_device_bytes else np.nan)})
+    return pd.DataFrame(rows)
+
+
+def _check_names(catalog_offerings: pd.DataFrame, catalog: Catalog, constraints: Constraints, reference: str | None,
+                 local_ids: set[str]) -> tuple[set[str], set[str], set[str]]:
+    """Validate filter names against the catalog; unknown names get suggestions."""
+    clouds_known = sorted(catalog_offerings["cloud"].dropna().unique().tolist()) if constraints.clouds else []
+    clouds: set[str] = set()
+    for cloud in constraints.clouds:
+        match = [c for c in clouds_known if c.lower() == cloud.strip().lower()]
+        if not match:
+            near = names.suggest(cloud, clouds_known)
+            hint = f"did you mean {', '.join(near)}?" if near else f"the catalog has {', '.join(clouds_known)}"
+            raise TrainwiseError(f"--cloud {cloud}: no such cloud in catalog {catalog.name}: {hint}")
+        clouds.add(match[0])
+    regions_known = (sorted(set(catalog_offerings["region"].dropna()) | set(catalog_offerings["zone"].dropna()))
+                     if constraints.regions else [])
+    regions: set[str] = set()
+    for region in constraints.regions:
+        match = [r for r in regions_known if r.lower() == region.strip().lower()]
+        if not match:
+            near = names.suggest(region, regions_known)
+            hint = f"did you mean {', '.join(near)}?" if near else "list them with `trainwise catalog regions`"
+            raise TrainwiseError(f"--region {region}: no such region or zone in catalog {catalog.name}: {hint}")
+        regions.add(match[0])
+    accelerators = {catalog.accelerator(name).name for name in constraints.accelerators}
+    if reference is not None and reference not in local_ids and not (catalog_offerings["offering_id"] == reference).any():
+        near = names.suggest(reference, catalog_offerings["offering_id"].dropna().tolist() + sorted(local_ids))
+        hint = f"did you mean {', '.join(near)}?" if near else "pass an offering_id from `trainwise catalog search`"
+        raise TrainwiseError(f"unknown reference offering {reference!r}: {hint}")
+    return clouds, regions, accelerators
+
+
+def _price_provenance(offerings: pd.DataFrame, catalog: Catalog) -> pd.Series:
+    names_ = offerings["catalog"].fillna("")
+    dates = offerings["price_date"].fillna("undated")
+    out = pd.Series("catalog " + names_ + ", " + dates + " snapshot", index=offerings.index)
+    out = out.mask(names_ == "seed-2021", "seed-2021 (" + dates + ")")
+    out = out.mask(names_.str.startswith("user:") | offerings["source"].fillna("").str.contains("offering ", regex=False),
+                   "user file (" + offerings["source"].fillna("") + ")")
+    out = out.mask(names_ == "assumed", "assumed (amortised workstation; see assumptions)")
+    return out
+
+
+def _egress_price(catalog: Catalog) -> tuple[float, str]:
+    rows = catalog.egress[catalog.egress["scope"] == "object_storage"] if len(catalog.egress) else catalog.egress
+    if len(rows):
+        return float(rows["usd_per_gb"].iloc[0]), str(rows["source"].iloc[0])
+    return 0.01, "seed 003 §4: object-storage egress 0.01 $/GB (DIGEST §4)"
+
+
+# ----------------------------------------------------------------------------------- plan()
+
+
+def check_inputs(catalog: Catalog, constraints: Constraints, options: PlanOptions | None = None,
+                 local_offering: Offering | Catalog | None = None) -> None:
+    """Validate the filter and reference names against the catalog before any expensive step
+    (profiling): unknown clouds, regions, accelerators or offerings get suggestions."""
+    options = options or PlanOptions()
+    local_ids = {o.offering_id for o in _local_offerings(local_offering)}
+    _check_names(catalog.offerings, catalog, constraints, options.reference, local_ids)
+
+
+
+def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, constraints: Constraints | None = None, *,
+         epoch_options: Sequence[int] = DEFAULT_EPOCH_OPTIONS, local_offering: Offering | Catalog | None = None,
+         options: PlanOptions | None = None, sources: Sequence[RuntimeSource] = DEFAULT_SOURCES) -> PlanResult:
+    """Rank every predicted (offering × market × batch size × epoch option) for `objective` under
+    `constraints`. Raises InfeasiblePlanError when nothing is feasible at the primary epoch option."""
+    objective = objective or Objective()
+    constraints = (constraints or Constraints()).with_objective(objective)
+    options = options or PlanOptions()
+    epochs_list = tuple(sorted({int(e) for e in epoch_options}))
+    if not epochs_list or any(e <= 0 for e in epochs_list):
+        raise TrainwiseError(f"epoch options must be positive whole numbers (got {list(epoch_options)!r})")
+    primary = options.primary_epochs or max(epochs_list)
+    if primary not in epochs_list:
+        epochs_list = tuple(sorted({*epochs_list, primary}))
+    this_host = options.this_host or socket.gethostname()
+
+    labelled = _labelled(profiles, catalog, this_host)
+    locals_ = _local_offerings(local_offering) if any(p.here for p in labelled) else []
+    local_ids = {o.offering_id for o in locals_}
+    base = catalog.offerings
+    local_frame = frame_from_offerings(locals_) if locals_ else base.iloc[:0]
+    offerings = pd.concat([base, local_frame], ignore_index=True) if len(local_frame) else base.reset_index(drop=True)
+    offerings = offerings.drop_duplicates("offering_id", keep="last").reset_index(drop=True)
+    clouds, regions, accelerators = _check_names(offerings, catalog, constraints, options.reference, local_ids)
+
+    predictions = _predictions(labelled, epochs_list, options.estimator, options.checkpoint_write_s)
+    context = RuntimeContext(profiles=tuple(labelled), predictions=predictions, local_offering_ids=frozenset(local_ids))
+    runtime = collect(offerings, context, sources)
+    extra = predictions[["profile", "epochs", "samples", "checkpoint_write_s", "device_memory_gib"]]
+    runtime = runtime.merge(extra, on=["profile", "epochs"], how="left")
+
+    candidates = _expand_markets(runtime, offerings)
+    candidates["price_provenance"] = _price_provenance(offerings, catalog).to_numpy()[candidates["offering_row"].to_numpy()]
+    _cost_model(candidates, catalog, options)
+    flags: list[str] = []
+    exclusions = _apply_constraints(candidates, constraints, clouds, regions, accelerators, primary)
+    _rank(candidates, objective)
+    reference_label = _reference_metrics(candidates, options.reference, local_ids)
+    candidates["pareto"] = False
+    feasible = candidates["feasible"].to_numpy()
+    if feasible.any():
+        mask = pareto_mask_grouped(candidates["wall_s"].to_numpy()[feasible], candidates["total_cost"].to_numpy()[feasible],
+                                   candidates["epochs"].to_numpy()[feasible])
+        pareto = np.zeros(len(candidates), dtype=bool)
+        pareto[np.flatnonzero(feasible)[mask]] = True
+        candidates["pareto"] = pareto
+
+    not_predicted = _not_predicted(offerings, runtime, clouds, regions, accelerators, constraints, local_ids)
+    flags += _profile_flags(labelled, runtime)
+    if not (candidates["feasible"].to_numpy() & (candidates["epochs"].to_numpy() == primary)).any():
+        raise _infeasible(candidates, objective, constraints, exclusions, primary, not_predicted, labelled)
+    flags += _robustness_flags(candidates, objective, epochs_list, constraints)
+    assumptions = _assumptions(catalog, options, locals_, candidates, predictions)
+    plans = candidates.drop(columns=["offering_row", "_spot", "_cloudy", "_granularity_s", "_seq"])
+    profile_rows = tuple({"label": p.label, "host": p.host, "device": p.device, "accelerator": p.accelerator,
+                          "provenance": p.provenance, "batch_size": p.profile.dataset.global_batch_size,
+                          "workload": p.profile.workload, "created_at": p.profile.created_at} for p in labelled)
+    from trainwise.plan.metrics import inconsistencies
+
+    return PlanResult(plans=plans, not_predicted=not_predicted, primary_epochs=primary, epoch_options=epochs_list,
+                      objective=objective, constraints=constraints, flags=tuple(flags), assumptions=tuple(assumptions),
+                      exclusions=dict(exclusions), catalog_caption=catalog.caption, reference=reference_label,
+                      profiles=profile_rows,
+                      inconsistencies=tuple(f"{i.where}: stated {i.stated}, inputs give {i.computed:.3g} — {i.explanation}"
+                                            for i in inconsistencies()))
+
+
+_OFFERING_FIELDS = ["offering_id", "catalog", "cloud", "region", "zone", "instance_type", "accelerator",
+                    "accelerator_count", "accelerator_memory_gib", "kind", "billing", "min_billed_seconds"]
+
+
+def _expand_markets(runtime: pd.DataFrame, offerings: pd.DataFrame) -> pd.DataFrame:
+    """One row per (runtime row, market with a price), built column by column with numpy takes."""
+    rows = runtime["offering_row"].to_numpy().astype("int64")
+    on_demand = offerings["price_per_hour"].to_numpy()[rows]
+    spot = offerings["spot_price_per_hour"].to_numpy()[rows]
+    sel_on = np.flatnonzero(~np.isnan(on_demand))
+    sel_spot = np.flatnonzero(~np.isnan(spot))
+    sel = np.concatenate([sel_on, sel_spot])
+    is_spot = np.concatenate([np.zeros(sel_on.size, dtype=bool), np.ones(sel_spot.size, dtype=bool)])
+    data: dict[str, Any] = {column: runtime[column].to_numpy()[sel] for column in runtime.columns}
+    data["market"] = np.where(is_spot, "spot", "on-demand").astype(object)
+    data["price_per_hour"] = np.where(is_spot, spot[sel], on_demand[sel])
+    idx = rows[sel]
+    kind = offerings["kind"].fillna("cloud")
+    billing = offerings["billing"].fillna("per_second")
+    for column in _OFFERING_FIELDS:
+        source = kind if column == "kind" else billing if column == "billing" else offerings[column]
+        data[column] = source.to_numpy()[idx]
+    data["min_billed_seconds"] = np.nan_to_num(data["min_billed_seconds"].astype("float64"), nan=0.0)
+    # numeric/boolean helpers, computed once per offering (the cost model and filters use them)
+    data["_spot"] = is_spot
+    data["_cloudy"] = (kind != "on_premise").to_numpy()[idx]
+    data["_granularity_s"] = billing.map(costs.GRANULARITY_S).to_numpy(dtype="float64")[idx]
+    data["_seq"] = np.arange(sel.size)
+    market_label = np.where(is_spot, " | spot | batch ", " | on-demand | batch ").astype(object)
+    codes, inverse = np.unique(np.stack([data["batch_size"].astype("int64"), data["epochs"].astype("int64")], axis=1),
+                               axis=0, return_inverse=True)
+    suffixes = np.array([f"{b} | {e} epochs" for b, e in codes.tolist()], dtype=object)[inverse.reshape(-1)]
+    data["plan_id"] = data["offering_id"].astype(object) + market_label + suffixes
+    return pd.DataFrame(data)
+
+
+def _cost_model(frame: pd.DataFrame, catalog: Catalog, options: PlanOptions) -> None:
+    """Adds time, band, cost and metric columns in place (the frame is the planner's own)."""
+    cloudy = frame["_cloudy"].to_numpy()
+    spot = frame["_spot"].to_numpy()
+    low_p, mid_p, high_p = options.provisioning_s
+    provisioning = np.where(cloudy, mid_p, 0.0)
+    provisioning_low = np.where(cloudy, low_p, 0.0)
+    provisioning_high = np.where(cloudy, high_p, 0.0)
+    dataset_gb = options.dataset_gb or 0.0
+    staging = np.where(cloudy, costs.staging_seconds(dataset_gb * 1e9, options.staging_bytes_per_s), 0.0)
+    training = frame["training_s"].to_numpy()
+    rate = np.where(spot, options.interruptions_per_hour, 0.0)
+    restart = provisioning + frame["init_s"].to_numpy()
+    spot_model = costs.spot_expectation(training, rate, frame["checkpoint_write_s"].to_numpy(), restart)
+    expected = spot_model["expected_s"]
+    factor = np.where(training > 0, expected / np.where(training > 0, training, 1.0), 1.0)
+    spread = 1.96 * spot_model["std_s"]
+    wall = provisioning + staging + expected
+    low = provisioning_low + staging + np.maximum(frame["training_low_s"].to_numpy() * factor - spread,
+                                                  frame["training_low_s"].to_numpy())
+    high = provisioning_high + staging + frame["training_high_s"].to_numpy() * factor + spread
+    frame["provisioning_s"] = provisioning
+    frame["staging_s"] = staging
+    frame["preemption_loss_s"] = spot_model["loss_s"]
+    frame["expected_interruptions"] = spot_model["interruptions"]
+    frame["checkpoint_interval_s"] = spot_model["interval_s"]
+    frame["wall_s"] = wall
+    frame["low_s"] = np.minimum(low, wall)
+    frame["high_s"] = np.maximum(high, wall)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frame["relative_band"] = np.where(wall > 0, (frame["high_s"] - frame["low_s"]) / 2 / wall, 0.0)
+    billing = frame["_granularity_s"].to_numpy()
+    minimum = frame["min_billed_seconds"].to_numpy()
+    price = frame["price_per_hour"].to_numpy()
+
+    def billed_cost(seconds: np.ndarray) -> np.ndarray:
+        billed = np.ceil(np.maximum(seconds, minimum) / billing - 1e-9) * billing
+        return billed / 3600.0 * price
+
+    egress_usd_per_gb, _ = _egress_price(catalog)
+    egress = np.where(cloudy, costs.egress_cost(dataset_gb, egress_usd_per_gb), 0.0)
+    storage = np.where(cloudy, costs.storage_cost(dataset_gb, options.storage_usd_per_gb_month, wall), 0.0)
+    frame["compute_cost"] = billed_cost(wall)
+    frame["egress_cost"] = egress
+    frame["storage_cost"] = storage
+    frame["total_cost"] = frame["compute_cost"] + egress + storage
+    frame["cost_low"] = billed_cost(frame["low_s"].to_numpy()) + egress + storage
+    frame["cost_high"] = billed_cost(frame["high_s"].to_numpy()) + egress + storage
+    frame["usd_per_epoch"] = frame["total_cost"] / frame["epochs"]
+    frame["usd_per_1m_samples"] = frame["total_cost"] / frame["samples"] * 1e6
+    frame["status"] = "predicted"
+
+
+def _apply_constraints(frame: pd.DataFrame, constraints: Constraints, clouds: set[str], regions: set[str],
+                       accelerators: set[str], primary: int) -> dict[str, int]:
+    """Mark `feasible` and the first constraint that excludes each candidate (`excluded_by`)."""
+    n = len(frame)
+    checks: list[tuple[str, np.ndarray]] = []
+    if clouds:
+        checks.append(("cloud", frame["cloud"].isin(clouds).to_numpy()))
+    if regions:
+        checks.append(("region", (frame["region"].isin(regions) | frame["zone"].isin(regions)).to_numpy()))
+    if accelerators:
+        checks.append(("accelerator", frame["accelerator"].isin(accelerators).to_numpy()))
+    if not constraints.allow_spot:
+        checks.append(("spot", ~frame["_spot"].to_numpy()))
+    memory = frame["accelerator_memory_gib"].to_numpy()
+    is_gpu = frame["accelerator"].notna().to_numpy()
+    if constraints.min_gpu_memory_gib is not None:
+        checks.append(("min-gpu-memory", is_gpu & (np.nan_to_num(memory, nan=-1.0) >= constraints.min_gpu_memory_gib)))
+    need = frame["device_memory_gib"].to_numpy()
+    fits = ~(is_gpu & ~np.isnan(need) & ~np.isnan(memory) & (memory < need))
+    checks.append(("model-fit", fits))
+    if constraints.deadline_s is not None:
+        checks.append(("deadline", frame["wall_s"].to_numpy() <= constraints.deadline_s))
+    if constraints.budget_usd is not None:
+        checks.append(("budget", frame["total_cost"].to_numpy() <= constraints.budget_usd))
+    excluded_by = np.full(n, "", dtype=object)
+    feasible = np.ones(n, dtype=bool)
+    counts: dict[str, int] = {}
+    at_primary = (frame["epochs"] == primary).to_numpy()
+    for name, ok in checks:
+        newly = feasible & ~ok
+        excluded_by[newly] = name
+        counts[name] = int((newly & at_primary).sum())
+        feasible &= ok
+    frame["feasible"] = feasible
+    frame["excluded_by"] = excluded_by
+    return counts
+
+
+def _sort_keys(objective: Objective) -> list[str]:
+    if objective.kind in ("fastest", "budget"):
+        return ["wall_s", "total_cost"]
+    if objective.kind in ("cheapest", "deadline"):
+        return ["total_cost", "wall_s"]
+    return ["_neg_score", "total_cost", "wall_s"]
+
+
+def _weighted_score(frame: pd.DataFrame, objective: Objective, within: np.ndarray) -> np.ndarray:
+    """PRESTO: per epoch option, each metric min–max normalised over `within` rows, lower-is-better
+    inverted (1 − minmax), score = Σ w·m'. Rows outside `within` are scored against the same ranges."""
+    from trainwise.plan.objectives import WEIGHTED_METRICS
+
+    score = np.zeros(len(frame))
+    epochs = frame["epochs"].to_numpy()
+    for e in np.unique(epochs):
+        group = epochs == e
+        ref = group & within
+        if not ref.any():
+            ref = group
+        for name, weight in objective.weights.items():
+            if weight == 0:
+                continue
+            values = frame[WEIGHTED_METRICS[name]].to_numpy()
+            lo, hi = values[ref].min(), values[ref].max()
+            normalised = np.zeros(group.sum()) if hi == lo else (values[group] - lo) / (hi - lo)
+            score[group] += weight * (1.0 - normalised)
+    return score
+
+
+def _rank(frame: pd.DataFrame, objective: Objective) -> None:
+    """`rank` 1, 2, … within each epoch option among the feasible rows (NaN for the rest), by the
+    objective's keys, ties broken by the deterministic construction order. numpy lexsort: no frame sort."""
+    feasible = frame["feasible"].to_numpy()
+    score = _weighted_score(frame, objective, feasible) if objective.kind == "weighted" else np.full(len(frame), np.nan)
+    frame["score"] = score
+    keys = {"_neg_score": -np.nan_to_num(score, nan=0.0)}
+    columns = [frame["epochs"].to_numpy()]
+    for key in _sort_keys(objective):
+        columns.append(keys[key] if key in keys else frame[key].to_numpy())
+    columns.append(frame["_seq"].to_numpy())
+    order = np.lexsort(tuple(reversed(columns)))
+    ordered = order[feasible[order]]
+    rank = np.full(len(frame), np.nan)
+    if ordered.size:
+        epochs = frame["epochs"].to_numpy()[ordered]
+        starts = np.flatnonzero(np.concatenate([[True], epochs[1:] != epochs[:-1]]))
+        group_start = np.repeat(starts, np.diff(np.concatenate([starts, [ordered.size]])))
+        rank[ordered] = np.arange(ordered.size) - group_start + 1
+    frame["rank"] = rank
+
+
+def _reference_metrics(frame: pd.DataFrame, reference: str | None, local_ids: set[str]) -> str | None:
+    """speedup, cost efficiency (1 − C/C_ref), break-even speedup (p/p_ref) and the speedup with
+    staging S' = S·T/(T + t) against the reference platform, per epoch option."""
+    target = reference or (next(iter(sorted(local_ids))) if local_ids else None)
+    for column in ("speedup", "speedup_with_staging", "cost_efficiency", "break_even_speedup"):
+        frame[column] = np.nan
+    if target is None:
+        return None
+    ref_rows = frame[(frame["offering_id"] == target) & (frame["market"] == "on-demand")]
+    if ref_rows.empty:
+        ref_rows = frame[frame["offering_id"] == target]
+    if ref_rows.empty:
+        return f"{target} (not predicted: no metrics against it)"
+    ref = ref_rows.sort_values("wall_s", kind="stable").groupby("epochs").first()[["wall_s", "training_s", "total_cost",
+                                                                                  "price_per_hour"]]
+    epochs = frame["epochs"].to_numpy()
+    lookup = np.full(int(epochs.max()) + 1 if len(epochs) else 1, -1, dtype="int64")
+    lookup[ref.index.to_numpy().astype("int64")] = np.arange(len(ref))
+    position = lookup[epochs]
+    present = position >= 0
+
+    def column(name: str) -> np.ndarray:
+        return np.where(present, ref[name].to_numpy()[np.maximum(position, 0)], np.nan)
+
+    training_ref = column("training_s")
+    frame["speedup"] = training_ref / frame["training_s"].to_numpy()
+    frame["speedup_with_staging"] = training_ref / (frame["training_s"].to_numpy() + frame["staging_s"].to_numpy())
+    frame["cost_efficiency"] = 1.0 - frame["total_cost"].to_numpy() / column("total_cost")
+    frame["break_even_speedup"] = frame["price_per_hour"].to_numpy() / column("price_per_hour")
+    return target
+
+
+def _not_predicted(offerings: pd.DataFrame, runtime: pd.DataFrame, clouds: set[str], regions: set[str],
+                   accelerators: set[str], constraints: Constraints, local_ids: set[str]) -> pd.DataFrame:
+    predicted_rows = set(runtime["offering_row"].astype("int64").tolist())
+    mask = ~offerings.index.isin(list(predicted_rows)) & ~offerings["offering_id"].isin(local_ids)
+    mask &= offerings["price_per_hour"].notna() | offerings["spot_price_per_hour"].notna()
+    if clouds:
+        mask &= offerings["cloud"].isin(clouds)
+    if regions:
+        mask &= offerings["region"].isin(regions) | offerings["zone"].isin(regions)
+    if accelerators:
+        mask &= offerings["accelerator"].isin(accelerators)
+    if constraints.min_gpu_memory_gib is not None:
+        mask &= offerings["accelerator_memory_gib"].fillna(-1) >= constraints.min_gpu_memory_gib
+    rest = offerings[mask]
+    columns = ["cloud", "accelerator", "accelerator_count", "offerings", "regions", "min_price_per_hour",
+               "min_spot_price_per_hour", "catalog", "status"]
+    if rest.empty:
+        return pd.DataFrame({c: [] for c in columns})
+    grouped = rest.assign(accelerator=rest["accelerator"].fillna("none")).groupby(
+        ["cloud", "accelerator", "accelerator_count"], dropna=False, sort=True).agg(
+        offerings=("offering_id", "size"), regions=("region", "nunique"), min_price_per_hour=("price_per_hour", "min"),
+        min_spot_price_per_hour=("spot_price_per_hour", "min"), catalog=("catalog", "first")).reset_index()
+    grouped["status"] = NOT_PREDICTED
+    return grouped[columns]
+
+
+def _profile_flags(profiles: Sequence[LabelledProfile], runtime: pd.DataFrame) -> list[str]:
+    flags = []
+    used = set(runtime["profile"].unique()) if len(runtime) else set()
+    for p in profiles:
+        if p.label in used:
+            continue
+        if p.accelerator is None and p.profile.environment.device != "cpu":
+            flags.append(f"profile {p.label}: device {p.device!r} is not an accelerator the catalog knows; not matched to any offering")
+        elif p.accelerator is None:
+            flags.append(f"profile {p.label}: a CPU profile from {p.host} (not this machine) has no offering to price it on")
+        else:
+            flags.append(f"profile {p.label}: no single-{p.accelerator} offering in the catalog to price it on")
+    return flags
+
+
+def _robustness_flags(frame: pd.DataFrame, objective: Objective, epochs_list: Sequence[int],
+                      constraints: Constraints) -> list[str]:
+    """Malta's observation (DIGEST §1): the best choice can flip with the epoch count; and a winner
+    whose runner-up lies within its uncertainty band is not a clear winner."""
+    flags = []
+    top = frame.iloc[np.flatnonzero(frame["rank"].to_numpy() <= 2)]
+    winners: dict[int, str] = {}
+    by_cost = objective.kind in ("cheapest", "deadline")
+    value, low, high = ("total_cost", "cost_low", "cost_high") if by_cost else ("wall_s", "low_s", "high_s")
+    for e in epochs_list:
+        group = top[top["epochs"] == e].sort_values("rank")
+        if group.empty:
+            flags.append(f"{e} epochs: no feasible plan")
+            continue
+        first = group.iloc[0]
+        winners[e] = f"{first['offering_id']} ({first['market']}, batch {first['batch_size']})"
+        if len(group) > 1:
+            second = group.iloc[1]
+            if second[low] <= first[high] and first[low] <= second[high]:
+                what = "cost" if by_cost else "time"
+                flags.append(f"{e} epochs: the top two plans overlap within the {what} uncertainty band — "
+                             f"{winners[e]} {_fmt(first, value)} vs {second['offering_id']} ({second['market']}, "
+                             f"batch {second['batch_size']}) {_fmt(second, value)}: treat them as tied")
+        if constraints.deadline_s is not None and first["high_s"] > constraints.deadline_s:
+            flags.append(f"{e} epochs: {winners[e]} meets the deadline on expectation but its band reaches "
+                         f"{format_hours(first['high_s'])} > {format_hours(constraints.deadline_s)}")
+    if len(set(winners.values())) > 1:
+        flags.append("the best plan changes with the epoch count (Malta, DIGEST §1): "
+                     + "; ".join(f"{e} epochs → {w}" for e, w in winners.items()))
+    return flags
+
+
+def _fmt(row: Any, value: str) -> str:
+    if value == "total_cost":
+        return f"${row['total_cost']:.4g} (${row['cost_low']:.4g}–${row['cost_high']:.4g})"
+    return f"{format_hours(row['wall_s'])} ({format_hours(row['low_s'])}–{format_hours(row['high_s'])})"
+
+
+def _describe_constraint(name: str, constraints: Constraints) -> str:
+    return {
+        "cloud": f"--cloud {','.join(constraints.clouds)}",
+        "region": f"--region {','.join(constraints.regions)}",
+        "accelerator": f"--accelerator {','.join(constraints.accelerators)}",
+        "spot": "--no-spot",
+        "min-gpu-memory": f"--min-gpu-memory {constraints.min_gpu_memory_gib:g}" if constraints.min_gpu_memory_gib else "",
+        "model-fit": "the model's measured device memory (it must fit)",
+        "deadline": f"--deadline {format_hours(constraints.deadline_s)}",
+        "budget": f"--budget ${constraints.budget_usd:,.2f}" if constraints.budget_usd else "",
+    }[name]
+
+
+def _infeasible(frame: pd.DataFrame, objective: Objective, constraints: Constraints, exclusions: Mapping[str, int],
+                primary: int, not_predicted: pd.DataFrame, profiles: Sequence[LabelledProfile]) -> InfeasiblePlanError:
+    at_primary = frame[frame["epochs"] == primary]
+    if at_primary.empty:
+        devices = ", ".join(sorted({p.device for p in profiles}))
+        hint = ""
+        if len(not_predicted):
+            hint = (f"; {int(not_predicted['offerings'].sum())} offerings match the filters but are "
+                    f"{NOT_PREDICTED} — profile the job on one of their accelerators and pass --profile")
+        return InfeasiblePlanError(f"no offering could be predicted: the profiles were measured on {devices}, and no "
+                                   f"offering left by the filters runs on that{hint}", None, None)
+    excluded = at_primary[at_primary["excluded_by"] != ""]
+    last = next((name for name in reversed(CONSTRAINT_ORDER) if exclusions.get(name)), None)
+    culprit = excluded[excluded["excluded_by"] == last] if last else excluded
+    if objective.kind in ("fastest", "budget") or last == "deadline":
+        best = culprit.sort_values(["wall_s", "total_cost"], kind="stable").iloc[0]
+    else:
+        best = culprit.sort_values(["total_cost", "wall_s"], kind="stable").iloc[0]
+    earlier = [f"{_describe_constraint(n, constraints)} ({exclusions[n]})" for n in CONSTRAINT_ORDER
+               if exclusions.get(n) and n != last]
+    info = {k: best[k] for k in ("plan_id", "offering_id", "market", "batch_size", "epochs", "wall_s", "total_cost")}
+    message = (f"no plan meets the constraints: {_describe_constraint(last, constraints)} excluded the last "
+               f"{exclusions[last]} candidate(s) at {primary} epochs"
+               + (f" (earlier: {', '.join(earlier)})" if earlier else "")
+               + f"; the best infeasible option is {best['offering_id']} ({best['market']}, batch {best['batch_size']}) "
+               f"at {format_hours(best['wall_s'])} for ${best['total_cost']:.4g}")
+    if last in ("cloud", "region", "accelerator", "min-gpu-memory") and len(not_predicted):
+        message += (f"; {int(not_predicted['offerings'].sum())} offering(s) pass the filters but are {NOT_PREDICTED}: "
+                    "profile the job on their accelerator and pass --profile")
+    if last == "deadline":
+        message += f" — relax the deadline to at least {format_hours(math.ceil(best['wall_s'] / 60) * 60)}"
+    elif last == "budget":
+        message += f" — raise the budget to at least ${best['total_cost']:.2f}"
+    return InfeasiblePlanError(message, last, info)
+
+
+def _assumptions(catalog: Catalog, options: PlanOptions, locals_: Sequence[Offering], frame: pd.DataFrame,
+                 predictions: pd.DataFrame) -> list[str]:
+    low, mid, high = options.provisioning_s
+    egress_price, egress_source = _egress_price(catalog)
+    out = [
+        f"prices: {catalog.caption}",
+        f"training time: trainwise's same-machine estimator (estimator {options.estimator!r}) on each profile; "
+        "the band is the steady-state 95 % interval",
+        f"provisioning/boot of a cloud machine: {mid / 60:.1f} min (band {low / 60:.0f}–{high / 60:.0f} min) — "
+        f"{options.provisioning_source}; on-premise and this machine: 0",
+        "billing: the whole wall time (boot included) at the offering's granularity and minimum",
+    ]
+    if options.dataset_gb:
+        out.append(f"data staging to cloud machines: {options.dataset_gb:g} GB at {options.staging_bytes_per_s / 1e6:.2f} MB/s "
+                   f"({options.staging_source}); egress {egress_price:g} $/GB ({egress_source}); storage "
+                   f"{options.storage_usd_per_gb_month:g} $/GB-month for the run")
+    else:
+        out.append("data staging, egress and storage: not included (dataset size unknown: pass --dataset-gb)")
+    checkpoints = sorted(set(np.round(predictions["checkpoint_write_s"].to_numpy(), 2)))
+    out.append(f"spot/preemptible: {options.interruptions_per_hour:g} interruptions/h ({options.interruption_source}); "
+               f"checkpoint every sqrt(2·C·MTBF) (Young/Daly) with C = "
+               + ", ".join(f"{c:g}" for c in checkpoints)
+               + (" s (given)" if options.checkpoint_write_s is not None else
+                  " s (assumed: 1 s + model and optimizer state at 200 MB/s)")
+               + "; restart = provisioning + T(Init); band ±1.96 σ of the interruption count")
+    for offering in locals_:
+        out.append(f"this machine ({offering.offering_id}): {offering.price_per_hour:.4f} $/h — "
+                   + ("; ".join(offering.notes) or offering.source))
+    out.append("offerings with more than one accelerator, and accelerators no profile ran on, are listed as "
+               f"'{NOT_PREDICTED}'")
+    return out

@@ -1,0 +1,187 @@
+"""Where a candidate's training time comes from: pluggable runtime sources.
+
+A runtime source is a callable `source(offerings, context) -> DataFrame` that returns, for the
+offerings it can predict, one row per (offering row, profile, epoch option) with the columns in
+`RUNTIME_COLUMNS`: the predicted training seconds with their band, the breakdown, the provenance
+string shown in every report, and the relative error. The planner asks the sources in order of
+preference and keeps, for each (offering, batch size, epoch option), the first source's answer.
+
+Sources today (issue "plan"):
+- `measured_profiles`: a profile whose `environment.device_name` resolves (catalog alias table) to
+  the offering's accelerator — measured here, or on another host and imported (`--profile`);
+  single-device profiles price single-device offerings only (scaling to N devices is the device
+  model's job);
+- `this_machine`: a profile taken on this host, priced on the local (on-premise) offering.
+The device model (a later issue) plugs in as a third source, after these two, without touching the
+planner: it returns the same columns with provenance "modelled ±x %".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from trainwise.catalog.model import Catalog
+from trainwise.errors import TrainwiseError
+from trainwise.profile.schema import Profile
+
+RUNTIME_COLUMNS = ("offering_row", "profile", "epochs", "training_s", "training_low_s", "training_high_s",
+                   "init_s", "first_epoch_s", "steady_s", "validation_s", "time_provenance", "relative_error",
+                   "time_source")
+
+_VENDOR_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "google")
+_MEMORY_WORDS = ("hbm3e", "hbm3", "hbm2e", "hbm2", "gddr6x", "gddr6")
+
+
+@dataclass(frozen=True)
+class LabelledProfile:
+    label: str
+    profile: Profile
+    accelerator: str | None  # canonical accelerator name when the profile ran on a known GPU/TPU
+    here: bool               # taken on this host
+
+    @property
+    def host(self) -> str:
+        return self.profile.environment.hostname
+
+    @property
+    def provenance(self) -> str:
+        return "measured here" if self.here else f"measured on {self.host} (imported)"
+
+    @property
+    def device(self) -> str:
+        env = self.profile.environment
+        return env.device_name or env.device
+
+
+@dataclass(frozen=True)
+class RuntimeContext:
+    profiles: Sequence[LabelledProfile]
+    predictions: pd.DataFrame      # one row per (profile, epochs): see planner._predictions
+    local_offering_ids: frozenset[str] = field(default_factory=frozenset)
+
+
+RuntimeSource = Callable[[pd.DataFrame, RuntimeContext], pd.DataFrame]
+
+
+def resolve_device(device_name: str | None, catalog: Catalog) -> str | None:
+    """Canonical accelerator of a CUDA device name ("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB",
+    "NVIDIA H100 80GB HBM3"), or None when it is a CPU or unknown."""
+    if not device_name:
+        return None
+    words = device_name.replace("_", " ").split()
+    candidates = [" ".join(words)]
+    stripped = [w for w in words if w.lower() not in _VENDOR_WORDS]
+    candidates.append(" ".join(stripped))
+    candidates.append(" ".join(w for w in stripped if w.lower() not in _MEMORY_WORDS))
+    for candidate in candidates:
+        if not candidate:
+            continue
+        try:
+            return catalog.accelerator(candidate).name
+        except TrainwiseError:
+            continue
+    return None
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({column: [] for column in RUNTIME_COLUMNS})
+
+
+def _attach(matches: pd.DataFrame, context: RuntimeContext, provenance: dict[str, str], source: str) -> pd.DataFrame:
+    """(offering_row, profile) matches × the profile's predictions for every epoch option
+    (integer joins: one profile's predictions are contiguous rows of `context.predictions`)."""
+    if matches.empty:
+        return _empty()
+    labels = [p.label for p in context.profiles]
+    index = {label: i for i, label in enumerate(labels)}
+    predictions = context.predictions
+    pred_profile = predictions["profile"].map(index).to_numpy()
+    order = np.argsort(pred_profile, kind="stable")
+    counts = np.bincount(pred_profile, minlength=len(labels))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    match_profile = matches["profile"].map(index).to_numpy()
+    per_match = counts[match_profile]
+    match_rows = np.repeat(np.arange(len(matches)), per_match)
+    offsets = np.arange(per_match.sum()) - np.repeat(np.cumsum(per_match) - per_match, per_match)
+    pred_rows = order[np.repeat(starts[match_profile], per_match) + offsets]
+    data = {"offering_row": matches["offering_row"].to_numpy()[match_rows]}
+    for column in RUNTIME_COLUMNS:
+        if column in ("offering_row", "time_provenance", "time_source"):
+            continue
+        data[column] = predictions[column].to_numpy()[pred_rows]
+    prov = np.array([provenance.get(label, "") for label in labels], dtype=object)
+    data["time_provenance"] = prov[match_profile[match_rows]]
+    data["time_source"] = np.full(match_rows.size, source, dtype=object)
+    data["_profile_idx"] = match_profile[match_rows]
+    return pd.DataFrame(data)
+
+
+def measured_profiles(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFrame:
+    """Offerings whose accelerator is the one a profile was measured on (one device)."""
+    by_accelerator = [(p.label, p.accelerator) for p in context.profiles if p.accelerator is not None]
+    if not by_accelerator:
+        return _empty()
+    table = pd.DataFrame(by_accelerator, columns=["profile", "accelerator"])
+    single = offerings[(offerings["accelerator_count"] == 1.0) & offerings["accelerator"].notna()]
+    rows = pd.DataFrame({"offering_row": single.index.to_numpy(), "accelerator": single["accelerator"].to_numpy()})
+    matches = rows.merge(table, on="accelerator", how="inner")[["offering_row", "profile"]]
+    provenance = {p.label: f"{p.provenance} on {p.accelerator}" for p in context.profiles}
+    return _attach(matches, context, provenance, "measured")
+
+
+def this_machine(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFrame:
+    """Profiles taken on this host, priced on the local offering(s)."""
+    here = [p.label for p in context.profiles if p.here]
+    if not here or not context.local_offering_ids:
+        return _empty()
+    local_rows = offerings.index[offerings["offering_id"].isin(context.local_offering_ids)].to_numpy()
+    matches = pd.DataFrame([(row, label) for row in local_rows for label in here], columns=["offering_row", "profile"])
+    provenance = {p.label: f"measured here (this machine: {p.device})" for p in context.profiles}
+    return _attach(matches, context, provenance, "this machine")
+
+
+DEFAULT_SOURCES: tuple[RuntimeSource, ...] = (measured_profiles, this_machine)
+NOT_PREDICTED = "not predicted (device model not available yet)"
+
+
+def collect(offerings: pd.DataFrame, context: RuntimeContext, sources: Sequence[RuntimeSource]) -> pd.DataFrame:
+    """Every source's rows, the preferred source first for each (offering, batch size, epochs)."""
+    frames = []
+    for priority, source in enumerate(sources):
+        frame = source(offerings, context)
+        if len(frame):
+            missing = [c for c in RUNTIME_COLUMNS if c not in frame.columns]
+            if missing:
+                raise TypeError(f"runtime source {getattr(source, '__name__', source)!r} lacks columns {missing}")
+            extra = ["_profile_idx"] if "_profile_idx" in frame.columns else []
+            frame = frame[list(RUNTIME_COLUMNS) + extra].copy()
+            frame["priority"] = priority
+            frames.append(frame)
+    if not frames:
+        out = _empty()
+        out["priority"] = pd.Series(dtype="int64")
+        out["batch_size"] = pd.Series(dtype="int64")
+        return out.astype({"offering_row": "int64", "epochs": "int64"})
+    frame = pd.concat(frames, ignore_index=True).astype({"offering_row": "int64", "epochs": "int64"})
+    index = {p.label: i for i, p in enumerate(context.profiles)}
+    profile_idx = (frame["_profile_idx"].to_numpy() if "_profile_idx" in frame.columns and not frame["_profile_idx"].isna().any()
+                   else frame["profile"].map(index).to_numpy()).astype("int64")
+    batches = np.array([p.profile.dataset.global_batch_size for p in context.profiles], dtype="int64")
+    batch = batches[profile_idx]
+    # Preferred source first, then profile order; keep the first row per (offering, batch, epochs).
+    order = np.lexsort((profile_idx, frame["priority"].to_numpy()))
+    key = np.stack([frame["offering_row"].to_numpy()[order], batch[order], frame["epochs"].to_numpy()[order]], axis=1)
+    _, first = np.unique(key, axis=0, return_index=True)
+    keep = np.sort(order[first])
+    out = frame.iloc[keep].reset_index(drop=True)
+    out["batch_size"] = batch[keep]
+    return out.drop(columns=[c for c in ("_profile_idx",) if c in out.columns])
+
+
+def relative_error_of(low: np.ndarray, high: np.ndarray, total: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (high - low) / 2 / total, 0.0)

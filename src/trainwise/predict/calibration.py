@@ -1,0 +1,598 @@
+"""Calibration of the device model on published measurements, with leave-one-model-out error.
+
+Data (`data/`, every row with its source):
+
+- `calibration.csv`: single-device training throughputs the constants are fitted on (Lambda Labs'
+  PyTorch benchmark tables, NVIDIA DeepLearningExamples performance tables, the seeds' Malta K80/V100
+  runtimes and Erben's T4/A10/RTX8000 throughputs);
+- `validation.csv`: rows never used in the fit — multi-GPU data parallel rows and a held-out model
+  family (EfficientNet) — checked with the full fit;
+- `ratios.csv`: published speedups without absolute numbers (Künas' P100/V100/TPU ratios, Malta's
+  MNIST K80/V100 ratios); fitted as log-ratios (they are what identifies the TPU constants) and
+  reported separately.
+
+Columns of a measurements CSV (`validate --dataset`): exactly
+`model,accelerator,count,per_device_batch,precision,samples_per_s,source`, plus optional `seq_len`,
+`image_size`, `task` (hf: heads mlm/clm/qa/cls), `optimizer`, `framework` (pytorch | tensorflow),
+`notes` and any other column (ignored).
+
+The fit (`fit`) minimises squared log errors of samples/s (relative errors, symmetric in
+over/under-prediction), plus Gaussian priors that keep every constant near a physically sensible
+value when the data say little about it (scipy.optimize.least_squares, bounded). Efficiencies are
+bounded to (0.02, 1], multipliers to [0.3, 3].
+
+Leave-one-out grouping: by **model**. Every row of one model (all accelerators, precisions, batch
+sizes and sources) is held out together, the constants are re-fitted on the rest, and the held-out
+rows are predicted. This is the question trainwise answers — a model nobody has measured — and it
+prevents leaks a row-wise LOO would allow (the same model's other rows fixing its efficiency).
+`loo(group="accelerator")` answers the other question (an accelerator nobody has measured).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict import device_model as dm
+from trainwise.predict.characterise import (
+    COMPUTE_CATEGORIES,
+    PRECISIONS,
+    WorkloadCharacterisation,
+    characterise_named,
+    normalise_precision,
+)
+
+DATA_DIR = Path(__file__).with_name("data")
+CALIBRATION_CSV = DATA_DIR / "calibration.csv"
+VALIDATION_CSV = DATA_DIR / "validation.csv"
+RATIOS_CSV = DATA_DIR / "ratios.csv"
+REQUIRED_COLUMNS = ("model", "accelerator", "count", "per_device_batch", "precision", "samples_per_s", "source")
+RATIO_COLUMNS = ("model", "accelerator", "count", "per_device_batch", "reference_accelerator", "reference_count",
+                 "reference_batch", "precision", "speedup", "source")
+LOG_SIGMA = 0.12  # expected log error of a good prediction: the scale of the data term
+
+
+class Measurement(BaseModel):
+    """One published training throughput."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    line: int = 0
+    model: str
+    accelerator: str
+    count: int = Field(ge=1)
+    per_device_batch: int = Field(ge=1)
+    precision: str
+    samples_per_s: float = Field(gt=0)
+    source: str = Field(min_length=1)
+    seq_len: int | None = Field(default=None, ge=1)
+    image_size: int | None = Field(default=None, ge=1)
+    task: str | None = None
+    optimizer: str | None = None
+    framework: str = "pytorch"
+    notes: str = ""
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v: str) -> str:
+        return normalise_precision(v)
+
+    @field_validator("model", "accelerator", "source")
+    @classmethod
+    def _strip(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("must not be empty")
+        return v
+
+
+class RatioMeasurement(BaseModel):
+    """A published speedup: throughput on `accelerator` / throughput on `reference_accelerator`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    line: int = 0
+    model: str
+    accelerator: str
+    count: int = Field(ge=1)
+    per_device_batch: int = Field(ge=1)
+    reference_accelerator: str
+    reference_count: int = Field(ge=1)
+    reference_batch: int = Field(ge=1)
+    precision: str
+    speedup: float = Field(gt=0)
+    source: str = Field(min_length=1)
+    framework: str = "pytorch"
+    notes: str = ""
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v: str) -> str:
+        return normalise_precision(v)
+
+    def side(self, reference: bool) -> Measurement:
+        return Measurement(line=self.line, model=self.model,
+                           accelerator=self.reference_accelerator if reference else self.accelerator,
+                           count=self.reference_count if reference else self.count,
+                           per_device_batch=self.reference_batch if reference else self.per_device_batch,
+                           precision=self.precision, samples_per_s=1.0, source=self.source, framework=self.framework)
+
+
+def _read_csv(path: str | Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise TrainwiseError(f"dataset {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainwiseError(f"dataset {p} cannot be read ({type(exc).__name__}): pass a UTF-8 CSV file") from None
+    lines = text.splitlines()
+    if not lines or not lines[0].strip():
+        raise TrainwiseError(f"dataset {p} is empty: it needs a header row {','.join(required)}")
+    reader = csv.DictReader(lines)
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise TrainwiseError(f"dataset {p} lacks column(s) {', '.join(missing)}; the header must contain "
+                             f"{','.join(required)} (extra columns are allowed), got {','.join(header)}")
+    rows = []
+    for number, raw in enumerate(reader, start=2):
+        row = {(k or "").strip(): (v or "").strip() for k, v in raw.items() if k is not None}
+        if not any(row.values()):
+            continue
+        if None in raw:
+            raise TrainwiseError(f"dataset {p} line {number}: more fields than header columns (quote fields containing commas)")
+        rows.append((number, row))
+    if not rows:
+        raise TrainwiseError(f"dataset {p} has a header but no rows")
+    return rows
+
+
+def _parse(model_cls: type[BaseModel], path: Path, number: int, row: dict[str, str]) -> Any:
+    data: dict[str, Any] = {k: v for k, v in row.items() if v != ""}
+    data["line"] = number
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "row"
+        value = row.get(where, "")
+        raise TrainwiseError(f"dataset {path} line {number}: column `{where}` {first['msg'].lower()}"
+                             f"{f' (got {value!r})' if value else ''}") from None
+    except TrainwiseError as exc:
+        raise TrainwiseError(f"dataset {path} line {number}: {exc}") from None
+
+
+def load_measurements(path: str | Path, catalog: Any = None, check_accelerators: bool = True) -> list[Measurement]:
+    """Parse and validate a measurements CSV; errors name the line, the column and the fix."""
+    p = Path(path)
+    rows = [_parse(Measurement, p, n, r) for n, r in _read_csv(p, REQUIRED_COLUMNS)]
+    if check_accelerators:
+        catalog = catalog or _catalog()
+        for m in rows:
+            try:
+                catalog.accelerator(m.accelerator)
+            except TrainwiseError as exc:
+                raise TrainwiseError(f"dataset {p} line {m.line}: {exc}") from None
+    return rows
+
+
+def load_ratios(path: str | Path = RATIOS_CSV) -> list[RatioMeasurement]:
+    p = Path(path)
+    return [_parse(RatioMeasurement, p, n, r) for n, r in _read_csv(p, RATIO_COLUMNS)]
+
+
+def _catalog() -> Any:
+    from trainwise.catalog import load_catalog
+
+    return load_catalog()
+
+
+def characterise_row(m: Measurement) -> WorkloadCharacterisation:
+    return characterise_named(m.model, m.per_device_batch, m.precision, m.seq_len, image_size=m.image_size,
+                              optimizer=m.optimizer, task=m.task)
+
+
+# ------------------------------------------------------------------------------------------------
+# the vectorised model over many rows
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Design:
+    """Flat arrays of every row's operator features, for evaluating the model at any parameters."""
+
+    rows: list[Measurement]
+    accelerators: list[str]
+    generations: list[str]
+    arrays: dict[str, Any] = field(default_factory=dict)
+    per_row: dict[str, Any] = field(default_factory=dict)
+
+
+def _design(rows: Sequence[Measurement], catalog: Any) -> _Design:
+    import numpy as np
+
+    feats = []
+    accs, gens = [], []
+    for m in rows:
+        char = characterise_row(m)
+        acc = catalog.accelerator(m.accelerator)
+        f = dm.op_features(char, acc, m.precision)
+        feats.append((m, char, acc, f))
+        if acc.name not in accs:
+            accs.append(acc.name)
+        if f.generation not in gens:
+            gens.append(f.generation)
+    d = _Design(rows=list(rows), accelerators=accs, generations=gens)
+    cat = lambda key: np.concatenate([getattr(f, key) for *_, f in feats])  # noqa: E731
+    d.arrays = {key: cat(key) for key in ("count", "flops", "bytes", "compute_index", "memory_index", "peak", "fusion",
+                                          "backward", "conv")}
+    d.arrays["row"] = np.concatenate([np.full(len(f.count), i) for i, (*_, f) in enumerate(feats)])
+    d.arrays["bandwidth"] = np.concatenate([np.full(len(f.count), f.bandwidth) for *_, f in feats])
+    d.arrays["launch"] = np.concatenate([np.full(len(f.count), f.launch) for *_, f in feats])
+    d.arrays["acc"] = np.concatenate([np.full(len(f.count), accs.index(f.accelerator)) for *_, f in feats])
+    d.arrays["gen"] = np.concatenate([np.full(len(f.count), gens.index(f.generation)) for *_, f in feats])
+    d.per_row = {
+        "kernels": np.array([f.kernels for *_, f in feats], dtype=float),
+        "tpu": np.array([1.0 if f.is_tpu else 0.0 for *_, f in feats]),
+        "tf": np.array([1.0 if m.framework.lower() in ("tensorflow", "keras", "tf") else 0.0 for m, *_ in feats]),
+        "count": np.array([m.count for m, *_ in feats], dtype=float),
+        "batch": np.array([m.per_device_batch for m, *_ in feats], dtype=float),
+        "measured": np.array([m.samples_per_s for m, *_ in feats], dtype=float),
+        "grad_bytes": np.array([c.gradient_bytes for _, c, *_ in feats], dtype=float),
+        "link": np.array([dm.link_bandwidth_gbs(a) * 1e9 for _, _, a, _ in feats]),
+        "fits": np.array([1.0 if dm.memory_required_gib(c, m.count)[0] <= (dm.usable_memory_gib(a) or 1e9) else 0.0
+                          for m, c, a, _ in feats]),
+        "unsupported": np.array([1.0 if c.unsupported_ops else 0.0 for _, c, *_ in feats]),
+    }
+    return d
+
+
+class _Layout:
+    """Maps DeviceModelParams <-> the vector of log-parameters the fit optimises."""
+
+    def __init__(self, accelerators: Sequence[str], generations: Sequence[str]) -> None:
+        self.names: list[str] = []
+        self.prior: list[float] = []
+        self.sigma: list[float] = []
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        base = dm.DeviceModelParams()
+        for cls in dm.COMPUTE_CLASSES:
+            for cat in COMPUTE_CATEGORIES:
+                self._add(f"ec:{cls}:{cat}", base.e_compute[cls][cat], 0.6, 0.02, 1.0)
+        for cat in dm.MEMORY_CATEGORIES:
+            # effective: > 1 credits kernel fusion (apex/JIT-fused BERT layers move less than the eager trace)
+            self._add(f"em:{cat}", base.e_memory[cat], 0.6, 0.02, 2.0)
+        self.accelerators = list(accelerators)
+        self.generations = list(generations)
+        for a in self.accelerators:
+            self._add(f"gacc:{a}", 1.0, 0.25, 0.3, 3.0)
+        for g in self.generations:
+            self._add(f"gmem:{g}", 1.0, 0.3, 0.3, 3.0)
+        for g in self.generations:
+            self._add(f"gconv:{g}", 1.0, 0.3, 0.3, 3.0)
+        self._add("t_launch", base.t_launch_s, 0.8, 5e-7, 5e-5)
+        self._add("t_host_op", base.t_host_op_s, 0.8, 1e-6, 2e-4)
+        self._add("t_step", base.t_step_s, 1.0, 1e-5, 0.05)
+        self._add("t_step_tf", base.t_step_tensorflow_s, 1.0, 1e-5, 0.2)
+        self._add("tpu_fusion", base.tpu_fusion, 0.5, 0.05, 1.0)
+        self.index = {n: i for i, n in enumerate(self.names)}
+
+    def _add(self, name: str, prior: float, sigma: float, lo: float, hi: float) -> None:
+        self.names.append(name)
+        self.prior.append(math.log(prior))
+        self.sigma.append(sigma)
+        self.lower.append(math.log(lo))
+        self.upper.append(math.log(hi))
+
+    def to_params(self, x: Sequence[float], bands: dict[str, Any] | None = None,
+                  fitted_on: dict[str, Any] | None = None) -> dm.DeviceModelParams:
+        v = {n: math.exp(x[i]) for n, i in self.index.items()}
+        return dm.DeviceModelParams(
+            e_compute={cls: {cat: round(v[f"ec:{cls}:{cat}"], 5) for cat in COMPUTE_CATEGORIES} for cls in dm.COMPUTE_CLASSES},
+            e_memory={cat: round(v[f"em:{cat}"], 5) for cat in dm.MEMORY_CATEGORIES},
+            g_compute={a: round(v[f"gacc:{a}"], 5) for a in self.accelerators},
+            g_memory={g: round(v[f"gmem:{g}"], 5) for g in self.generations},
+            g_conv={g: round(v[f"gconv:{g}"], 5) for g in self.generations},
+            t_launch_s=v["t_launch"], t_host_op_s=v["t_host_op"], t_step_s=v["t_step"],
+            t_step_tensorflow_s=v["t_step_tf"], tpu_fusion=round(v["tpu_fusion"], 5),
+            bands=bands or {}, fitted_on=fitted_on or {})
+
+    def from_params(self, params: dm.DeviceModelParams) -> list[float]:
+        x = list(self.prior)
+        for n, i in self.index.items():
+            kind, _, rest = n.partition(":")
+            if kind == "ec":
+                cls, cat = rest.split(":")
+                x[i] = math.log(params.e_compute[cls][cat])
+            elif kind == "em":
+                x[i] = math.log(params.e_memory[rest])
+            elif kind == "gacc":
+                x[i] = math.log(params.g_compute.get(rest, 1.0))
+            elif kind == "gmem":
+                x[i] = math.log(params.g_memory.get(rest, 1.0))
+            elif kind == "gconv":
+                x[i] = math.log(params.g_conv.get(rest, 1.0))
+        return x
+
+
+def _predict(d: _Design, lay: _Layout, x: Any) -> Any:
+    """Predicted samples/s of every row of the design at log-parameters x (vectorised)."""
+    import numpy as np
+
+    v = np.exp(np.asarray(x))
+    nc = len(COMPUTE_CATEGORIES)
+    ec = v[[lay.index[f"ec:{c}:{k}"] for c in dm.COMPUTE_CLASSES for k in COMPUTE_CATEGORIES]]
+    em = v[[lay.index[f"em:{k}"] for k in dm.MEMORY_CATEGORIES]]
+    gacc = v[[lay.index[f"gacc:{a}"] for a in d.accelerators]] if d.accelerators else np.ones(1)
+    gmem = v[[lay.index[f"gmem:{g}"] for g in d.generations]] if d.generations else np.ones(1)
+    gconv = v[[lay.index[f"gconv:{g}"] for g in d.generations]] if d.generations else np.ones(1)
+    a = d.arrays
+    is_c = a["compute_index"] >= 0
+    e_c = np.where(is_c, ec[np.maximum(a["compute_index"], 0)], 1.0) * gacc[a["acc"]] * np.where(
+        a["conv"] > 0, gconv[a["gen"]], 1.0)
+    t_c = np.where(is_c, a["flops"] / (a["peak"] * e_c), 0.0)
+    fuse = np.where(a["fusion"] > 0, v[lay.index["tpu_fusion"]], 1.0)
+    t_m = fuse * a["bytes"] / (a["bandwidth"] * em[a["memory_index"]] * gmem[a["gen"]])
+    per = a["count"] * (np.maximum(t_c, t_m) + v[lay.index["t_launch"]] * a["launch"])
+    n = len(d.rows)
+    device = np.bincount(a["row"], weights=per, minlength=n)
+    backward = np.bincount(a["row"], weights=per * a["backward"], minlength=n)
+    r = d.per_row
+    host = r["kernels"] * v[lay.index["t_host_op"]] * (1 - r["tpu"])
+    p = 6.0
+    m = np.maximum(np.maximum(device, host), 1e-12)
+    compute = m * ((device / m) ** p + (host / m) ** p) ** (1 / p)
+    c = r["count"]
+    ring = np.where(c > 1, 2 * (c - 1) / c * r["grad_bytes"] / r["link"] + 30e-6 * np.log2(np.maximum(c, 1)) * 8, 0.0)
+    comm = np.where(c > 1, np.maximum(ring - dm.DeviceModelParams().ddp_overlap * backward, 0.1 * ring), 0.0)
+    step = v[lay.index["t_step"]] + r["tf"] * v[lay.index["t_step_tf"]]
+    return c * r["batch"] / (compute + comm + step)
+
+
+@dataclass
+class FitResult:
+    params: dm.DeviceModelParams
+    layout: _Layout
+    x: Any
+    cost: float
+
+
+def fit(rows: Sequence[Measurement], ratios: Sequence[RatioMeasurement] = (), catalog: Any = None,
+        *, design: _Design | None = None, ratio_designs: tuple[_Design, _Design] | None = None,
+        x0: Sequence[float] | None = None) -> FitResult:
+    """Fit the constants on `rows` (absolute throughputs) and `ratios` (speedups)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    catalog = catalog or _catalog()
+    d = design or _design(rows, catalog)
+    if ratios and ratio_designs is None:
+        ratio_designs = (_design([r.side(False) for r in ratios], catalog), _design([r.side(True) for r in ratios], catalog))
+    accs = list(d.accelerators)
+    gens = list(d.generations)
+    if ratio_designs:
+        for rd in ratio_designs:
+            accs += [a for a in rd.accelerators if a not in accs]
+            gens += [g for g in rd.generations if g not in gens]
+    lay = _Layout(accs, gens)
+    prior = np.array(lay.prior)
+    sigma = np.array(lay.sigma)
+    measured = np.log(d.per_row["measured"]) if d.rows else np.zeros(0)
+    ratio_target = np.log([r.speedup for r in ratios]) if ratios else np.zeros(0)
+
+    def residuals(x: Any) -> Any:
+        parts = [(x - prior) / sigma]
+        if d.rows:
+            parts.append((np.log(_predict(d, lay, x)) - measured) / LOG_SIGMA)
+        if ratios:
+            num = _predict(ratio_designs[0], lay, x)
+            den = _predict(ratio_designs[1], lay, x)
+            parts.append((np.log(num / den) - ratio_target) / LOG_SIGMA)
+        return np.concatenate(parts)
+
+    start = np.clip(np.array(x0 if x0 is not None else prior), np.array(lay.lower) + 1e-9, np.array(lay.upper) - 1e-9)
+    sol = least_squares(residuals, start, bounds=(lay.lower, lay.upper), method="trf", x_scale=1.0, max_nfev=400)
+    params = lay.to_params(sol.x, fitted_on={"rows": len(d.rows), "ratios": len(ratios)})
+    return FitResult(params=params, layout=lay, x=sol.x, cost=float(sol.cost))
+
+
+def predict_rows(params: dm.DeviceModelParams, rows: Sequence[Measurement], catalog: Any = None) -> list[float]:
+    """Predicted samples/s for each measurement row under `params` (the public predict path)."""
+    catalog = catalog or _catalog()
+    out = []
+    for m in rows:
+        char = characterise_row(m)
+        acc = catalog.accelerator(m.accelerator)
+        p = dm.predict_iteration(char, acc, m.count, m.precision, params=params, framework=m.framework)
+        out.append(p.samples_per_s)
+    return out
+
+
+@dataclass
+class LooResult:
+    group: str
+    predictions: list[float]
+    errors: list[float]  # (predicted - measured) / measured
+    held_out: list[str]
+
+
+def loo(rows: Sequence[Measurement], ratios: Sequence[RatioMeasurement] = (), group: str = "model",
+        catalog: Any = None) -> LooResult:
+    """Leave-one-group-out predictions of every row (group: model | accelerator | source)."""
+    import numpy as np
+
+    catalog = catalog or _catalog()
+    keyf = {"model": lambda m: m.model, "accelerator": lambda m: catalog.accelerator(m.accelerator).name,
+            "source": lambda m: m.source.split(":")[0].split(" ")[0]}[group]
+    keys = [keyf(m) for m in rows]
+    preds = [0.0] * len(rows)
+    full = _design(rows, catalog)
+    for key in dict.fromkeys(keys):
+        train = [m for m, k in zip(rows, keys) if k != key]
+        test_idx = [i for i, k in enumerate(keys) if k == key]
+        train_ratios = [r for r in ratios if (group != "model" or r.model != key)
+                        and (group != "accelerator" or key not in (catalog.accelerator(r.accelerator).name,
+                                                                     catalog.accelerator(r.reference_accelerator).name))]
+        res = fit(train, train_ratios, catalog)
+        test = _design([rows[i] for i in test_idx], catalog)
+        # accelerators/generations unseen in training keep their prior (multiplier 1)
+        lay = _Layout(list(dict.fromkeys(res.layout.accelerators + test.accelerators)),
+                      list(dict.fromkeys(res.layout.generations + test.generations)))
+        x = np.array(lay.from_params(res.params))
+        x[lay.index["t_launch"]] = math.log(res.params.t_launch_s)
+        x[lay.index["t_host_op"]] = math.log(res.params.t_host_op_s)
+        x[lay.index["t_step"]] = math.log(res.params.t_step_s)
+        x[lay.index["t_step_tf"]] = math.log(res.params.t_step_tensorflow_s)
+        x[lay.index["tpu_fusion"]] = math.log(res.params.tpu_fusion)
+        for i, p in zip(test_idx, _predict(test, lay, x)):
+            preds[i] = float(p)
+    errors = [(p - m.samples_per_s) / m.samples_per_s for p, m in zip(preds, rows)]
+    del full
+    return LooResult(group=group, predictions=preds, errors=errors, held_out=keys)
+
+
+def loo_ratios(rows: Sequence[Measurement], ratios: Sequence[RatioMeasurement], catalog: Any = None) -> list[float]:
+    """Each ratio predicted by a fit without that ratio's model (rows and ratios of the model held out)."""
+    catalog = catalog or _catalog()
+    out = []
+    for r in ratios:
+        res = fit([m for m in rows if m.model != r.model], [q for q in ratios if q.model != r.model], catalog)
+        num = predict_rows(res.params, [r.side(False)], catalog)[0]
+        den = predict_rows(res.params, [r.side(True)], catalog)[0]
+        out.append(num / den)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# error bands and summaries
+# ------------------------------------------------------------------------------------------------
+
+def quantile(values: Iterable[float], q: float) -> float:
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    if len(data) == 1:
+        return data[0]
+    pos = (len(data) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def bands_from_residuals(rows: Sequence[Measurement], errors: Sequence[float], catalog: Any = None,
+                         q: float = 0.8) -> dict[str, Any]:
+    """Expected |relative error| (the q-quantile of LOO |errors|) per accelerator, generation, kind."""
+    catalog = catalog or _catalog()
+    by_acc: dict[str, list[float]] = {}
+    by_gen: dict[str, list[float]] = {}
+    for m, e in zip(rows, errors):
+        acc = catalog.accelerator(m.accelerator)
+        by_acc.setdefault(acc.name, []).append(abs(e))
+        by_gen.setdefault(dm.generation_of(acc), []).append(abs(e))
+    everything = [abs(e) for e in errors]
+    glob = quantile(everything, q)
+
+    def shrink(values: list[float]) -> float:
+        # few residuals: pull towards the global band (weight n / (n + 3))
+        w = len(values) / (len(values) + 3)
+        return round(w * quantile(values, q) + (1 - w) * glob, 4)
+
+    return {"quantile": q, "global": round(glob, 4), "by_accelerator": {k: shrink(v) for k, v in by_acc.items()},
+            "by_generation": {k: shrink(v) for k, v in by_gen.items()}, "data_parallel_extra": 0.10,
+            "source": "leave-one-model-out residuals of data/calibration.csv"}
+
+
+def summarise_errors(errors: Sequence[float]) -> dict[str, float]:
+    absolute = [abs(e) for e in errors]
+    return {"rows": len(absolute), "median_abs_error": round(statistics.median(absolute), 4) if absolute else float("nan"),
+            "mean_abs_error": round(statistics.fmean(absolute), 4) if absolute else float("nan"),
+            "p90_abs_error": round(quantile(absolute, 0.9), 4), "max_abs_error": round(max(absolute), 4) if absolute else float("nan"),
+            "signed_median_error": round(statistics.median(errors), 4) if errors else float("nan")}
+
+
+def best_choice(rows: Sequence[Measurement], predicted: Sequence[float], catalog: Any = None,
+                prices: dict[str, float] | None = None) -> dict[str, Any]:
+    """Per (model, precision, count) group with >= 2 accelerators: is the fastest (and the cheapest,
+    where every accelerator of the group has a catalog price) picked correctly?"""
+    catalog = catalog or _catalog()
+    prices = prices if prices is not None else accelerator_prices(catalog)
+    groups: dict[tuple, list[int]] = {}
+    for i, m in enumerate(rows):
+        groups.setdefault((m.model, m.precision, m.count, m.seq_len, m.image_size), []).append(i)
+    out = []
+    for key, idx in groups.items():
+        names = [catalog.accelerator(rows[i].accelerator).name for i in idx]
+        if len(set(names)) < 2:
+            continue
+        # one entry per accelerator: the best measured configuration of it
+        best_meas: dict[str, tuple[float, float]] = {}
+        for i, n in zip(idx, names):
+            meas, pred = rows[i].samples_per_s, predicted[i]
+            if n not in best_meas or meas > best_meas[n][0]:
+                best_meas[n] = (meas, pred)
+        fastest_true = max(best_meas, key=lambda n: best_meas[n][0])
+        fastest_pred = max(best_meas, key=lambda n: best_meas[n][1])
+        entry = {"model": key[0], "precision": key[1], "count": key[2], "accelerators": sorted(best_meas),
+                 "fastest_measured": fastest_true, "fastest_predicted": fastest_pred,
+                 "fastest_correct": fastest_true == fastest_pred}
+        priced = {n: prices[n] for n in best_meas if n in prices}
+        if len(priced) == len(best_meas):
+            cost_true = min(priced, key=lambda n: priced[n] / best_meas[n][0])
+            cost_pred = min(priced, key=lambda n: priced[n] / best_meas[n][1])
+            entry.update(cheapest_measured=cost_true, cheapest_predicted=cost_pred, cheapest_correct=cost_true == cost_pred)
+        out.append(entry)
+    fast = [e["fastest_correct"] for e in out]
+    cheap = [e["cheapest_correct"] for e in out if "cheapest_correct" in e]
+    return {"groups": out, "fastest_accuracy": round(sum(fast) / len(fast), 4) if fast else None,
+            "cheapest_accuracy": round(sum(cheap) / len(cheap), 4) if cheap else None,
+            "best_choice_accuracy": round((sum(fast) + sum(cheap)) / (len(fast) + len(cheap)), 4) if fast or cheap else None}
+
+
+def accelerator_prices(catalog: Any = None) -> dict[str, float]:
+    """Cheapest on-demand USD per accelerator-hour in the catalog, per accelerator."""
+    catalog = catalog or _catalog()
+    frame = catalog.offerings
+    frame = frame[frame["price_per_hour"].notna() & frame["accelerator"].notna() & (frame["accelerator_count"] > 0)]
+    per = (frame["price_per_hour"] / frame["accelerator_count"]).groupby(frame["accelerator"]).min()
+    return {str(k): float(v) for k, v in per.items()}
+
+
+def fit_packaged(write: bool = True, catalog: Any = None) -> tuple[dm.DeviceModelParams, LooResult]:
+    """Fit on the packaged calibration set, derive the bands from its LOO residuals, save the JSON."""
+    import json
+
+    from trainwise._io import atomic_write_text
+
+    catalog = catalog or _catalog()
+    rows = load_measurements(CALIBRATION_CSV, catalog)
+    ratios = load_ratios(RATIOS_CSV)
+    loo_res = loo(rows, ratios, "model", catalog)
+    res = fit(rows, ratios, catalog)
+    bands = bands_from_residuals(rows, loo_res.errors, catalog)
+    kinds: dict[str, list[float]] = {"compute": [], "memory": []}
+    for m, e in zip(rows, loo_res.errors):
+        char = characterise_row(m)
+        p = dm.predict_iteration(char, catalog.accelerator(m.accelerator), m.count, m.precision, params=res.params)
+        kinds["compute" if p.compute_bound_fraction >= 0.5 else "memory"].append(abs(e))
+    bands["by_kind"] = {k: round(quantile(v, bands["quantile"]), 4) for k, v in kinds.items() if v}
+    params = res.params.model_copy(update={"bands": bands, "fitted_on": {
+        "calibration_rows": len(rows), "ratio_rows": len(ratios), "loo_group": "model",
+        "loo_median_abs_error": summarise_errors(loo_res.errors)["median_abs_error"]}})
+    if write:
+        atomic_write_text(dm.PARAMS_PATH, json.dumps(params.model_dump(mode="json"), indent=1, sort_keys=True))
+        dm._load_params_cached.cache_clear()
+    return params, loo_res
+
+
+__all__ = ["Measurement", "RatioMeasurement", "load_measurements", "load_ratios", "fit", "loo", "loo_ratios",
+           "predict_rows", "best_choice", "summarise_errors", "bands_from_residuals", "fit_packaged",
+           "accelerator_prices", "PRECISIONS"]

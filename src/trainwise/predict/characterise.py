@@ -1,0 +1,951 @@
+"""Workload characterisation: what one training step of a model costs, operator by operator.
+
+`characterise_model` traces one full training step (forward, loss, backward; the optimizer step is
+added analytically, see below) under a `TorchDispatchMode`, on the *meta* device by default, so a
+model far too large for this machine's memory can be characterised at a realistic batch size
+(ConvNeXt-Large at batch 64, RoBERTa-large at sequence 512) without allocating a byte of data.
+Every ATen operator that reaches the dispatcher is recorded with
+
+- its category (matmul / conv / attention / elementwise / reduction / normalisation / embedding /
+  optimizer / copy; `other` for operators the device model has no rule for — listed as unsupported),
+- its FLOPs (`torch.utils.flop_counter`'s formulas for matmuls, convolutions and attention, which
+  count a multiply-add as 2 FLOPs; one FLOP per output element for elementwise and reductions),
+- the bytes it reads and writes (tensor sizes; views are free and not recorded),
+- the shapes and the dtype it computes in, and how well its matmul dimensions are aligned (tensor
+  cores need multiples of 8 for 16-bit and 4 for TF32 operands).
+
+Identical calls (same operator, shapes, dtype and phase — the 24 layers of BERT-large) are merged
+into one record with a `count`, which keeps the characterisation small (a few hundred records).
+
+Mixed precision. `torch.autocast` does nothing on the meta device, so AMP is *simulated* inside the
+dispatch mode with autocast's own rules: matmuls and convolutions run in the low-precision dtype
+(the fp32 master weights are cast once per forward and the cast is recorded as a `copy`), the
+operators autocast forces to fp32 (softmax, log_softmax, layer/group norm, the losses, exp/log/pow)
+get fp32 inputs, everything else runs in whatever dtype its inputs have (type promotion). Autograd
+casts the fp16 weight gradients back to the fp32 parameters, and those casts are traced as they
+happen on a GPU.
+
+Optimizer. `optimizer.step()` on a GPU is a handful of multi-tensor (`foreach`/fused) kernels; on
+meta/CPU tensors PyTorch would take the per-parameter loop instead, which would mislead the launch
+count. The step is therefore modelled analytically from the parameter count and the optimizer's
+state (bytes read and written per parameter, see `OPTIMIZER_STATE`).
+
+Memory. The activation estimate is the set of distinct tensors autograd saves for backward
+(`torch.autograd.graph.saved_tensors_hooks`), excluding parameters; `memory_breakdown` adds weights,
+gradients, optimizer state, AMP weight copies, the DDP gradient buckets and the largest backward
+temporaries. Units: bytes, FLOPs (not MACs). ResNet-50 at 224x224 is 4.1 GMACs = 8.2 GFLOPs forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainwise.errors import TrainwiseError
+
+Category = Literal["matmul", "conv", "attention", "elementwise", "reduction", "normalisation", "embedding",
+                   "optimizer", "copy", "other"]
+Precision = Literal["fp32", "tf32", "amp_fp16", "amp_bf16"]
+Phase = Literal["forward", "backward", "optimizer"]
+
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp_fp16", "amp_bf16")
+COMPUTE_CATEGORIES = ("matmul", "conv", "attention")
+MEMORY_CATEGORIES = ("elementwise", "reduction", "normalisation", "embedding", "optimizer", "copy", "other")
+
+# Optimizer step per parameter: (bytes read, bytes written) per fp32 element, FLOPs per element,
+# and optimizer state bytes kept per element. Read/written = the tensors each algorithm touches
+# (parameter, gradient, state buffers), as the fused/foreach CUDA kernels do.
+OPTIMIZER_STATE: dict[str, tuple[int, int, int, int]] = {
+    # name: (read_bytes, write_bytes, flops, state_bytes)
+    "sgd": (8, 4, 2, 0),
+    "sgd_momentum": (12, 8, 4, 4),
+    "adam": (16, 12, 12, 8),
+    "adamw": (16, 12, 13, 8),
+    "adadelta": (16, 12, 12, 8),
+    "rmsprop": (12, 8, 8, 4),
+    "rmsprop_momentum": (16, 12, 10, 8),
+    "adagrad": (12, 8, 6, 4),
+    "lamb": (16, 12, 20, 8),
+    "none": (0, 0, 0, 0),
+}
+_OPTIMIZER_ALIASES = {"sgd_nesterov": "sgd_momentum", "momentum": "sgd_momentum", "adam_w": "adamw",
+                      "lars": "sgd_momentum", "fusedadam": "adam", "fusedlamb": "lamb"}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OpRecord(_Model):
+    """One operator (or `count` identical calls of it) of the traced training step."""
+
+    op: str = Field(description="ATen overload, e.g. aten.convolution.default; optimizer.<name> for the analytic step")
+    category: Category
+    phase: Phase
+    count: int = Field(ge=1, description="identical calls merged into this record")
+    flops: float = Field(ge=0, description="per call, FMA = 2 FLOPs")
+    bytes_read: float = Field(ge=0, description="per call")
+    bytes_written: float = Field(ge=0, description="per call")
+    dtype: str = Field(description="the dtype the operator computes in (its first floating input)")
+    shapes: list[list[int]] = Field(default_factory=list, description="shapes of the first tensor arguments")
+    align: int = Field(default=16, description="largest of 16/8/4/2/1 dividing the matmul/conv dimensions tensor cores need")
+    groups: int = Field(default=1, description="convolution groups (depthwise convolutions run off the tensor cores)")
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops * self.count
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.bytes_read + self.bytes_written) * self.count
+
+
+class WorkloadCharacterisation(_Model):
+    """One training step of a model at one per-device batch size and precision, device-independent."""
+
+    format: Literal["trainwise.workload/1"] = "trainwise.workload/1"
+    model: str
+    per_device_batch: int = Field(ge=1)
+    precision: Precision
+    optimizer: str
+    inputs: list[str] = Field(description="shape:dtype of each model input, e.g. 256x3x224x224:float32")
+    seq_len: int | None = None
+    image_size: int | None = None
+    records: list[OpRecord]
+    parameters: int = Field(ge=0)
+    trainable_parameters: int = Field(ge=0)
+    parameter_tensors: int = Field(ge=0)
+    parameter_bytes: int = Field(ge=0)
+    gradient_bytes: int = Field(ge=0, description="fp32 gradients of the trainable parameters (what data-parallel all-reduces)")
+    optimizer_state_bytes: int = Field(ge=0)
+    activation_bytes: int = Field(ge=0, description="distinct tensors saved for backward (parameters excluded)")
+    amp_weight_copy_bytes: int = Field(ge=0, description="low-precision copies of the weights autocast keeps during the step")
+    peak_temporary_bytes: int = Field(ge=0, description="largest single backward output: the transient on top of the saved activations")
+    unsupported_ops: list[str] = Field(default_factory=list, description="operators with no cost rule: modelled as memory-bound, band widened")
+    trace_device: Literal["meta", "cpu"] = "meta"
+    trace_seconds: float = 0.0
+    torch_version: str = ""
+    notes: list[str] = Field(default_factory=list)
+
+    # ---- totals ----
+    def total_flops(self, phase: str | None = None) -> float:
+        return sum(r.total_flops for r in self.records if phase is None or r.phase == phase)
+
+    def total_bytes(self, phase: str | None = None) -> float:
+        return sum(r.total_bytes for r in self.records if phase is None or r.phase == phase)
+
+    @property
+    def kernel_launches(self) -> int:
+        return sum(r.count for r in self.records)
+
+    def by_category(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for r in self.records:
+            entry = out.setdefault(r.category, {"flops": 0.0, "bytes": 0.0, "calls": 0.0})
+            entry["flops"] += r.total_flops
+            entry["bytes"] += r.total_bytes
+            entry["calls"] += r.count
+        return out
+
+    def memory_breakdown(self, count: int = 1) -> dict[str, int]:
+        """Bytes per device during the step; `count` > 1 adds DDP's gradient buckets."""
+        parts = {
+            "weights": self.parameter_bytes,
+            "gradients": self.gradient_bytes,
+            "optimizer_state": self.optimizer_state_bytes,
+            "amp_weight_copies": self.amp_weight_copy_bytes,
+            "activations": self.activation_bytes,
+            "backward_temporaries": self.peak_temporary_bytes,
+            "ddp_buckets": self.gradient_bytes if count > 1 else 0,
+        }
+        parts["total"] = sum(parts.values())
+        return parts
+
+    def save(self, path: str | Path) -> Path:
+        from trainwise._io import atomic_write_text
+
+        return atomic_write_text(path, self.model_dump_json())
+
+
+def normalise_precision(precision: str) -> str:
+    key = str(precision).strip().lower().replace("-", "_")
+    aliases = {"fp16": "amp_fp16", "amp": "amp_fp16", "mixed": "amp_fp16", "bf16": "amp_bf16", "float32": "fp32",
+               "single": "fp32", "amp16": "amp_fp16"}
+    key = aliases.get(key, key)
+    if key not in PRECISIONS:
+        raise TrainwiseError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    return key
+
+
+def normalise_optimizer(name: str | None) -> str:
+    key = (name or "sgd_momentum").strip().lower().replace("-", "_")
+    key = _OPTIMIZER_ALIASES.get(key, key)
+    if key not in OPTIMIZER_STATE:
+        raise TrainwiseError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZER_STATE)}")
+    return key
+
+
+def optimizer_name_of(optimizer: Any) -> str:
+    """The OPTIMIZER_STATE key for a live torch.optim.Optimizer (used by the profiler hook)."""
+    cls = type(optimizer).__name__.lower()
+    groups = getattr(optimizer, "param_groups", [{}])
+    group = groups[0] if groups else {}
+    if cls == "sgd":
+        return "sgd_momentum" if group.get("momentum", 0) else "sgd"
+    if cls == "rmsprop":
+        return "rmsprop_momentum" if group.get("momentum", 0) else "rmsprop"
+    return cls if cls in OPTIMIZER_STATE else "adam"
+
+
+# ------------------------------------------------------------------------------------------------
+# operator tables
+# ------------------------------------------------------------------------------------------------
+
+def _aten_names(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+_MATMUL = _aten_names("mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm", "addmv", "mv", "dot", "_int_mm")
+_CONV = _aten_names("convolution", "_convolution", "convolution_backward", "cudnn_convolution",
+                    "convolution_overrideable", "_slow_conv2d_forward", "_slow_conv2d_backward",
+                    "mkldnn_convolution", "_conv_depthwise2d", "slow_conv3d_forward", "convolution_backward_overrideable")
+_NORM = _aten_names("native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
+                    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
+                    "_batch_norm_with_update", "_batch_norm_with_update_functional", "batch_norm_backward",
+                    "cudnn_batch_norm", "cudnn_batch_norm_backward", "native_layer_norm", "native_layer_norm_backward",
+                    "native_group_norm", "native_group_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
+                    "batch_norm_stats", "batch_norm_elemt", "batch_norm_gather_stats_with_counts",
+                    "batch_norm_backward_reduce", "batch_norm_backward_elemt", "_weight_norm_interface")
+_REDUCTION = _aten_names("sum", "mean", "amax", "amin", "max", "min", "var", "var_mean", "std", "std_mean", "prod",
+                         "norm", "linalg_vector_norm", "_softmax", "_log_softmax", "_softmax_backward_data",
+                         "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
+                         "nll_loss2d_backward", "logsumexp", "cumsum", "argmax", "argmin", "any", "all",
+                         "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
+                         "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+                         "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "max_pool3d_with_indices",
+                         "avg_pool3d", "_adaptive_avg_pool3d", "mse_loss", "mse_loss_backward",
+                         "binary_cross_entropy_with_logits", "binary_cross_entropy", "binary_cross_entropy_backward",
+                         "smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward", "l1_loss",
+                         "topk", "sort", "cross_entropy_loss", "_fused_softmax", "max_pool1d", "avg_pool1d")
+_EMBEDDING = _aten_names("embedding", "embedding_dense_backward", "_embedding_bag", "_embedding_bag_backward",
+                         "_embedding_bag_dense_backward", "index_select", "index", "gather", "scatter", "scatter_add",
+                         "index_add", "index_put", "_index_put_impl", "embedding_renorm_", "index_copy", "take",
+                         "masked_select", "scatter_reduce", "index_fill", "_unsafe_index", "_unsafe_index_put")
+_COPY = _aten_names("_to_copy", "copy", "copy_", "clone", "cat", "stack", "contiguous", "constant_pad_nd",
+                    "reflection_pad2d", "replication_pad2d", "repeat", "roll", "flip", "_copy_from",
+                    "_copy_from_and_resize", "narrow_copy", "index_copy", "pixel_shuffle", "pixel_unshuffle",
+                    "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d",
+                    "upsample_bilinear2d_backward", "_upsample_bilinear2d_aa", "col2im", "im2col", "tril", "triu",
+                    "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
+                    "reflection_pad2d_backward", "constant_pad_nd_backward", "unfold_backward", "_pad_circular",
+                    "split_with_sizes_copy", "unbind_copy", "alias_copy", "view_copy", "expand_copy",
+                    "permute_copy", "transpose_copy", "t_copy", "select_backward",
+                    "slice_backward", "as_strided_backward", "diagonal_backward", "index_select_backward",
+                    "expand_backward", "unsqueeze_copy", "squeeze_copy")
+_ATTENTION_PREFIXES = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "scaled_dot_product",
+                       "_cudnn_attention", "flex_attention")
+# Operators with no kernel (allocation, metadata, RNG state): free, not recorded.
+_FREE = _aten_names("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "unsafe_split",
+                    "unsafe_split_with_sizes", "unsafe_chunk", "split", "split_with_sizes", "chunk", "unbind", "_local_scalar_dense", "detach", "detach_",
+                    "lift_fresh", "lift_fresh_copy", "set_", "resize_", "_resize_output_", "sym_size", "sym_numel",
+                    "sym_stride", "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type",
+                    "_reshape_alias", "alias", "_version", "record_stream", "is_nonzero", "_assert_async",
+                    "_functional_assert_async", "_assert_tensor_metadata", "_nested_tensor_size", "set_.source_Storage",
+                    "_make_dep_token", "zero_", "_unsafe_view", "unsqueeze_", "squeeze_", "as_strided_", "t_",
+                    "transpose_", "resize_as_", "_propagate_xla_data", "_fused_sdp_choice")
+# Autocast (torch.amp) policy, at the level of the torch / torch.nn.functional calls autocast itself
+# intercepts (before composite operators decompose): these run in the low-precision dtype ...
+_AUTOCAST_LOW = frozenset({"linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                           "conv_transpose3d", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm",
+                           "addbmm", "addmv", "mv", "einsum", "scaled_dot_product_attention", "lstm", "gru",
+                           "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+                           "prelu", "chain_matmul", "multi_dot", "_convolution", "convolution", "bilinear"})
+# ... and these are forced to fp32.
+_AUTOCAST_FP32 = frozenset({"softmax", "log_softmax", "layer_norm", "group_norm", "cross_entropy", "nll_loss",
+                            "mse_loss", "binary_cross_entropy_with_logits", "exp", "log", "log1p", "expm1", "pow",
+                            "rsqrt", "reciprocal", "softplus", "logsumexp", "cumsum", "smooth_l1_loss", "huber_loss",
+                            "l1_loss", "norm", "rms_norm", "kl_div", "cosine_similarity", "cdist", "dist"})
+_LOW_DTYPES = {"amp_fp16": "float16", "amp_bf16": "bfloat16"}
+
+
+def _category_of(name: str, func: Any) -> Category:
+    if name in _MATMUL:
+        return "matmul"
+    if name in _CONV:
+        return "conv"
+    if name.startswith(_ATTENTION_PREFIXES):
+        return "attention"
+    if name in _NORM:
+        return "normalisation"
+    if name in _EMBEDDING:
+        return "embedding"
+    if name in _REDUCTION:
+        return "reduction"
+    if name in _COPY:
+        return "copy"
+    try:
+        import torch
+
+        tags = getattr(func, "tags", ())
+        if torch.Tag.pointwise in tags:
+            return "elementwise"
+    except Exception:  # pragma: no cover - torch without tags
+        pass
+    base = name.rstrip("_")
+    if base in _ELEMENTWISE_EXTRA or base.endswith("_backward") and base[: -len("_backward")] in _ELEMENTWISE_EXTRA:
+        return "elementwise"
+    return "other"
+
+
+# Pointwise operators without the `pointwise` tag (their backward kernels and RNG/fill kernels).
+_ELEMENTWISE_EXTRA = frozenset({
+    "threshold", "threshold_backward", "gelu", "gelu_backward", "silu", "silu_backward", "hardswish",
+    "hardswish_backward", "hardsigmoid", "hardsigmoid_backward", "elu", "elu_backward", "leaky_relu",
+    "leaky_relu_backward", "hardtanh", "hardtanh_backward", "sigmoid_backward", "tanh_backward", "native_dropout",
+    "native_dropout_backward", "bernoulli", "uniform", "normal", "fill", "zeros", "ones", "full", "zeros_like",
+    "ones_like", "full_like", "new_zeros", "new_ones", "new_full", "scalar_tensor", "arange", "rand", "randn", "rand_like", "randn_like", "where",
+    "masked_fill", "clamp", "clamp_min", "clamp_max", "mish", "mish_backward", "softplus_backward",
+    "_masked_scale", "prelu", "_prelu_kernel", "_prelu_kernel_backward", "glu", "glu_backward", "rrelu_with_noise",
+    "lerp", "addcmul", "addcdiv", "_foreach_add", "_foreach_mul", "linspace", "randint", "randperm", "logit",
+    "sgn", "nan_to_num", "bitwise_and", "bitwise_or", "logical_and", "logical_not", "ne", "eq", "gt", "lt", "ge",
+    "le", "isnan", "isinf", "softshrink", "hardshrink", "celu", "selu", "relu6", "log_sigmoid_forward",
+    "log_sigmoid_backward", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
+    "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
+})
+
+
+def _align_of(*dims: int) -> int:
+    for a in (16, 8, 4, 2):
+        if all(int(d) % a == 0 for d in dims):
+            return a
+    return 1
+
+
+# ------------------------------------------------------------------------------------------------
+# the tracer
+# ------------------------------------------------------------------------------------------------
+
+class _Tracer:
+    """Holds the state of one trace; the TorchDispatchMode subclass is built lazily (torch import)."""
+
+    def __init__(self, precision: str) -> None:
+        self.precision = precision
+        self.low_dtype_name = _LOW_DTYPES.get(precision)
+        self.phase: Phase = "forward"
+        self.records: dict[tuple, dict[str, Any]] = {}
+        self.unsupported: dict[str, int] = {}
+        self.cast_cache: dict[int, Any] = {}
+        self.cast_keepalive: list[Any] = []
+        self.amp_weight_copy_bytes = 0
+        self.param_ids: set[int] = set()
+        self.peak_temporary_bytes = 0
+
+    # -- bookkeeping --
+    def add(self, op: str, category: str, flops: float, read: float, written: float, dtype: str,
+            shapes: list[list[int]], align: int = 16, groups: int = 1, phase: str | None = None) -> None:
+        phase = phase or self.phase
+        key = (op, category, phase, dtype, tuple(tuple(s) for s in shapes), align, groups, round(flops), round(read),
+               round(written))
+        entry = self.records.get(key)
+        if entry is None:
+            self.records[key] = {"op": op, "category": category, "phase": phase, "count": 1, "flops": float(flops),
+                                 "bytes_read": float(read), "bytes_written": float(written), "dtype": dtype,
+                                 "shapes": [list(s) for s in shapes], "align": align, "groups": groups}
+        else:
+            entry["count"] += 1
+
+
+def _tensor_bytes(t: Any) -> float:
+    try:
+        n = t.numel() * t.element_size()
+        try:
+            storage = t.untyped_storage().nbytes()
+            if storage > 0:
+                n = min(n, storage)
+        except Exception:
+            pass
+        return float(n)
+    except Exception:
+        return 0.0
+
+
+def _make_mode(tracer: _Tracer):
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten, tree_map
+    from torch.utils.flop_counter import flop_registry
+
+    class _Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: C901 - one dispatcher
+            kwargs = kwargs or {}
+            packet = func._overloadpacket
+            name = packet.__name__ if hasattr(packet, "__name__") else str(packet).split(".")[-1]
+            name = str(name).split(".")[-1]
+            if name in _FREE or func.is_view:
+                return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            try:
+                self._record(func, name, args, kwargs, out)
+            except Exception as exc:  # a cost rule must never break the trace
+                tracer.unsupported[f"{func} (cost rule failed: {type(exc).__name__})"] = tracer.unsupported.get(str(func), 0) + 1
+            return out
+
+        def _record(self, func, name, args, kwargs, out) -> None:
+            category = _category_of(name, func)
+            flat_in, _ = tree_flatten((args, kwargs))
+            tensors_in = [t for t in flat_in if isinstance(t, torch.Tensor)]
+            flat_out, _ = tree_flatten(out)
+            tensors_out = [t for t in flat_out if isinstance(t, torch.Tensor)]
+            mutable = bool(func._schema.is_mutable) or name.endswith("_")
+            read = sum(_tensor_bytes(t) for t in tensors_in)
+            written = sum(_tensor_bytes(t) for t in tensors_out)
+            if mutable and not tensors_out:
+                written = _tensor_bytes(tensors_in[0]) if tensors_in else 0.0
+            floats = [t for t in tensors_in if t.is_floating_point()]
+            dtype = str((floats[0] if floats else (tensors_out[0] if tensors_out else None)).dtype).replace("torch.", "") \
+                if (floats or tensors_out) else "none"
+            shapes = [list(t.shape) for t in tensors_in[:3]]
+            flops = 0.0
+            align = 16
+            groups = 1
+            if category in ("matmul", "conv", "attention"):
+                formula = flop_registry.get(packet_of(func))
+                if category == "conv":
+                    flops = _conv_flops(name, args, tensors_out)
+                elif formula is not None:
+                    flops = float(formula(*args, **kwargs, out_val=out))
+                elif category == "attention":
+                    flops = _attention_flops(name, tensors_in)
+                else:
+                    tracer.unsupported[name] = tracer.unsupported.get(name, 0) + 1
+                align, groups = _alignment(name, category, args, tensors_in)
+            elif category == "other":
+                tracer.unsupported[name] = tracer.unsupported.get(name, 0) + 1
+                flops = float(sum(t.numel() for t in tensors_out))
+            else:
+                flops = float(sum(t.numel() for t in tensors_out)) if category != "copy" else 0.0
+            tracer.add(str(func), category, flops, read, written, dtype, shapes, align, groups)
+            if tracer.phase == "backward":
+                tracer.peak_temporary_bytes = max(tracer.peak_temporary_bytes, int(written))
+
+    def packet_of(func):
+        return func._overloadpacket
+
+    return _Mode()
+
+
+def _make_autocast_mode(tracer: _Tracer):
+    """A TorchFunctionMode applying autocast's casting policy to meta/CPU tensors (autocast ignores meta)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_map
+
+    low = getattr(torch, tracer.low_dtype_name)
+
+    class _Autocast(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if name in _AUTOCAST_LOW:
+                args, kwargs = tree_map(lambda t: self._cast(t, low), (args, kwargs))
+            elif name in _AUTOCAST_FP32:
+                args, kwargs = tree_map(lambda t: self._cast(t, torch.float32), (args, kwargs))
+            return func(*args, **kwargs)
+
+        def _cast(self, t: Any, dtype: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dtype == dtype:
+                return t
+            if dtype != torch.float32 and t.dtype != torch.float32:
+                return t  # autocast only narrows fp32
+            if isinstance(t, torch.nn.Parameter) or id(t) in tracer.param_ids:
+                cached = tracer.cast_cache.get(id(t))
+                if cached is not None and cached[0] is t:
+                    return cached[1]
+                casted = t.to(dtype)
+                tracer.cast_cache[id(t)] = (t, casted)
+                tracer.amp_weight_copy_bytes += int(_tensor_bytes(casted))
+                return casted
+            return t.to(dtype)
+
+    return _Autocast()
+
+
+def _conv_flops(name: str, args: Sequence[Any], outputs: list[Any]) -> float:
+    """2 x batch x C_out x output positions x (C_in / groups) x kernel size, per convolution pass.
+
+    torch.utils.flop_counter ignores `groups` in the backward formula (a depthwise 7x7 backward of
+    ConvNeXt counts C times too many FLOPs), so convolutions are counted here. Backward: one forward's
+    worth for the input gradient and one for the weight gradient, as requested by `output_mask`.
+    """
+    if name == "convolution_backward":
+        grad_out, weight = args[0], args[2]
+        mask = args[10] if len(args) > 10 else (True, True, True)
+        out_positions = math.prod(int(d) for d in grad_out.shape[2:])
+        per_pass = 2.0 * int(grad_out.shape[0]) * int(weight.shape[0]) * out_positions * math.prod(
+            int(d) for d in weight.shape[1:])
+        return per_pass * (int(bool(mask[0])) + int(bool(mask[1])))
+    weight = args[1]
+    out = outputs[0]
+    transposed = bool(args[6]) if len(args) > 6 else False
+    if transposed:  # weight is (C_in, C_out/groups, k...): the work is the same as the forward of its adjoint
+        inp = args[0]
+        positions = math.prod(int(d) for d in inp.shape[2:])
+        return 2.0 * int(inp.shape[0]) * int(weight.shape[0]) * positions * math.prod(int(d) for d in weight.shape[1:])
+    positions = math.prod(int(d) for d in out.shape[2:])
+    return 2.0 * int(out.shape[0]) * int(weight.shape[0]) * positions * math.prod(int(d) for d in weight.shape[1:])
+
+
+def _attention_flops(name: str, tensors: list[Any]) -> float:
+    if len(tensors) < 3:
+        return 0.0
+    q, k = tensors[0], tensors[1]
+    *batch, lq, d = q.shape
+    lk = k.shape[-2]
+    b = math.prod(batch) if batch else 1
+    fwd = 4.0 * b * lq * lk * d
+    return fwd * 2.5 if "backward" in name else fwd
+
+
+def _alignment(name: str, category: str, args: Sequence[Any], tensors: list[Any]) -> tuple[int, int]:
+    """Alignment of the dimensions tensor cores tile over, and conv groups."""
+    try:
+        if category == "conv":
+            if name == "convolution_backward":
+                weight = args[2]
+                groups = int(args[9]) if len(args) > 9 else 1
+            else:
+                weight = args[1]
+                groups = int(args[8]) if len(args) > 8 else 1
+            cout, cin_per_group = int(weight.shape[0]), int(weight.shape[1])
+            return _align_of(cout // max(groups, 1), cin_per_group), groups
+        if category == "matmul":
+            mats = [t for t in tensors if t.dim() >= 2]
+            dims = []
+            for t in mats[-2:]:
+                dims.extend(int(d) for d in t.shape[-2:])
+            return (_align_of(*dims) if dims else 16), 1
+        if category == "attention" and tensors:
+            return _align_of(int(tensors[0].shape[-1])), 1
+    except Exception:
+        pass
+    return 16, 1
+
+
+# ------------------------------------------------------------------------------------------------
+# public API
+# ------------------------------------------------------------------------------------------------
+
+InputSpec = Any  # a tensor (any device), or (shape, dtype) / (shape, dtype, "index", high)
+
+
+def _materialise_inputs(example_inputs: Any, device: str) -> Any:
+    """Meta (or CPU) tensors from tensors / (shape, dtype) specs; integer inputs get valid index values on CPU."""
+    import torch
+
+    def one(spec: Any) -> Any:
+        if isinstance(spec, torch.Tensor):
+            if device == "meta":
+                return torch.empty(spec.shape, dtype=spec.dtype, device="meta")
+            return spec.detach().to("cpu")
+        if isinstance(spec, (tuple, list)) and spec and isinstance(spec[0], (tuple, list, torch.Size)):
+            shape = tuple(int(s) for s in spec[0])
+            dtype = spec[1] if len(spec) > 1 else torch.float32
+            if isinstance(dtype, str):
+                dtype = getattr(torch, dtype.replace("torch.", ""))
+            high = int(spec[3]) if len(spec) > 3 else 2
+            if device == "meta":
+                return torch.empty(shape, dtype=dtype, device="meta")
+            if dtype.is_floating_point:
+                return torch.randn(shape, dtype=dtype)
+            return torch.randint(0, max(high, 1), shape, dtype=dtype)
+        if isinstance(spec, dict):
+            return {k: one(v) for k, v in spec.items()}
+        if isinstance(spec, (tuple, list)):
+            return type(spec)(one(v) for v in spec)
+        return spec
+
+    return one(example_inputs)
+
+
+def _default_loss(output: Any) -> Any:
+    """A surrogate loss for a traced step: cross-entropy for (N, C) logits, else the mean."""
+    import torch
+    import torch.nn.functional as F
+
+    if isinstance(output, dict):
+        output = output.get("loss", output.get("logits", next(iter(output.values()))))
+    if isinstance(output, (tuple, list)):
+        output = output[0]
+    if not isinstance(output, torch.Tensor):
+        raise TrainwiseError("the model's output is not a tensor: pass loss_fn= to characterise_model")
+    if output.dim() == 0:
+        return output
+    if output.dim() == 2 and output.shape[1] > 1 and output.is_floating_point():
+        target = torch.empty(output.shape[0], dtype=torch.long, device=output.device)
+        if output.device.type != "meta":
+            target = target.fill_(0)
+        return F.cross_entropy(output, target)
+    return output.float().mean()
+
+
+def meta_copy(model: Any) -> Any:
+    """A copy of `model` whose parameters and buffers live on the meta device, without copying data.
+
+    Uses deepcopy with a memo that maps every parameter and buffer to an empty meta tensor, so a
+    20 GB model on a GPU costs nothing to copy. Hooks and plain attributes are copied as usual.
+    """
+    import torch
+
+    memo: dict[int, Any] = {}
+    for p in model.parameters():
+        if id(p) not in memo:
+            memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    for b in model.buffers():
+        if id(b) not in memo:
+            memo[id(b)] = torch.empty_like(b, device="meta")
+    return copy.deepcopy(model, memo)
+
+
+_TRACE_LOCK = threading.Lock()
+
+
+def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., Any] | None = None,
+                       optimizer_name: str = "sgd_momentum", precision: str = "fp32", *, model_name: str = "model",
+                       per_device_batch: int | None = None, device: Literal["meta", "cpu"] = "meta",
+                       seq_len: int | None = None, image_size: int | None = None,
+                       copy_model: bool = True) -> WorkloadCharacterisation:
+    """Trace one training step of `model` and return its characterisation.
+
+    - `example_inputs`: the model's positional input(s) for one step at the per-device batch — a
+      tensor (any device: only its shape and dtype are used on meta), a (shape, dtype) pair, or a
+      tuple/list/dict of those. Integer inputs are token ids.
+    - `loss_fn(output) -> scalar`: defaults to cross-entropy on (N, C) logits, else the mean of the output.
+    - `optimizer_name`: a key of OPTIMIZER_STATE (sgd, sgd_momentum, adam, adamw, ...).
+    - `precision`: fp32, tf32, amp_fp16 or amp_bf16 (AMP is simulated, see the module docstring).
+    - `device="meta"` (default) never allocates data; `"cpu"` runs the step for real (small models,
+      or models whose forward needs real values).
+    - The model is not modified: a meta copy is traced (`copy_model=False` traces `model` itself,
+      which must then already live on `device`).
+    """
+    import torch
+
+    precision = normalise_precision(precision)
+    optimizer_name = normalise_optimizer(optimizer_name)
+    started = time.perf_counter()
+    if copy_model:
+        traced = meta_copy(model) if device == "meta" else copy.deepcopy(model).to("cpu")
+    else:
+        traced = model
+    traced.train()
+    inputs = _materialise_inputs(example_inputs, device)
+    args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    kwargs: dict[str, Any] = {}
+    if isinstance(inputs, dict):
+        args, kwargs = (), inputs
+    flat_inputs = [t for t in (list(args) + list(kwargs.values())) if isinstance(t, torch.Tensor)]
+    batch = per_device_batch or (int(flat_inputs[0].shape[0]) if flat_inputs and flat_inputs[0].dim() > 0 else 1)
+
+    params = [p for p in traced.parameters()]
+    trainable = [p for p in params if p.requires_grad]
+    tracer = _Tracer(precision)
+    tracer.param_ids = {id(p) for p in params}
+    saved: dict[int, tuple[Any, int]] = {}
+
+    def pack(t: Any) -> Any:
+        base = t._base if t._base is not None else t
+        if id(base) in tracer.param_ids or isinstance(base, torch.nn.Parameter):
+            return t
+        if any(entry[1] is base for entry in tracer.cast_cache.values()):
+            return t  # autocast's weight copies are counted in amp_weight_copy_bytes
+        if id(base) not in saved:
+            saved[id(base)] = (base, int(_tensor_bytes(base)))
+        return t
+
+    mode = _make_mode(tracer)
+    autocast = _make_autocast_mode(tracer) if tracer.low_dtype_name else contextlib.nullcontext()
+    with _TRACE_LOCK:
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                with mode:
+                    tracer.phase = "forward"
+                    with autocast:
+                        output = traced(*args, **kwargs)
+                        loss = (loss_fn or _default_loss)(output)
+                    tracer.phase = "backward"
+                    loss.backward()
+        except TrainwiseError:
+            raise
+        except Exception as exc:
+            raise TrainwiseError(
+                f"tracing one training step of {model_name} on the {device} device failed "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                "a forward pass that needs real values (data-dependent shapes, .item()) cannot be traced on meta: "
+                "retry with device='cpu' at a small batch") from None
+        finally:
+            tracer.phase = "forward"
+
+    n_params = sum(p.numel() for p in params)
+    n_trainable = sum(p.numel() for p in trainable)
+    param_bytes = int(sum(_tensor_bytes(p) for p in params))
+    grad_bytes = int(sum(p.numel() * 4 if p.is_floating_point() else 0 for p in trainable))
+    read_b, write_b, flops_pe, state_pe = OPTIMIZER_STATE[optimizer_name]
+    opt_state = int(n_trainable * state_pe)
+    n_tensors = len(trainable)
+    if optimizer_name != "none" and n_trainable:
+        # foreach/fused kernels: a few multi-tensor launches per group of tensors
+        launches = max(1, math.ceil(n_tensors / 64)) * 4
+        per_launch = n_trainable / launches
+        tracer.add(f"optimizer.{optimizer_name}", "optimizer", flops_pe * per_launch, read_b * per_launch,
+                   write_b * per_launch, "float32", [[n_trainable]], phase="optimizer")
+        tracer.records[next(reversed(tracer.records))]["count"] = launches
+    if precision == "amp_fp16" and n_trainable:
+        # GradScaler: unscale + inf check over all gradients (one foreach pass), and the scale update
+        launches = max(1, math.ceil(n_tensors / 64))
+        per_launch = n_trainable / launches
+        tracer.add("amp.unscale_", "optimizer", per_launch, 4 * per_launch, 4 * per_launch, "float32",
+                   [[n_trainable]], phase="optimizer")
+        tracer.records[next(reversed(tracer.records))]["count"] = launches
+    records = [OpRecord(**r) for r in tracer.records.values()]
+    activation_bytes = int(sum(b for _, b in saved.values()))
+    inputs_desc = [f"{'x'.join(str(int(s)) for s in t.shape)}:{str(t.dtype).replace('torch.', '')}" for t in flat_inputs]
+    notes = []
+    if tracer.unsupported:
+        notes.append("operators without a cost rule are modelled as memory-bound and widen the error band")
+    return WorkloadCharacterisation(
+        model=model_name, per_device_batch=batch, precision=precision, optimizer=optimizer_name, inputs=inputs_desc,
+        seq_len=seq_len, image_size=image_size, records=records, parameters=int(n_params),
+        trainable_parameters=int(n_trainable), parameter_tensors=len(params), parameter_bytes=param_bytes,
+        gradient_bytes=grad_bytes, optimizer_state_bytes=opt_state, activation_bytes=activation_bytes,
+        amp_weight_copy_bytes=int(tracer.amp_weight_copy_bytes), peak_temporary_bytes=int(tracer.peak_temporary_bytes),
+        unsupported_ops=sorted(tracer.unsupported), trace_device=device,
+        trace_seconds=round(time.perf_counter() - started, 3), torch_version=torch.__version__, notes=notes)
+
+
+def trace_training_step(model: Any, batch_shapes: Any, *, precision: str = "fp32", optimizer_name: str = "sgd_momentum",
+                        model_name: str | None = None) -> WorkloadCharacterisation | None:
+    """The profiler's entry point: characterise a live model from the shapes/dtypes of its first batch.
+
+    `batch_shapes` is what the recorder captured in a forward pre-hook: the positional inputs as
+    (shape, dtype) pairs (or the tensors themselves). Returns None instead of raising, so a model the
+    tracer cannot handle never breaks a profile (the reason goes to the caller's log via the warning).
+    """
+    import warnings
+
+    try:
+        return characterise_model(model, batch_shapes, None, optimizer_name, precision,
+                                  model_name=model_name or type(model).__name__)
+    except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
+        warnings.warn(f"trainwise: workload characterisation skipped: {exc}", RuntimeWarning, stacklevel=2)
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# named models: torchvision builders, hf: configs, trainwise reference workloads
+# ------------------------------------------------------------------------------------------------
+
+# Input resolution of torchvision builders that do not train at 224x224 by default.
+_TORCHVISION_SIZES = {"inception_v3": 299, "efficientnet_b1": 240, "efficientnet_b2": 260, "efficientnet_b3": 300,
+                      "efficientnet_b4": 380, "efficientnet_b5": 456, "efficientnet_b6": 528, "efficientnet_b7": 600,
+                      "efficientnet_v2_s": 384, "efficientnet_v2_m": 480, "efficientnet_v2_l": 480}
+
+# Reference workloads: input spec per sample (shape, dtype, "index", high) and optimizer (the seeds').
+_WORKLOAD_INPUTS: dict[str, tuple[tuple[int, ...], str, int]] = {
+    "mnist_cnn": ((1, 28, 28), "float32", 0),
+    "seismic_fcn": ((1, 64, 64), "float32", 0),
+    "resnet50_cifar10": ((3, 32, 32), "float32", 0),
+    "inceptionv3_dr": ((3, 256, 256), "float32", 0),
+    "nn_twins_mlp": ((5,), "float32", 0),
+    "rnn_sa_lstm": ((300,), "int64", 20_000),
+}
+_WORKLOAD_OPTIMIZERS = {"mnist_cnn": "adadelta", "seismic_fcn": "sgd_momentum", "resnet50_cifar10": "sgd_momentum",
+                        "inceptionv3_dr": "adam", "nn_twins_mlp": "rmsprop_momentum", "rnn_sa_lstm": "adam"}
+
+
+# Published benchmark models that torchvision has no builder name for, built from its classes.
+_EXTRA_BUILDERS: dict[str, Callable[[], Any]] = {}
+
+
+def _resnext101_32x4d() -> Any:
+    from torchvision.models.resnet import Bottleneck, ResNet
+
+    return ResNet(Bottleneck, [3, 4, 23, 3], groups=32, width_per_group=4)
+
+
+_EXTRA_BUILDERS["resnext101_32x4d"] = _resnext101_32x4d  # NVIDIA DeepLearningExamples' ResNeXt101-32x4d
+
+
+def _build_torchvision(name: str) -> Any:
+    import torchvision
+
+    if name in _EXTRA_BUILDERS:
+        return _EXTRA_BUILDERS[name]()
+    available = set(torchvision.models.list_models(module=torchvision.models))
+    if name not in available:
+        return None
+    kwargs: dict[str, Any] = {"weights": None}
+    if name == "inception_v3":
+        kwargs.update(aux_logits=True, init_weights=False)
+    if name == "googlenet":
+        kwargs.update(aux_logits=False, init_weights=False)
+    return torchvision.models.get_model(name, **kwargs)
+
+
+def model_kinds() -> dict[str, str]:
+    """Names `characterise_named` understands, by kind (for error messages and `--help`)."""
+    from trainwise.predict import hf_models
+    from trainwise.workloads import workload_names
+
+    return {"workload": ", ".join(workload_names()), "hf": ", ".join(f"hf:{n}" for n in hf_models.config_names()),
+            "torchvision": "any torchvision.models builder name (resnet50, convnext_large, inception_v3, vit_b_16, ...)"}
+
+
+def characterise_named(model_name: str, per_device_batch: int, precision: str = "fp32", seq_len: int | None = None,
+                       *, image_size: int | None = None, optimizer: str | None = None, task: str | None = None,
+                       num_classes: int | None = None) -> WorkloadCharacterisation:
+    """Build `model_name` directly on the meta device and characterise one training step.
+
+    `model_name` is a torchvision builder (`resnet50`, `convnext_large`), a Hugging Face config
+    prefixed `hf:` (`hf:roberta-base`, from the configs packaged in trainwise/predict/data/hf_configs,
+    or a path to a config.json after `hf:`), or a trainwise reference workload (`resnet50_cifar10`).
+    """
+    args = (str(model_name).strip(), int(per_device_batch), normalise_precision(precision), seq_len, image_size,
+            optimizer, task, num_classes)
+    path = _disk_cache_path(args)
+    if path is not None and path.is_file():
+        try:
+            return WorkloadCharacterisation.model_validate_json(path.read_text(encoding="utf-8"))
+        except Exception:  # a stale or truncated cache entry is simply rebuilt
+            pass
+    char = _characterise_named_cached(*args)
+    if path is not None:
+        try:
+            char.save(path)
+        except OSError:
+            pass
+    return char
+
+
+def _disk_cache_path(args: tuple) -> Path | None:
+    """Cache of named characterisations (they are deterministic for a torch/trainwise version).
+
+    $TRAINWISE_CACHE_DIR or ~/.cache/trainwise; TRAINWISE_NO_CACHE=1 disables it.
+    """
+    import hashlib
+    import os
+
+    if os.environ.get("TRAINWISE_NO_CACHE"):
+        return None
+    if str(args[0]).startswith("hf:") and str(args[0]).endswith(".json"):
+        return None  # a user config file may change under the same name
+    try:
+        import torch
+
+        from trainwise import __version__
+    except Exception:  # pragma: no cover
+        return None
+    root = Path(os.environ.get("TRAINWISE_CACHE_DIR") or Path.home() / ".cache" / "trainwise") / "characterisations"
+    key = json.dumps([list(map(str, args)), torch.__version__, __version__, _CACHE_REVISION])
+    return root / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+
+
+_CACHE_REVISION = 1  # bump when the tracer's accounting changes
+
+
+@lru_cache(maxsize=64)
+def _characterise_named_cached(model_name: str, batch: int, precision: str, seq_len: int | None,
+                               image_size: int | None, optimizer: str | None, task: str | None,
+                               num_classes: int | None) -> WorkloadCharacterisation:
+    import torch
+
+    if batch <= 0:
+        raise TrainwiseError(f"per-device batch must be positive (got {batch})")
+    if model_name.startswith("hf:"):
+        from trainwise.predict import hf_models
+
+        config = hf_models.load_config(model_name[3:])
+        seq = int(seq_len or 512)
+        with torch.device("meta"):
+            model = hf_models.build(config, task=task)
+        inputs = ((batch, seq), "int64", "index", int(config.get("vocab_size", 30522)))
+        return characterise_model(model, inputs, hf_models.loss_for(task or hf_models.default_task(config)),
+                                  optimizer or "adamw", precision, model_name=model_name, per_device_batch=batch,
+                                  seq_len=seq, copy_model=False)
+    from trainwise.workloads import WORKLOADS
+
+    if model_name in WORKLOADS:
+        spec = WORKLOADS[model_name]
+        module = importlib.import_module(spec.module)
+        with torch.device("meta"):
+            model = module.build_model()
+        shape, dtype, high = _WORKLOAD_INPUTS.get(model_name, (tuple(spec.hyperparameters.get("input_shape", ())), "float32", 0))
+        if not shape:
+            raise TrainwiseError(f"workload {model_name} does not declare its input shape")
+        inputs = ((batch, *shape), dtype, "index", high)
+        loss = _workload_loss(model_name)
+        return characterise_model(model, inputs, loss, optimizer or _WORKLOAD_OPTIMIZERS.get(model_name, "sgd_momentum"),
+                                  precision, model_name=model_name, per_device_batch=batch,
+                                  image_size=shape[-1] if len(shape) == 3 else None, copy_model=False)
+    with torch.device("meta"):
+        try:
+            model = _build_torchvision(model_name)
+        except Exception as exc:
+            raise TrainwiseError(f"building torchvision model {model_name!r} failed: {exc}") from None
+        if model is not None and num_classes is not None:
+            pass
+    if model is None:
+        import difflib
+
+        import torchvision
+
+        from trainwise.predict import hf_models
+        from trainwise.workloads import workload_names
+
+        candidates = list(torchvision.models.list_models(module=torchvision.models)) + list(_EXTRA_BUILDERS) + workload_names() + [
+            f"hf:{n}" for n in hf_models.config_names()]
+        near = difflib.get_close_matches(model_name, candidates, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(near)}?" if near else "use a torchvision builder name, hf:<config> or a trainwise workload"
+        raise TrainwiseError(f"unknown model {model_name!r}: {hint}")
+    size = int(image_size or _TORCHVISION_SIZES.get(model_name, 224))
+    inputs = ((batch, 3, size, size), "float32")
+    loss = _inception_loss if model_name == "inception_v3" else None
+    return characterise_model(model, inputs, loss, optimizer or "sgd_momentum", precision, model_name=model_name,
+                              per_device_batch=batch, image_size=size, copy_model=False)
+
+
+def _inception_loss(output: Any) -> Any:
+    logits = output[0] if isinstance(output, (tuple, list)) else getattr(output, "logits", output)
+    aux = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else getattr(output, "aux_logits", None)
+    loss = _default_loss(logits)
+    if aux is not None:
+        loss = loss + 0.4 * _default_loss(aux)
+    return loss
+
+
+def _workload_loss(name: str) -> Callable[[Any], Any] | None:
+    import torch.nn.functional as F
+
+    if name == "rnn_sa_lstm":
+        return lambda out: F.binary_cross_entropy_with_logits(out, out.detach())
+    if name == "seismic_fcn":
+        def seg_loss(out: Any) -> Any:
+            import torch
+
+            target = torch.empty((out.shape[0], *out.shape[2:]), dtype=torch.long, device=out.device)
+            return F.cross_entropy(out, target)
+        return seg_loss
+    return None
+
+
+def characterisation_to_json(char: WorkloadCharacterisation) -> str:
+    return json.dumps(char.model_dump(mode="json"))

@@ -1,0 +1,468 @@
+"""Device model: a training iteration's time on any catalog accelerator, from a characterisation.
+
+For every operator record of a `WorkloadCharacterisation` (see `characterise.py`):
+
+    t_op = max( FLOPs / (peak(dtype, tensor-core eligibility) x e_compute[class, category] x g_acc),
+                bytes / (bandwidth x e_memory[category] x g_mem[generation]) ) + t_launch
+
+where `peak` comes from the catalog's accelerators.csv (dense, boost clock): the FP16/BF16 tensor
+peak for 16-bit matmuls/convolutions whose dimensions are multiples of 8 (TF32 for fp32 operands
+under `tf32`, and for convolutions under plain `fp32` too, because PyTorch enables TF32 for cuDNN
+by default on Ampere and later), the FP32 (or FP16 non-tensor) vector peak otherwise — misaligned
+shapes and depthwise/grouped convolutions with fewer than 8 channels per group run off the tensor
+cores. TPUs use their per-chip (or per-board) MXU peak for every matmul/convolution (XLA's default
+precision is one bf16 pass) and pay no per-kernel launch (XLA fuses the step into one program).
+
+The step is the sum over operators, bounded below by the host: PyTorch eager dispatches each
+kernel from Python (`t_host_op` per kernel), so a small model is CPU-bound whatever the GPU:
+
+    T_device = sum_ops count x t_op        T_host = kernels x t_host_op
+    T_step   = smooth_max(T_device, T_host) + t_step (+ t_step_tensorflow for Keras/TF measurements)
+             + host_overhead_s (measured in the profile: data-loading wait etc.)
+
+Data parallel over `count` devices (per-device batch fixed): the gradients (fp32, see
+`gradient_bytes`) are all-reduced with a ring, 2(n-1)/n x bytes / link bandwidth, overlapped with
+the backward pass as DDP does (at most `ddp_overlap` of the backward hides communication).
+
+The efficiencies e_compute/e_memory, the per-accelerator and per-generation multipliers and the
+overhead constants are fitted on published measurements (`calibration.py`,
+`data/calibration.csv`); the packaged fit is `data/device_model_params.json`. The error band of a
+prediction comes from the leave-one-model-out residuals of that fit, for the accelerator (or its
+generation) and the kind of workload, widened for operators the model has no rule for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict.characterise import COMPUTE_CATEGORIES, WorkloadCharacterisation, normalise_precision
+
+DATA_DIR = Path(__file__).with_name("data")
+PARAMS_PATH = DATA_DIR / "device_model_params.json"
+
+COMPUTE_CLASSES = ("fp32", "tf32", "tc16", "tpu")
+MEMORY_CATEGORIES = ("elementwise", "reduction", "normalisation", "embedding", "optimizer", "copy", "other")
+GIB = 2**30
+
+
+class DeviceModelParams(BaseModel):
+    """Fitted constants of the device model (JSON: data/device_model_params.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    e_compute: dict[str, dict[str, float]] = Field(default_factory=lambda: {
+        "fp32": {"matmul": 0.75, "conv": 0.65, "attention": 0.5},
+        "tf32": {"matmul": 0.55, "conv": 0.5, "attention": 0.4},
+        "tc16": {"matmul": 0.55, "conv": 0.45, "attention": 0.35},
+        "tpu": {"matmul": 0.5, "conv": 0.4, "attention": 0.35},
+    })
+    e_memory: dict[str, float] = Field(default_factory=lambda: {
+        "elementwise": 0.7, "reduction": 0.5, "normalisation": 0.5, "embedding": 0.3, "optimizer": 0.7,
+        "copy": 0.6, "other": 0.5})
+    g_compute: dict[str, float] = Field(default_factory=dict, description="per accelerator (canonical name), default 1")
+    g_generation: dict[str, float] = Field(default_factory=dict, description="compute multiplier per generation, default 1")
+    g_memory: dict[str, float] = Field(default_factory=dict, description="memory-efficiency multiplier per generation")
+    g_conv: dict[str, float] = Field(default_factory=dict, description="convolution-efficiency multiplier per generation "
+                                     "(cuDNN's convolutions improved far more across generations than GEMMs)")
+    t_launch_s: float = 4e-6
+    t_host_op_s: float = 12e-6
+    t_step_s: float = 1.5e-3
+    t_step_tensorflow_s: float = 4e-3
+    ddp_overlap: float = 0.7
+    tpu_fusion: float = 0.5
+    bands: dict[str, Any] = Field(default_factory=dict, description="expected |relative error| by accelerator/generation/kind")
+    fitted_on: dict[str, Any] = Field(default_factory=dict)
+
+
+@lru_cache(maxsize=4)
+def _load_params_cached(path: str, mtime: float) -> DeviceModelParams:
+    return DeviceModelParams.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def load_params(path: str | Path | None = None) -> DeviceModelParams:
+    """The packaged fit, or defaults (uncalibrated priors) when it is missing."""
+    p = Path(path) if path is not None else PARAMS_PATH
+    if not p.is_file():
+        if path is not None:
+            raise TrainwiseError(f"device-model parameters {p} do not exist: run `python benchmarks/device_model.py` to fit them")
+        return DeviceModelParams()
+    return _load_params_cached(str(p), p.stat().st_mtime)
+
+
+# ------------------------------------------------------------------------------------------------
+# accelerator features
+# ------------------------------------------------------------------------------------------------
+
+def generation_of(acc: Any) -> str:
+    """Coarse family + die class: volta, turing, ampere_ga100, ampere_ga10x, hopper, tpu_v3, ..."""
+    arch = (getattr(acc, "architecture", None) or "").lower()
+    name = getattr(acc, "name", "").lower()
+    if getattr(acc, "kind", "") == "tpu" or "tpu" in arch:
+        m = re.search(r"v(\d)", arch or name)
+        return f"tpu_v{m.group(1)}" if m else "tpu"
+    for key, gen in (("kepler", "kepler"), ("maxwell", "maxwell"), ("volta", "volta"), ("turing", "turing"),
+                     ("ada", "ada"), ("hopper", "hopper"), ("blackwell", "blackwell"), ("trainium", "trainium"),
+                     ("gaudi", "gaudi")):
+        if key in arch:
+            return gen
+    if "pascal" in arch:
+        return "pascal_gp100" if "gp100" in arch else "pascal_gp10x"
+    if "ampere" in arch:
+        return "ampere_ga100" if "ga100" in arch else "ampere_ga10x"
+    return "unknown"
+
+
+def link_bandwidth_gbs(acc: Any) -> float:
+    """Effective per-device all-reduce bandwidth (GB/s) between devices of one machine."""
+    text = (getattr(acc, "interconnect", None) or "").lower()
+    name = getattr(acc, "name", "").lower()
+    gen = generation_of(acc)
+    if gen.startswith("tpu"):
+        return {"tpu_v2": 60.0, "tpu_v3": 80.0, "tpu_v4": 120.0, "tpu_v5": 180.0, "tpu_v6": 300.0}.get(gen, 80.0)
+    if "nvlink" in text and "pcie" not in name and "bridge" not in text:
+        m = re.search(r"nvlink (\d)", text)
+        version = int(m.group(1)) if m else 2
+        return {1: 60.0, 2: 130.0, 3: 230.0, 4: 360.0, 5: 700.0}.get(version, 130.0)
+    if "gen5" in text:
+        return 40.0
+    if "gen4" in text:
+        return 20.0
+    if getattr(acc, "granularity", "") == "per_die":
+        return 6.0  # two dies share one Gen3 slot
+    return 10.0
+
+
+@dataclass(frozen=True)
+class _Peaks:
+    fp32: float
+    tf32: float | None
+    fp16: float | None
+    bf16: float | None
+    fp16_vector: float
+    bandwidth: float
+    is_tpu: bool
+
+
+def _peaks(acc: Any) -> _Peaks:
+    tpu = getattr(acc, "kind", "") == "tpu"
+    bf16 = acc.bf16_tflops
+    fp32 = acc.fp32_tflops or (bf16 / 4 if bf16 else None)
+    if fp32 is None:
+        raise TrainwiseError(f"accelerator {acc.name} has no FP32 or BF16 peak in the catalog: it cannot be modelled")
+    bw = acc.memory_bw_gbs
+    if not bw:
+        raise TrainwiseError(f"accelerator {acc.name} has no memory bandwidth in the catalog: it cannot be modelled")
+    return _Peaks(fp32=fp32 * 1e12, tf32=(acc.tf32_tflops or 0) * 1e12 or None, fp16=(acc.fp16_tflops or 0) * 1e12 or None,
+                  bf16=(bf16 or 0) * 1e12 or None,
+                  fp16_vector=max(acc.fp16_nontensor_tflops or 0, fp32) * 1e12, bandwidth=bw * 1e9, is_tpu=tpu)
+
+
+def compute_peak(acc: Any, precision: str, category: str, dtype: str, align: int, groups: int,
+                 peaks: _Peaks | None = None) -> tuple[float, str]:
+    """(peak FLOP/s, efficiency class) an operator of this dtype/shape gets on `acc`."""
+    p = peaks or _peaks(acc)
+    if p.is_tpu:
+        return (p.bf16 or p.fp32), "tpu"
+    # depthwise (1 channel per group) convolutions never use tensor cores; grouped ones with >= 4
+    # channels per group do (cuDNN pads the group), dense operators need multiples of 8 (16-bit)
+    depthwise = groups > 1 and align < 4
+    tc_ok = align % 8 == 0 or (groups > 1 and align % 4 == 0)
+    if dtype in ("float16", "bfloat16"):
+        tensor = p.fp16 if dtype == "float16" else p.bf16
+        if tensor and tc_ok and not depthwise:
+            return tensor, "tc16"
+        return (p.fp16_vector if dtype == "float16" else p.fp32), "fp32"
+    if dtype == "float32" and p.tf32 and not depthwise and align % 4 == 0:
+        if precision == "tf32" or (category == "conv" and precision in ("fp32", "tf32")):
+            return p.tf32, "tf32"
+    return p.fp32, "fp32"
+
+
+# ------------------------------------------------------------------------------------------------
+# prediction
+# ------------------------------------------------------------------------------------------------
+
+class DevicePrediction(BaseModel):
+    """A modelled training iteration on one accelerator type (x count, data parallel)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    accelerator: str
+    count: int
+    per_device_batch: int
+    precision: str
+    iteration_s: float
+    samples_per_s: float
+    relative_error: float = Field(description="expected |relative error| (the band is iteration_s x (1 ± relative_error))")
+    low_s: float
+    high_s: float
+    device_s: float = Field(description="sum of the operators' device time")
+    host_bound_s: float = Field(description="kernels x host dispatch time: the CPU-side floor")
+    communication_s: float = Field(description="exposed all-reduce time (count > 1)")
+    overhead_s: float = Field(description="per-step constant plus the host overhead passed in")
+    breakdown_s: dict[str, float] = Field(description="device time per operator category")
+    compute_bound_fraction: float
+    fits_memory: bool
+    memory_required_gib: float
+    memory_available_gib: float | None
+    memory_breakdown_gib: dict[str, float]
+    unsupported_ops: list[str]
+    provenance: str
+    notes: list[str] = Field(default_factory=list)
+
+
+def usable_memory_gib(acc: Any) -> float | None:
+    if not acc.memory_gib:
+        return None
+    if getattr(acc, "kind", "") == "tpu":
+        return acc.memory_gib * 0.95
+    return acc.memory_gib * 0.94 - 0.6  # ECC/reserved, CUDA context + cuDNN/cuBLAS workspaces
+
+
+def memory_required_gib(char: WorkloadCharacterisation, count: int = 1) -> tuple[float, dict[str, float]]:
+    parts = char.memory_breakdown(count)
+    gib = {k: round(v / GIB, 3) for k, v in parts.items()}
+    return parts["total"] * 1.10 / GIB, gib  # caching-allocator fragmentation
+
+
+def _smooth_max(a: float, b: float, p: float = 6.0) -> float:
+    if a <= 0 or b <= 0:
+        return max(a, b)
+    m = max(a, b)
+    return m * ((a / m) ** p + (b / m) ** p) ** (1 / p)
+
+
+_CLASS_INDEX = {c: i for i, c in enumerate(COMPUTE_CLASSES)}
+_CAT_INDEX = {c: i for i, c in enumerate(COMPUTE_CATEGORIES)}
+_MEM_INDEX = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
+_FUSED_ON_TPU = ("elementwise", "normalisation", "copy", "reduction")
+
+
+@dataclass
+class OpFeatures:
+    """The records of one characterisation resolved against one accelerator, as numpy arrays.
+
+    Everything the fitted constants multiply is kept apart, so `time_of` evaluates the model for
+    any parameter values (the calibration fit calls it thousands of times).
+    """
+
+    count: Any          # calls per record
+    flops: Any
+    bytes: Any
+    compute_index: Any  # class x category index into e_compute, -1 for memory-bound categories
+    memory_index: Any   # index into e_memory (compute records use "elementwise" for their memory side)
+    peak: Any           # FLOP/s for compute records (1 elsewhere)
+    fusion: Any         # TPU: XLA fusion factor applies (1/0)
+    backward: Any       # 1 for backward records
+    conv: Any           # 1 for convolution records
+    category: list[str]
+    bandwidth: float
+    launch: float       # 1 = pays t_launch per kernel, 0 = TPU
+    kernels: int
+    accelerator: str
+    generation: str
+    is_tpu: bool
+
+
+def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpFeatures:
+    import numpy as np
+
+    peaks = _peaks(acc)
+    n = len(char.records)
+    count = np.empty(n)
+    flops = np.empty(n)
+    nbytes = np.empty(n)
+    cidx = np.full(n, -1, dtype=np.int64)
+    midx = np.empty(n, dtype=np.int64)
+    peak = np.ones(n)
+    fusion = np.zeros(n)
+    backward = np.zeros(n)
+    conv = np.zeros(n)
+    cats = []
+    for i, r in enumerate(char.records):
+        count[i] = r.count
+        flops[i] = r.flops
+        nbytes[i] = r.bytes_read + r.bytes_written
+        backward[i] = 1.0 if r.phase == "backward" else 0.0
+        conv[i] = 1.0 if r.category == "conv" else 0.0
+        cats.append(r.category)
+        if r.category in COMPUTE_CATEGORIES:
+            pk, cls = compute_peak(acc, precision, r.category, r.dtype, r.align, r.groups, peaks)
+            peak[i] = pk
+            cidx[i] = _CLASS_INDEX[cls] * len(COMPUTE_CATEGORIES) + _CAT_INDEX[r.category]
+            midx[i] = _MEM_INDEX["elementwise"]
+        else:
+            midx[i] = _MEM_INDEX.get(r.category, _MEM_INDEX["other"])
+            fusion[i] = 1.0 if (peaks.is_tpu and r.category in _FUSED_ON_TPU) else 0.0
+    return OpFeatures(count=count, flops=flops, bytes=nbytes, compute_index=cidx, memory_index=midx, peak=peak,
+                      fusion=fusion, backward=backward, conv=conv, category=cats, bandwidth=peaks.bandwidth,
+                      launch=0.0 if peaks.is_tpu else 1.0, kernels=int(count.sum()), accelerator=acc.name,
+                      generation=generation_of(acc), is_tpu=peaks.is_tpu)
+
+
+def param_arrays(params: DeviceModelParams) -> tuple[Any, Any]:
+    import numpy as np
+
+    ec = np.array([params.e_compute[c][k] for c in COMPUTE_CLASSES for k in COMPUTE_CATEGORIES])
+    em = np.array([params.e_memory[k] for k in MEMORY_CATEGORIES])
+    return ec, em
+
+
+def time_of(f: OpFeatures, ec: Any, em: Any, g_acc: float, g_mem: float, t_launch: float, tpu_fusion: float,
+            g_conv: float = 1.0) -> tuple[Any, Any]:
+    """Per-record seconds (count included) and whether each record is compute-bound."""
+    import numpy as np
+
+    is_compute = f.compute_index >= 0
+    e_c = np.where(is_compute, ec[np.maximum(f.compute_index, 0)], 1.0) * g_acc * np.where(f.conv > 0, g_conv, 1.0)
+    t_c = np.where(is_compute, f.flops / (f.peak * e_c), 0.0)
+    fuse = np.where(f.fusion > 0, tpu_fusion, 1.0)
+    t_m = fuse * f.bytes / (f.bandwidth * em[f.memory_index] * g_mem)
+    t = np.maximum(t_c, t_m)
+    return f.count * (t + t_launch * f.launch), is_compute & (t_c >= t_m)
+
+
+def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelParams, precision: str
+                 ) -> tuple[float, dict[str, float], float, float, int]:
+    """(device seconds, per-category seconds, compute-bound seconds, backward seconds, kernels)."""
+    f = op_features(char, acc, precision)
+    ec, em = param_arrays(params)
+    g_acc = params.g_compute.get(acc.name, 1.0) * params.g_generation.get(f.generation, 1.0)
+    g_mem = params.g_memory.get(f.generation, 1.0)
+    per, bound = time_of(f, ec, em, g_acc, g_mem, params.t_launch_s, params.tpu_fusion,
+                         params.g_conv.get(f.generation, 1.0))
+    by_cat: dict[str, float] = {}
+    for cat, t in zip(f.category, per):
+        by_cat[cat] = by_cat.get(cat, 0.0) + float(t)
+    return float(per.sum()), by_cat, float(per[bound].sum()), float((per * f.backward).sum()), f.kernels
+
+
+def _band(params: DeviceModelParams, acc: Any, compute_fraction: float, unsupported_share: float,
+          count: int) -> tuple[float, list[str]]:
+    bands = params.bands or {}
+    notes: list[str] = []
+    gen = generation_of(acc)
+    by_acc = bands.get("by_accelerator", {})
+    by_gen = bands.get("by_generation", {})
+    default = float(bands.get("global", 0.25))
+    if acc.name in by_acc:
+        band = float(by_acc[acc.name])
+    elif gen in by_gen:
+        band = float(by_gen[gen])
+        notes.append(f"no calibration measurement on {acc.name}: error band of its generation ({gen})")
+    else:
+        band = default * 1.5
+        notes.append(f"no calibration measurement on {acc.name} or its generation ({gen}): band widened x1.5")
+    kind = "compute" if compute_fraction >= 0.5 else "memory"
+    kind_band = bands.get("by_kind", {}).get(kind)
+    if kind_band is not None:
+        band = max(band, 0.5 * (band + float(kind_band)))
+    if count > 1:
+        band += float(bands.get("data_parallel_extra", 0.10))
+    if unsupported_share > 0:
+        band += unsupported_share
+    return band, notes
+
+
+def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: Any, count: int = 1,
+                      precision: str | None = None, host_overhead_s: float = 0.0, *,
+                      params: DeviceModelParams | None = None, framework: str = "pytorch") -> DevicePrediction:
+    """Model one training iteration of `characterisation` on `count` x `accelerator` (data parallel).
+
+    `accelerator` is a catalog `Accelerator` (resolve names with `resolve_accelerator`). `precision`
+    defaults to the characterisation's; a different 16-bit/32-bit choice needs a new characterisation
+    (dtypes change), but fp32 <-> tf32 only changes the peak used. `host_overhead_s` is per-iteration
+    host time that does not overlap the device (e.g. the data wait measured in a profile).
+    """
+    params = params or load_params()
+    count = int(count)
+    if count < 1:
+        raise TrainwiseError(f"accelerator count must be at least 1 (got {count})")
+    prec = normalise_precision(precision or characterisation.precision)
+    if prec.startswith("amp") != characterisation.precision.startswith("amp") or (
+            prec.startswith("amp") and prec != characterisation.precision):
+        raise TrainwiseError(f"the characterisation was traced at {characterisation.precision}; "
+                             f"re-characterise at {prec} (AMP changes the operators' dtypes)")
+    device_s, by_cat, compute_s, backward_s, kernels = _device_time(characterisation, accelerator, params, prec)
+    is_tpu = getattr(accelerator, "kind", "") == "tpu"
+    host_s = 0.0 if is_tpu else kernels * params.t_host_op_s
+    step = params.t_step_s + (params.t_step_tensorflow_s if framework.lower() in ("tensorflow", "keras", "tf") else 0.0)
+    overhead = step + max(0.0, float(host_overhead_s))
+    compute_time = _smooth_max(device_s, host_s)
+    comm_exposed = 0.0
+    if count > 1:
+        link = link_bandwidth_gbs(accelerator) * 1e9
+        ring = 2.0 * (count - 1) / count * characterisation.gradient_bytes / link + 30e-6 * math.log2(count) * 8
+        comm_exposed = max(ring - params.ddp_overlap * backward_s, 0.1 * ring)
+    iteration = compute_time + comm_exposed + overhead
+    samples = count * characterisation.per_device_batch / iteration
+    unsupported_s = by_cat.get("other", 0.0)
+    unsupported_share = unsupported_s / device_s if device_s > 0 else 0.0
+    compute_fraction = compute_s / device_s if device_s > 0 else 0.0
+    band, notes = _band(params, accelerator, compute_fraction, unsupported_share, count)
+    needed, parts = memory_required_gib(characterisation, count)
+    available = usable_memory_gib(accelerator)
+    fits = available is None or needed <= available
+    if not fits:
+        notes.append(f"out of memory: needs ~{needed:.1f} GiB per device, {accelerator.name} has ~{available:.1f} GiB usable")
+    if host_s > device_s:
+        notes.append("host-bound: kernels are too small to keep the accelerator busy (the CPU dispatch rate sets the pace)")
+    if characterisation.unsupported_ops:
+        notes.append("operators without a cost rule (modelled as memory-bound, band widened by their time share "
+                     f"{unsupported_share:.0%}): {', '.join(characterisation.unsupported_ops)}")
+    return DevicePrediction(
+        accelerator=accelerator.name, count=count, per_device_batch=characterisation.per_device_batch, precision=prec,
+        iteration_s=iteration, samples_per_s=samples, relative_error=round(band, 4),
+        low_s=iteration * max(0.05, 1 - band), high_s=iteration * (1 + band), device_s=device_s, host_bound_s=host_s,
+        communication_s=comm_exposed, overhead_s=overhead, breakdown_s={k: round(v, 6) for k, v in by_cat.items()},
+        compute_bound_fraction=round(compute_fraction, 4), fits_memory=fits, memory_required_gib=round(needed, 3),
+        memory_available_gib=None if available is None else round(available, 3), memory_breakdown_gib=parts,
+        unsupported_ops=list(characterisation.unsupported_ops), provenance=f"modelled ±{band * 100:.0f} %", notes=notes)
+
+
+def resolve_accelerator(name: str, catalog: Any = None) -> Any:
+    """The catalog Accelerator for `name` (any alias); unknown names raise with the nearest names."""
+    if catalog is None:
+        from trainwise.catalog import load_catalog
+
+        catalog = load_catalog()
+    return catalog.accelerator(name)
+
+
+def predict_all(characterisation: WorkloadCharacterisation, catalog: Any = None, count: int = 1,
+                host_overhead_s: float = 0.0, params: DeviceModelParams | None = None) -> list[DevicePrediction]:
+    """Predictions for every catalog accelerator the model can handle, fastest first."""
+    if catalog is None:
+        from trainwise.catalog import load_catalog
+
+        catalog = load_catalog()
+    params = params or load_params()
+    out = []
+    for acc in catalog.accelerators.values():
+        try:
+            out.append(predict_iteration(characterisation, acc, count, None, host_overhead_s, params=params))
+        except TrainwiseError:
+            continue
+    return sorted(out, key=lambda p: p.iteration_s)
+
+
+def host_overhead_from_profile(profile: Any) -> float:
+    """Per-iteration host time that a faster accelerator does not remove: the mean data wait.
+
+    In a profile the training process waits `steady_state.data_wait.mean_s` per iteration for its
+    DataLoader; that wait does not shrink on a faster accelerator (it can only grow). Pass it to
+    `predict_iteration(host_overhead_s=...)`.
+    """
+    try:
+        return float(profile.steady_state.data_wait.mean_s)
+    except AttributeError:
+        return 0.0

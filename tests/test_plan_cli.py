@@ -1,0 +1,101 @@
+"""`trainwise plan` end to end on saved profiles (no profiling run): tables, report files, JSON, errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from trainwise.cli import main
+from trainwise.plan.synthetic import synthetic_profile
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code: int, err: str, fragment: str) -> None:
+    assert code != 0
+    lines = [line for line in err.strip().splitlines() if line.strip() and line.startswith("error:")]
+    assert "Traceback" not in err
+    assert len(lines) == 1 and fragment in lines[0], err
+
+
+@pytest.fixture()
+def profiles(tmp_path):
+    here = synthetic_profile(host=socket.gethostname(), iteration_s=0.2, jitter=0.05).save(tmp_path / "here.json")
+    gpu = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02, jitter=0.05).save(
+        tmp_path / "v100.json")
+    return here, gpu
+
+
+def test_plan_writes_tables_and_every_report_file(capsys, tmp_path, profiles):
+    report = tmp_path / "rep"
+    code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--profile", str(profiles[1]),
+                             "--catalog", "packaged", "--report", str(report), "--out-dir", str(tmp_path / "out"))
+    assert code == 0, err
+    assert "Top" in out and "Pareto set" in out and "Best plan per epoch option" in out
+    assert "measured here" in out and "(imported)" in out
+    for name in ("plan.html", "pareto.png", "plan.json", "plan.md"):
+        assert (report / name).is_file(), name
+    assert (report / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    payload = json.loads((report / "plan.json").read_text())
+    assert payload["best"]["time_provenance"] and payload["best"]["price_provenance"]
+    assert payload["catalog"].startswith("catalog current, prices as of 2026-11-21")
+    assert payload["pareto"] and payload["top"] and payload["assumptions"]
+    assert all(row["time_provenance"] and row["price_provenance"] for row in payload["plans"])
+    assert len(payload["source_inconsistencies"]) == 3
+    markdown = (report / "plan.md").read_text()
+    assert "| rank | offering |" in markdown and "## Pareto set" in markdown
+    html = (report / "plan.html").read_text()
+    assert "data:image/png;base64," in html and 'id="plans-table"' in html
+    assert "http://" not in html and "https://" not in html  # self-contained: no external resource
+    assert "plan.html" in out.replace("\n", "")  # where the report went
+
+
+def test_plan_default_report_dir_and_json_output(capsys, tmp_path, profiles):
+    code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--profile", str(profiles[1]), "--catalog",
+                             "packaged", "--out-dir", str(tmp_path), "--json", "--objective", "fastest", "--no-spot",
+                             "--cloud", "aws,gcp", "--epoch-options", "5,10")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["objective"]["kind"] == "fastest" and payload["primary_epochs"] == 10
+    assert {row["market"] for row in payload["plans"]} == {"on-demand"}
+    assert {row["cloud"] for row in payload["plans"]} <= {"aws", "gcp", "local"}
+    assert (tmp_path / "report" / "plan.html").is_file()
+
+
+def test_plan_local_offering_and_weighted(capsys, tmp_path, profiles):
+    lab = tmp_path / "lab.yaml"
+    lab.write_text("offerings:\n  - name: lab-node\n    kind: on_premise\n    capex_usd: 25000\n    lifetime_years: 1\n")
+    code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--local-offering",
+                             str(lab), "--objective", "weighted", "--weights", "time=1,cost=3", "--json",
+                             "--out-dir", str(tmp_path))
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["best"]["offering_id"] == "on-premise/-/lab-node"
+    assert payload["best"]["price_per_hour"] == 2.85
+    assert payload["best"]["price_provenance"].startswith("user file")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--cloud", "awz"], "did you mean aws"),
+    (["--accelerator", "V10"], "unknown accelerator"),
+    (["--objective", "cheapst"], "did you mean cheapest"),
+    (["--deadline", "soon"], "cannot read the duration"),
+    (["--objective", "deadline", "--deadline", "1s"], "--deadline 0 min excluded"),
+    (["--budget", "0.000001"], "best infeasible option"),
+    (["--weights", "speed=1"], "NAME=VALUE"),
+    (["--interruption-rate", "0.1", "--interruption-frequency-30d", "0.05"], "not both"),
+    (["--reference", "aws/nowhere/p9"], "unknown reference offering"),
+    (["--catalog", "seed-2012"], "did you mean seed-2021"),
+])
+def test_plan_bad_input_is_one_line_and_writes_no_report(capsys, tmp_path, profiles, args, fragment):
+    report = tmp_path / "rep"
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--profile", str(profiles[1]), "--catalog",
+                           "packaged", "--report", str(report), *args)
+    assert_one_line_error(code, err, fragment)
+    assert not report.exists()

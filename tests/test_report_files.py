@@ -1,0 +1,69 @@
+"""Report files without a browser: self-contained HTML with every section, escaped user text,
+Markdown and JSON versions of the tables, the PNG chart; the terminal tables keep working."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from rich.console import Console
+
+from trainwise.catalog import load_catalog, load_user_offerings
+from trainwise.plan import Objective, PlanOptions, plan
+from trainwise.plan.synthetic import synthetic_profile
+from trainwise.report.bundle import REPORT_FILES, write_report
+from trainwise.report.charts import pareto_chart_png
+from trainwise.report.html import render_html
+from trainwise.report.markdown import render_markdown
+from trainwise.report.terminal import print_plan
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    lab = tmp_path_factory.mktemp("lab") / "lab.toml"
+    lab.write_text('[[offering]]\nname = "<b>lab</b> & co"\nkind = "on_premise"\nprice_per_hour = 0.5\n')
+    profiles = [synthetic_profile(host=socket.gethostname(), iteration_s=0.2, jitter=0.05),
+                synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02, jitter=0.1)]
+    return plan(profiles, load_catalog("packaged"), Objective(kind="weighted"), local_offering=load_user_offerings(lab),
+                options=PlanOptions(dataset_gb=1.0))
+
+
+def test_html_is_self_contained_and_complete(result):
+    png = pareto_chart_png(result)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    page = render_html(result, png, generated_at="2026-11-22T00:00:00+00:00")
+    assert page.startswith("<!DOCTYPE html>")
+    for fragment in ('id="pareto-chart"', 'id="plans-table"', 'id="pareto-table"', 'id="epochs-table"',
+                     'id="methodology2-table"', 'id="breakdown-table"', 'id="offerings-table"', 'id="not-predicted-table"',
+                     'id="profiles-table"', 'id="assumptions"', 'id="catalog-caption"', "expected preemption loss",
+                     "data staging", "first epoch", "steady state", "validation", "prices as of 2026-11-21",
+                     "Known inconsistencies"):
+        assert fragment in page, fragment
+    assert "http://" not in page and "https://" not in page and "<link" not in page and "src=\"http" not in page
+    assert "&lt;b&gt;lab&lt;/b&gt; &amp; co" in page and "<b>lab</b>" not in page
+
+
+def test_markdown_and_json(result, tmp_path):
+    paths = write_report(result, tmp_path / "r")
+    assert {p.name for p in paths.values()} == set(REPORT_FILES.values())
+    payload = json.loads(paths["json"].read_text())
+    assert payload["objective"]["kind"] == "weighted" and payload["best"]["score"] is not None
+    assert payload["not_predicted"] and all(r["status"].startswith("not predicted") for r in payload["not_predicted"])
+    for row in payload["plans"]:
+        assert row["time_provenance"] and row["price_provenance"]
+        for key in ("init_s", "first_epoch_s", "steady_s", "validation_s", "staging_s", "preemption_loss_s"):
+            assert row[key] is not None
+    markdown = render_markdown(result)
+    assert markdown.count("| rank | offering |") == 2 and "| epochs |" in markdown
+    assert "\\<b>" not in markdown and "<b\\>" not in markdown
+    assert paths["markdown"].read_text().startswith("# trainwise plan")
+
+
+@pytest.mark.parametrize("width", [100, 240])
+def test_terminal_tables(result, width):
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))
+    print_plan(console, result)
+    text = console.export_text()
+    assert "Top" in text and "Pareto set" in text and "Best plan per epoch option" in text
+    assert "measured on gpubox (imported)" in text.replace("\n", " ") or "T2" in text
