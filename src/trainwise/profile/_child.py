@@ -213,7 +213,9 @@ class Recorder:
 
         def loader_next(iterator):
             state = getattr(iterator, "_trainwise_state", None)
-            if state is None:
+            # A DataLoader with persistent workers hands out the same iterator every epoch, reset
+            # (its yield count back to 0): that is a new pass too.
+            if state is None or (state.batches and getattr(iterator, "_num_yielded", 1) == 0):
                 state = recorder._new_loader_state(iterator)
             if state.truncate:
                 recorder._on_truncated(iterator, state)
