@@ -156,6 +156,9 @@ class Recorder:
         self.iter_start: float | None = None
         self.current_train_state: _LoaderState | None = None
         self._truncated_epoch = 0
+        self._later_epoch_iterations = 0
+        self._next_check = 0
+        self.observer_s = 0.0
         self.iter_data_wait = 0.0
         self.iter_samples = 0
         self.iter_batches = 0
@@ -424,24 +427,34 @@ class Recorder:
         })
         if self.epochs:
             self.epochs[-1]["iterations"] += 1
-        self.iter_start = end_s
         self._reset_iteration()
         if self.sampled:
             self._check_stop(epoch)
+        # The next iteration starts after trainwise's own bookkeeping, which an uninstrumented run
+        # does not have; its time is kept apart as observer time.
+        resumed_s = self.now()
+        self.observer_s += resumed_s - end_s
+        self.iter_start = resumed_s
 
     def _check_stop(self, epoch: int) -> None:
         if self.epoch1_truncated:
-            in_later_epoch = [it for it in self.iterations if it["epoch"] > self._truncated_epoch]
-            if len(in_later_epoch) >= self.epoch2_iterations or not self.epochs:
+            if epoch > self._truncated_epoch:
+                self._later_epoch_iterations += 1
+            if self._later_epoch_iterations >= self.epoch2_iterations or not self.epochs:
                 self._finish("sampled")
             return
-        times = [it["end_s"] - it["start_s"] for it in self.iterations]
-        n = len(times)
-        if n < self.min_iterations and (self.now() - self.marks["first_iteration_start"]) < self.max_seconds:
+        n = len(self.iterations)
+        elapsed = self.now() - self.marks["first_iteration_start"]
+        if n < self.min_iterations and elapsed < self.max_seconds:
             return
+        # The stability test costs O(n log n): run it on a geometric schedule (about every 5 % more
+        # iterations) so that its cost per iteration stays negligible even for millisecond iterations.
+        if n < self._next_check and n < self.max_iterations and elapsed < self.max_seconds:
+            return
+        self._next_check = n + max(1, n // 20)
+        times = [it["end_s"] - it["start_s"] for it in self.iterations]
         verdict = stats.stability(times, target_relative_ci=self.target_relative_ci,
                                   max_relative_drift=self.max_relative_drift)
-        elapsed = self.now() - self.marks["first_iteration_start"]
         reason = None
         if verdict.stable and n >= self.min_iterations:
             reason = "stable"
@@ -557,6 +570,7 @@ class Recorder:
             "training_end_s": max(last_events) if last_events else None,
             "recorded_until_s": self.now(),
             "explicit_steps": self.explicit_steps,
+            "observer_s": self.observer_s,
             "notes": self.notes,
         }
 
