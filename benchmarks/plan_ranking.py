@@ -1,8 +1,10 @@
 """Ranking speed: `plan()` over ≥ 100,000 candidate (offering × market × batch size × epoch option) rows.
 
-The packaged catalog's single-accelerator offerings (on-demand and spot prices: the two markets)
-are crossed with synthetic profiles "measured" on each of their accelerators at several batch
-sizes and with the epoch options 5, 10, 20, until at least --rows candidates exist. The timed call
+The packaged catalog's single-accelerator offerings (on-demand and spot prices: the two markets),
+replicated into --zones synthetic zones each (a catalog of ~4,500 single-GPU offerings, the size
+of a multi-cloud catalog with every zone listed), are crossed with synthetic profiles "measured"
+on each of their accelerators at --batch-sizes batch sizes and with the epoch options 5, 10, 20:
+about 102,000 candidates with the defaults (--rows is the minimum; zones are added to reach it). The timed call
 is the whole pure planner — runtime sources, the cost model (billing, provisioning, spot
 expectation), constraints, the weighted (PRESTO) score, ranking, the Pareto sets and the
 robustness flags — with a deadline constraint and a weighted objective, the heaviest path. The
@@ -31,7 +33,7 @@ import pandas as pd
 import psutil
 
 from trainwise._io import atomic_write_text
-from trainwise.catalog import load_catalog
+from trainwise.catalog import Catalog, load_catalog
 from trainwise.plan import Constraints, Objective, PlanOptions, plan
 from trainwise.plan import planner as planner_module
 from trainwise.plan.pareto import pareto_mask_grouped
@@ -64,13 +66,23 @@ def machine() -> dict:
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
-def build(rows_wanted: int):
-    catalog = load_catalog("packaged")
-    offerings = catalog.offerings
+def build(rows_wanted: int, n_batch_sizes: int = 4):
+    packaged = load_catalog("packaged")
+    offerings = packaged.offerings
     single = offerings[(offerings["accelerator_count"] == 1.0) & offerings["accelerator"].notna()]
     priced_markets = int(single["price_per_hour"].notna().sum() + single["spot_price_per_hour"].notna().sum())
-    per_batch = priced_markets * len(EPOCH_OPTIONS)
-    batch_sizes = [32 * (i + 1) for i in range(max(1, math.ceil(rows_wanted / per_batch)))]
+    per_zone = priced_markets * len(EPOCH_OPTIONS) * n_batch_sizes
+    zones = max(1, math.ceil(rows_wanted / per_zone))
+    copies = []
+    for z in range(zones):
+        copy = single.copy()
+        copy["offering_id"] = copy["offering_id"] + f"#z{z + 1}"
+        copy["zone"] = copy["zone"].fillna(copy["region"]) + f"-synthetic{z + 1}"
+        copies.append(copy)
+    catalog = Catalog(name="packaged-x-zones", snapshot_date=packaged.snapshot_date, source=packaged.source,
+                      offerings=pd.concat(copies, ignore_index=True), accelerators=packaged.accelerators,
+                      egress=packaged.egress, origin=f"packaged snapshot, single-accelerator rows x {zones} synthetic zones")
+    batch_sizes = [32 * (i + 1) for i in range(n_batch_sizes)]
     accelerators = sorted(single["accelerator"].unique())
     profiles = []
     for a_index, accelerator in enumerate(accelerators):
@@ -79,18 +91,19 @@ def build(rows_wanted: int):
                 host=f"bench-{accelerator}", device_name=accelerator, batch_size=batch,
                 iteration_s=0.01 * (1 + a_index % 7) * (1 + 0.1 * b_index), batches_per_epoch=max(1, 50_000 // batch),
                 jitter=0.05)))
-    return catalog, profiles, batch_sizes, accelerators
+    return catalog, profiles, batch_sizes, accelerators, zones
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--batch-sizes", type=int, default=4)
     parser.add_argument("--output", type=Path, default=RESULTS / "plan_ranking.json")
     args = parser.parse_args()
 
     started = time.perf_counter()
-    catalog, profiles, batch_sizes, accelerators = build(args.rows)
+    catalog, profiles, batch_sizes, accelerators, zones = build(args.rows, args.batch_sizes)
     objective = Objective(kind="weighted", weights={"time": 1.0, "cost": 1.0, "risk": 0.5})
     constraints = Constraints(deadline_s=30 * 86400.0)
     options = PlanOptions(this_host="benchmark-host-not-matching")
@@ -138,7 +151,8 @@ def main() -> None:
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "summary": summary,
-        "setup": {"catalog": catalog.caption, "offerings_in_catalog": len(catalog.offerings), "profiles": len(profiles),
+        "setup": {"catalog": catalog.caption, "offerings_in_catalog": len(catalog.offerings), "synthetic_zones": zones,
+                  "profiles": len(profiles),
                   "accelerators": accelerators, "batch_sizes": batch_sizes, "epoch_options": list(EPOCH_OPTIONS),
                   "objective": objective.model_dump(), "constraints": constraints.model_dump(),
                   "feasible_rows": int(result.plans["feasible"].sum()), "pareto_rows": int(result.plans["pareto"].sum())},

@@ -86,7 +86,7 @@ def test_plan_local_offering_and_weighted(capsys, tmp_path, profiles):
     (["--accelerator", "V10"], "unknown accelerator"),
     (["--objective", "cheapst"], "did you mean cheapest"),
     (["--deadline", "soon"], "cannot read the duration"),
-    (["--objective", "deadline", "--deadline", "1s"], "--deadline 0 min excluded"),
+    (["--objective", "deadline", "--deadline", "1s"], "--deadline 1 s excluded"),
     (["--budget", "0.000001"], "best infeasible option"),
     (["--weights", "speed=1"], "NAME=VALUE"),
     (["--interruption-rate", "0.1", "--interruption-frequency-30d", "0.05"], "not both"),

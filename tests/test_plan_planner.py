@@ -305,3 +305,24 @@ def test_pareto_members_are_not_dominated(catalog):
             assert better.empty
         best = result.best_per_epochs().set_index("epochs").loc[epochs]
         assert bool(best["pareto"])  # the cheapest plan is always on the front
+
+
+def test_billing_override_rounds_every_offering_up_to_the_hour(catalog):
+    options = PlanOptions(this_host=HERE, provisioning_s=(0.0, 0.0, 0.0), billing="per_hour")
+    result = plan([v100_elsewhere()], catalog, Objective(kind="cheapest"), options=options)
+    plans = result.plans
+    assert (plans["wall_s"] < 3600).all()
+    assert plans["compute_cost"].to_numpy() == pytest.approx(plans["price_per_hour"].to_numpy())
+    assert any("per_hour granularity" in a and "user override" in a for a in result.assumptions)
+    minimum = plan([v100_elsewhere()], catalog, Objective(), options=options.model_copy(update={"billing": None,
+                                                                                                  "min_billed_seconds": 1800}))
+    assert (minimum.plans["compute_cost"] >= minimum.plans["price_per_hour"] * 0.5 - 1e-12).all()
+
+
+def test_reference_defaults_to_the_best_plan_without_this_machine(catalog):
+    result = plan([v100_elsewhere()], catalog, Objective(kind="cheapest"), options=NO_BOOT)
+    best = result.primary.iloc[0]
+    assert result.reference.startswith(best["offering_id"])
+    assert best["speedup"] == pytest.approx(1.0) and best["cost_efficiency"] == pytest.approx(0.0)
+    explicit = plan([v100_elsewhere()], catalog, options=NO_BOOT.model_copy(update={"reference": best["offering_id"]}))
+    assert explicit.reference == best["offering_id"]

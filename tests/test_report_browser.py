@@ -18,7 +18,8 @@ from trainwise.report.bundle import write_report
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars"]
+         "--disable-component-update", "--disable-sync", "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars",
+         "--disable-breakpad", "--disable-crash-reporter"]
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +32,20 @@ def report(tmp_path_factory):
     return out
 
 
-def _chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args], capture_output=True,
-                          text=True, timeout=120, check=False)
+def _chromium(tmp_path, *args: str) -> tuple[int, str, str]:
+    """Run Chromium with its output in files, not pipes: helper processes it leaves behind (crash
+    handler) would otherwise hold the pipes open and the call would wait for them."""
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        code = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args], stdout=stdout,
+                              stderr=stderr, stdin=subprocess.DEVNULL, timeout=180, check=False).returncode
+    return code, out.read_text(errors="replace"), err.read_text(errors="replace")
 
 
 def test_chart_decodes_and_tables_render(report, tmp_path):
     page = (report / "plan.html").resolve().as_uri()
-    done = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", page)
-    dom = done.stdout
-    assert done.returncode == 0, done.stderr[-2000:]
+    code, dom, err = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", page)
+    assert code == 0, err[-2000:]
     match = re.search(r'id="chart-status"[^>]*data-natural-width="(\d+)"', dom)
     assert match, "the inline check did not run: " + dom[:500]
     assert int(match.group(1)) > 300
@@ -56,8 +61,8 @@ def test_screenshot_is_not_blank(report, tmp_path):
     from PIL import Image
 
     shot = tmp_path / "shot.png"
-    done = _chromium(tmp_path, "--window-size=1280,1600", f"--screenshot={shot}", (report / "plan.html").resolve().as_uri())
-    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    code, _, err = _chromium(tmp_path, "--window-size=1280,1600", f"--screenshot={shot}", (report / "plan.html").resolve().as_uri())
+    assert code == 0 and shot.is_file(), err[-2000:]
     image = Image.open(shot).convert("L")
     assert image.size == (1280, 1600)
     low, high = image.getextrema()

@@ -151,7 +151,9 @@ def plan(
     interruption_rate: Annotated[Optional[float], typer.Option(help="Spot interruptions per hour")] = None,
     interruption_frequency_30d: Annotated[Optional[float], typer.Option(help="AWS-style interruption frequency over 30 days, e.g. 0.05")] = None,
     checkpoint_write_s: Annotated[Optional[float], typer.Option(help="Seconds to write a checkpoint (default: from the model size)")] = None,
-    reference: Annotated[Optional[str], typer.Option(help="offering_id of the reference platform (default: this machine)")] = None,
+    reference: Annotated[Optional[str], typer.Option(help="offering_id of the reference platform (default: this machine, else the best plan)")] = None,
+    billing: Annotated[Optional[str], typer.Option(help="Override billing granularity: per_second, per_minute or per_hour")] = None,
+    min_billed_seconds: Annotated[Optional[float], typer.Option(help="Override the minimum billed seconds")] = None,
     top: Annotated[int, typer.Option(help="Rows in the top-plans table")] = 10,
     out_dir: Annotated[Path, typer.Option(help="Where the profile and the default report are written")] = Path("trainwise-out"),
 ) -> None:
@@ -166,7 +168,8 @@ def plan(
                      accelerators=accelerator, spot=spot, min_gpu_memory=min_gpu_memory, primary_epochs=epochs,
                      dataset_gb=dataset_gb, bandwidth_mbps=bandwidth_mbps, provisioning_minutes=provisioning_minutes,
                      interruption_rate=interruption_rate, interruption_frequency_30d=interruption_frequency_30d,
-                     checkpoint_write_s=checkpoint_write_s, reference=reference, top=top)
+                     checkpoint_write_s=checkpoint_write_s, reference=reference, top=top, billing=billing,
+                     min_billed_seconds=min_billed_seconds)
 
 
 @app.command("workloads")

@@ -35,7 +35,8 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
                  primary_epochs: int | None = None, dataset_gb: float | None = None, bandwidth_mbps: float | None = None,
                  provisioning_minutes: float | None = None, interruption_rate: float | None = None,
                  interruption_frequency_30d: float | None = None, checkpoint_write_s: float | None = None,
-                 reference: str | None = None, top: int = 10, this_host: str | None = None):
+                 reference: str | None = None, top: int = 10, this_host: str | None = None,
+                 billing: str | None = None, min_billed_seconds: float | None = None):
     """(Objective, Constraints, PlanOptions) from CLI-style values, with one-line errors."""
     deadline_s = parse_duration(deadline) if deadline else None
     budget_usd = parse_money(budget) if budget else None
@@ -74,6 +75,16 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
         update["interruptions_per_hour"] = rate
         update["interruption_source"] = (f"user-given AWS-style 30-day interruption frequency {interruption_frequency_30d:.0%} "
                                          f"= {rate:.3g} per hour (Poisson)")
+    if billing is not None:
+        from trainwise.plan.costs import GRANULARITY_S
+
+        if billing not in GRANULARITY_S:
+            raise TrainwiseError(f"--billing {billing}: use one of {', '.join(GRANULARITY_S)}")
+        update["billing"] = billing
+    if min_billed_seconds is not None:
+        if min_billed_seconds < 0:
+            raise TrainwiseError(f"--min-billed-seconds must be >= 0 (got {min_billed_seconds:g})")
+        update["min_billed_seconds"] = min_billed_seconds
     if checkpoint_write_s is not None:
         if checkpoint_write_s < 0:
             raise TrainwiseError(f"--checkpoint-write-s must be >= 0 (got {checkpoint_write_s:g})")

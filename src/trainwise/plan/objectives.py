@@ -82,8 +82,10 @@ class Constraints(_Model):
 def format_hours(seconds: float | None) -> str:
     if seconds is None:
         return "—"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
     if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
+        return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.2f} h"
 
 

@@ -25,7 +25,7 @@ import math
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -88,6 +88,9 @@ class PlanOptions(BaseModel):
     primary_epochs: int | None = Field(default=None, gt=0)
     this_host: str | None = Field(default=None, description="None: socket.gethostname()")
     top_n: int = Field(default=10, gt=0)
+    billing: Literal["per_second", "per_minute", "per_hour"] | None = Field(
+        default=None, description="override every offering's billing granularity (None: the catalog's)")
+    min_billed_seconds: float | None = Field(default=None, ge=0, description="override the minimum billed time")
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ class PlanResult:
     def ranked(self) -> pd.DataFrame:
         """Feasible candidates, best first within each epoch option."""
         feasible = self.plans[self.plans["feasible"]]
-        return feasible.sort_values(["epochs", "rank"], kind="stable")
+        return with_plan_ids(feasible.sort_values(["epochs", "rank"], kind="stable"))
 
     @property
     def primary(self) -> pd.DataFrame:
@@ -124,7 +127,7 @@ class PlanResult:
     @property
     def pareto(self) -> pd.DataFrame:
         frame = self.plans[self.plans["pareto"]]
-        return frame.sort_values(["epochs", "wall_s", "total_cost"], kind="stable")
+        return with_plan_ids(frame.sort_values(["epochs", "wall_s", "total_cost"], kind="stable"))
 
     def best_per_epochs(self) -> pd.DataFrame:
         ranked = self.ranked
@@ -240,14 +243,25 @@ def _check_names(catalog_offerings: pd.DataFrame, catalog: Catalog, constraints:
 
 
 def _price_provenance(offerings: pd.DataFrame, catalog: Catalog) -> pd.Series:
-    names_ = offerings["catalog"].fillna("")
-    dates = offerings["price_date"].fillna("undated")
-    out = pd.Series("catalog " + names_ + ", " + dates + " snapshot", index=offerings.index)
-    out = out.mask(names_ == "seed-2021", "seed-2021 (" + dates + ")")
-    out = out.mask(names_.str.startswith("user:") | offerings["source"].fillna("").str.contains("offering ", regex=False),
-                   "user file (" + offerings["source"].fillna("") + ")")
-    out = out.mask(names_ == "assumed", "assumed (amortised workstation; see assumptions)")
-    return out
+    """Where each price comes from, decided once per (catalog, price date): the packaged or imported
+    snapshot, the seed documents' prices, a user file, or trainwise's assumed local price."""
+    names_ = offerings["catalog"].fillna("").to_numpy(dtype=object)
+    dates = offerings["price_date"].fillna("undated").to_numpy(dtype=object)
+    sources = offerings["source"].fillna("").to_numpy(dtype=object)
+    keys, first, inverse = np.unique(np.char.add(names_.astype(str), np.char.add("\x00", dates.astype(str))),
+                                     return_index=True, return_inverse=True)
+    labels = []
+    for position in first:
+        name, date, source = names_[position], dates[position], sources[position]
+        if name == "assumed":
+            labels.append("assumed (amortised workstation; see assumptions)")
+        elif name == "seed-2021":
+            labels.append(f"seed-2021 ({date})")
+        elif name.startswith("user:") or " offering " in f" {source}":
+            labels.append(f"user file ({source.rsplit(' offering ', 1)[0]})")
+        else:
+            labels.append(f"catalog {name}, {date} snapshot")
+    return pd.Series(np.array(labels, dtype=object)[inverse.reshape(-1)], index=offerings.index)
 
 
 def _egress_price(catalog: Catalog) -> tuple[float, str]:
@@ -267,7 +281,6 @@ def check_inputs(catalog: Catalog, constraints: Constraints, options: PlanOption
     options = options or PlanOptions()
     local_ids = {o.offering_id for o in _local_offerings(local_offering)}
     _check_names(catalog.offerings, catalog, constraints, options.reference, local_ids)
-
 
 
 def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, constraints: Constraints | None = None, *,
@@ -296,18 +309,26 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
     clouds, regions, accelerators = _check_names(offerings, catalog, constraints, options.reference, local_ids)
 
     predictions = _predictions(labelled, epochs_list, options.estimator, options.checkpoint_write_s)
-    context = RuntimeContext(profiles=tuple(labelled), predictions=predictions, local_offering_ids=frozenset(local_ids))
+    context = RuntimeContext(profiles=tuple(labelled), predictions=predictions, local_offering_ids=frozenset(local_ids),
+                             catalog=catalog)
     runtime = collect(offerings, context, sources)
     extra = predictions[["profile", "epochs", "samples", "checkpoint_write_s", "device_memory_gib"]]
     runtime = runtime.merge(extra, on=["profile", "epochs"], how="left")
 
+    if options.billing is not None or options.min_billed_seconds is not None:
+        offerings = offerings.copy()
+        if options.billing is not None:
+            offerings["billing"] = options.billing
+        if options.min_billed_seconds is not None:
+            offerings["min_billed_seconds"] = float(options.min_billed_seconds)
     candidates = _expand_markets(runtime, offerings)
-    candidates["price_provenance"] = _price_provenance(offerings, catalog).to_numpy()[candidates["offering_row"].to_numpy()]
+    candidates["price_provenance"] = _take_categorical(_price_provenance(offerings, catalog),
+                                                       candidates["offering_row"].to_numpy())
     _cost_model(candidates, catalog, options)
     flags: list[str] = []
     exclusions = _apply_constraints(candidates, constraints, clouds, regions, accelerators, primary)
     _rank(candidates, objective)
-    reference_label = _reference_metrics(candidates, options.reference, local_ids)
+    reference_label = _reference_metrics(candidates, options.reference, local_ids, primary)
     candidates["pareto"] = False
     feasible = candidates["feasible"].to_numpy()
     if feasible.any():
@@ -341,6 +362,13 @@ _OFFERING_FIELDS = ["offering_id", "catalog", "cloud", "region", "zone", "instan
                     "accelerator_count", "accelerator_memory_gib", "kind", "billing", "min_billed_seconds"]
 
 
+def _take_categorical(values: pd.Series, idx: np.ndarray) -> pd.Categorical:
+    """values[idx] as a Categorical: the (small) offerings column is factorised once, and the
+    candidates get integer codes — no per-row string work for 100,000 rows."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    return pd.Categorical.from_codes(codes[idx], categories=pd.Index(uniques, dtype=object))
+
+
 def _expand_markets(runtime: pd.DataFrame, offerings: pd.DataFrame) -> pd.DataFrame:
     """One row per (runtime row, market with a price), built column by column with numpy takes."""
     rows = runtime["offering_row"].to_numpy().astype("int64")
@@ -350,27 +378,45 @@ def _expand_markets(runtime: pd.DataFrame, offerings: pd.DataFrame) -> pd.DataFr
     sel_spot = np.flatnonzero(~np.isnan(spot))
     sel = np.concatenate([sel_on, sel_spot])
     is_spot = np.concatenate([np.zeros(sel_on.size, dtype=bool), np.ones(sel_spot.size, dtype=bool)])
-    data: dict[str, Any] = {column: runtime[column].to_numpy()[sel] for column in runtime.columns}
-    data["market"] = np.where(is_spot, "spot", "on-demand").astype(object)
+    data: dict[str, Any] = {}
+    for column in runtime.columns:
+        values = runtime[column]
+        data[column] = values.array.take(sel) if isinstance(values.dtype, pd.CategoricalDtype) else values.to_numpy()[sel]
+    data["market"] = pd.Categorical.from_codes(is_spot.astype("int8"), categories=["on-demand", "spot"])
     data["price_per_hour"] = np.where(is_spot, spot[sel], on_demand[sel])
     idx = rows[sel]
     kind = offerings["kind"].fillna("cloud")
     billing = offerings["billing"].fillna("per_second")
     for column in _OFFERING_FIELDS:
-        source = kind if column == "kind" else billing if column == "billing" else offerings[column]
-        data[column] = source.to_numpy()[idx]
-    data["min_billed_seconds"] = np.nan_to_num(data["min_billed_seconds"].astype("float64"), nan=0.0)
+        if column in ("accelerator_count", "accelerator_memory_gib", "min_billed_seconds"):
+            data[column] = offerings[column].to_numpy(dtype="float64")[idx]
+        else:
+            source = kind if column == "kind" else billing if column == "billing" else offerings[column]
+            data[column] = _take_categorical(source, idx)
+    data["min_billed_seconds"] = np.nan_to_num(data["min_billed_seconds"], nan=0.0)
     # numeric/boolean helpers, computed once per offering (the cost model and filters use them)
     data["_spot"] = is_spot
     data["_cloudy"] = (kind != "on_premise").to_numpy()[idx]
     data["_granularity_s"] = billing.map(costs.GRANULARITY_S).to_numpy(dtype="float64")[idx]
     data["_seq"] = np.arange(sel.size)
-    market_label = np.where(is_spot, " | spot | batch ", " | on-demand | batch ").astype(object)
-    codes, inverse = np.unique(np.stack([data["batch_size"].astype("int64"), data["epochs"].astype("int64")], axis=1),
-                               axis=0, return_inverse=True)
-    suffixes = np.array([f"{b} | {e} epochs" for b, e in codes.tolist()], dtype=object)[inverse.reshape(-1)]
-    data["plan_id"] = data["offering_id"].astype(object) + market_label + suffixes
     return pd.DataFrame(data)
+
+
+def plan_ids(frame: pd.DataFrame) -> pd.Series:
+    """"offering | market | batch B | E epochs": a readable, unique id of each candidate (built on
+    demand for the rows shown, not for every candidate)."""
+    if frame.empty:
+        return pd.Series([], index=frame.index, dtype=object)
+    return (frame["offering_id"].astype(str) + " | " + frame["market"].astype(str) + " | batch "
+            + frame["batch_size"].astype(str) + " | " + frame["epochs"].astype(str) + " epochs")
+
+
+def with_plan_ids(frame: pd.DataFrame) -> pd.DataFrame:
+    if "plan_id" in frame.columns:
+        return frame
+    out = frame.copy()
+    out.insert(0, "plan_id", plan_ids(frame))
+    return out
 
 
 def _cost_model(frame: pd.DataFrame, catalog: Catalog, options: PlanOptions) -> None:
@@ -504,7 +550,7 @@ def _rank(frame: pd.DataFrame, objective: Objective) -> None:
     columns = [frame["epochs"].to_numpy()]
     for key in _sort_keys(objective):
         columns.append(keys[key] if key in keys else frame[key].to_numpy())
-    columns.append(frame["_seq"].to_numpy())
+    # np.lexsort is stable: rows tied on every key keep the deterministic construction order (_seq).
     order = np.lexsort(tuple(reversed(columns)))
     ordered = order[feasible[order]]
     rank = np.full(len(frame), np.nan)
@@ -516,19 +562,28 @@ def _rank(frame: pd.DataFrame, objective: Objective) -> None:
     frame["rank"] = rank
 
 
-def _reference_metrics(frame: pd.DataFrame, reference: str | None, local_ids: set[str]) -> str | None:
+def _reference_metrics(frame: pd.DataFrame, reference: str | None, local_ids: set[str], primary: int) -> str | None:
     """speedup, cost efficiency (1 − C/C_ref), break-even speedup (p/p_ref) and the speedup with
-    staging S' = S·T/(T + t) against the reference platform, per epoch option."""
+    staging S' = S·T/(T + t) against the reference platform, per epoch option. The reference is
+    the one given, else this machine, else the best plan at the primary epoch option (DIGEST §2:
+    state the reference platform — the report does)."""
     target = reference or (next(iter(sorted(local_ids))) if local_ids else None)
+    market = "on-demand"
     for column in ("speedup", "speedup_with_staging", "cost_efficiency", "break_even_speedup"):
         frame[column] = np.nan
     if target is None:
-        return None
-    ref_rows = frame[(frame["offering_id"] == target) & (frame["market"] == "on-demand")]
+        best = np.flatnonzero((frame["rank"].to_numpy() == 1) & (frame["epochs"].to_numpy() == primary))
+        if best.size == 0:
+            return None
+        target, market = str(frame["offering_id"].iloc[best[0]]), str(frame["market"].iloc[best[0]])
+    is_target = (frame["offering_id"] == target).to_numpy()
+    ref_rows = frame.iloc[np.flatnonzero(is_target & (frame["market"] == market).to_numpy())]
     if ref_rows.empty:
-        ref_rows = frame[frame["offering_id"] == target]
+        ref_rows = frame.iloc[np.flatnonzero(is_target)]
     if ref_rows.empty:
         return f"{target} (not predicted: no metrics against it)"
+    if market != "on-demand":
+        target = f"{target} ({market})"
     ref = ref_rows.sort_values("wall_s", kind="stable").groupby("epochs").first()[["wall_s", "training_s", "total_cost",
                                                                                   "price_per_hour"]]
     epochs = frame["epochs"].to_numpy()
@@ -660,7 +715,8 @@ def _infeasible(frame: pd.DataFrame, objective: Objective, constraints: Constrai
         best = culprit.sort_values(["total_cost", "wall_s"], kind="stable").iloc[0]
     earlier = [f"{_describe_constraint(n, constraints)} ({exclusions[n]})" for n in CONSTRAINT_ORDER
                if exclusions.get(n) and n != last]
-    info = {k: best[k] for k in ("plan_id", "offering_id", "market", "batch_size", "epochs", "wall_s", "total_cost")}
+    info = {k: best[k] for k in ("offering_id", "market", "batch_size", "epochs", "wall_s", "total_cost")}
+    info["plan_id"] = plan_ids(culprit.loc[[best.name]]).iloc[0]
     message = (f"no plan meets the constraints: {_describe_constraint(last, constraints)} excluded the last "
                f"{exclusions[last]} candidate(s) at {primary} epochs"
                + (f" (earlier: {', '.join(earlier)})" if earlier else "")
@@ -686,7 +742,10 @@ def _assumptions(catalog: Catalog, options: PlanOptions, locals_: Sequence[Offer
         "the band is the steady-state 95 % interval",
         f"provisioning/boot of a cloud machine: {mid / 60:.1f} min (band {low / 60:.0f}–{high / 60:.0f} min) — "
         f"{options.provisioning_source}; on-premise and this machine: 0",
-        "billing: the whole wall time (boot included) at the offering's granularity and minimum",
+        "billing: the whole wall time (boot included) at "
+        + (f"{options.billing or 'the offering’s'} granularity and "
+           + (f"a {options.min_billed_seconds:g} s minimum" if options.min_billed_seconds is not None else "the offering’s minimum")
+           + (" (user override)" if options.billing or options.min_billed_seconds is not None else "")),
     ]
     if options.dataset_gb:
         out.append(f"data staging to cloud machines: {options.dataset_gb:g} GB at {options.staging_bytes_per_s / 1e6:.2f} MB/s "

@@ -59,9 +59,16 @@ class LabelledProfile:
 
 @dataclass(frozen=True)
 class RuntimeContext:
+    """What a runtime source may use: the profiles (with their resolved accelerator and whether
+    they were taken here), each profile's same-machine prediction per epoch option (columns
+    profile, epochs, training_s, training_low_s, training_high_s, init_s, first_epoch_s, steady_s,
+    validation_s, relative_error, …), the local offering ids, and the catalog (accelerator specs
+    for a device model)."""
+
     profiles: Sequence[LabelledProfile]
-    predictions: pd.DataFrame      # one row per (profile, epochs): see planner._predictions
+    predictions: pd.DataFrame
     local_offering_ids: frozenset[str] = field(default_factory=frozenset)
+    catalog: Catalog | None = None
 
 
 RuntimeSource = Callable[[pd.DataFrame, RuntimeContext], pd.DataFrame]
@@ -110,12 +117,13 @@ def _attach(matches: pd.DataFrame, context: RuntimeContext, provenance: dict[str
     pred_rows = order[np.repeat(starts[match_profile], per_match) + offsets]
     data = {"offering_row": matches["offering_row"].to_numpy()[match_rows]}
     for column in RUNTIME_COLUMNS:
-        if column in ("offering_row", "time_provenance", "time_source"):
+        if column in ("offering_row", "time_provenance", "time_source", "profile"):
             continue
         data[column] = predictions[column].to_numpy()[pred_rows]
-    prov = np.array([provenance.get(label, "") for label in labels], dtype=object)
-    data["time_provenance"] = prov[match_profile[match_rows]]
-    data["time_source"] = np.full(match_rows.size, source, dtype=object)
+    data["profile"] = pd.Categorical.from_codes(match_profile[match_rows], categories=pd.Index(labels, dtype=object))
+    prov_codes, prov_texts = pd.factorize(pd.Index([provenance.get(label, "") for label in labels], dtype=object))
+    data["time_provenance"] = pd.Categorical.from_codes(prov_codes[match_profile[match_rows]], categories=prov_texts)
+    data["time_source"] = pd.Categorical.from_codes(np.zeros(match_rows.size, dtype="int8"), categories=[source])
     data["_profile_idx"] = match_profile[match_rows]
     return pd.DataFrame(data)
 
@@ -174,8 +182,12 @@ def collect(offerings: pd.DataFrame, context: RuntimeContext, sources: Sequence[
     batch = batches[profile_idx]
     # Preferred source first, then profile order; keep the first row per (offering, batch, epochs).
     order = np.lexsort((profile_idx, frame["priority"].to_numpy()))
-    key = np.stack([frame["offering_row"].to_numpy()[order], batch[order], frame["epochs"].to_numpy()[order]], axis=1)
-    _, first = np.unique(key, axis=0, return_index=True)
+    _, batch_code = np.unique(batch, return_inverse=True)
+    epochs = frame["epochs"].to_numpy()
+    _, epoch_code = np.unique(epochs, return_inverse=True)
+    n_b, n_e = int(batch_code.max()) + 1, int(epoch_code.max()) + 1
+    key = (frame["offering_row"].to_numpy() * n_b + batch_code.reshape(-1)) * n_e + epoch_code.reshape(-1)
+    _, first = np.unique(key[order], return_index=True)
     keep = np.sort(order[first])
     out = frame.iloc[keep].reset_index(drop=True)
     out["batch_size"] = batch[keep]

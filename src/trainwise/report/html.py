@@ -26,7 +26,7 @@ th{background:#f4f4f4;position:sticky;top:0}td.l,th.l{text-align:left;white-spac
 tr.pareto td{background:#fff2f2}tr.best td{background:#f3f9ee;font-weight:600}
 figure{margin:0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 .bar{display:flex;height:12px;min-width:200px}.bar span{display:block;height:12px}
-.muted{color:#777}code{background:#f4f4f4;padding:0 3px}
+.muted{color:#777}.scroll{overflow-x:auto;max-width:100%}code{background:#f4f4f4;padding:0 3px}
 """
 _BAR_COLOURS = ["#9e9e9e", "#8d6e63", "#ffb74d", "#64b5f6", "#1976d2", "#81c784", "#e57373"]
 
@@ -38,7 +38,7 @@ def _e(value: Any) -> str:
 def _table(headers: list[str], rows: list[list[str]], *, table_id: str | None = None, left: set[str] | None = None,
            row_classes: list[str] | None = None, raw: bool = False) -> str:
     left = left or set()
-    out = [f'<table{f" id={chr(34)}{table_id}{chr(34)}" if table_id else ""}><thead><tr>']
+    out = [f'<div class="scroll"><table{f" id={chr(34)}{table_id}{chr(34)}" if table_id else ""}><thead><tr>']
     out += [f'<th class="{"l" if h in left else ""}">{_e(h)}</th>' for h in headers]
     out.append("</tr></thead><tbody>")
     for i, row in enumerate(rows):
@@ -47,7 +47,7 @@ def _table(headers: list[str], rows: list[list[str]], *, table_id: str | None = 
         for h, cell in zip(headers, row):
             out.append(f'<td class="{"l" if h in left else ""}">{cell if raw else _e(cell)}</td>')
         out.append("</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -92,7 +92,8 @@ def _methodology2(result: Any, keys: pd.DataFrame) -> str:
     merged = plans.merge(chosen, on=ident, how="inner")
     if merged.empty:
         return ""
-    labels = merged["offering_id"] + " (" + merged["market"] + ", b" + merged["batch_size"].astype(str) + ")"
+    labels = (merged["offering_id"].astype(str) + " (" + merged["market"].astype(str) + ", b" + merged["batch_size"].astype(str)
+              + ")")
     merged = merged.assign(label=labels)
     headers = ["plan"] + [f"time ×min, {e} ep" for e in result.epoch_options] + [f"cost ×min, {e} ep" for e in result.epoch_options]
     table: dict[str, dict[str, str]] = {label: {} for label in dict.fromkeys(merged["label"])}
