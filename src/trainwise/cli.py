@@ -21,6 +21,11 @@ from trainwise.catalog.cli import catalog_app  # noqa: E402 - light: pandas is i
 
 app.add_typer(catalog_app, name="catalog")
 
+from trainwise.predict.cli import device_app, validate_command  # noqa: E402
+
+app.add_typer(device_app, name="device")
+app.command("validate")(validate_command)
+
 # The training command after `--`, split off before typer parses the rest (typer would otherwise try
 # to parse the user's own options).
 _passthrough: list[str] | None = None
@@ -86,8 +91,19 @@ def predict(
     estimator: Annotated[str, typer.Option(help="trainwise (default), eq5.4, eq5.3, averaged, eq5.1, eq4.1, or all")] = "trainwise",
     iterations_per_epoch: Annotated[Optional[int], typer.Option(help="Override the iterations per epoch")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the predictions as JSON")] = None,
+    accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Predict an iteration on this catalog accelerator instead (device model), e.g. V100")] = None,
+    count: Annotated[int, typer.Option("--count", "-n", help="With --accelerator: number of accelerators (data parallel)")] = 1,
 ) -> None:
-    """Predict the full training time on the machine each profile was taken on."""
+    """Predict the full training time on the machine each profile was taken on (or, with --accelerator,
+    an iteration on another accelerator from the device model)."""
+    if accelerator is not None:
+        from trainwise.predict.cli import predict_from_profile
+
+        if count < 1:
+            raise TrainwiseError(f"--count must be at least 1 (got {count})")
+        for path in profiles:
+            predict_from_profile(path, accelerator, count, console)
+        return
     from trainwise._io import atomic_write_text
     from trainwise.predict.same_machine import ESTIMATORS, epochs_to_converge, predict_total
     from trainwise.profile.schema import load_profile

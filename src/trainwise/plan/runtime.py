@@ -12,8 +12,8 @@ Sources today (issue "plan"):
   single-device profiles price single-device offerings only (scaling to N devices is the device
   model's job);
 - `this_machine`: a profile taken on this host, priced on the local (on-premise) offering.
-The device model (a later issue) plugs in as a third source, after these two, without touching the
-planner: it returns the same columns with provenance "modelled ±x %".
+- `device_model`: the device model (trainwise.predict.device_model) for every other offering, from
+  the profile's workload characterisation, with provenance "modelled ±x %".
 """
 
 from __future__ import annotations
@@ -152,8 +152,67 @@ def this_machine(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
     return _attach(matches, context, provenance, "this machine")
 
 
-DEFAULT_SOURCES: tuple[RuntimeSource, ...] = (measured_profiles, this_machine)
-NOT_PREDICTED = "not predicted (device model not available yet)"
+def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFrame:
+    """Every offering with whole accelerators the device model knows, from each profile's workload
+    characterisation (trainwise.predict.device_model): data parallel at the profile's batch per
+    device, so N devices do an epoch in N_train / (N × batch) iterations. Init is the profile's own
+    (measured); validation scales with the modelled speed-up. Rows whose model does not fit in the
+    accelerator's memory are left out (the planner lists them as not predicted)."""
+    if context.catalog is None:
+        return _empty()
+    from trainwise.predict import device_model as dm
+    from trainwise.predict.offerings import characterisation_or_none
+
+    counts = offerings["accelerator_count"].to_numpy()
+    gpu = offerings[offerings["accelerator"].notna() & (counts >= 1) & (np.floor(counts) == counts)]
+    groups = gpu.groupby(["accelerator", "accelerator_count"], sort=False).indices
+    frames = []
+    for profile_idx, item in enumerate(context.profiles):
+        char = characterisation_or_none(item.profile)
+        if char is None:
+            continue
+        predictions = context.predictions[context.predictions["profile"] == item.label]
+        host_overhead_s = dm.host_overhead_from_profile(item.profile)
+        measured_iteration_s = item.profile.steady_state.iteration.mean_s
+        n_train = item.profile.dataset.n_train or ((item.profile.dataset.iterations_per_epoch or 1) * char.per_device_batch)
+        for (accelerator, count), positions in groups.items():
+            try:
+                pred = dm.predict_iteration(char, context.catalog.accelerator(accelerator), int(count), None, host_overhead_s)
+            except TrainwiseError:
+                continue
+            if not pred.fits_memory:
+                continue
+            rows = gpu.index.to_numpy()[positions]
+            iterations_per_epoch = int(np.ceil(n_train / (int(count) * char.per_device_batch)))
+            speedup = measured_iteration_s / pred.iteration_s if pred.iteration_s > 0 else 1.0
+            for pred_row in predictions.itertuples():
+                epochs = int(pred_row.epochs)
+                init_s = float(pred_row.init_s)
+                validation_s = float(pred_row.validation_s) / max(speedup, 1e-9) / int(count)
+                iterations_s = epochs * iterations_per_epoch * pred.iteration_s
+                total = init_s + iterations_s + validation_s
+                band = iterations_s * pred.relative_error
+                n = rows.size
+                frames.append(pd.DataFrame({
+                    "offering_row": rows, "profile": [item.label] * n, "epochs": np.full(n, epochs),
+                    "training_s": np.full(n, total), "training_low_s": np.full(n, max(0.0, total - band)),
+                    "training_high_s": np.full(n, total + band), "init_s": np.full(n, init_s),
+                    "first_epoch_s": np.full(n, iterations_per_epoch * pred.iteration_s),
+                    "steady_s": np.full(n, max(0.0, iterations_s - iterations_per_epoch * pred.iteration_s)),
+                    "validation_s": np.full(n, validation_s),
+                    "time_provenance": [f"{pred.provenance} (device model from {item.provenance} profile)"] * n,
+                    "relative_error": np.full(n, band / total if total > 0 else 0.0),
+                    "time_source": ["device model"] * n, "_profile_idx": np.full(n, profile_idx)}))
+    if not frames:
+        return _empty()
+    out = pd.concat(frames, ignore_index=True)
+    for column in ("profile", "time_provenance", "time_source"):
+        out[column] = out[column].astype("category")
+    return out
+
+
+DEFAULT_SOURCES: tuple[RuntimeSource, ...] = (measured_profiles, this_machine, device_model)
+NOT_PREDICTED = "not predicted (no measured profile on that hardware, and the device model could not predict it)"
 
 
 def collect(offerings: pd.DataFrame, context: RuntimeContext, sources: Sequence[RuntimeSource]) -> pd.DataFrame:

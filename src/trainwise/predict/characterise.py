@@ -122,6 +122,8 @@ class WorkloadCharacterisation(_Model):
     inputs: list[str] = Field(description="shape:dtype of each model input, e.g. 256x3x224x224:float32")
     seq_len: int | None = None
     image_size: int | None = None
+    memory_format: Literal["nchw", "nhwc"] = Field(default="nchw", description="activation layout of 4-D tensors "
+                                                   "(channels_last = nhwc): NCHW 16-bit convolutions pay layout transposes")
     records: list[OpRecord]
     parameters: int = Field(ge=0)
     trainable_parameters: int = Field(ge=0)
@@ -445,22 +447,29 @@ def _make_mode(tracer: _Tracer):
     return _Mode()
 
 
-def _make_autocast_mode(tracer: _Tracer):
-    """A TorchFunctionMode applying autocast's casting policy to meta/CPU tensors (autocast ignores meta)."""
+def _make_function_mode(tracer: _Tracer, fused_attention: bool):
+    """A TorchFunctionMode that (a) applies autocast's casting policy to meta/CPU tensors (autocast
+    ignores meta) and (b) on meta, turns F.scaled_dot_product_attention into one fused attention
+    operator (what SDPA runs on a GPU: flash / memory-efficient kernels), instead of the math
+    fallback's materialised S x S scores."""
     import torch
+    import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_map
 
-    low = getattr(torch, tracer.low_dtype_name)
+    low = getattr(torch, tracer.low_dtype_name) if tracer.low_dtype_name else None
 
-    class _Autocast(TorchFunctionMode):
+    class _Fn(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             name = getattr(func, "__name__", "")
-            if name in _AUTOCAST_LOW:
-                args, kwargs = tree_map(lambda t: self._cast(t, low), (args, kwargs))
-            elif name in _AUTOCAST_FP32:
-                args, kwargs = tree_map(lambda t: self._cast(t, torch.float32), (args, kwargs))
+            if low is not None:
+                if name in _AUTOCAST_LOW:
+                    args, kwargs = tree_map(lambda t: self._cast(t, low), (args, kwargs))
+                elif name in _AUTOCAST_FP32:
+                    args, kwargs = tree_map(lambda t: self._cast(t, torch.float32), (args, kwargs))
+            if fused_attention and func is F.scaled_dot_product_attention:
+                return _fused_attention(tracer, *args, **kwargs)
             return func(*args, **kwargs)
 
         def _cast(self, t: Any, dtype: Any) -> Any:
@@ -478,7 +487,48 @@ def _make_autocast_mode(tracer: _Tracer):
                 return casted
             return t.to(dtype)
 
-    return _Autocast()
+    return _Fn()
+
+
+def _fused_attention(tracer: _Tracer, query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                     is_causal: bool = False, scale: Any = None, enable_gqa: bool = False) -> Any:
+    """SDPA as one fused kernel (flash / memory-efficient attention), forward and backward.
+
+    FLOPs: 4 x B x H x Sq x Sk x D forward (two matmuls; half when causal), 2.5x that backward
+    (five matmuls, the scores are recomputed). Bytes: Q, K, V (+ mask) read and O written forward;
+    Q, K, V, O, dO read and dQ, dK, dV written backward. Values are not computed (meta tensors).
+    """
+    import torch
+
+    def nbytes(*ts: Any) -> float:
+        return float(sum(_tensor_bytes(t) for t in ts if isinstance(t, torch.Tensor)))
+
+    *batch, sq, d = query.shape
+    sk = key.shape[-2]
+    b = math.prod(int(x) for x in batch) if batch else 1
+    fwd_flops = 4.0 * b * sq * sk * d * (0.5 if is_causal else 1.0)
+    dtype = str(query.dtype).replace("torch.", "")
+    align = _align_of(int(d))
+    shapes = [list(query.shape), list(key.shape), list(value.shape)]
+    out_shape = (*query.shape[:-1], value.shape[-1])
+
+    class _Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):  # noqa: D401 - autograd protocol
+            out = q.new_empty(out_shape)
+            tracer.add("fused.scaled_dot_product_attention", "attention", fwd_flops, nbytes(q, k, v, attn_mask),
+                       nbytes(out) + 4.0 * b * sq, dtype, shapes, align, phase="forward")
+            ctx.save_for_backward(q, k, v, out)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):  # noqa: D401 - autograd protocol
+            q, k, v, out = ctx.saved_tensors
+            tracer.add("fused.scaled_dot_product_attention_backward", "attention", 2.5 * fwd_flops,
+                       nbytes(q, k, v, out, grad_out), nbytes(q, k, v), dtype, shapes, align, phase="backward")
+            return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    return _Attention.apply(query, key, value)
 
 
 def _conv_flops(name: str, args: Sequence[Any], outputs: list[Any]) -> float:
@@ -558,7 +608,8 @@ def _materialise_inputs(example_inputs: Any, device: str) -> Any:
             if device == "meta":
                 return torch.empty(spec.shape, dtype=spec.dtype, device="meta")
             return spec.detach().to("cpu")
-        if isinstance(spec, (tuple, list)) and spec and isinstance(spec[0], (tuple, list, torch.Size)):
+        if (isinstance(spec, (tuple, list)) and len(spec) >= 2 and isinstance(spec[0], (tuple, list, torch.Size))
+                and all(isinstance(x, int) for x in spec[0]) and isinstance(spec[1], (str, torch.dtype))):
             shape = tuple(int(s) for s in spec[0])
             dtype = spec[1] if len(spec) > 1 else torch.float32
             if isinstance(dtype, str):
@@ -624,7 +675,7 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
                        optimizer_name: str = "sgd_momentum", precision: str = "fp32", *, model_name: str = "model",
                        per_device_batch: int | None = None, device: Literal["meta", "cpu"] = "meta",
                        seq_len: int | None = None, image_size: int | None = None,
-                       copy_model: bool = True) -> WorkloadCharacterisation:
+                       copy_model: bool = True, memory_format: str = "nchw") -> WorkloadCharacterisation:
     """Trace one training step of `model` and return its characterisation.
 
     - `example_inputs`: the model's positional input(s) for one step at the per-device batch — a
@@ -673,7 +724,7 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
         return t
 
     mode = _make_mode(tracer)
-    autocast = _make_autocast_mode(tracer) if tracer.low_dtype_name else contextlib.nullcontext()
+    autocast = _make_function_mode(tracer, fused_attention=(device == "meta"))
     with _TRACE_LOCK:
         try:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -724,7 +775,8 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
         notes.append("operators without a cost rule are modelled as memory-bound and widen the error band")
     return WorkloadCharacterisation(
         model=model_name, per_device_batch=batch, precision=precision, optimizer=optimizer_name, inputs=inputs_desc,
-        seq_len=seq_len, image_size=image_size, records=records, parameters=int(n_params),
+        seq_len=seq_len, image_size=image_size, memory_format="nhwc" if memory_format in ("nhwc", "channels_last") else "nchw",
+        records=records, parameters=int(n_params),
         trainable_parameters=int(n_trainable), parameter_tensors=len(params), parameter_bytes=param_bytes,
         gradient_bytes=grad_bytes, optimizer_state_bytes=opt_state, activation_bytes=activation_bytes,
         amp_weight_copy_bytes=int(tracer.amp_weight_copy_bytes), peak_temporary_bytes=int(tracer.peak_temporary_bytes),
@@ -732,19 +784,80 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
         trace_seconds=round(time.perf_counter() - started, 3), torch_version=torch.__version__, notes=notes)
 
 
+def unwrap_model(model: Any) -> Any:
+    """The user's module under DistributedDataParallel / DataParallel / FSDP-less wrappers and torch.compile."""
+    for _ in range(4):
+        inner = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule
+        if inner is None and type(model).__name__ in ("DistributedDataParallel", "DataParallel"):
+            inner = getattr(model, "module", None)
+        if inner is None:
+            return model
+        model = inner
+    return model
+
+
+def batch_shapes_of(args: Any, kwargs: dict[str, Any] | None = None) -> Any:
+    """(shape, dtype) specs of a forward call's tensor arguments (what the recorder's pre-hook keeps)."""
+    import torch
+
+    def one(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return (tuple(int(s) for s in v.shape), str(v.dtype).replace("torch.", ""))
+        if isinstance(v, (tuple, list)):
+            return type(v)(one(x) for x in v)
+        if isinstance(v, dict):
+            return {k: one(x) for k, x in v.items()}
+        return v
+
+    if kwargs:
+        return one(dict(kwargs))
+    return one(tuple(args))
+
+
+def detect_precision(device_type: str = "cuda") -> str:
+    """The precision the current code runs at (call inside the model's forward, e.g. from a pre-hook)."""
+    import torch
+
+    try:
+        if torch.is_autocast_enabled(device_type):
+            dtype = torch.get_autocast_dtype(device_type)
+            return "amp_bf16" if dtype == torch.bfloat16 else "amp_fp16"
+    except (TypeError, RuntimeError, AttributeError):  # older signatures
+        pass
+    try:
+        if torch.backends.cuda.matmul.allow_tf32:
+            return "tf32"
+    except AttributeError:
+        pass
+    return "fp32"
+
+
+def detect_memory_format(args: Any) -> str:
+    import torch
+
+    for v in (args if isinstance(args, (tuple, list)) else (args,)):
+        if isinstance(v, torch.Tensor) and v.dim() == 4:
+            return "nhwc" if v.is_contiguous(memory_format=torch.channels_last) and not v.is_contiguous() else "nchw"
+    return "nchw"
+
+
 def trace_training_step(model: Any, batch_shapes: Any, *, precision: str = "fp32", optimizer_name: str = "sgd_momentum",
-                        model_name: str | None = None) -> WorkloadCharacterisation | None:
+                        model_name: str | None = None, memory_format: str = "nchw") -> WorkloadCharacterisation | None:
     """The profiler's entry point: characterise a live model from the shapes/dtypes of its first batch.
 
-    `batch_shapes` is what the recorder captured in a forward pre-hook: the positional inputs as
-    (shape, dtype) pairs (or the tensors themselves). Returns None instead of raising, so a model the
-    tracer cannot handle never breaks a profile (the reason goes to the caller's log via the warning).
+    `batch_shapes` is what the recorder captured in a forward pre-hook (`batch_shapes_of(args, kwargs)`):
+    (shape, dtype) pairs (or the tensors themselves), a tuple for positional inputs or a dict for
+    keyword inputs. The live model is never modified or copied in memory: a meta copy (parameters
+    replaced by meta tensors through deepcopy's memo) is traced. Wrappers (DDP, torch.compile) are
+    unwrapped. Returns None instead of raising, so a model the tracer cannot handle never breaks a
+    profile (the reason is issued as a RuntimeWarning).
     """
     import warnings
 
+    inner = unwrap_model(model)
     try:
-        return characterise_model(model, batch_shapes, None, optimizer_name, precision,
-                                  model_name=model_name or type(model).__name__)
+        return characterise_model(inner, batch_shapes, None, optimizer_name, precision,
+                                  model_name=model_name or type(inner).__name__, memory_format=memory_format)
     except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
         warnings.warn(f"trainwise: workload characterisation skipped: {exc}", RuntimeWarning, stacklevel=2)
         return None
@@ -785,6 +898,41 @@ def _resnext101_32x4d() -> Any:
 _EXTRA_BUILDERS["resnext101_32x4d"] = _resnext101_32x4d  # NVIDIA DeepLearningExamples' ResNeXt101-32x4d
 
 
+def _ncf() -> Any:
+    """NVIDIA DeepLearningExamples' NCF (NeuMF) on MovieLens-20m: 138,493 users, 26,744 items,
+    GMF factors 64, MLP layers 256-256-128-64 (DLE defaults: --factors 64 --layers 256 256 128 64)."""
+    import torch
+    from torch import nn
+
+    class NeuMF(nn.Module):
+        def __init__(self, users: int = 138_493, items: int = 26_744, factors: int = 64,
+                     layers: tuple[int, ...] = (256, 256, 128, 64)) -> None:
+            super().__init__()
+            self.mf_user, self.mf_item = nn.Embedding(users, factors), nn.Embedding(items, factors)
+            self.mlp_user, self.mlp_item = nn.Embedding(users, layers[0] // 2), nn.Embedding(items, layers[0] // 2)
+            self.mlp = nn.Sequential(*[m for a, b in zip(layers, layers[1:]) for m in (nn.Linear(a, b), nn.ReLU())])
+            self.final = nn.Linear(factors + layers[-1], 1)
+
+        def forward(self, user: Any, item: Any) -> Any:
+            mf = self.mf_user(user) * self.mf_item(item)
+            mlp = self.mlp(torch.cat([self.mlp_user(user), self.mlp_item(item)], dim=1))
+            return self.final(torch.cat([mf, mlp], dim=1)).squeeze(-1)
+
+    return NeuMF()
+
+
+def _bce_loss(out: Any) -> Any:
+    import torch.nn.functional as F
+
+    return F.binary_cross_entropy_with_logits(out, out.detach())
+
+
+# Non-image models: name -> (builder, inputs(batch), loss, default optimizer)
+_EXTRA_MODELS: dict[str, tuple[Callable[[], Any], Callable[[int], Any], Callable[[Any], Any] | None, str]] = {
+    "ncf": (_ncf, lambda b: (((b,), "int64", "index", 26_744), ((b,), "int64", "index", 26_744)), _bce_loss, "adam"),
+}
+
+
 def _build_torchvision(name: str) -> Any:
     import torchvision
 
@@ -812,15 +960,16 @@ def model_kinds() -> dict[str, str]:
 
 def characterise_named(model_name: str, per_device_batch: int, precision: str = "fp32", seq_len: int | None = None,
                        *, image_size: int | None = None, optimizer: str | None = None, task: str | None = None,
-                       num_classes: int | None = None) -> WorkloadCharacterisation:
+                       num_classes: int | None = None, memory_format: str = "nchw") -> WorkloadCharacterisation:
     """Build `model_name` directly on the meta device and characterise one training step.
 
     `model_name` is a torchvision builder (`resnet50`, `convnext_large`), a Hugging Face config
     prefixed `hf:` (`hf:roberta-base`, from the configs packaged in trainwise/predict/data/hf_configs,
     or a path to a config.json after `hf:`), or a trainwise reference workload (`resnet50_cifar10`).
     """
+    layout = "nhwc" if str(memory_format).lower() in ("nhwc", "channels_last") else "nchw"
     args = (str(model_name).strip(), int(per_device_batch), normalise_precision(precision), seq_len, image_size,
-            optimizer, task, num_classes)
+            optimizer, task, num_classes, layout)
     path = _disk_cache_path(args)
     if path is not None and path.is_file():
         try:
@@ -859,13 +1008,20 @@ def _disk_cache_path(args: tuple) -> Path | None:
     return root / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
 
 
-_CACHE_REVISION = 1  # bump when the tracer's accounting changes
+_CACHE_REVISION = 2  # bump when the tracer's accounting changes
 
 
 @lru_cache(maxsize=64)
 def _characterise_named_cached(model_name: str, batch: int, precision: str, seq_len: int | None,
                                image_size: int | None, optimizer: str | None, task: str | None,
-                               num_classes: int | None) -> WorkloadCharacterisation:
+                               num_classes: int | None, memory_format: str = "nchw") -> WorkloadCharacterisation:
+    char = _characterise_named_uncached(model_name, batch, precision, seq_len, image_size, optimizer, task, num_classes)
+    return char.model_copy(update={"memory_format": memory_format}) if memory_format != char.memory_format else char
+
+
+def _characterise_named_uncached(model_name: str, batch: int, precision: str, seq_len: int | None,
+                                 image_size: int | None, optimizer: str | None, task: str | None,
+                                 num_classes: int | None) -> WorkloadCharacterisation:
     import torch
 
     if batch <= 0:
@@ -883,6 +1039,12 @@ def _characterise_named_cached(model_name: str, batch: int, precision: str, seq_
                                   seq_len=seq, copy_model=False)
     from trainwise.workloads import WORKLOADS
 
+    if model_name in _EXTRA_MODELS:
+        builder, inputs_of, loss, default_opt = _EXTRA_MODELS[model_name]
+        with torch.device("meta"):
+            model = builder()
+        return characterise_model(model, inputs_of(batch), loss, optimizer or default_opt, precision, model_name=model_name,
+                                  per_device_batch=batch, copy_model=False)
     if model_name in WORKLOADS:
         spec = WORKLOADS[model_name]
         module = importlib.import_module(spec.module)
@@ -911,7 +1073,7 @@ def _characterise_named_cached(model_name: str, batch: int, precision: str, seq_
         from trainwise.predict import hf_models
         from trainwise.workloads import workload_names
 
-        candidates = list(torchvision.models.list_models(module=torchvision.models)) + list(_EXTRA_BUILDERS) + workload_names() + [
+        candidates = list(torchvision.models.list_models(module=torchvision.models)) + list(_EXTRA_BUILDERS) + list(_EXTRA_MODELS) + workload_names() + [
             f"hf:{n}" for n in hf_models.config_names()]
         near = difflib.get_close_matches(model_name, candidates, n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(near)}?" if near else "use a torchvision builder name, hf:<config> or a trainwise workload"

@@ -2,16 +2,24 @@
 
 For every operator record of a `WorkloadCharacterisation` (see `characterise.py`):
 
-    t_op = max( FLOPs / (peak(dtype, tensor-core eligibility) x e_compute[class, category] x g_acc),
-                bytes / (bandwidth x e_memory[category] x g_mem[generation]) ) + t_launch
+    t_op = max( FLOPs / (peak x e_compute[class, category] x (peak / 100 TFLOP/s)^-alpha[category]
+                         x g_acc[accelerator] x g_grouped^[grouped conv]),
+                bytes / (bandwidth x e_memory[category] x g_mem[generation]) )
+           + nchw_penalty x bytes / (bandwidth x e_memory[copy])   [16-bit NCHW convolutions only]
+           + t_launch
 
 where `peak` comes from the catalog's accelerators.csv (dense, boost clock): the FP16/BF16 tensor
-peak for 16-bit matmuls/convolutions whose dimensions are multiples of 8 (TF32 for fp32 operands
-under `tf32`, and for convolutions under plain `fp32` too, because PyTorch enables TF32 for cuDNN
-by default on Ampere and later), the FP32 (or FP16 non-tensor) vector peak otherwise — misaligned
-shapes and depthwise/grouped convolutions with fewer than 8 channels per group run off the tensor
-cores. TPUs use their per-chip (or per-board) MXU peak for every matmul/convolution (XLA's default
-precision is one bf16 pass) and pay no per-kernel launch (XLA fuses the step into one program).
+peak for 16-bit matmuls/convolutions whose dimensions are multiples of 8 (or grouped convolutions
+with >= 4 channels per group), TF32 for fp32 operands under `tf32` — and for convolutions under
+plain `fp32` too, because PyTorch enables TF32 for cuDNN by default on Ampere and later — and the
+FP32 (or FP16 non-tensor) vector peak otherwise: misaligned shapes and depthwise convolutions run
+off the tensor cores. The efficiency falls with the size of the peak (`alpha`: a bigger GPU is
+harder to fill — Habitat's "wave scaling" observation, as one fitted exponent per category), and a
+per-accelerator multiplier absorbs what the spec sheet misses (clocks under power limits, memory
+subsystem). cuDNN transposes NCHW tensors for tensor-core convolutions (`memory_format`); NHWC
+(channels_last) avoids it. TPUs use their per-chip (or per-board) MXU peak for every
+matmul/convolution (XLA's default precision is one bf16 pass), pay no per-kernel launch, and XLA's
+fusion (`tpu_fusion`) removes part of the elementwise traffic.
 
 The step is the sum over operators, bounded below by the host: PyTorch eager dispatches each
 kernel from Python (`t_host_op` per kernel), so a small model is CPU-bound whatever the GPU:
@@ -36,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -50,8 +59,9 @@ DATA_DIR = Path(__file__).with_name("data")
 PARAMS_PATH = DATA_DIR / "device_model_params.json"
 
 COMPUTE_CLASSES = ("fp32", "tf32", "tc16", "tpu")
-MEMORY_CATEGORIES = ("elementwise", "reduction", "normalisation", "embedding", "optimizer", "copy", "other")
+MEMORY_CATEGORIES = ("elementwise", "reduction", "normalisation", "embedding", "optimizer", "copy", "other", "depthwise")
 GIB = 2**30
+PEAK_REF = 100e12  # FLOP/s: the efficiency power law's reference peak
 
 
 class DeviceModelParams(BaseModel):
@@ -67,16 +77,24 @@ class DeviceModelParams(BaseModel):
     })
     e_memory: dict[str, float] = Field(default_factory=lambda: {
         "elementwise": 0.7, "reduction": 0.5, "normalisation": 0.5, "embedding": 0.3, "optimizer": 0.7,
-        "copy": 0.6, "other": 0.5})
+        "copy": 0.6, "other": 0.5, "depthwise": 0.3})
     g_compute: dict[str, float] = Field(default_factory=dict, description="per accelerator (canonical name), default 1")
     g_generation: dict[str, float] = Field(default_factory=dict, description="compute multiplier per generation, default 1")
     g_memory: dict[str, float] = Field(default_factory=dict, description="memory-efficiency multiplier per generation")
-    g_conv: dict[str, float] = Field(default_factory=dict, description="convolution-efficiency multiplier per generation "
-                                     "(cuDNN's convolutions improved far more across generations than GEMMs)")
     t_launch_s: float = 4e-6
     t_host_op_s: float = 12e-6
     t_step_s: float = 1.5e-3
     t_step_tensorflow_s: float = 4e-3
+    alpha: dict[str, float] = Field(default_factory=lambda: {"matmul": 0.1, "conv": 0.2, "attention": 0.1},
+                                    description="efficiency falls as (peak / 100 TFLOP/s)^-alpha: the larger the peak, "
+                                                "the harder a category's kernels fill it")
+    g_grouped: float = Field(default=0.5, description="efficiency multiplier of grouped (not depthwise) convolutions")
+    nchw_penalty: float = Field(default=0.5, description="layout-transpose passes per byte of a 16-bit NCHW convolution")
+    tensorflow_efficiency: float = Field(default=1.0, description="efficiency multiplier for Keras/TensorFlow "
+                                         "measurements (the seeds' rows); PyTorch predictions use 1")
+    t_step_tpu_s: float = Field(default=0.02, description="per-step host<->TPU cost (infeed, outfeed, dispatch)")
+    link_efficiency: float = Field(default=1.0, description="achieved fraction of the all-reduce link bandwidth")
+    t_allreduce_s: float = Field(default=1e-3, description="fixed cost of a data-parallel step's gradient synchronisation")
     ddp_overlap: float = 0.7
     tpu_fusion: float = 0.5
     bands: dict[str, Any] = Field(default_factory=dict, description="expected |relative error| by accelerator/generation/kind")
@@ -264,6 +282,8 @@ class OpFeatures:
     fusion: Any         # TPU: XLA fusion factor applies (1/0)
     backward: Any       # 1 for backward records
     conv: Any           # 1 for convolution records
+    grouped: Any        # 1 for grouped (groups > 1) convolutions
+    nchw_bytes: Any     # bytes of 16-bit tensor-core convolutions in NCHW layout (transposed by cuDNN)
     category: list[str]
     bandwidth: float
     launch: float       # 1 = pays t_launch per kernel, 0 = TPU
@@ -287,6 +307,9 @@ def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpF
     fusion = np.zeros(n)
     backward = np.zeros(n)
     conv = np.zeros(n)
+    grouped = np.zeros(n)
+    nchw = np.zeros(n)
+    nchw_layout = getattr(char, "memory_format", "nchw") == "nchw" and not peaks.is_tpu
     cats = []
     for i, r in enumerate(char.records):
         count[i] = r.count
@@ -300,11 +323,18 @@ def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpF
             peak[i] = pk
             cidx[i] = _CLASS_INDEX[cls] * len(COMPUTE_CATEGORIES) + _CAT_INDEX[r.category]
             midx[i] = _MEM_INDEX["elementwise"]
+            if r.category == "conv":
+                grouped[i] = 1.0 if r.groups > 1 else 0.0
+                if r.groups > 1 and r.align < 4:  # depthwise: its own (poor) memory efficiency
+                    midx[i] = _MEM_INDEX["depthwise"]
+                if nchw_layout and cls == "tc16":
+                    nchw[i] = nbytes[i]
         else:
             midx[i] = _MEM_INDEX.get(r.category, _MEM_INDEX["other"])
             fusion[i] = 1.0 if (peaks.is_tpu and r.category in _FUSED_ON_TPU) else 0.0
     return OpFeatures(count=count, flops=flops, bytes=nbytes, compute_index=cidx, memory_index=midx, peak=peak,
-                      fusion=fusion, backward=backward, conv=conv, category=cats, bandwidth=peaks.bandwidth,
+                      fusion=fusion, backward=backward, conv=conv, grouped=grouped,
+                      nchw_bytes=nchw, category=cats, bandwidth=peaks.bandwidth,
                       launch=0.0 if peaks.is_tpu else 1.0, kernels=int(count.sum()), accelerator=acc.name,
                       generation=generation_of(acc), is_tpu=peaks.is_tpu)
 
@@ -313,33 +343,40 @@ def param_arrays(params: DeviceModelParams) -> tuple[Any, Any]:
     import numpy as np
 
     ec = np.array([params.e_compute[c][k] for c in COMPUTE_CLASSES for k in COMPUTE_CATEGORIES])
-    em = np.array([params.e_memory[k] for k in MEMORY_CATEGORIES])
+    defaults = DeviceModelParams().e_memory
+    em = np.array([params.e_memory.get(k, defaults[k]) for k in MEMORY_CATEGORIES])
     return ec, em
 
 
 def time_of(f: OpFeatures, ec: Any, em: Any, g_acc: float, g_mem: float, t_launch: float, tpu_fusion: float,
-            g_conv: float = 1.0) -> tuple[Any, Any]:
+            g_grouped: float = 1.0, nchw_penalty: float = 0.0, alpha: Sequence[float] | None = None
+            ) -> tuple[Any, Any]:
     """Per-record seconds (count included) and whether each record is compute-bound."""
     import numpy as np
 
     is_compute = f.compute_index >= 0
-    e_c = np.where(is_compute, ec[np.maximum(f.compute_index, 0)], 1.0) * g_acc * np.where(f.conv > 0, g_conv, 1.0)
+    e_c = np.where(is_compute, ec[np.maximum(f.compute_index, 0)], 1.0) * g_acc * np.where(
+        f.grouped > 0, g_grouped, 1.0)
+    if alpha is not None:
+        cat_of = np.maximum(f.compute_index, 0) % len(COMPUTE_CATEGORIES)
+        e_c = e_c * np.where(is_compute, (f.peak / PEAK_REF) ** (-np.asarray(alpha)[cat_of]), 1.0)
     t_c = np.where(is_compute, f.flops / (f.peak * e_c), 0.0)
     fuse = np.where(f.fusion > 0, tpu_fusion, 1.0)
     t_m = fuse * f.bytes / (f.bandwidth * em[f.memory_index] * g_mem)
-    t = np.maximum(t_c, t_m)
+    t = np.maximum(t_c, t_m) + nchw_penalty * f.nchw_bytes / (f.bandwidth * em[_MEM_INDEX["copy"]] * g_mem)
     return f.count * (t + t_launch * f.launch), is_compute & (t_c >= t_m)
 
 
-def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelParams, precision: str
-                 ) -> tuple[float, dict[str, float], float, float, int]:
+def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelParams, precision: str,
+                 framework: str = "pytorch") -> tuple[float, dict[str, float], float, float, int]:
     """(device seconds, per-category seconds, compute-bound seconds, backward seconds, kernels)."""
     f = op_features(char, acc, precision)
     ec, em = param_arrays(params)
-    g_acc = params.g_compute.get(acc.name, 1.0) * params.g_generation.get(f.generation, 1.0)
-    g_mem = params.g_memory.get(f.generation, 1.0)
-    per, bound = time_of(f, ec, em, g_acc, g_mem, params.t_launch_s, params.tpu_fusion,
-                         params.g_conv.get(f.generation, 1.0))
+    g_fw = params.tensorflow_efficiency if framework in ("tensorflow", "keras", "tf") else 1.0
+    g_acc = params.g_compute.get(acc.name, 1.0) * params.g_generation.get(f.generation, 1.0) * g_fw
+    g_mem = params.g_memory.get(f.generation, 1.0) * g_fw
+    per, bound = time_of(f, ec, em, g_acc, g_mem, params.t_launch_s, params.tpu_fusion, params.g_grouped,
+                         params.nchw_penalty, [params.alpha[c] for c in COMPUTE_CATEGORIES])
     by_cat: dict[str, float] = {}
     for cat, t in zip(f.category, per):
         by_cat[cat] = by_cat.get(cat, 0.0) + float(t)
@@ -375,7 +412,8 @@ def _band(params: DeviceModelParams, acc: Any, compute_fraction: float, unsuppor
 
 def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: Any, count: int = 1,
                       precision: str | None = None, host_overhead_s: float = 0.0, *,
-                      params: DeviceModelParams | None = None, framework: str = "pytorch") -> DevicePrediction:
+                      params: DeviceModelParams | None = None, framework: str = "pytorch",
+                      gradient_accumulation: int = 1) -> DevicePrediction:
     """Model one training iteration of `characterisation` on `count` x `accelerator` (data parallel).
 
     `accelerator` is a catalog `Accelerator` (resolve names with `resolve_accelerator`). `precision`
@@ -392,17 +430,20 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
             prec.startswith("amp") and prec != characterisation.precision):
         raise TrainwiseError(f"the characterisation was traced at {characterisation.precision}; "
                              f"re-characterise at {prec} (AMP changes the operators' dtypes)")
-    device_s, by_cat, compute_s, backward_s, kernels = _device_time(characterisation, accelerator, params, prec)
+    device_s, by_cat, compute_s, backward_s, kernels = _device_time(characterisation, accelerator, params, prec,
+                                                                    framework.lower())
     is_tpu = getattr(accelerator, "kind", "") == "tpu"
     host_s = 0.0 if is_tpu else kernels * params.t_host_op_s
     step = params.t_step_s + (params.t_step_tensorflow_s if framework.lower() in ("tensorflow", "keras", "tf") else 0.0)
+    if is_tpu:
+        step += params.t_step_tpu_s
     overhead = step + max(0.0, float(host_overhead_s))
     compute_time = _smooth_max(device_s, host_s)
     comm_exposed = 0.0
     if count > 1:
-        link = link_bandwidth_gbs(accelerator) * 1e9
-        ring = 2.0 * (count - 1) / count * characterisation.gradient_bytes / link + 30e-6 * math.log2(count) * 8
-        comm_exposed = max(ring - params.ddp_overlap * backward_s, 0.1 * ring)
+        link = link_bandwidth_gbs(accelerator) * 1e9 * params.link_efficiency
+        ring = 2.0 * (count - 1) / count * characterisation.gradient_bytes / link + params.t_allreduce_s
+        comm_exposed = max(ring - params.ddp_overlap * backward_s, 0.1 * ring) / max(1, int(gradient_accumulation))
     iteration = compute_time + comm_exposed + overhead
     samples = count * characterisation.per_device_batch / iteration
     unsupported_s = by_cat.get("other", 0.0)
@@ -453,6 +494,17 @@ def predict_all(characterisation: WorkloadCharacterisation, catalog: Any = None,
         except TrainwiseError:
             continue
     return sorted(out, key=lambda p: p.iteration_s)
+
+
+def tpu_per_device_batch(per_core_batch: int, accelerator: Any) -> int:
+    """The per-device batch of a TPU unit under the seeds' convention (seed 000/001, DIGEST §2).
+
+    The global batch is the per-core batch x the TensorCores in use; a catalog TPU unit is a chip
+    (2 cores on v2/v3/v4/v5p, 1 on v5e/v6e) or a 4-chip v2-8/v3-8 board (8 cores): e.g. IC-DR's
+    per-core 32 on a TPU-v3-8 board is a per-device batch of 256.
+    """
+    cores = int(getattr(accelerator, "cores", None) or 1)
+    return int(per_core_batch) * cores
 
 
 def host_overhead_from_profile(profile: Any) -> float:

@@ -5,11 +5,15 @@ popular models are packaged (`data/hf_configs/*.json`, architecture fields as pu
 Hub, each citing its config.json) and the architectures are rebuilt in plain PyTorch with the same
 operators, shapes and parameter counts as the `transformers` "eager" implementations:
 
+- attention is `F.scaled_dot_product_attention` (transformers' default "sdpa" implementation; the
+  tracer models it as one fused flash/memory-efficient kernel);
 - BERT / RoBERTa / XLM-RoBERTa (post-LN encoder; token-type embeddings where the config has them),
   DistilBERT (encoder without token types), GPT-2 (pre-LN decoder, causal mask, tied LM head);
 - heads: `mlm` (masked-LM: dense + GELU + LayerNorm + vocabulary projection tied to the word
-  embeddings — the RoBERTa pre-training objective of seed 003), `clm` (GPT-2), `qa` (SQuAD span
-  start/end), `cls` (pooler + classifier).
+  embeddings, on every position as Hugging Face computes it — the RoBERTa pre-training objective of
+  seed 003), `mlm15` (the same head on the 15 % masked positions only, as optimised pre-training
+  code does, e.g. NVIDIA's `--dense_seq_output`), `clm` (GPT-2), `qa` (SQuAD span start/end),
+  `cls` (pooler + classifier).
 
 `hf:<name>` accepts the packaged names with or without the Hub organisation (`hf:FacebookAI/roberta-base`)
 or a path to any config.json of one of these model types.
@@ -25,7 +29,8 @@ from typing import Any, Callable
 from trainwise.errors import TrainwiseError
 
 CONFIG_DIR = Path(__file__).with_name("data") / "hf_configs"
-TASKS = ("mlm", "clm", "qa", "cls")
+TASKS = ("mlm", "mlm15", "clm", "qa", "cls")
+MASKED_FRACTION = 0.15  # "mlm15": the MLM head only on the masked 15 % (NVIDIA's --dense_seq_output pre-training)
 
 
 def config_names() -> list[str]:
@@ -103,13 +108,10 @@ def build(config: dict[str, Any], task: str | None = None) -> Any:
                 return t.view(b, s, heads, head_dim).transpose(1, 2)
 
             q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
-            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
-            if d["causal"]:
-                mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-                scores = scores.masked_fill(mask, float("-inf"))
-            probs = self.drop(F.softmax(scores, dim=-1))
-            ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
-            return self.out(ctx)
+            # transformers' default attention ("sdpa"): one fused kernel on a GPU
+            ctx = F.scaled_dot_product_attention(q, k, v, dropout_p=d["attn_dropout"] if self.training else 0.0,
+                                                 is_causal=d["causal"])
+            return self.out(ctx.transpose(1, 2).reshape(b, s, h))
 
     class Layer(nn.Module):
         def __init__(self) -> None:
@@ -137,7 +139,7 @@ def build(config: dict[str, Any], task: str | None = None) -> Any:
             self.emb_drop = nn.Dropout(d["dropout"])
             self.layers = nn.ModuleList(Layer() for _ in range(d["layers"]))
             self.final_ln = nn.LayerNorm(h, eps=d["eps"]) if d["pre_ln"] else None
-            if task == "mlm":
+            if task in ("mlm", "mlm15"):
                 self.transform = nn.Linear(h, h)
                 self.transform_ln = nn.LayerNorm(h, eps=d["eps"])
                 self.decoder_bias = nn.Parameter(torch.zeros(d["vocab"]))
@@ -160,7 +162,10 @@ def build(config: dict[str, Any], task: str | None = None) -> Any:
                 x = layer(x)
             if self.final_ln is not None:
                 x = self.final_ln(x)
-            if task == "mlm":
+            if task in ("mlm", "mlm15"):
+                if task == "mlm15":
+                    keep = max(1, round(s * MASKED_FRACTION))
+                    x = x[:, :keep]  # the gathered masked positions (same cost as a gather)
                 x = self.transform_ln(F.gelu(self.transform(x)))
                 return F.linear(x, self.word.weight, self.decoder_bias)
             if task == "clm":
@@ -193,4 +198,4 @@ def loss_for(task: str) -> Callable[[Any], Any]:
     def cls_ce(logits: Any) -> Any:
         return F.cross_entropy(logits, _target(logits.shape[0], logits.device))
 
-    return {"mlm": token_ce, "clm": token_ce, "qa": span_ce, "cls": cls_ce}[task]
+    return {"mlm": token_ce, "mlm15": token_ce, "clm": token_ce, "qa": span_ce, "cls": cls_ce}[task]

@@ -57,7 +57,7 @@ def render_markdown(result: Any, *, top_n: int = 10, generated_at: str = "") -> 
     if result.flags:
         out += ["## Flags", "", *[f"- {flag}" for flag in result.flags], ""]
     if len(result.not_predicted):
-        out += [f"Not predicted: {int(result.not_predicted['offerings'].sum())} offerings (device model not available yet; "
+        out += [f"Not predicted: {int(result.not_predicted['offerings'].sum())} offerings (no measured profile there and no device-model prediction; "
                 "see plan.json).", ""]
     out += ["## Assumptions", "", *[f"- {a}" for a in result.assumptions], ""]
     if result.inconsistencies:

@@ -148,4 +148,4 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
         console.print(f"[yellow]⚠ {flag}[/yellow]", highlight=False)
     if len(result.not_predicted):
         console.print(f"[dim]{int(result.not_predicted['offerings'].sum())} priced offerings are not predicted "
-                      "(device model not available yet): profile on their accelerator and pass --profile[/dim]")
+                      "(no measured profile there and the device model could not predict them, e.g. the model does not fit): profile on their accelerator and pass --profile[/dim]")

@@ -1,0 +1,217 @@
+"""CLI of the device model, as typer commands for the main `trainwise` app to register.
+
+    from trainwise.predict.cli import device_app, validate_command
+    app.add_typer(device_app, name="device")      # trainwise device characterise|predict|calibrate
+    app.command("validate")(validate_command)     # trainwise validate [--dataset FILE.csv] [--json]
+
+`render_device_predictions(...)` prints the table `trainwise predict --accelerator V100 --count 1`
+shows for a profile (see `predict_from_profile`). Heavy imports (torch, pandas) happen inside the
+commands, so registering them costs nothing at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+from trainwise.errors import TrainwiseError
+
+console = Console()
+
+device_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="Device model: a training iteration's time on any catalog accelerator, without renting it.")
+
+
+def _characterise(model: str, batch: int, precision: str, seq_len: int | None, image_size: int | None,
+                  task: str | None, optimizer: str | None, memory_format: str) -> Any:
+    from trainwise.predict.characterise import characterise_named
+
+    return characterise_named(model, batch, precision, seq_len, image_size=image_size, task=task, optimizer=optimizer,
+                              memory_format=memory_format)
+
+
+def _load_characterisation(path: Path) -> Any:
+    """A WorkloadCharacterisation JSON, or a Profile JSON that carries one."""
+    from trainwise.predict.characterise import WorkloadCharacterisation
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TrainwiseError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TrainwiseError(f"{path} is not a JSON file ({type(exc).__name__})") from None
+    if isinstance(data, dict) and data.get("format") == "trainwise.workload/1":
+        return WorkloadCharacterisation.model_validate(data)
+    if isinstance(data, dict) and "schema_version" in data:
+        from trainwise.predict.offerings import characterisation_of
+        from trainwise.profile.schema import load_profile
+
+        return characterisation_of(load_profile(path))
+    raise TrainwiseError(f"{path} is neither a workload characterisation (`trainwise device characterise -o`) "
+                         "nor a trainwise profile")
+
+
+ModelArg = Annotated[Optional[str], typer.Argument(help="torchvision builder (resnet50), hf:<config> (hf:roberta-base) or a trainwise workload")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Per-device batch size")]
+PrecisionOpt = Annotated[str, typer.Option(help="fp32, tf32, amp_fp16 or amp_bf16")]
+SeqOpt = Annotated[Optional[int], typer.Option(help="Sequence length (hf: models; default 512)")]
+ImageOpt = Annotated[Optional[int], typer.Option(help="Input image size (torchvision models; default per model)")]
+TaskOpt = Annotated[Optional[str], typer.Option(help="hf: head: mlm, mlm15, clm, qa, cls")]
+OptimOpt = Annotated[Optional[str], typer.Option(help="sgd, sgd_momentum, adam, adamw, ... (default per model)")]
+LayoutOpt = Annotated[str, typer.Option(help="nchw or nhwc (channels_last)")]
+
+
+@device_app.command("characterise")
+def characterise_command(
+    model: ModelArg = None,
+    batch: BatchOpt = None,
+    precision: PrecisionOpt = "fp32",
+    seq_len: SeqOpt = None,
+    image_size: ImageOpt = None,
+    task: TaskOpt = None,
+    optimizer: OptimOpt = None,
+    memory_format: LayoutOpt = "nchw",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the characterisation JSON here")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the totals as JSON")] = False,
+) -> None:
+    """Trace one training step of MODEL on the meta device: FLOPs, bytes, parameters, memory."""
+    if model is None or batch is None:
+        raise TrainwiseError("give a model and --batch, e.g. `trainwise device characterise resnet50 --batch 256`")
+    char = _characterise(model, batch, precision, seq_len, image_size, task, optimizer, memory_format)
+    if output is not None:
+        char.save(output)
+    totals = {"model": char.model, "per_device_batch": char.per_device_batch, "precision": char.precision,
+              "parameters": char.parameters, "gradient_bytes": char.gradient_bytes,
+              "flops_forward": char.total_flops("forward"), "flops_backward": char.total_flops("backward"),
+              "flops_step": char.total_flops(), "bytes_step": char.total_bytes(), "kernels": char.kernel_launches,
+              "activation_bytes": char.activation_bytes, "memory_bytes": char.memory_breakdown(1)["total"],
+              "unsupported_ops": char.unsupported_ops, "trace_seconds": char.trace_seconds}
+    if json_out:
+        typer.echo(json.dumps(totals, indent=1))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{char.model}: one training step at batch {char.per_device_batch} ({char.precision})")
+    table.add_column("category")
+    table.add_column("GFLOPs", justify="right")
+    table.add_column("GB moved", justify="right")
+    table.add_column("kernels", justify="right")
+    for cat, v in sorted(char.by_category().items(), key=lambda kv: -kv[1]["flops"]):
+        table.add_row(cat, f"{v['flops'] / 1e9:,.1f}", f"{v['bytes'] / 1e9:,.2f}", f"{int(v['calls']):,}")
+    console.print(table)
+    mem = char.memory_breakdown(1)
+    console.print(f"parameters {char.parameters:,} ({char.gradient_bytes / 2**20:,.0f} MiB of fp32 gradients); "
+                  f"forward {char.total_flops('forward') / char.per_device_batch / 1e9:,.2f} GFLOPs/sample; "
+                  f"memory ~{mem['total'] / 2**30:,.1f} GiB per device (activations {char.activation_bytes / 2**30:,.1f} GiB); "
+                  f"traced in {char.trace_seconds:.1f} s")
+    if char.unsupported_ops:
+        console.print(f"[yellow]no cost rule for: {', '.join(char.unsupported_ops)} (modelled as memory-bound)[/yellow]")
+    if output is not None:
+        console.print(f"characterisation written to [bold]{output}[/bold]")
+
+
+def render_device_predictions(preds: list[Any], title: str, out: Console | None = None) -> None:
+    from rich.table import Table
+
+    out = out or console
+    table = Table(title=title)
+    for col in ("accelerator", "n", "iteration", "samples/s", "band", "memory", "notes"):
+        table.add_column(col, justify="right" if col in ("n", "iteration", "samples/s") else "left")
+    for p in preds:
+        mem = f"{p.memory_required_gib:.1f}/{p.memory_available_gib:.0f} GiB" if p.memory_available_gib else f"{p.memory_required_gib:.1f} GiB"
+        if not p.fits_memory:
+            mem = f"[red]OOM {mem}[/red]"
+        table.add_row(p.accelerator, str(p.count), f"{p.iteration_s * 1000:,.1f} ms", f"{p.samples_per_s:,.1f}",
+                      p.provenance, mem, "; ".join(n for n in p.notes if not n.startswith("out of memory"))[:80])
+    out.print(table)
+
+
+def predict_from_profile(profile_path: Path, accelerator: str | None, count: int = 1, out: Console | None = None,
+                         json_out: bool = False) -> list[Any]:
+    """What `trainwise predict PROFILE --accelerator V100 --count 1` runs (one accelerator, or all)."""
+    from trainwise.predict.device_model import host_overhead_from_profile
+    from trainwise.predict.offerings import characterisation_of, characterisation_or_none, device_predictions
+    from trainwise.profile.schema import load_profile
+
+    profile = load_profile(profile_path)
+    char = characterisation_or_none(profile) or characterisation_of(profile)
+    preds = device_predictions(char, accelerator, count, host_overhead_from_profile(profile))
+    if json_out:
+        typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
+    else:
+        render_device_predictions(preds, f"{profile_path.name}: modelled iteration on {accelerator or 'every accelerator'}", out)
+    return preds
+
+
+@device_app.command("predict")
+def predict_command(
+    model: ModelArg = None,
+    batch: BatchOpt = None,
+    precision: PrecisionOpt = "fp32",
+    seq_len: SeqOpt = None,
+    image_size: ImageOpt = None,
+    task: TaskOpt = None,
+    optimizer: OptimOpt = None,
+    memory_format: LayoutOpt = "nchw",
+    source: Annotated[Optional[Path], typer.Option("--from", help="A characterisation JSON or a profile JSON instead of MODEL")] = None,
+    accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Catalog accelerator (any alias); default: all")] = None,
+    count: Annotated[int, typer.Option("--count", "-n", help="Accelerators (data parallel, per-device batch fixed)")] = 1,
+    host_overhead: Annotated[float, typer.Option(help="Per-iteration host seconds not hidden by the device (data wait)")] = 0.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the predictions as JSON")] = False,
+) -> None:
+    """Predict one training iteration of a model (or a profile) on catalog accelerators."""
+    from trainwise.predict.offerings import device_predictions
+
+    if source is not None:
+        char = _load_characterisation(source)
+    elif model is not None and batch is not None:
+        char = _characterise(model, batch, precision, seq_len, image_size, task, optimizer, memory_format)
+    else:
+        raise TrainwiseError("give MODEL and --batch (e.g. `trainwise device predict resnet50 --batch 256 -a V100`) "
+                             "or --from a characterisation/profile JSON")
+    preds = device_predictions(char, accelerator, count, host_overhead)
+    if json_out:
+        typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
+        return
+    render_device_predictions(preds, f"{char.model} at batch {char.per_device_batch} per device ({char.precision})")
+
+
+@device_app.command("calibrate")
+def calibrate_command(
+    write: Annotated[bool, typer.Option(help="Write the fit to the packaged device_model_params.json")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the leave-one-model-out summary as JSON")] = False,
+) -> None:
+    """Re-fit the device model on the packaged calibration set (leave-one-model-out error reported)."""
+    from trainwise.predict import calibration as cal
+
+    params, loo = cal.fit_packaged(write=write)
+    summary = cal.summarise_errors(loo.errors)
+    if json_out:
+        typer.echo(json.dumps({"loo_group": "model", **summary}, indent=1))
+        return
+    console.print(f"leave-one-model-out over {summary['rows']} rows: median |error| {summary['median_abs_error']:.1%}, "
+                  f"90th percentile {summary['p90_abs_error']:.1%}" + (" — parameters written" if write else ""))
+
+
+def validate_command(
+    dataset: Annotated[Optional[Path], typer.Option("--dataset", help="CSV: model,accelerator,count,per_device_batch,precision,samples_per_s,source (+ optional columns); default: the packaged validation set")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report (summary + per-row results) as JSON")] = False,
+    params: Annotated[Optional[Path], typer.Option(help="Device-model parameters JSON (default: the packaged fit)")] = None,
+) -> None:
+    """Compare device-model predictions with measured throughputs listed in a CSV."""
+    from trainwise.predict import calibration as cal
+    from trainwise.predict import device_model as dm
+    from trainwise.predict.validate import report_table, summary_lines, validate_dataset
+
+    path = dataset or cal.VALIDATION_CSV
+    report = validate_dataset(path, params=dm.load_params(params) if params else None)
+    if json_out:
+        typer.echo(json.dumps(report.model_dump(mode="json"), indent=1))
+        return
+    console.print(report_table(report))
+    for line in summary_lines(report):
+        console.print(line)

@@ -1,0 +1,112 @@
+"""Device-model rows for the planner and the `predict --accelerator` path (integration helpers).
+
+- `characterisation_of(profile)`: the WorkloadCharacterisation a profile carries (recorded by the
+  profiler hook), with a one-line fix when it has none.
+- `device_predictions(char, accelerator=None, count=1, host_overhead_s=0)`: one accelerator or every
+  catalog accelerator, fastest first.
+- `modelled_offerings(char, catalog, measured=...)`: one row per catalog offering with an
+  accelerator — iteration time, samples/s, USD per 1M samples — marked "modelled ±x %", or
+  "measured" where a measured profile for that accelerator and count is given (it overrides).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict import device_model as dm
+from trainwise.predict.characterise import WorkloadCharacterisation
+
+
+def characterisation_of(profile: Any) -> WorkloadCharacterisation:
+    char = getattr(profile, "characterisation", None)
+    if char is None:
+        raise TrainwiseError("this profile has no workload characterisation (profiled by an older trainwise, or the "
+                             "model could not be traced): re-profile it, or characterise the model by name with "
+                             "`trainwise device characterise MODEL --batch N`")
+    if isinstance(char, dict):
+        char = WorkloadCharacterisation.model_validate(char)
+    return char
+
+
+def characterisation_or_none(profile: Any) -> WorkloadCharacterisation | None:
+    """The profile's characterisation; for a profile of a reference workload without one, the
+    workload characterised by name at the profile's batch size; else None (not predictable)."""
+    try:
+        return characterisation_of(profile)
+    except TrainwiseError:
+        pass
+    name = getattr(profile, "workload", None)
+    from trainwise.workloads import WORKLOADS
+
+    if not name or name not in WORKLOADS:
+        return None
+    from trainwise.predict.characterise import characterise_named
+
+    try:
+        return characterise_named(name, per_device_batch=max(1, profile.dataset.global_batch_size))
+    except TrainwiseError:
+        return None
+
+
+def device_predictions(char: WorkloadCharacterisation, accelerator: str | None = None, count: int = 1,
+                       host_overhead_s: float = 0.0, catalog: Any = None,
+                       params: dm.DeviceModelParams | None = None) -> list[dm.DevicePrediction]:
+    if catalog is None:
+        from trainwise.catalog import load_catalog
+
+        catalog = load_catalog()
+    if accelerator is not None:
+        acc = catalog.accelerator(accelerator)  # unknown names raise with the nearest catalog names
+        return [dm.predict_iteration(char, acc, count, None, host_overhead_s, params=params)]
+    return dm.predict_all(char, catalog, count, host_overhead_s, params)
+
+
+def modelled_offerings(char: WorkloadCharacterisation, catalog: Any = None, *, host_overhead_s: float = 0.0,
+                       measured: dict[tuple[str, int], float] | None = None, spot: bool = False,
+                       params: dm.DeviceModelParams | None = None) -> list[dict[str, Any]]:
+    """One dict per priced catalog offering with whole accelerators, cheapest per 1M samples first.
+
+    `measured` maps (canonical accelerator name, count) -> measured iteration seconds (from a profile
+    taken on that machine); such rows are marked "measured" and use the measured time.
+    """
+    if catalog is None:
+        from trainwise.catalog import load_catalog
+
+        catalog = load_catalog()
+    measured = dict(measured or {})
+    column = "spot_price_per_hour" if spot else "price_per_hour"
+    frame = catalog.offerings
+    frame = frame[frame["accelerator"].notna() & (frame["accelerator_count"] >= 1) & frame[column].notna()]
+    cache: dict[tuple[str, int], dm.DevicePrediction | None] = {}
+    rows = []
+    for rec in frame.to_dict("records"):
+        acc_name = rec["accelerator"]
+        count = int(rec["accelerator_count"])
+        if count != rec["accelerator_count"]:
+            continue
+        key = (acc_name, count)
+        if key not in cache:
+            try:
+                cache[key] = dm.predict_iteration(char, catalog.accelerator(acc_name), count, None, host_overhead_s,
+                                                  params=params)
+            except TrainwiseError:
+                cache[key] = None
+        pred = cache[key]
+        if pred is None and key not in measured:
+            continue
+        if key in measured:
+            iteration_s = float(measured[key])
+            provenance = "measured"
+        else:
+            iteration_s = pred.iteration_s
+            provenance = pred.provenance
+        samples = count * char.per_device_batch / iteration_s
+        price = float(rec[column])
+        rows.append({"offering_id": rec["offering_id"], "cloud": rec["cloud"], "region": rec["region"],
+                     "instance_type": rec["instance_type"], "accelerator": acc_name, "count": count,
+                     "iteration_s": iteration_s, "samples_per_s": samples, "price_per_hour": price,
+                     "usd_per_1m_samples": price / (samples * 3600) * 1e6, "provenance": provenance,
+                     "relative_error": 0.0 if provenance == "measured" else pred.relative_error,
+                     "fits_memory": True if provenance == "measured" else pred.fits_memory})
+    return sorted(rows, key=lambda r: (not r["fits_memory"], r["usd_per_1m_samples"]))

@@ -1,0 +1,163 @@
+"""Workload characterisation: FLOP/byte accounting, meta-device tracing, AMP, memory, named models."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import psutil
+import pytest
+import torch
+from torch import nn
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict.characterise import (
+    WorkloadCharacterisation,
+    batch_shapes_of,
+    characterise_model,
+    characterise_named,
+    normalise_precision,
+    trace_training_step,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_cache(monkeypatch):
+    monkeypatch.setenv("TRAINWISE_NO_CACHE", "1")
+
+
+def _flops(char: WorkloadCharacterisation, category: str, phase: str) -> float:
+    return sum(r.total_flops for r in char.records if r.category == category and r.phase == phase)
+
+
+def test_linear_flops_match_hand_count():
+    model = nn.Sequential(nn.Linear(64, 32), nn.Linear(32, 16))
+    char = characterise_model(model, ((8, 64), "float32"), None, "sgd")
+    first, second = 2 * 8 * 64 * 32, 2 * 8 * 32 * 16  # 2 x batch x in x out
+    assert _flops(char, "matmul", "forward") == first + second
+    # backward: weight gradient of both, input gradient only where the input needs one (not the data)
+    assert _flops(char, "matmul", "backward") == first + 2 * second
+    assert char.parameters == 64 * 32 + 32 + 32 * 16 + 16
+    assert char.gradient_bytes == 4 * char.parameters
+
+
+def test_conv_flops_match_hand_count_including_groups():
+    conv = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+    char = characterise_model(conv, ((2, 3, 8, 8), "float32"), lambda out: out.mean(), "sgd")
+    assert _flops(char, "conv", "forward") == 2 * 2 * 16 * 8 * 8 * 3 * 9
+    # the first layer needs no input gradient: backward = weight gradient only
+    assert _flops(char, "conv", "backward") == pytest.approx(_flops(char, "conv", "forward"))
+    depthwise = nn.Sequential(nn.Conv2d(3, 16, 1), nn.Conv2d(16, 16, 7, padding=3, groups=16))
+    char = characterise_model(depthwise, ((2, 3, 8, 8), "float32"), lambda out: out.mean(), "sgd")
+    dw = [r for r in char.records if r.category == "conv" and r.groups == 16]
+    fwd = sum(r.total_flops for r in dw if r.phase == "forward")
+    bwd = sum(r.total_flops for r in dw if r.phase == "backward")
+    assert fwd == 2 * 2 * 16 * 8 * 8 * 1 * 49
+    assert bwd == pytest.approx(2 * fwd)  # not 16x: torch's formula ignores groups, ours does not
+    assert all(r.align < 4 for r in dw)  # depthwise: off the tensor cores
+
+
+def test_resnet50_forward_is_4_1_gmacs_and_training_about_3x():
+    char = characterise_named("resnet50", 8, "fp32")
+    fwd = char.total_flops("forward") / 8
+    assert fwd == pytest.approx(8.2e9, rel=0.02)  # 4.1 GMACs = 8.2 GFLOPs per 224x224 image
+    step = (char.total_flops("forward") + char.total_flops("backward")) / 8
+    assert step / fwd == pytest.approx(3.0, rel=0.05)
+    assert char.parameters == 25_557_032
+    assert not char.unsupported_ops
+
+
+def test_convnext_large_batch_64_traces_on_meta_without_allocating():
+    rss = psutil.Process(os.getpid()).memory_info().rss
+    char = characterise_named("convnext_large", 64, "amp_fp16")
+    grown = psutil.Process(os.getpid()).memory_info().rss - rss
+    assert char.trace_device == "meta"
+    assert char.parameters == pytest.approx(197.8e6, rel=0.005)  # seed 003 Table 2: ConvNextLarge 197.8M
+    assert char.activation_bytes > 5 * 2**30  # gigabytes of activations, modelled ...
+    assert grown < 400 * 2**20  # ... but nothing of that size allocated
+    assert char.total_flops("forward") / 64 == pytest.approx(2 * 34.4e9, rel=0.03)
+
+
+def test_amp_changes_dtypes_activations_and_adds_weight_copies():
+    fp32 = characterise_named("hf:bert-base-uncased", 4, "fp32", 128)
+    amp = characterise_named("hf:bert-base-uncased", 4, "amp_fp16", 128)
+    mm = [r for r in amp.records if r.category in ("matmul", "attention")]
+    assert mm and all(r.dtype == "float16" for r in mm)
+    norms = [r for r in amp.records if r.op.startswith("aten.native_layer_norm.")]
+    assert norms and all(r.dtype == "float32" for r in norms)  # autocast runs layer_norm in fp32
+    assert amp.activation_bytes < 0.8 * fp32.activation_bytes
+    # fp16 copies of every matmul weight: the 85M of the layers + the 23.4M tied word embedding of the MLM head
+    assert amp.amp_weight_copy_bytes == pytest.approx(2 * (85.0e6 + 30522 * 768), rel=0.03)
+    assert any(r.category == "copy" and r.dtype == "float16" for r in amp.records)
+    bf16 = characterise_named("hf:bert-base-uncased", 4, "amp_bf16", 128)
+    assert all(r.dtype == "bfloat16" for r in bf16.records if r.category == "matmul")
+    assert amp.total_flops() == pytest.approx(fp32.total_flops(), rel=0.01)
+
+
+def test_hf_configs_match_published_parameter_counts():
+    # seed 003 Table 2: RoBERTaBase 124.7M, RoBERTaLarge 355.4M, RoBERTaXLM 560.1M
+    for name, params in (("hf:roberta-base", 124.7e6), ("hf:roberta-large", 355.4e6), ("hf:xlm-roberta-large", 560.1e6)):
+        char = characterise_named(name, 1, "fp32", 16)
+        assert char.parameters == pytest.approx(params, rel=0.005), name
+    assert characterise_named("hf:FacebookAI/roberta-base", 1, "fp32", 16).parameters == pytest.approx(124.7e6, rel=0.005)
+
+
+def test_fused_attention_for_sdpa_models():
+    char = characterise_named("hf:gpt2", 2, "amp_bf16", 256)
+    att = [r for r in char.records if r.category == "attention"]
+    assert {r.phase for r in att} == {"forward", "backward"}
+    fwd = sum(r.total_flops for r in att if r.phase == "forward")
+    assert fwd == pytest.approx(12 * 4 * 2 * 12 * 256 * 256 * 64 * 0.5)  # causal: half of 4 B H S^2 D per layer
+
+
+def test_reference_workloads_and_unknown_names():
+    char = characterise_named("resnet50_cifar10", 32, "fp32")
+    assert char.image_size == 32 and char.parameters > 23e6
+    lstm = characterise_named("rnn_sa_lstm", 16, "fp32")
+    assert not lstm.unsupported_ops
+    with pytest.raises(TrainwiseError, match="resnet50"):
+        characterise_named("resnet5", 8)
+    with pytest.raises(TrainwiseError, match="hf:roberta-base"):
+        characterise_named("hf:roberta-bas", 8)
+    with pytest.raises(TrainwiseError, match="precision"):
+        normalise_precision("fp64")
+
+
+def test_unsupported_operator_is_listed_not_fatal():
+    class Spectral(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(32, 32)
+
+        def forward(self, x):
+            return torch.fft.rfft(self.lin(x)).abs()
+
+    char = characterise_model(Spectral(), ((4, 32), "float32"), lambda out: out.mean(), "adam")
+    assert char.unsupported_ops  # the FFT kernels have no cost rule
+    assert any("fft" in op for op in char.unsupported_ops)
+    assert any(r.category == "other" for r in char.records)
+
+
+def test_cpu_tracing_matches_meta_and_json_round_trip():
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 10))
+    meta = characterise_model(model, ((2, 1, 8, 8), "float32"), None, "sgd_momentum")
+    cpu = characterise_model(model, ((2, 1, 8, 8), "float32"), None, "sgd_momentum", device="cpu")
+    assert cpu.total_flops() == pytest.approx(meta.total_flops(), rel=1e-3)  # + the CPU target's fill
+    again = WorkloadCharacterisation.model_validate(json.loads(meta.model_dump_json()))
+    assert again == meta
+    assert next(model.parameters()).device.type == "cpu"  # the live model is untouched
+
+
+def test_trace_training_step_for_the_recorder():
+    model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3))
+    x = torch.randn(4, 10)
+    char = trace_training_step(nn.parallel.DataParallel(model), batch_shapes_of((x,)), optimizer_name="adam")
+    assert char is not None and char.per_device_batch == 4
+    assert char.optimizer_state_bytes == 8 * char.trainable_parameters
+
+    class NeedsValues(nn.Module):
+        def forward(self, x):
+            return x[: int(x.sum().item()) % 3 + 1]
+
+    with pytest.warns(RuntimeWarning, match="characterisation skipped"):
+        assert trace_training_step(NeedsValues(), batch_shapes_of((x,))) is None

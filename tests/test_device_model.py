@@ -1,0 +1,249 @@
+"""Device model: roofline behaviour, tensor-core eligibility, memory fit, bands, names, validation CSVs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from trainwise.catalog import load_catalog
+from trainwise.errors import TrainwiseError
+from trainwise.predict import calibration as cal
+from trainwise.predict import device_model as dm
+from trainwise.predict.characterise import OpRecord, WorkloadCharacterisation, characterise_model, characterise_named
+
+HEADER = "model,accelerator,count,per_device_batch,precision,samples_per_s,source"
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_cache(monkeypatch):
+    monkeypatch.setenv("TRAINWISE_NO_CACHE", "1")
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def _char(records: list[OpRecord], batch: int = 1, precision: str = "fp32", **extra) -> WorkloadCharacterisation:
+    base = dict(model="synthetic", per_device_batch=batch, precision=precision, optimizer="none", inputs=[],
+                records=records, parameters=0, trainable_parameters=0, parameter_tensors=0, parameter_bytes=0,
+                gradient_bytes=0, optimizer_state_bytes=0, activation_bytes=0, amp_weight_copy_bytes=0,
+                peak_temporary_bytes=0)
+    base.update(extra)
+    return WorkloadCharacterisation(**base)
+
+
+def _mm(flops: float, nbytes: float, dtype: str = "float32", align: int = 16, count: int = 1) -> OpRecord:
+    return OpRecord(op="aten.mm.default", category="matmul", phase="forward", count=count, flops=flops,
+                    bytes_read=nbytes, bytes_written=0, dtype=dtype, align=align)
+
+
+def _ew(nbytes: float) -> OpRecord:
+    return OpRecord(op="aten.add.Tensor", category="elementwise", phase="forward", count=1, flops=0,
+                    bytes_read=nbytes, bytes_written=0, dtype="float32")
+
+
+def test_roofline_compute_and_memory_bound(catalog):
+    params = dm.DeviceModelParams()
+    v100 = catalog.accelerator("V100")
+    big = dm.predict_iteration(_char([_mm(4e12, 1e6)]), v100, params=params)
+    bigger = dm.predict_iteration(_char([_mm(8e12, 1e6)]), v100, params=params)
+    assert big.compute_bound_fraction == pytest.approx(1.0)
+    assert bigger.device_s / big.device_s == pytest.approx(2.0, rel=1e-3)  # compute-bound: time ~ FLOPs
+    expected = 4e12 / (15.7e12 * params.e_compute["fp32"]["matmul"] * (15.7e12 / dm.PEAK_REF) ** -params.alpha["matmul"])
+    assert big.device_s == pytest.approx(expected + params.t_launch_s, rel=1e-6)
+    # a matmul with little arithmetic intensity is memory-bound: time ~ bytes / bandwidth
+    thin = dm.predict_iteration(_char([_mm(1e6, 9e9)]), v100, params=params)
+    assert thin.compute_bound_fraction == 0.0
+    assert thin.device_s == pytest.approx(9e9 / (900e9 * params.e_memory["elementwise"]) + params.t_launch_s, rel=1e-6)
+    ew = dm.predict_iteration(_char([_ew(9e9)]), v100, params=params)
+    assert ew.breakdown_s["elementwise"] == pytest.approx(thin.device_s, rel=1e-4)
+    # the same memory-bound work is faster on a higher-bandwidth part
+    h100 = dm.predict_iteration(_char([_ew(9e9)]), catalog.accelerator("H100"), params=params)
+    assert h100.device_s < ew.device_s / 3
+
+
+def test_small_kernels_are_launch_and_host_bound(catalog):
+    params = dm.DeviceModelParams()
+    tiny = _char([_mm(1e3, 1e3, count=5000)])
+    p = dm.predict_iteration(tiny, catalog.accelerator("H100"), params=params)
+    assert p.host_bound_s > p.device_s
+    assert any("host-bound" in n for n in p.notes)
+    assert p.iteration_s >= 5000 * params.t_host_op_s
+
+
+def test_tensor_core_eligibility_by_dtype_and_alignment(catalog):
+    v100, a100, t4, k80 = (catalog.accelerator(n) for n in ("V100", "A100", "T4", "K80"))
+    assert dm.compute_peak(v100, "amp_fp16", "matmul", "float16", 8, 1) == (125e12, "tc16")
+    assert dm.compute_peak(v100, "amp_fp16", "matmul", "float16", 2, 1) == (31.3e12, "fp32")  # misaligned: vector FP16
+    assert dm.compute_peak(v100, "amp_fp16", "conv", "float16", 1, 64)[1] == "fp32"  # depthwise: no tensor cores
+    assert dm.compute_peak(v100, "amp_fp16", "conv", "float16", 4, 32)[1] == "tc16"  # ResNeXt groups of 4 channels
+    assert dm.compute_peak(a100, "tf32", "matmul", "float32", 16, 1) == (156e12, "tf32")
+    assert dm.compute_peak(a100, "fp32", "matmul", "float32", 16, 1) == (19.5e12, "fp32")  # matmul TF32 off by default
+    assert dm.compute_peak(a100, "fp32", "conv", "float32", 16, 1) == (156e12, "tf32")  # cuDNN TF32 on by default
+    assert dm.compute_peak(v100, "tf32", "matmul", "float32", 16, 1) == (15.7e12, "fp32")  # no TF32 before Ampere
+    assert dm.compute_peak(a100, "amp_bf16", "matmul", "bfloat16", 8, 1) == (312e12, "tc16")
+    assert dm.compute_peak(t4, "amp_bf16", "matmul", "bfloat16", 8, 1)[1] == "fp32"  # Turing: no BF16 tensor cores
+    assert dm.compute_peak(k80, "amp_fp16", "matmul", "float16", 8, 1) == (4.365e12, "fp32")
+    tpu = catalog.accelerator("TPU-v3")
+    assert dm.compute_peak(tpu, "fp32", "matmul", "float32", 16, 1) == (123e12, "tpu")  # XLA: one bf16 MXU pass
+    # end to end: AMP on a tensor-core GPU beats FP32 by far, on a K80 it cannot
+    fp32 = characterise_named("resnet50", 32, "fp32")
+    amp = characterise_named("resnet50", 32, "amp_fp16")
+    gain_v100 = dm.predict_iteration(fp32, v100).iteration_s / dm.predict_iteration(amp, v100).iteration_s
+    gain_k80 = dm.predict_iteration(fp32, k80).iteration_s / dm.predict_iteration(amp, k80).iteration_s
+    assert gain_v100 > 1.5 and gain_k80 < 1.3
+
+
+def test_seed_4xT4_ddp_roberta_xlm_runs_out_of_memory(catalog):
+    # seed 003 §6: "the 4xT4 PyTorch DDP [...] The NLP experiments ran OOM" (RoBERTa-XLM, FP16)
+    char = characterise_named("hf:xlm-roberta-large", 8, "amp_fp16", 512, optimizer="adam")
+    t4 = dm.predict_iteration(char, catalog.accelerator("T4"), count=4)
+    assert not t4.fits_memory
+    assert t4.memory_required_gib > t4.memory_available_gib
+    assert any("out of memory" in n for n in t4.notes)
+    assert t4.memory_breakdown_gib["ddp_buckets"] > 2.0  # 560M fp32 gradients bucketed by DDP
+    assert dm.predict_iteration(char, catalog.accelerator("A100-80GB"), count=4).fits_memory
+    # the CV model of the same experiment did run on 4xT4
+    conv = characterise_named("convnext_large", 32, "amp_fp16", optimizer="none")
+    assert dm.predict_iteration(conv, catalog.accelerator("T4"), count=4).fits_memory
+
+
+def test_unknown_accelerator_suggests_nearest_names(catalog):
+    with pytest.raises(TrainwiseError, match="V100"):
+        dm.resolve_accelerator("V1OO", catalog)
+    with pytest.raises(TrainwiseError, match="did you mean"):
+        dm.resolve_accelerator("A100-80G", catalog)
+    assert dm.resolve_accelerator("tesla t4", catalog).name == "T4"
+
+
+def test_unsupported_operator_widens_the_band(catalog):
+    plain = _char([_mm(4e12, 1e6)])
+    other = OpRecord(op="aten._fft_r2c.default", category="other", phase="forward", count=1, flops=1e6,
+                     bytes_read=4e9, bytes_written=4e9, dtype="float32")
+    odd = _char([_mm(4e12, 1e6), other], unsupported_ops=["_fft_r2c"])
+    v100 = catalog.accelerator("V100")
+    a = dm.predict_iteration(plain, v100)
+    b = dm.predict_iteration(odd, v100)
+    assert b.relative_error > a.relative_error
+    assert b.unsupported_ops == ["_fft_r2c"]
+    assert any("_fft_r2c" in n for n in b.notes)
+    assert a.provenance.startswith("modelled ±")
+
+
+def test_data_parallel_and_tpu(catalog):
+    char = characterise_named("resnet50", 64, "amp_fp16")
+    v100 = catalog.accelerator("V100")
+    one = dm.predict_iteration(char, v100, 1)
+    eight = dm.predict_iteration(char, v100, 8)
+    assert one.samples_per_s < eight.samples_per_s < 8 * one.samples_per_s
+    assert eight.relative_error > one.relative_error
+    pcie = dm.predict_iteration(char, catalog.accelerator("V100-PCIe"), 8)
+    assert pcie.communication_s > eight.communication_s  # PCIe all-reduce is slower than NVLink
+    tpu = dm.predict_iteration(characterise_named("inceptionv3_dr", 256, "fp32"), catalog.accelerator("TPU-v3-8"))
+    assert tpu.host_bound_s == 0 and tpu.samples_per_s > 0
+
+
+def test_predict_all_is_fast_and_sorted(catalog):
+    char = characterise_named("resnet50", 256, "fp32")
+    start = time.perf_counter()
+    preds = dm.predict_all(char, catalog)
+    assert time.perf_counter() - start < 3.0  # < 1 s on an idle machine (see benchmarks/device_model.py)
+    assert len(preds) >= 25
+    assert [p.iteration_s for p in preds] == sorted(p.iteration_s for p in preds)
+    names = [p.accelerator for p in preds]
+    assert names.index("H100") < names.index("V100") < names.index("K80")
+    assert all(p.relative_error > 0 for p in preds)
+
+
+def test_packaged_params_and_calibration_consistency(catalog):
+    params = dm.load_params()
+    assert params.bands.get("by_accelerator") and params.fitted_on.get("loo_group") == "model"
+    # the vectorised model the fit optimises is the one predict_iteration evaluates
+    rows = [cal.Measurement(model="mnist_cnn", accelerator="V100", count=1, per_device_batch=256, precision="fp32",
+                            samples_per_s=1000, source="test"),
+            cal.Measurement(model="resnet50", accelerator="A100", count=2, per_device_batch=64, precision="amp_fp16",
+                            samples_per_s=1000, source="test", memory_format="nhwc"),
+            cal.Measurement(model="seismic_fcn", accelerator="K80", count=1, per_device_batch=128, precision="fp32",
+                            samples_per_s=1000, source="test", framework="tensorflow")]
+    design = cal._design(rows, catalog)
+    layout = cal._Layout(design.accelerators, design.generations)
+    vector = cal._predict(design, layout, layout.from_params(params))
+    direct = cal.predict_rows(params, rows, catalog)
+    assert list(vector) == pytest.approx(direct, rel=1e-6)
+
+
+def test_fit_and_leave_one_model_out_on_a_small_set(catalog):
+    rows = [cal.Measurement(model=m, accelerator=a, count=1, per_device_batch=b, precision="fp32",
+                            samples_per_s=s, source="synthetic")
+            for m, a, b, s in (("mnist_cnn", "V100", 256, 60000.0), ("mnist_cnn", "K80", 256, 20000.0),
+                               ("seismic_fcn", "V100", 256, 9000.0), ("seismic_fcn", "K80", 256, 3000.0))]
+    res = cal.fit(rows, (), catalog)
+    assert 0.02 <= res.params.e_compute["fp32"]["conv"] <= 1.0
+    loo = cal.loo(rows, (), "model", catalog)
+    assert len(loo.errors) == 4 and set(loo.held_out) == {"mnist_cnn", "seismic_fcn"}
+    summary = cal.summarise_errors(loo.errors)
+    assert set(summary) >= {"median_abs_error", "p90_abs_error", "max_abs_error"}
+
+
+# ---- validation CSVs -------------------------------------------------------------------------
+
+def _csv(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "data.csv"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty"),
+    ("model,accelerator,count\nresnet50,V100,1\n", "lacks column"),
+    (HEADER + "\n", "no rows"),
+    (HEADER + "\nresnet50,V100,1,64,fp64,300,x\n", "line 2.*precision"),
+    (HEADER + "\nresnet50,V100,1,64,fp32,-3,x\n", "line 2.*samples_per_s"),
+    (HEADER + "\nresnet50,V100,0,64,fp32,300,x\n", "line 2.*count"),
+    (HEADER + "\nresnet50,V100,1,abc,fp32,300,x\n", "line 2.*per_device_batch"),
+    (HEADER + "\nresnet50,V100,1,64,fp32,300,\n", "line 2.*source"),
+    (HEADER + "\nresnet50,V1000,1,64,fp32,300,x\n", "line 2.*unknown accelerator.*V100"),
+    (HEADER + "\nresnet50,V100,1,64,fp32,300,x,extra\n", "line 2.*more fields"),
+])
+def test_validation_csv_errors_name_line_and_column(tmp_path, catalog, text, message):
+    with pytest.raises(TrainwiseError, match=message):
+        cal.load_measurements(_csv(tmp_path, text), catalog)
+
+
+def test_validation_csv_allows_extra_columns_and_reports(tmp_path, catalog):
+    from trainwise.predict.cli import validate_command
+    from trainwise.predict.validate import validate_dataset
+
+    path = _csv(tmp_path, HEADER + ",seq_len,whatever\n"
+                "mnist_cnn,V100,1,256,fp32,60000,somewhere,,x\n"
+                "mnist_cnn,K80,1,256,fp32,20000,somewhere,,y\n"
+                "hf:bert-base-uncased,T4,1,8,amp_fp16,40,somewhere,128,z\n")
+    report = validate_dataset(path, catalog=catalog)
+    assert report.summary["rows"] == 3
+    assert {"median_abs_error", "p90_abs_error", "best_choice_accuracy"} <= set(report.summary)
+    assert report.best_choice and report.best_choice[0]["fastest_measured"] == "V100"
+    app = typer.Typer()
+    app.command("validate")(validate_command)
+    app.command("noop")(lambda: None)
+    result = CliRunner().invoke(app, ["validate", "--dataset", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["summary"]["rows"] == 3 and len(payload["predictions"]) == 3
+    bad = CliRunner().invoke(app, ["validate", "--dataset", str(tmp_path / "missing.csv")])
+    assert bad.exit_code != 0 and "does not exist" in str(bad.exception)
+
+
+def test_packaged_datasets_parse_and_cite_sources(catalog):
+    for path, least in ((cal.CALIBRATION_CSV, 150), (cal.VALIDATION_CSV, 15)):
+        rows = cal.load_measurements(path, catalog)
+        assert len(rows) >= least
+        assert all(r.source for r in rows)
+    assert any(r.count > 1 for r in cal.load_measurements(cal.VALIDATION_CSV, catalog))
+    ratios = cal.load_ratios()
+    assert any(r.accelerator.startswith("TPU") for r in ratios)
