@@ -122,3 +122,33 @@ def test_dataloader_workers_and_a_reference_workload():
     assert profile.epochs[1].iterations == 2
     # With worker processes a batch is usually ready: the wait is measured, not assumed.
     assert all(it.data_wait_s >= 0 for it in profile.iterations)
+
+
+def test_profile_carries_a_workload_characterisation_of_the_model():
+    profile = run_profile(script("mlp_train.py", "--epochs", "5"), ProfileOptions(min_iterations=6, max_iterations=8),
+                          quiet=True)
+    char = profile.characterisation
+    assert char is not None and char.trace_device == "meta"
+    assert char.parameters == profile.model.parameters == 32 * 64 + 64 + 64 * 2 + 2
+    assert char.per_device_batch == 16 and char.precision == "fp32" and char.optimizer == "adam"
+    # Two Linear layers: forward x·W for both; backward weight grads for both and the input grad of
+    # the second only (the batch does not require grad): 2·batch·(in·out) FLOPs per matmul.
+    forward = 2 * 16 * (32 * 64 + 64 * 2)
+    backward = 2 * 16 * (32 * 64 + 64 * 2 + 64 * 2)
+    assert char.by_category()["matmul"]["flops"] == pytest.approx(forward + backward)
+
+
+def test_characterisation_sees_keyword_inputs_and_picks_the_largest_module():
+    profile = run_profile(script("kwargs_model.py"), ProfileOptions(min_iterations=6, max_iterations=8,
+                                                                     validation_batches=0), quiet=True)
+    char = profile.characterisation
+    assert char is not None, profile.notes
+    assert char.parameters == 100 * 32 + 32 * 32 + 32 + 32 * 3 + 3  # the Encoder, not aux/normalise
+    assert char.per_device_batch == 8
+    assert any(r.category == "embedding" for r in char.records)
+
+
+def test_no_characterise_option_skips_the_trace():
+    profile = run_profile(script("mlp_train.py", "--epochs", "5"),
+                          ProfileOptions(min_iterations=6, max_iterations=8, characterise=False), quiet=True)
+    assert profile.characterisation is None

@@ -33,6 +33,7 @@ import socket
 import sys
 import tempfile
 import threading
+import weakref
 import time
 from typing import Any
 
@@ -61,6 +62,9 @@ def arm() -> None:
         _recorder.install_torch_hooks()
     else:
         sys.meta_path.insert(0, _TorchImportWatcher(_recorder))
+    # Keras / Lightning / Hugging Face Trainer loops: their fit entry point gets trainwise's callback
+    # when the script imports it (trainwise.integrations); the callback then delimits iterations.
+    sys.meta_path.insert(0, _FrameworkImportWatcher())
     atexit.register(_recorder.on_process_exit)
 
 
@@ -86,6 +90,53 @@ class _TorchImportWatcher(importlib.abc.MetaPathFinder):
             original_exec(module)
             recorder.mark("torch_imported")
             recorder.install_torch_hooks()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+class _FrameworkImportWatcher(importlib.abc.MetaPathFinder):
+    """After a framework's Trainer module is imported, patch its Trainer to add trainwise's callback."""
+
+    # module that defines the Trainer class → integration that patches it
+    MODULES = {
+        "lightning.pytorch.trainer.trainer": "lightning",
+        "pytorch_lightning.trainer.trainer": "lightning",
+        "transformers.trainer": "huggingface",
+        "keras.src.models.model": "keras",  # Model.fit gets the callback
+    }
+
+    def __init__(self) -> None:
+        self._busy = False
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+        framework = self.MODULES.get(fullname)
+        if framework is None or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            try:
+                from trainwise.integrations import _autodetect
+
+                _autodetect.patch_trainer(framework, module)
+            except Exception as exc:  # noqa: BLE001 - never break the user's program
+                print(f"trainwise: {framework} Trainer not instrumented ({exc})", file=sys.stderr)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -164,6 +215,10 @@ class Recorder:
         self.iter_batches = 0
         self.primary_optimizer_id: int | None = None
         self.explicit_steps = False
+        # Set by a trainwise.integrations callback (Keras, Lightning, HF Trainer): the framework's own
+        # hooks then delimit iterations, epochs and validation, and the DataLoader, optimizer and
+        # first-forward hooks record nothing, so that nothing is counted twice.
+        self.framework: str | None = None
         self.in_scaler_step = False
         self.eval_depth = 0
         self.eval_mode = False
@@ -175,6 +230,20 @@ class Recorder:
         self._forward_hook = None
         self._loader_counter = 0
         self._lock = threading.Lock()
+        # Workload characterisation (device model): the module that owns the most parameters among
+        # those called in the first training iteration is the model; its first call's input shapes,
+        # autocast precision and memory format are kept, and one training step is traced on the
+        # meta device after sampling (never during the measured iterations).
+        self.characterise = bool(config.get("characterise", True))
+        self._model_ref: Any = None
+        self._model_parameters = 0
+        self._model_inputs: Any = None
+        self._model_precision = "fp32"
+        self._model_memory_format = "nchw"
+        self._seen_modules: set[int] = set()
+        self._shape_hook = None
+        self._optimizer_ref: Any = None
+        self.characterisation: dict[str, Any] | None = None
 
     # ---- time -------------------------------------------------------------------------------
     def now(self) -> float:
@@ -215,6 +284,8 @@ class Recorder:
         original_next = iter_class.__next__
 
         def loader_next(iterator):
+            if recorder.framework is not None:
+                return original_next(iterator)
             state = getattr(iterator, "_trainwise_state", None)
             # A DataLoader with persistent workers hands out the same iterator every epoch, reset
             # (its yield count back to 0): that is a new pass too.
@@ -280,12 +351,76 @@ class Recorder:
 
         # Loops without a DataLoader: the first iteration starts at the first forward pass.
         self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._on_first_forward)
+        if self.characterise:
+            # A (post) forward hook: only those receive keyword inputs (HF models are called with them).
+            self._shape_hook = torch.nn.modules.module.register_module_forward_hook(
+                self._capture_model_inputs, with_kwargs=True)
+
+    def _capture_model_inputs(self, module, args, kwargs, output):
+        # Runs for every module call until the first optimizer step (iteration 1, warm-up anyway);
+        # its cost is observer time.
+        started = time.perf_counter()
+        try:
+            key = id(module)
+            torch = self._torch
+            if key in self._seen_modules or not torch.is_grad_enabled():
+                return None
+            self._seen_modules.add(key)
+            count = sum(p.numel() for p in module.parameters())
+            if count <= self._model_parameters:
+                return None
+            from trainwise.predict.characterise import batch_shapes_of, detect_memory_format, detect_precision
+
+            device_type = "cpu"
+            for p in module.parameters():
+                device_type = p.device.type
+                break
+            self._model_ref = weakref.ref(module)
+            self._model_parameters = count
+            self._model_inputs = batch_shapes_of(args, kwargs)
+            self._model_precision = detect_precision(device_type if device_type in ("cuda", "cpu") else "cuda")
+            self._model_memory_format = detect_memory_format(args)
+        except Exception as exc:  # noqa: BLE001 - never break the user's training
+            self.notes.append(f"model input capture failed: {exc}")
+        finally:
+            self.observer_s += time.perf_counter() - started
+        return None
+
+    def _stop_capturing(self) -> None:
+        if self._shape_hook is not None:
+            self._shape_hook.remove()
+            self._shape_hook = None
+            self._seen_modules.clear()
+
+    def _characterise(self) -> None:
+        """Trace one training step of the captured model on the meta device (seconds; after sampling)."""
+        if not self.characterise or self.characterisation is not None:
+            return
+        self._stop_capturing()
+        model = self._model_ref() if self._model_ref is not None else None
+        if model is None or self._model_inputs is None:
+            self.notes.append("workload characterisation skipped: no model forward pass was seen")
+            return
+        try:
+            from trainwise.predict.characterise import optimizer_name_of, trace_training_step
+
+            optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
+            name = self.config.get("workload") or type(model).__name__
+            char = trace_training_step(model, self._model_inputs, precision=self._model_precision,
+                                       optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else "sgd_momentum",
+                                       model_name=name, memory_format=self._model_memory_format)
+            if char is None:
+                self.notes.append("workload characterisation skipped: the model could not be traced")
+                return
+            self.characterisation = json.loads(char.model_dump_json())
+        except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
+            self.notes.append(f"workload characterisation skipped: {exc}")
 
     def _on_first_forward(self, module, args):
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
-        if self.iter_start is None and not self.iterations and self._torch.is_grad_enabled():
+        if self.iter_start is None and not self.iterations and self.framework is None and self._torch.is_grad_enabled():
             self.iter_start = time.perf_counter() - self.perf0 + self.offset_s
             self.mark("first_iteration_start")
 
@@ -402,6 +537,8 @@ class Recorder:
             return
         if self.primary_optimizer_id is None:
             self.primary_optimizer_id = id(optimizer)
+            self._optimizer_ref = weakref.ref(optimizer)
+            self._stop_capturing()
             self._describe_model(optimizer)
         elif id(optimizer) != self.primary_optimizer_id:
             return  # a secondary optimizer's step is part of the primary's iteration
@@ -500,6 +637,7 @@ class Recorder:
     # ---- explicit API -----------------------------------------------------------------------
     def explicit_step(self, samples: int | None = None) -> None:
         self.explicit_steps = True
+        self._stop_capturing()
         self.end_iteration(samples)
 
     def explicit_iteration_start(self) -> None:
@@ -571,6 +709,7 @@ class Recorder:
             "recorded_until_s": self.now(),
             "explicit_steps": self.explicit_steps,
             "observer_s": self.observer_s,
+            "characterisation": self.characterisation,
             "notes": self.notes,
         }
 
@@ -590,6 +729,7 @@ class Recorder:
             return
         self.finished = True
         self.stop_reason = reason
+        self._characterise()
         self.write()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -599,6 +739,7 @@ class Recorder:
 
     def on_process_exit(self) -> None:
         if not self.finished:
+            self._characterise()
             self.write()
 
 

@@ -42,6 +42,9 @@ class ProfileOptions:
     sync_cuda: bool = True
     epochs_hint: int | None = None
     budget_fraction: float = 0.02
+    # Trace one training step on the meta device after sampling (1-10 s, outside the measured
+    # iterations) so the device model can predict other accelerators from this profile.
+    characterise: bool = True
 
     def validate(self) -> None:
         if self.min_iterations < 2:
@@ -104,6 +107,7 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         config = asdict(options)
         config.pop("timeout_s")
         config["out_path"] = str(raw_path)
+        config["workload"] = workload
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")] if p)
         env["TRAINWISE_PACKAGE_PARENT"] = str(PACKAGE_PARENT)

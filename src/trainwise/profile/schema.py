@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainwise import __version__
 from trainwise._io import atomic_write_text
 from trainwise.errors import TrainwiseError
+from trainwise.predict.characterise import WorkloadCharacterisation
 from trainwise.profile import stats
 
 PROFILE_SCHEMA_VERSION = 1
@@ -185,6 +186,10 @@ class Profile(_Model):
     model: ModelShape
     steady_state: SteadyState
     full_run: FullRun | None = None
+    # One training step traced on the meta device after sampling (per-operator FLOPs/bytes,
+    # parameters, memory): what the device model predicts other accelerators from. None when the
+    # model could not be traced or `--no-characterise` was given.
+    characterisation: WorkloadCharacterisation | None = None
     notes: list[str] = []
 
     # ---- persistence ----
@@ -341,4 +346,5 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         memory=Memory(**raw["memory"]), model=ModelShape(**raw["model"]) if raw["model"] else ModelShape(),
         steady_state=steady_state_of(iterations, raw["stop_reason"], raw.get("stability") or {}),
         full_run=full_run, notes=list(raw.get("notes", [])),
+        characterisation=raw.get("characterisation"),
     )

@@ -94,7 +94,7 @@ def summarise(times_s: Sequence[float]) -> SpreadSummary:
     std = statistics.stdev(values) if n > 1 else 0.0
     if n > 1:
         quartiles = statistics.quantiles(values, n=4, method="inclusive")
-        iqr = quartiles[2] - quartiles[0]
+        iqr = max(0.0, quartiles[2] - quartiles[0])  # interpolation can round to -1e-16 for equal values
         half = t_quantile_95(n - 1) * std / math.sqrt(n)
     else:
         iqr = 0.0
