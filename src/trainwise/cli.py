@@ -26,6 +26,10 @@ from trainwise.predict.cli import device_app, validate_command  # noqa: E402
 app.add_typer(device_app, name="device")
 app.command("validate")(validate_command)
 
+from trainwise.predict.net_cli import net_app  # noqa: E402
+
+app.add_typer(net_app, name="net")
+
 # The training command after `--`, split off before typer parses the rest (typer would otherwise try
 # to parse the user's own options).
 _passthrough: list[str] | None = None
