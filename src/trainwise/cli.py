@@ -26,6 +26,11 @@ from trainwise.predict.cli import device_app, validate_command  # noqa: E402
 app.add_typer(device_app, name="device")
 app.command("validate")(validate_command)
 
+from trainwise.launch.cli import launch_command, sweep_command  # noqa: E402
+
+app.command("launch")(launch_command)
+app.command("sweep")(sweep_command)
+
 from trainwise.predict.net_cli import net_app  # noqa: E402
 
 app.add_typer(net_app, name="net")
@@ -177,11 +182,24 @@ def plan(
     min_billed_seconds: Annotated[Optional[float], typer.Option(help="Override the minimum billed seconds")] = None,
     top: Annotated[int, typer.Option(help="Rows in the top-plans table")] = 10,
     out_dir: Annotated[Path, typer.Option(help="Where the profile and the default report are written")] = Path("trainwise-out"),
+    save: Annotated[Optional[Path], typer.Option("--save", help="Save the best plan as a Plan JSON for `trainwise launch` (training command after --)")] = None,
+    history: Annotated[bool, typer.Option("--history", help="Show predicted vs actual for past launched runs, and exit")] = False,
+    engine: Annotated[Optional[str], typer.Option(help="With --save: local, ddp or hivemind (default: ddp for several GPUs or nodes)")] = None,
+    nodes: Annotated[int, typer.Option(help="With --save: number of nodes")] = 1,
+    dataset_uri: Annotated[Optional[str], typer.Option(help="With --save: where the dataset lives (local path, s3://, gs://)")] = None,
+    checkpoint_uri: Annotated[Optional[str], typer.Option(help="With --save: where checkpoints go (a bucket for cloud runs)")] = None,
+    model_uri: Annotated[Optional[str], typer.Option(help="With --save: where the final model and the run record go")] = None,
+    name: Annotated[Optional[str], typer.Option(help="With --save: job/cluster name (default from the workload)")] = None,
+    requirements: Annotated[Optional[str], typer.Option(help="With --save: requirements file the cluster installs")] = None,
 ) -> None:
     """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
     from trainwise.plan.command import run_plan_command
 
-    run_plan_command(workload=workload, profile_paths=profile_paths or [], catalog_name=catalog,
+    if history:
+        from trainwise.launch.command import show_history
+
+        return show_history(console)
+    result = run_plan_command(workload=workload, profile_paths=profile_paths or [], catalog_name=catalog,
                      epoch_options=_parse_int_list(epoch_options, "--epoch-options"), out_dir=out_dir,
                      report_dir=report if report is not None else out_dir / "report", local_offering_path=local_offering,
                      json_output=json_output, console=console, err_console=err_console, objective=objective,
@@ -191,6 +209,13 @@ def plan(
                      interruption_rate=interruption_rate, interruption_frequency_30d=interruption_frequency_30d,
                      checkpoint_write_s=checkpoint_write_s, reference=reference, top=top, billing=billing,
                      min_billed_seconds=min_billed_seconds)
+    if save is not None:
+        from trainwise.launch.command import save_plan
+
+        save_plan(result, save, catalog_name=catalog, passthrough=_passthrough, profile_paths=profile_paths or [],
+                  workload=workload, console=err_console if json_output else console, name=name, engine=engine,
+                  nodes=nodes, dataset_uri=dataset_uri, checkpoint_uri=checkpoint_uri, model_uri=model_uri,
+                  requirements=requirements, objective=objective)
 
 
 @app.command("workloads")

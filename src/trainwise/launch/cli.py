@@ -1,0 +1,59 @@
+"""Typer commands `trainwise launch` and `trainwise sweep` (registered in trainwise.cli); thin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from trainwise.errors import TrainwiseError
+
+console = Console()
+
+
+def _passthrough() -> list[str] | None:
+    import trainwise.cli as cli
+
+    return cli._passthrough
+
+
+def launch_command(
+    plan: Annotated[Path, typer.Argument(help="Plan JSON written by `trainwise plan --save`")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and validate the SkyPilot task; launch nothing")] = False,
+    backend: Annotated[str, typer.Option(help="sky (SkyPilot: any cloud it supports) or local (this machine)")] = "sky",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write the SkyPilot task YAML (default PLAN.sky.yaml)")] = None,
+    workdir: Annotated[Optional[str], typer.Option(help="Directory SkyPilot syncs to the cluster (your training code)")] = None,
+    trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the cluster (default trainwise==VERSION)")] = None,
+    work_dir: Annotated[Path, typer.Option(help="Local backend: where each run's staged data, log and working files go")] = Path("trainwise-out/runs"),
+    timeout: Annotated[Optional[float], typer.Option(help="Local backend: kill the training after this many seconds")] = None,
+) -> None:
+    """Run a saved plan: a SkyPilot task on the plan's cloud (managed job for spot), or here with --backend local."""
+    from trainwise.launch.command import launch
+
+    if _passthrough():
+        raise TrainwiseError("launch takes no command after `--`: the training command is in the plan (trainwise plan --save PLAN -- python train.py)")
+    launch(plan, dry_run=dry_run, backend=backend, output=output, workdir=workdir, trainwise_spec=trainwise_spec,
+           work_dir=work_dir, timeout_s=timeout, console=console)
+
+
+def sweep_command(
+    candidates: Annotated[list[str], typer.Option("--candidates", "-c", help="local:N (this machine, N threads) and/or catalog offering ids [:spot]; comma-separated or repeated")],
+    iterations: Annotated[int, typer.Option("--iterations", "-k", help="Minimum iterations each short profile samples")] = 20,
+    max_seconds: Annotated[float, typer.Option(help="Stop sampling each profile after this many seconds of iterations")] = 60.0,
+    epochs: Annotated[int, typer.Option(help="Epochs of the planned full run (for the plan and the full-training cost)")] = 20,
+    workload: Annotated[str, typer.Option(help="Reference workload to sweep when no command is given after --")] = "mnist_cnn",
+    out_dir: Annotated[Path, typer.Option(help="Where the profiles, logs, task files and sweep.json go")] = Path("trainwise-out/sweep"),
+    results_uri: Annotated[Optional[str], typer.Option(help="Bucket the cloud candidates write their profiles to, e.g. s3://BUCKET/sweep")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and validate the cloud candidates' tasks; run nothing")] = False,
+    trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the clusters")] = None,
+    provisioning_minutes: Annotated[float, typer.Option(help="Boot time added to a cloud candidate's full-training cost (seed 004: 15-20 min)")] = 17.5,
+    timeout: Annotated[Optional[float], typer.Option(help="Kill a local target's profile after this many seconds")] = None,
+) -> None:
+    """Profile the job briefly on every candidate (Malta methodology 2), plan from the measured profiles, and compare the sweep's cost with profiling by full training."""
+    from trainwise.launch.command import sweep
+
+    sweep(candidates=candidates, command=_passthrough(), workload=workload, iterations=iterations,
+          max_seconds=max_seconds, epochs=epochs, out_dir=out_dir, results_uri=results_uri, dry_run=dry_run,
+          trainwise_spec=trainwise_spec, provisioning_minutes=provisioning_minutes, timeout_s=timeout, console=console)

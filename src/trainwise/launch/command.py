@@ -1,0 +1,212 @@
+"""The I/O around `trainwise plan --save/--history`, `trainwise launch` and `trainwise sweep`: the CLI
+calls these with parsed options; the logic lives in the modules beside this one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from trainwise._io import atomic_write_text
+from trainwise.errors import TrainwiseError
+from trainwise.launch import safety
+
+
+# ------------------------------------------------------------------------------ plan --save / --history
+
+
+def training_command(passthrough: list[str] | None, profile_paths: Sequence[Path], workload: str, epochs: int) -> list[str]:
+    """The user's command after `--`; else the command the (first) profile measured; else the
+    default workload at the plan's epochs."""
+    if passthrough:
+        return list(passthrough)
+    if profile_paths:
+        from trainwise.profile.schema import load_profile
+
+        return list(load_profile(profile_paths[0]).command)
+    from trainwise.workloads import command_for
+
+    return command_for(workload, epochs=epochs)
+
+
+def save_plan(result: Any, path: Path, *, catalog_name: str, passthrough: list[str] | None, profile_paths: Sequence[Path],
+              workload: str, console: Console, **choices: Any) -> Path:
+    from trainwise.catalog import load_catalog
+    from trainwise.launch.plan_document import build_plan_document
+
+    command = training_command(passthrough, profile_paths, workload, result.primary_epochs)
+    document = build_plan_document(result, load_catalog(catalog_name), command=command,
+                                   workload=None if profile_paths else workload,
+                                   profile_path=str(profile_paths[0]) if profile_paths else None, **choices)
+    written = document.save(path)
+    p = document.prediction
+    console.print(f"plan saved to [bold]{written}[/bold]: {document.offering.offering_id} "
+                  f"({'spot' if document.offering.spot else 'on-demand'}), {document.nodes} node(s), engine "
+                  f"{document.engine}, predicted {p.training_s:,.0f} s training / {p.cost_usd:.2f} $ ({p.time_source})")
+    return written
+
+
+def show_history(console: Console) -> None:
+    from trainwise.launch.history import history_table, load_records, require_records
+
+    records = require_records()
+    console.print(history_table(records))
+    _, problems = load_records()
+    for line in problems:
+        console.print(f"[dim]{line}[/dim]")
+
+
+# ------------------------------------------------------------------------------ launch
+
+
+def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None, workdir: str | None,
+           trainwise_spec: str | None, work_dir: Path, timeout_s: float | None, console: Console) -> None:
+    from trainwise.launch.plan_document import load_plan
+
+    plan = load_plan(plan_path)
+    if backend == "local":
+        from trainwise.launch.local_backend import run_local
+
+        if dry_run:
+            raise TrainwiseError("--dry-run writes a SkyPilot task; with --backend local there is nothing to write: "
+                                 "drop --dry-run to run here")
+        record = run_local(plan, work_dir=work_dir, console=console, timeout_s=timeout_s)
+        error = record.relative_error
+        console.print(f"run [bold]{record.run_id}[/bold] finished with {record.executed_with}: measured "
+                      f"{record.measured_training_s:.1f} s training vs predicted {record.predicted.training_s:.1f} s "
+                      f"({'—' if error is None else f'{error:+.1%}'}); measured cost {record.measured_cost_usd:.5f} $ "
+                      f"at {record.price_per_hour:.4f} $/h ({record.price_source})")
+        if record.model_location:
+            console.print(f"model: {record.model_location} ({len(record.model_files)} file(s), SHA-256 verified)")
+        console.print(f"run record: {plan.model_uri.rstrip('/') + '/' + record.run_id + '/run-record.json' if plan.model_uri else 'history only'}")
+        for note in record.notes:
+            console.print(f"[yellow]note:[/yellow] {note}")
+        return
+    if backend != "sky":
+        raise TrainwiseError(f"--backend {backend}: use sky (SkyPilot, the default) or local")
+    from trainwise.launch.skypilot_task import dump_yaml, skypilot_installed, task_config, validate_packaged
+
+    config = task_config(plan, workdir=workdir, trainwise_spec=trainwise_spec)
+    text = dump_yaml(config)
+    target = output or plan_path.with_suffix(".sky.yaml")
+    validate_packaged(config)
+    if skypilot_installed():
+        from trainwise.launch.skypilot_task import validate_with_skypilot
+
+        validate_with_skypilot(config)
+        how = "validated by SkyPilot's own loader (sky.Task.from_yaml_config + Task.validate)"
+    else:
+        how = "validated against trainwise's packaged schema (SkyPilot is not installed)"
+    atomic_write_text(target, text)
+    console.print(f"SkyPilot task written to [bold]{target}[/bold], {how}")
+    if dry_run:
+        console.print(f"dry run: launch it with `sky {'jobs launch' if plan.offering.spot else 'launch'} {target}` or "
+                      f"`trainwise launch {plan_path}`")
+        return
+    from trainwise.launch.sky_backend import launch_with_skypilot
+
+    console.print(launch_with_skypilot(plan, config))
+
+
+# ------------------------------------------------------------------------------ sweep
+
+
+def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str, iterations: int, max_seconds: float,
+          epochs: int, out_dir: Path, results_uri: str | None, dry_run: bool, trainwise_spec: str | None,
+          provisioning_minutes: float, timeout_s: float | None, console: Console) -> dict[str, Any]:
+    from trainwise import __version__
+    from trainwise.catalog import load_catalog
+    from trainwise.launch import sweep as sw
+    from trainwise.workloads import command_for
+
+    catalog = load_catalog("current")
+    parsed = sw.parse_candidates(candidates, catalog)
+    if epochs < 1:
+        raise TrainwiseError(f"--epochs must be at least 1 (got {epochs})")
+    if iterations < 1:
+        raise TrainwiseError(f"--iterations must be at least 1 (got {iterations})")
+    job = list(command) if command else command_for(workload)
+    job_workload = None if command else workload
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cloud = [c for c in parsed if c.kind == "cloud"]
+    local = [c for c in parsed if c.kind == "local"]
+    configs: dict[str, dict[str, Any]] = {}
+    if cloud:
+        if not results_uri:
+            raise TrainwiseError("cloud candidates write their profiles to a bucket: add --results-uri s3://BUCKET/PATH")
+        from trainwise.launch.plan_document import portable_command
+        from trainwise.launch.skypilot_task import dump_yaml, skypilot_installed, validate_packaged
+
+        spec = trainwise_spec or f"trainwise=={__version__}"
+        for candidate in cloud:
+            config = sw.cloud_profile_task(candidate, portable_command(job), results_uri, iterations=iterations,
+                                           max_seconds=max_seconds, workload=job_workload, catalog=catalog,
+                                           trainwise_spec=spec)
+            validate_packaged(config, catalog)
+            if skypilot_installed():
+                from trainwise.launch.skypilot_task import validate_with_skypilot
+
+                validate_with_skypilot(config)
+            configs[candidate.name] = config
+            path = atomic_write_text(out_dir / f"{candidate.name}.sky.yaml", dump_yaml(config))
+            console.print(f"sweep task for {candidate.offering_id}: [bold]{path}[/bold]")
+    if dry_run:
+        console.print("dry run: cloud sweep tasks written, nothing launched" + (
+            "; local targets are not run in a dry run" if local else ""))
+        return {"dry_run": True, "tasks": sorted(configs)}
+    price, price_source = sw.local_price()
+    results: list[sw.CandidateResult] = []
+    for candidate in local:
+        console.print(f"profiling on local target {candidate.name} ({candidate.threads} thread(s)), k={iterations}…")
+        results.append(sw.run_local_target(candidate, job, out_dir, iterations=iterations, max_seconds=max_seconds,
+                                           workload=job_workload, price_per_hour=price, price_source=price_source,
+                                           timeout_s=timeout_s))
+    if cloud:
+        results += sw.run_cloud_candidates(cloud, configs, results_uri or "", out_dir, catalog)
+    sw.fill_full_training_costs(results, epochs, provisioning_s=provisioning_minutes * 60)
+    measured = [r for r in results if r.profile is not None]
+    comparison = sw.compare_costs([sw.CostRow(r.candidate.name, r.full_training_cost_usd or 0.0, r.sweep_cost_usd)
+                                   for r in measured])
+    table = Table(title=f"Sweep: {len(results)} candidate(s), k={iterations} iterations, planned {epochs} epochs")
+    for column in ("candidate", "threads / offering", "status", "iteration (measured)", "sweep time", "sweep $",
+                   f"full training ({epochs} ep, predicted)", "full-training $"):
+        table.add_column(column)
+    for r in results:
+        iteration = f"{r.profile.steady_state.iteration.mean_s * 1000:.1f} ms" if r.profile else "—"
+        table.add_row(r.candidate.name, str(r.candidate.threads or r.candidate.offering_id), r.status, iteration,
+                      f"{r.sweep_s:.1f} s", f"{r.sweep_cost_usd:.6f}",
+                      "—" if r.full_training_s is None else f"{r.full_training_s:.1f} s",
+                      "—" if r.full_training_cost_usd is None else f"{r.full_training_cost_usd:.6f}")
+    console.print(table)
+    console.print(f"sweep cost {comparison['sweep_usd']:.6f} $ vs profiling every candidate by full training "
+                  f"{comparison['full_training_usd']:.6f} $ ({comparison['saving_fraction']:.1%} saved); prices: "
+                  f"{price_source if local else 'catalog'}; full-training cost modelled from the measured profiles "
+                  "(trainwise estimator). Seed 002 Table 5.14 for comparison: 19.21 $ vs 2.62 $.")
+    summary: dict[str, Any] = {"candidates": [], "comparison": comparison, "epochs": epochs, "iterations": iterations}
+    for r in results:
+        summary["candidates"].append({
+            "name": r.candidate.name, "kind": r.candidate.kind, "threads": r.candidate.threads,
+            "offering_id": r.candidate.offering_id, "spot": r.candidate.spot, "status": r.status,
+            "profile": str(r.profile_path) if r.profile_path else None,
+            "torch_threads": r.profile.environment.torch_threads if r.profile else None,
+            "iteration_mean_s": r.profile.steady_state.iteration.mean_s if r.profile else None,
+            "sweep_s": r.sweep_s, "sweep_cost_usd": r.sweep_cost_usd, "price_per_hour": r.price_per_hour,
+            "price_source": r.price_source, "full_training_s_predicted": r.full_training_s,
+            "full_training_cost_usd_predicted": r.full_training_cost_usd, "notes": r.notes})
+    if measured:
+        result = sw.plan_from_sweep(results, catalog, epochs=[epochs])
+        best = result.best
+        summary["plan_best"] = {"offering_id": str(best["offering_id"]), "wall_s": float(best["wall_s"]),
+                                "total_cost": float(best["total_cost"]), "time_source": str(best["time_provenance"])}
+        console.print(f"plan from the sweep's measured profiles: best {best['offering_id']} ({best['market']}), "
+                      f"{best['wall_s']:.1f} s, {best['total_cost']:.6f} $ — {best['time_provenance']}")
+    text = json.dumps(summary, indent=1, default=str)
+    safety.assert_no_secrets([text], "the sweep summary")
+    path = atomic_write_text(out_dir / "sweep.json", text + "\n")
+    console.print(f"sweep summary: [bold]{path}[/bold]; profiles: {out_dir}/*.profile.json (pass them to "
+                  "`trainwise plan --profile`)")
+    return summary

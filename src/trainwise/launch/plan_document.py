@@ -1,0 +1,275 @@
+"""The Plan document (`trainwise plan --save PLAN.json`): what `trainwise launch` needs to run the
+plan's best candidate anywhere, as versioned JSON.
+
+It freezes one decision of the planner — the offering (cloud, region, instance type, accelerators,
+count, spot), the number of nodes and the engine — with the user's training command, the profile the
+times came from, the predicted time and cost with their provenance, and where the data, the
+checkpoints and the final model live. `alternatives` keeps the planner's predicted training time for
+every accelerator configuration it ranked, so SkyPilot's optimizer can be given trainwise's times
+(`Task.set_time_estimator`). `here` is the prediction for this machine when the plan priced it, so a
+local run can be judged against a prediction for the machine it actually ran on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trainwise import __version__
+from trainwise._io import atomic_write_text
+from trainwise.errors import TrainwiseError
+from trainwise.launch import safety
+
+PLAN_SCHEMA_VERSION = 1
+Engine = Literal["local", "ddp", "hivemind"]
+ENGINES: tuple[str, ...] = ("local", "ddp", "hivemind")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChosenOffering(_Model):
+    offering_id: str
+    cloud: str
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    accelerator: str | None = Field(default=None, description="trainwise's canonical accelerator name")
+    sky_accelerator: str | None = Field(default=None, description="the accelerator as SkyPilot names it (source catalog)")
+    accelerator_count: float = 0.0
+    spot: bool = False
+    kind: str = "cloud"
+    price_per_hour: float = Field(ge=0)
+    price_source: str
+
+    @property
+    def is_cloud(self) -> bool:
+        return self.kind != "on_premise" and self.cloud != "local"
+
+
+class Prediction(_Model):
+    """Predicted time and cost of the run on one offering, with where each number came from."""
+
+    offering_id: str
+    epochs: int = Field(gt=0)
+    batch_size: int = Field(gt=0)
+    training_s: float = Field(ge=0, description="training only, under expected interruptions excluded")
+    wall_s: float = Field(ge=0, description="provisioning + staging + expected training")
+    low_s: float = Field(ge=0)
+    high_s: float = Field(ge=0)
+    cost_usd: float = Field(ge=0)
+    cost_low_usd: float = Field(ge=0)
+    cost_high_usd: float = Field(ge=0)
+    price_per_hour: float = Field(ge=0)
+    time_source: str
+    price_source: str
+
+
+class Alternative(_Model):
+    """The planner's predicted training time for one accelerator configuration (any cloud)."""
+
+    accelerator: str | None
+    sky_accelerator: str | None = None
+    accelerator_count: float
+    instance_types: list[str] = []
+    training_s: float = Field(ge=0)
+    time_source: str
+
+
+class PlanDocument(_Model):
+    schema_version: Literal[1] = PLAN_SCHEMA_VERSION
+    trainwise_version: str = __version__
+    created_at: str
+    name: str = Field(description="job/cluster name (lower-case DNS label)")
+    offering: ChosenOffering
+    nodes: int = Field(default=1, ge=1)
+    engine: Engine = "local"
+    processes_per_node: int = Field(default=1, ge=1)
+    target_batch_size: int | None = Field(default=None, gt=0, description="Hivemind: samples per averaging round")
+    command: list[str] = Field(min_length=1, description="the user's training command, one argument per item")
+    workload: str | None = None
+    profile_label: str | None = None
+    profile_path: str | None = None
+    profile_host: str | None = None
+    prediction: Prediction
+    here: Prediction | None = None
+    alternatives: list[Alternative] = []
+    dataset_uri: str | None = None
+    checkpoint_uri: str | None = None
+    model_uri: str | None = None
+    requirements: str | None = Field(default=None, description="requirements file installed by the task's setup")
+    disk_size_gb: int = Field(default=100, ge=10)
+    objective: str = "cheapest"
+    catalog: str = ""
+    notes: list[str] = []
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        try:
+            return safety.check_name(value, "plan name")
+        except TrainwiseError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("dataset_uri", "checkpoint_uri", "model_uri", "requirements")
+    @classmethod
+    def _uri(cls, value: str | None, info: Any) -> str | None:
+        if value is None:
+            return None
+        try:
+            return safety.check_uri(value, info.field_name.replace("_", " "))
+        except TrainwiseError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _engine_fits(self) -> "PlanDocument":
+        if self.engine == "local" and (self.nodes > 1 or self.processes_per_node > 1):
+            raise ValueError(f"engine local runs one process; {self.nodes} node(s) x {self.processes_per_node} "
+                             "process(es) need --engine ddp or hivemind")
+        if self.engine == "hivemind" and self.target_batch_size is None:
+            raise ValueError("engine hivemind needs a target batch size")
+        return self
+
+    # ---- persistence ----
+    def save(self, path: str | Path) -> Path:
+        text = self.model_dump_json(indent=1)
+        safety.assert_no_secrets([text], f"plan {path}")
+        return atomic_write_text(path, text + "\n")
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.command)
+
+
+def load_plan(path: str | Path) -> PlanDocument:
+    """Read a Plan JSON with one-line errors for every way it can be wrong."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TrainwiseError(f"plan {p} does not exist: create it with `trainwise plan --save {p}`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainwiseError(f"plan {p} cannot be read ({exc.__class__.__name__}): check the path") from None
+    except json.JSONDecodeError as exc:
+        raise TrainwiseError(f"plan {p} is not valid JSON (line {exc.lineno}): recreate it with `trainwise plan --save`") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise TrainwiseError(f"{p} is not a trainwise plan (no schema_version): create one with `trainwise plan --save`")
+    if data["schema_version"] != PLAN_SCHEMA_VERSION:
+        raise TrainwiseError(f"plan {p} has schema version {data['schema_version']!r}; this trainwise reads version "
+                             f"{PLAN_SCHEMA_VERSION}: recreate it with `trainwise plan --save`")
+    try:
+        return PlanDocument.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "document"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise TrainwiseError(f"plan {p} is invalid at `{where}`: {message}") from None
+
+
+# ---------------------------------------------------------------------------- from a PlanResult
+
+
+def _text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    text = str(value)
+    return text if text and text != "nan" else None
+
+
+def _prediction(row: dict[str, Any]) -> Prediction:
+    return Prediction(offering_id=str(row["offering_id"]), epochs=int(row["epochs"]), batch_size=int(row["batch_size"]),
+                      training_s=float(row["training_s"]), wall_s=float(row["wall_s"]), low_s=float(row["low_s"]),
+                      high_s=float(row["high_s"]), cost_usd=float(row["total_cost"]), cost_low_usd=float(row["cost_low"]),
+                      cost_high_usd=float(row["cost_high"]), price_per_hour=float(row["price_per_hour"]),
+                      time_source=str(row["time_provenance"]), price_source=str(row["price_provenance"]))
+
+
+def _sky_accelerators(catalog: Any) -> dict[str, str]:
+    """offering_id -> the accelerator name as the source (SkyPilot) catalog writes it."""
+    frame = catalog.offerings
+    if "source_accelerator" not in frame.columns:
+        return {}
+    subset = frame[["offering_id", "source_accelerator"]].dropna()
+    return dict(zip(subset["offering_id"], subset["source_accelerator"]))
+
+
+def default_engine(nodes: int, accelerator_count: float) -> str:
+    return "ddp" if nodes > 1 or accelerator_count > 1 else "local"
+
+
+def portable_command(command: list[str]) -> list[str]:
+    """A command recorded for another machine: this interpreter's path becomes `python`."""
+    if command and command[0] == sys.executable:
+        return ["python", *command[1:]]
+    return list(command)
+
+
+def build_plan_document(result: Any, catalog: Any, *, command: list[str], workload: str | None = None,
+                        profile_path: str | None = None, name: str | None = None, engine: str | None = None,
+                        nodes: int = 1, dataset_uri: str | None = None, checkpoint_uri: str | None = None,
+                        model_uri: str | None = None, requirements: str | None = None,
+                        target_batch_size: int | None = None, objective: str = "cheapest",
+                        disk_size_gb: int | None = None) -> PlanDocument:
+    """Freeze the best candidate of `result` (a `PlanResult`) at its primary epoch option."""
+    if nodes < 1:
+        raise TrainwiseError(f"--nodes must be at least 1 (got {nodes})")
+    if engine is not None and engine not in ENGINES:
+        raise TrainwiseError(f"--engine {engine}: use one of {', '.join(ENGINES)}")
+    if not command:
+        raise TrainwiseError("the plan needs the training command: add `-- python train.py ARGS`")
+    for arg in command:
+        if "\x00" in arg:
+            raise TrainwiseError(f"training command argument {arg!r} contains a NUL byte: remove it")
+    if name is not None:
+        safety.check_name(name, "--name")
+    best = result.best
+    sky_names = _sky_accelerators(catalog)
+    count = float(best.get("accelerator_count") or 0.0)
+    if math.isnan(count):
+        count = 0.0
+    chosen_engine = engine or default_engine(nodes, count)
+    per_node = max(1, int(count)) if chosen_engine == "ddp" else 1
+    if chosen_engine == "hivemind" and target_batch_size is None:
+        target_batch_size = int(best["batch_size"]) * nodes * per_node
+    offering = ChosenOffering(
+        offering_id=str(best["offering_id"]), cloud=str(best["cloud"]), region=_text(best.get("region")),
+        zone=_text(best.get("zone")), instance_type=_text(best.get("instance_type")),
+        accelerator=_text(best.get("accelerator")), sky_accelerator=_text(sky_names.get(str(best["offering_id"]))),
+        accelerator_count=count, spot=str(best["market"]) == "spot", kind=_text(best.get("kind")) or "cloud",
+        price_per_hour=float(best["price_per_hour"]), price_source=str(best["price_provenance"]))
+    primary = result.primary
+    here_rows = primary[primary["time_source"].astype(str) == "this machine"]
+    here = _prediction(here_rows.iloc[0].to_dict()) if len(here_rows) else None
+    alternatives: list[Alternative] = []
+    groups = primary.assign(_acc=primary["accelerator"].astype(object).where(primary["accelerator"].notna(), None))
+    for (accelerator, acc_count), rows in groups.groupby(["_acc", "accelerator_count"], dropna=False, sort=True):
+        if accelerator is None or (isinstance(accelerator, float) and math.isnan(accelerator)):
+            continue
+        fastest = rows.sort_values("training_s").iloc[0]
+        alternatives.append(Alternative(
+            accelerator=str(accelerator), sky_accelerator=_text(sky_names.get(str(fastest["offering_id"]))),
+            accelerator_count=float(acc_count), instance_types=sorted({str(t) for t in rows["instance_type"].dropna()})[:20],
+            training_s=float(fastest["training_s"]), time_source=str(fastest["time_provenance"])))
+    profile_rows = {p["label"]: p for p in result.profiles}
+    profile = profile_rows.get(str(best.get("profile")), {})
+    job_name = name or safety.name_from(workload or (profile.get("workload") or "") or "trainwise-job")
+    notes = []
+    if offering.spot and not checkpoint_uri:
+        notes.append("spot plan without --checkpoint-uri: a preempted run restarts from the beginning")
+    return PlanDocument(
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), name=job_name, offering=offering,
+        nodes=nodes, engine=chosen_engine, processes_per_node=per_node, target_batch_size=target_batch_size,
+        command=portable_command(command), workload=workload or profile.get("workload"),
+        profile_label=str(best.get("profile")), profile_path=profile_path, profile_host=profile.get("host"),
+        prediction=_prediction(best), here=here, alternatives=alternatives, dataset_uri=dataset_uri,
+        checkpoint_uri=checkpoint_uri, model_uri=model_uri, requirements=requirements,
+        disk_size_gb=disk_size_gb or 100,
+        objective=objective, catalog=result.catalog_caption, notes=notes)

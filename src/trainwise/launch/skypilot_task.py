@@ -1,0 +1,328 @@
+"""A Plan as a SkyPilot task: the YAML, its validation, and trainwise's time estimate for SkyPilot.
+
+`task_config(plan)` builds the task as a plain dict (SkyPilot's YAML schema): resources (cloud,
+region, instance type and/or accelerators, `use_spot`, disk), `num_nodes`, `file_mounts` (dataset
+copied in, checkpoint and model buckets mounted read-write so they outlive the cluster), `envs`
+(where the job finds them; never a credential), `setup` (the user's requirements and trainwise) and
+`run` (the user's command under `trainwise run`, with SkyPilot's node-rank environment for several
+nodes). Spot plans get `job_recovery` and are launched as a SkyPilot managed job.
+
+Two validators: `validate_with_skypilot` — SkyPilot's own loader and resource validation
+(`sky.Task.from_yaml_config` + `Task.validate()`, which checks instance types, regions and
+accelerators against SkyPilot's catalog) when the `skypilot` package is installed; and
+`validate_packaged` — the packaged schema (pydantic, the subset of SkyPilot's schema trainwise
+writes) plus the offering checked against trainwise's own catalog snapshot, used when it is not.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import posixpath
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trainwise import __version__
+from trainwise.errors import TrainwiseError
+from trainwise.launch import safety
+from trainwise.launch.plan_document import PlanDocument
+from trainwise.launch.run_command import HEAD_IP_LINE, INITIAL_PEERS_LINES, run_argv
+
+DATA_DIR = "/trainwise/data"
+CHECKPOINT_DIR = "/trainwise/checkpoints"
+MODEL_DIR = "/trainwise/model"
+REQUIREMENTS_PATH = "/trainwise/requirements.txt"
+MAX_RESTARTS_ON_ERRORS = 3
+# AWS catalog zones are zone *ids* (use1-az1) that SkyPilot maps per account; only GCP zones are names.
+_ZONE_NAMED_CLOUDS = ("gcp",)
+
+
+# ------------------------------------------------------------------------------ packaged schema
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobRecoverySpec(_Spec):
+    strategy: Literal["FAILOVER", "EAGER_NEXT_REGION"]
+    max_restarts_on_errors: int = Field(ge=0)
+
+
+class ResourcesSpec(_Spec):
+    cloud: str
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    accelerators: dict[str, float] | None = None
+    use_spot: bool = False
+    disk_size: int = Field(ge=10)
+    job_recovery: JobRecoverySpec | None = None
+
+    @field_validator("accelerators")
+    @classmethod
+    def _one_accelerator(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is not None and (len(value) != 1 or any(v <= 0 for v in value.values())):
+            raise ValueError("accelerators must name exactly one accelerator with a positive count")
+        return value
+
+
+class MountSpec(_Spec):
+    source: str
+    mode: Literal["MOUNT", "COPY", "MOUNT_CACHED"]
+
+
+class TaskSpec(_Spec):
+    """The part of SkyPilot's task schema (sky/utils/schemas.py, skypilot 0.14) trainwise writes."""
+
+    name: str
+    workdir: str | None = None
+    num_nodes: int = Field(ge=1)
+    resources: ResourcesSpec
+    envs: dict[str, str] = {}
+    file_mounts: dict[str, str | MountSpec] = {}
+    setup: str
+    run: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not safety.NAME_PATTERN.match(value):
+            raise ValueError(f"task name {value!r} is not a lower-case DNS label")
+        return value
+
+    @field_validator("envs")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", key):
+                raise ValueError(f"environment variable name {key!r} is not valid")
+        return value
+
+    @field_validator("file_mounts")
+    @classmethod
+    def _absolute(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not key.startswith("/") and not key.startswith("~/"):
+                raise ValueError(f"file mount destination {key!r} must be an absolute path")
+        return value
+
+
+# ------------------------------------------------------------------------------ building
+
+
+def _accelerators(plan: PlanDocument) -> dict[str, float] | None:
+    offering = plan.offering
+    name = offering.sky_accelerator or offering.accelerator
+    if not name or offering.accelerator_count <= 0:
+        return None
+    count = offering.accelerator_count
+    return {name: int(count) if float(count).is_integer() else count}
+
+
+def _is_tpu(plan: PlanDocument) -> bool:
+    name = (plan.offering.sky_accelerator or plan.offering.accelerator or "").lower()
+    return name.startswith("tpu")
+
+
+def resources_config(plan: PlanDocument) -> dict[str, Any]:
+    offering = plan.offering
+    if not offering.is_cloud:
+        raise TrainwiseError(f"the plan's offering {offering.offering_id} is not a cloud machine: run it here with "
+                             "`trainwise launch PLAN --backend local`, or re-plan with --cloud aws,gcp")
+    resources: dict[str, Any] = {"cloud": offering.cloud}
+    if offering.region:
+        resources["region"] = offering.region
+    if offering.zone and offering.cloud in _ZONE_NAMED_CLOUDS:
+        resources["zone"] = offering.zone
+    accelerators = _accelerators(plan)
+    if offering.instance_type and not _is_tpu(plan):
+        resources["instance_type"] = offering.instance_type
+    if accelerators is not None:
+        if _is_tpu(plan):
+            accelerators = {offering.sky_accelerator or offering.instance_type or "": 1}
+        resources["accelerators"] = accelerators
+    resources["use_spot"] = offering.spot
+    resources["disk_size"] = plan.disk_size_gb
+    if offering.spot:
+        # SkyPilot's managed-job recovery: relaunch on preemption (FAILOVER tries other zones/regions),
+        # and restart a few times on user-code errors before giving up.
+        resources["job_recovery"] = {"strategy": "FAILOVER", "max_restarts_on_errors": MAX_RESTARTS_ON_ERRORS}
+    return resources
+
+
+def _mounts(plan: PlanDocument) -> tuple[dict[str, Any], dict[str, str]]:
+    mounts: dict[str, Any] = {}
+    envs: dict[str, str] = {}
+    if plan.dataset_uri:
+        uri = safety.check_uri(plan.dataset_uri, "dataset URI")
+        # A bucket is copied onto the node's disk (training reads it every epoch); a local path is
+        # uploaded by SkyPilot.
+        mounts[DATA_DIR] = {"source": uri, "mode": "COPY"} if safety.is_bucket_uri(uri) else uri
+        envs["TRAINWISE_DATA_DIR"] = DATA_DIR
+    if plan.checkpoint_uri:
+        uri = safety.check_uri(plan.checkpoint_uri, "checkpoint URI", bucket_only=True)
+        mounts[CHECKPOINT_DIR] = {"source": uri, "mode": "MOUNT"}
+        envs["TRAINWISE_CHECKPOINT_DIR"] = CHECKPOINT_DIR
+    elif plan.offering.spot:
+        raise TrainwiseError("a spot plan needs a checkpoint bucket so a preempted run resumes: re-plan with "
+                             "--checkpoint-uri s3://BUCKET/PATH (or gs://...)")
+    if plan.model_uri:
+        uri = safety.check_uri(plan.model_uri, "model URI", bucket_only=True)
+        mounts[MODEL_DIR] = {"source": uri, "mode": "MOUNT"}
+        envs["TRAINWISE_MODEL_DIR"] = MODEL_DIR
+    if plan.requirements:
+        mounts[REQUIREMENTS_PATH] = safety.check_uri(plan.requirements, "requirements file")
+    return mounts, envs
+
+
+def setup_script(plan: PlanDocument, trainwise_spec: str) -> str:
+    lines = ["set -euo pipefail"]
+    if plan.requirements:
+        lines.append(safety.quote_argv(["python", "-m", "pip", "install", "-r", REQUIREMENTS_PATH]))
+    lines.append(safety.quote_argv(["python", "-m", "pip", "install", trainwise_spec]))
+    return "\n".join(lines) + "\n"
+
+
+def run_script(plan: PlanDocument) -> str:
+    multinode = plan.nodes > 1
+    checkpoint = CHECKPOINT_DIR if plan.checkpoint_uri else None
+    output_dir = CHECKPOINT_DIR if plan.checkpoint_uri else "/tmp"
+    output = safety.ShellExpr(f'{output_dir}/run-node"${{SKYPILOT_NODE_RANK}}".json')
+    argv = run_argv(plan, command=plan.command, checkpoint_dir=checkpoint, output=output, multinode=multinode)
+    lines = ["set -euo pipefail"]
+    if multinode:
+        lines.append(HEAD_IP_LINE)
+        if plan.engine == "hivemind":
+            lines += list(INITIAL_PEERS_LINES)
+    lines.append(safety.quote_argv(argv))
+    return "\n".join(lines) + "\n"
+
+
+def task_config(plan: PlanDocument, *, workdir: str | None = None, trainwise_spec: str | None = None) -> dict[str, Any]:
+    """The SkyPilot task for `plan`, as the dict `yaml.safe_dump` writes."""
+    for arg in plan.command:
+        if "\x00" in arg:
+            raise TrainwiseError(f"training command argument {arg!r} contains a NUL byte: remove it")
+    spec = trainwise_spec or f"trainwise=={__version__}"
+    safety.no_control_characters(spec, "trainwise package spec")
+    mounts, envs = _mounts(plan)
+    config: dict[str, Any] = {"name": safety.check_name(plan.name, "plan name")}
+    if workdir is not None:
+        config["workdir"] = safety.no_control_characters(workdir, "workdir")
+    config.update({
+        "num_nodes": plan.nodes,
+        "resources": resources_config(plan),
+        "envs": {"TRAINWISE_PLAN_NAME": plan.name, **envs},
+        "file_mounts": mounts,
+        "setup": setup_script(plan, spec),
+        "run": run_script(plan),
+    })
+    return config
+
+
+def dump_yaml(config: dict[str, Any]) -> str:
+    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, allow_unicode=False)
+    safety.assert_no_secrets([text], "the SkyPilot task")
+    return text
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def skypilot_installed() -> bool:
+    return importlib.util.find_spec("sky") is not None
+
+
+def validate_packaged(config: dict[str, Any], catalog: Any | None = None) -> TaskSpec:
+    """The packaged schema check, plus the offering checked against trainwise's catalog snapshot."""
+    try:
+        spec = TaskSpec.model_validate(config)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise TrainwiseError(f"the task does not match SkyPilot's schema at `{where}`: {first['msg']}") from None
+    if catalog is None:
+        from trainwise.catalog import load_catalog
+
+        catalog = load_catalog("current")
+    frame = catalog.offerings
+    rows = frame[frame["cloud"] == spec.resources.cloud]
+    if rows.empty:
+        raise TrainwiseError(f"cloud {spec.resources.cloud!r} is not in the {catalog.name} catalog: pick one of "
+                             + ", ".join(sorted(frame["cloud"].dropna().unique())))
+    if spec.resources.region is not None:
+        rows = rows[rows["region"] == spec.resources.region]
+        if rows.empty:
+            raise TrainwiseError(f"region {spec.resources.region!r} has no {spec.resources.cloud} offering in the "
+                                 f"{catalog.name} catalog")
+    if spec.resources.instance_type is not None and not (rows["instance_type"] == spec.resources.instance_type).any():
+        raise TrainwiseError(f"instance type {spec.resources.instance_type!r} is not offered by {spec.resources.cloud} "
+                             f"in {spec.resources.region or 'any region'} ({catalog.name} catalog)")
+    if spec.resources.accelerators is not None:
+        (name, count), = spec.resources.accelerators.items()
+        names = rows["source_accelerator"].fillna(rows["accelerator"]).astype(str).str.lower()
+        match = rows[(names == name.lower()) | (rows["accelerator"].astype(str).str.lower() == name.lower())]
+        if match.empty:
+            raise TrainwiseError(f"accelerator {name!r} is not offered by {spec.resources.cloud} in "
+                                 f"{spec.resources.region or 'any region'} ({catalog.name} catalog)")
+    return spec
+
+
+def validate_with_skypilot(config: dict[str, Any]) -> Any:
+    """SkyPilot's own loader and resource validation; returns the `sky.Task`."""
+    import sky
+
+    try:
+        task = sky.Task.from_yaml_config(copy.deepcopy(config))
+        task.validate()
+    except Exception as exc:  # SkyPilot raises ValueError, its own exceptions, requests errors
+        message = " ".join(str(exc).split()) or exc.__class__.__name__
+        if "Failed to resolve" in message or "Max retries exceeded" in message or exc.__class__.__name__ == "ConnectionError":
+            raise TrainwiseError("SkyPilot could not download its price catalog (no network?): connect once, or "
+                                 f"put the catalog CSVs under ~/.sky/catalogs/ (detail: {message[:160]})") from None
+        raise TrainwiseError(f"SkyPilot rejected the task: {message[:400]}") from None
+    return task
+
+
+# ------------------------------------------------------------------------------ time estimator
+
+
+def time_estimator(plan: PlanDocument) -> Callable[[Any], int]:
+    """A function SkyPilot's optimizer calls with a `sky.Resources` (`Task.set_time_estimator`):
+    trainwise's predicted training seconds for that accelerator configuration, from the plan's
+    alternatives (the planner's prediction per accelerator and count)."""
+    by_accelerator: dict[tuple[str, float], float] = {}
+    by_instance: dict[str, float] = {}
+    for alt in plan.alternatives:
+        for name in {alt.accelerator, alt.sky_accelerator} - {None}:
+            by_accelerator[(str(name).lower(), float(alt.accelerator_count))] = alt.training_s
+        for instance in alt.instance_types:
+            by_instance.setdefault(instance, alt.training_s)
+    chosen = plan.offering
+    for name in {chosen.accelerator, chosen.sky_accelerator} - {None}:
+        by_accelerator[(str(name).lower(), float(chosen.accelerator_count))] = plan.prediction.training_s
+    if chosen.instance_type:
+        by_instance[chosen.instance_type] = plan.prediction.training_s
+
+    def estimate(resources: Any) -> int:
+        accelerators = getattr(resources, "accelerators", None) or {}
+        for name, count in accelerators.items():
+            seconds = by_accelerator.get((str(name).lower(), float(count)))
+            if seconds is not None:
+                return int(round(seconds))
+        instance = getattr(resources, "instance_type", None)
+        if instance in by_instance:
+            return int(round(by_instance[instance]))
+        raise ValueError(f"trainwise has no prediction for {resources}: re-plan with that accelerator in the catalog "
+                         "filters (trainwise plan --accelerator NAME)")
+
+    return estimate
+
+
+def posix_join(*parts: str) -> str:
+    return posixpath.join(*parts)
