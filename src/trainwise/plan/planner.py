@@ -91,6 +91,8 @@ class PlanOptions(BaseModel):
     billing: Literal["per_second", "per_minute", "per_hour"] | None = Field(
         default=None, description="override every offering's billing granularity (None: the catalog's)")
     min_billed_seconds: float | None = Field(default=None, ge=0, description="override the minimum billed time")
+    distributed: Any = Field(default=None, description="a trainwise.plan.distributed.DistributedOptions: also rank "
+                                                       "multi-GPU, multi-node, Hivemind and hybrid groups; None: single machines")
 
 
 @dataclass(frozen=True)
@@ -309,8 +311,18 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
     clouds, regions, accelerators = _check_names(offerings, catalog, constraints, options.reference, local_ids)
 
     predictions = _predictions(labelled, epochs_list, options.estimator, options.checkpoint_write_s)
+    groups: dict = {}
+    if options.distributed is not None:
+        from trainwise.plan import distributed as dist
+
+        local_positions = np.flatnonzero(offerings["offering_id"].isin(local_ids).to_numpy()).tolist()
+        group_rows, groups = dist.expand(offerings, labelled, options.distributed, local_positions)
+        if len(group_rows):
+            offerings = pd.concat([offerings, group_rows.astype(offerings.dtypes.to_dict(), errors="ignore")],
+                                  ignore_index=True)
+        sources = (dist.data_parallel_source, *sources)
     context = RuntimeContext(profiles=tuple(labelled), predictions=predictions, local_offering_ids=frozenset(local_ids),
-                             catalog=catalog)
+                             catalog=catalog, groups=groups, distributed=options.distributed)
     runtime = collect(offerings, context, sources)
     extra = predictions[["profile", "epochs", "samples", "checkpoint_write_s", "device_memory_gib"]]
     runtime = runtime.merge(extra, on=["profile", "epochs"], how="left")
@@ -329,6 +341,8 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
     exclusions = _apply_constraints(candidates, constraints, clouds, regions, accelerators, primary)
     _rank(candidates, objective)
     reference_label = _reference_metrics(candidates, options.reference, local_ids, primary)
+    if options.distributed is not None:
+        dist.explain(candidates)
     candidates["pareto"] = False
     feasible = candidates["feasible"].to_numpy()
     if feasible.any():
@@ -464,9 +478,16 @@ def _cost_model(frame: pd.DataFrame, catalog: Catalog, options: PlanOptions) -> 
     frame["compute_cost"] = billed_cost(wall)
     frame["egress_cost"] = egress
     frame["storage_cost"] = storage
-    frame["total_cost"] = frame["compute_cost"] + egress + storage
-    frame["cost_low"] = billed_cost(frame["low_s"].to_numpy()) + egress + storage
-    frame["cost_high"] = billed_cost(frame["high_s"].to_numpy()) + egress + storage
+    # data-parallel groups: the peers' network egress and data loading, per hour of the run
+    network_rate = frame["network_usd_per_hour"].to_numpy() if "network_usd_per_hour" in frame.columns else None
+    network = network_rate * wall / 3600.0 if network_rate is not None else 0.0
+    if network_rate is not None:
+        frame["network_egress_cost"] = network
+    frame["total_cost"] = frame["compute_cost"] + egress + storage + network
+    frame["cost_low"] = billed_cost(frame["low_s"].to_numpy()) + egress + storage + (
+        network_rate * frame["low_s"].to_numpy() / 3600.0 if network_rate is not None else 0.0)
+    frame["cost_high"] = billed_cost(frame["high_s"].to_numpy()) + egress + storage + (
+        network_rate * frame["high_s"].to_numpy() / 3600.0 if network_rate is not None else 0.0)
     frame["usd_per_epoch"] = frame["total_cost"] / frame["epochs"]
     frame["usd_per_1m_samples"] = frame["total_cost"] / frame["samples"] * 1e6
     frame["status"] = "predicted"
@@ -491,6 +512,8 @@ def _apply_constraints(frame: pd.DataFrame, constraints: Constraints, clouds: se
         checks.append(("min-gpu-memory", is_gpu & (np.nan_to_num(memory, nan=-1.0) >= constraints.min_gpu_memory_gib)))
     need = frame["device_memory_gib"].to_numpy()
     fits = ~(is_gpu & ~np.isnan(need) & ~np.isnan(memory) & (memory < need))
+    if "fits_memory" in frame.columns:  # the device model's per-device memory check (data-parallel rows)
+        fits &= frame["fits_memory"].to_numpy(dtype=bool)
     checks.append(("model-fit", fits))
     if constraints.deadline_s is not None:
         checks.append(("deadline", frame["wall_s"].to_numpy() <= constraints.deadline_s))
@@ -763,6 +786,11 @@ def _assumptions(catalog: Catalog, options: PlanOptions, locals_: Sequence[Offer
     for offering in locals_:
         out.append(f"this machine ({offering.offering_id}): {offering.price_per_hour:.4f} $/h — "
                    + ("; ".join(offering.notes) or offering.source))
-    out.append("offerings with more than one accelerator, and accelerators no profile ran on, are listed as "
-               f"'{NOT_PREDICTED}'")
+    if options.distributed is not None:
+        from trainwise.plan.distributed import assumptions as distributed_assumptions
+
+        out += distributed_assumptions(options.distributed)
+    else:
+        out.append("offerings with more than one accelerator, and accelerators no profile ran on, are listed as "
+                   f"'{NOT_PREDICTED}'")
     return out

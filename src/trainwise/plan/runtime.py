@@ -31,6 +31,10 @@ from trainwise.profile.schema import Profile
 RUNTIME_COLUMNS = ("offering_row", "profile", "epochs", "training_s", "training_low_s", "training_high_s",
                    "init_s", "first_epoch_s", "steady_s", "validation_s", "time_provenance", "relative_error",
                    "time_source")
+# Columns a source may add (the data-parallel source does); kept through `collect`, filled with these
+# defaults for the other sources' rows when any source gave them.
+OPTIONAL_RUNTIME_COLUMNS = {"parallelism": "", "workers": 1.0, "granularity": np.nan, "communication_s": np.nan,
+                            "network_usd_per_hour": 0.0, "fits_memory": True, "scaling_note": ""}
 
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "google")
 _MEMORY_WORDS = ("hbm3e", "hbm3", "hbm2e", "hbm2", "gddr6x", "gddr6")
@@ -69,6 +73,9 @@ class RuntimeContext:
     predictions: pd.DataFrame
     local_offering_ids: frozenset[str] = field(default_factory=frozenset)
     catalog: Catalog | None = None
+    # data-parallel groups (trainwise.plan.distributed): offering_id -> Group, and their options
+    groups: dict = field(default_factory=dict)
+    distributed: object = None
 
 
 RuntimeSource = Callable[[pd.DataFrame, RuntimeContext], pd.DataFrame]
@@ -224,7 +231,7 @@ def collect(offerings: pd.DataFrame, context: RuntimeContext, sources: Sequence[
             missing = [c for c in RUNTIME_COLUMNS if c not in frame.columns]
             if missing:
                 raise TypeError(f"runtime source {getattr(source, '__name__', source)!r} lacks columns {missing}")
-            extra = ["_profile_idx"] if "_profile_idx" in frame.columns else []
+            extra = [c for c in ("_profile_idx", *OPTIONAL_RUNTIME_COLUMNS) if c in frame.columns]
             frame = frame[list(RUNTIME_COLUMNS) + extra].copy()
             frame["priority"] = priority
             frames.append(frame)
@@ -233,7 +240,19 @@ def collect(offerings: pd.DataFrame, context: RuntimeContext, sources: Sequence[
         out["priority"] = pd.Series(dtype="int64")
         out["batch_size"] = pd.Series(dtype="int64")
         return out.astype({"offering_row": "int64", "epochs": "int64"})
+    optional = [c for c in OPTIONAL_RUNTIME_COLUMNS if any(c in f.columns for f in frames)]
+    frames = [f.astype({c: object for c in optional if c in f.columns and isinstance(f[c].dtype, pd.CategoricalDtype)})
+              for f in frames]
     frame = pd.concat(frames, ignore_index=True).astype({"offering_row": "int64", "epochs": "int64"})
+    for column in optional:
+        default = OPTIONAL_RUNTIME_COLUMNS[column]
+        values = frame[column]
+        if isinstance(default, bool):
+            frame[column] = values.where(values.notna(), default).astype(bool)
+        elif isinstance(default, float):
+            frame[column] = values.astype("float64").fillna(default) if default == default else values.astype("float64")
+        else:
+            frame[column] = values.where(values.notna(), default).astype(str).astype("category")
     index = {p.label: i for i, p in enumerate(context.profiles)}
     profile_idx = (frame["_profile_idx"].to_numpy() if "_profile_idx" in frame.columns and not frame["_profile_idx"].isna().any()
                    else frame["profile"].map(index).to_numpy()).astype("int64")
