@@ -191,6 +191,13 @@ def plan(
     model_uri: Annotated[Optional[str], typer.Option(help="With --save: where the final model and the run record go")] = None,
     name: Annotated[Optional[str], typer.Option(help="With --save: job/cluster name (default from the workload)")] = None,
     requirements: Annotated[Optional[str], typer.Option(help="With --save: requirements file the cluster installs")] = None,
+    distributed: Annotated[bool, typer.Option("--distributed", help="Also rank multi-GPU, multi-node (DDP), Hivemind and hybrid groups")] = False,
+    node_counts: Annotated[str, typer.Option(help="With --distributed: machine counts for N x machine groups")] = "2,4,8",
+    target_batch_size: Annotated[Optional[int], typer.Option(help="With --distributed: Hivemind target batch size (default: the profile's batch)")] = None,
+    network: Annotated[Optional[Path], typer.Option(help="With --distributed: bandwidth/RTT overrides (JSON/YAML, e.g. from `trainwise net probe`)")] = None,
+    hivemind_groups: Annotated[Optional[Path], typer.Option(help="With --distributed: YAML list of Hivemind groups {name, peers: [{offering, count}]}")] = None,
+    bytes_per_sample: Annotated[Optional[float], typer.Option(help="With --distributed: training data streamed per sample from object storage")] = None,
+    local_continent: Annotated[Optional[str], typer.Option(help="With --distributed: where this machine is (us, eu, asia, oce) for hybrid groups")] = None,
 ) -> None:
     """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
     from trainwise.plan.command import run_plan_command
@@ -208,7 +215,9 @@ def plan(
                      dataset_gb=dataset_gb, bandwidth_mbps=bandwidth_mbps, provisioning_minutes=provisioning_minutes,
                      interruption_rate=interruption_rate, interruption_frequency_30d=interruption_frequency_30d,
                      checkpoint_write_s=checkpoint_write_s, reference=reference, top=top, billing=billing,
-                     min_billed_seconds=min_billed_seconds)
+                     min_billed_seconds=min_billed_seconds,
+                     distributed=_distributed_options(distributed, node_counts, target_batch_size, network, hivemind_groups,
+                                                      bytes_per_sample, local_continent))
     if save is not None:
         from trainwise.launch.command import save_plan
 
@@ -216,6 +225,19 @@ def plan(
                   workload=workload, console=err_console if json_output else console, name=name, engine=engine,
                   nodes=nodes, dataset_uri=dataset_uri, checkpoint_uri=checkpoint_uri, model_uri=model_uri,
                   requirements=requirements, objective=objective)
+
+
+def _distributed_options(enabled: bool, node_counts: str, target_batch_size: int | None, network: Path | None,
+                         groups: Path | None, bytes_per_sample: float | None, local_continent: str | None):
+    if not enabled:
+        if any(v is not None for v in (target_batch_size, network, groups, bytes_per_sample, local_continent)):
+            raise TrainwiseError("--target-batch-size, --network, --hivemind-groups, --bytes-per-sample and "
+                                 "--local-continent need --distributed")
+        return None
+    from trainwise.plan.distributed import options_from_cli
+
+    return options_from_cli(_parse_int_list(node_counts, "--node-counts"), target_batch_size, network, groups,
+                            bytes_per_sample, local_continent)
 
 
 @app.command("workloads")

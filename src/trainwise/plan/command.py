@@ -36,7 +36,7 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
                  provisioning_minutes: float | None = None, interruption_rate: float | None = None,
                  interruption_frequency_30d: float | None = None, checkpoint_write_s: float | None = None,
                  reference: str | None = None, top: int = 10, this_host: str | None = None,
-                 billing: str | None = None, min_billed_seconds: float | None = None):
+                 billing: str | None = None, min_billed_seconds: float | None = None, distributed: Any = None):
     """(Objective, Constraints, PlanOptions) from CLI-style values, with one-line errors."""
     deadline_s = parse_duration(deadline) if deadline else None
     budget_usd = parse_money(budget) if budget else None
@@ -47,7 +47,7 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
     constraints = Constraints(clouds=_split(clouds), regions=_split(regions), accelerators=_split(accelerators),
                               allow_spot=spot, min_gpu_memory_gib=min_gpu_memory, deadline_s=deadline_s, budget_usd=budget_usd)
     update: dict[str, Any] = {"reference": reference, "primary_epochs": primary_epochs, "top_n": top,
-                              "this_host": this_host or socket.gethostname()}
+                              "this_host": this_host or socket.gethostname(), "distributed": distributed}
     if dataset_gb is not None:
         if dataset_gb < 0:
             raise TrainwiseError(f"--dataset-gb must be >= 0 (got {dataset_gb:g})")

@@ -20,6 +20,9 @@ ROW_COLUMNS = [
     "provisioning_s", "staging_s", "init_s", "first_epoch_s", "steady_s", "validation_s", "preemption_loss_s",
     "expected_interruptions", "checkpoint_interval_s", "compute_cost", "egress_cost", "storage_cost",
     "relative_error", "time_provenance", "price_provenance", "status",
+    # data-parallel rows (plan --distributed; absent otherwise)
+    "parallelism", "workers", "granularity", "communication_s", "network_usd_per_hour", "network_egress_cost",
+    "scaling_note", "why",
 ]
 BREAKDOWN = [("provisioning_s", "provisioning"), ("staging_s", "data staging"), ("init_s", "init"),
              ("first_epoch_s", "first epoch"), ("steady_s", "steady state"), ("validation_s", "validation"),

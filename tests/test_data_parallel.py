@@ -1,0 +1,277 @@
+"""Data-parallel model: the seed's published arithmetic (DIGEST §4), DDP and Hivemind properties,
+topology and egress."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainwise.catalog import load_catalog
+from trainwise.errors import TrainwiseError
+from trainwise.predict import data_parallel as dp
+from trainwise.predict import egress
+from trainwise.predict.topology import Link, NetworkModel, Site, continent_of, load_network, seed_network
+
+
+@pytest.fixture(scope="module")
+def seed_egress():
+    return load_catalog("seed-2021").egress
+
+
+def same_zone_network(bandwidth_bps: float, rtt_s: float = 0.0) -> NetworkModel:
+    return NetworkModel(levels={"same_zone": Link(bandwidth_bps=bandwidth_bps, rtt_s=rtt_s)}, tcp_window_bytes=1e12)
+
+
+HERE = Site(name="here", cloud="on-premise", continent="eu")
+
+
+def peers(rates, site=HERE):
+    return [dp.HivemindPeer(name=f"p{i}", samples_per_s=r, site=site) for i, r in enumerate(rates)]
+
+
+# ------------------------------------------------------------------- the seed's published numbers
+
+
+@pytest.mark.parametrize("usd_per_hour, samples_per_s, printed", [
+    (6.30, 413, 4.24),          # DGX-2 spot (seed 003 §1, Figure 1)
+    (0.18, 80, 0.62),           # 1×T4 spot
+    (0.60, 185, 0.90),          # 1×A10 (LambdaLabs)
+    (8 * 0.60, 621, 2.15),      # 8×A10
+    (8 * 0.18 + 0.23, 262, 1.77),  # 8×T4: 1.44 $/h VMs + ~0.23 $/h egress
+])
+def test_usd_per_million_samples_reproduces_the_seed_table(usd_per_hour, samples_per_s, printed):
+    value = dp.usd_per_million_samples(usd_per_hour, samples_per_s)
+    assert abs(value - printed) <= 0.0051  # two decimals as printed (0.625 prints as 0.62)
+
+
+def test_doubling_rule_matches_the_seed():
+    assert round(dp.doubling_speedup_bound(1.0), 2) == 1.33
+    assert round(dp.doubling_speedup_bound(10.0), 2) == 1.83
+    assert dp.doubling_speedup_bound(0.0) == 1.0
+    assert dp.doubling_speedup_bound(math.inf) == 2.0
+
+
+def test_doubling_the_tbs_doubles_granularity():
+    """Seed 003 §3: with the gradients accumulated before sending, doubling the TBS doubles the work
+    per round and the granularity (when no matchmaking wait applies)."""
+    net = same_zone_network(1e9, 1e-3)
+    small = dp.predict_hivemind(peers([200, 200]), 25_600_000, 8192, network=net, peer_throughput_cap_bps=None)
+    large = dp.predict_hivemind(peers([200, 200]), 25_600_000, 16384, network=net, peer_throughput_cap_bps=None)
+    assert small.matchmaking_wait_s == 0
+    assert large.granularity == pytest.approx(2 * small.granularity)
+    assert large.comm_s == pytest.approx(small.comm_s)
+
+
+def test_matchmaking_minimum_of_five_seconds():
+    # TBS reached in 1 s: the round waits for the 5 s matchmaking (seed 003 §3, RN18 at 8K)
+    fast = dp.predict_hivemind(peers([500, 500]), 1000, 1000, network=same_zone_network(1e10))
+    assert fast.calc_s == pytest.approx(1.0)
+    assert fast.matchmaking_wait_s == pytest.approx(4.0)
+    assert fast.comm_s >= 4.0 and fast.granularity < 1
+    assert any("matchmaking" in n for n in fast.notes) and any("communication-bound" in n for n in fast.notes)
+
+
+def test_throughput_bound_and_tbs_limit():
+    pred = dp.predict_hivemind(peers([100] * 4), 100_000_000, 70_000, network=same_zone_network(1e8))
+    assert pred.samples_per_s <= pred.throughput_bound_samples_per_s
+    assert pred.throughput_bound_samples_per_s == pytest.approx(70_000 / pred.comm_s)
+    assert any("64K" in n for n in pred.notes)
+
+
+def test_single_tcp_stream_cap_matches_the_seed():
+    """Seed 003 §6: at 300-318 ms RTT one TCP stream carries only 50-80 Mb/s (on a 450-550 Mb/s uplink)."""
+    net = seed_network()
+    onprem = Site(name="rtx8000", cloud="on-premise", continent="eu")
+    us_vm = Site(name="t4-us", cloud="gcp", region="us-central1", zone="us-central1-a", continent="us")
+    link = net.link(onprem, us_vm)
+    capped = net.effective_bandwidth_bps(link)
+    assert 0.300 <= link.rtt_s <= 0.318
+    assert 50e6 <= capped <= 80e6
+    # intra-zone: the window is no limit
+    local = net.link(us_vm, us_vm)
+    assert net.effective_bandwidth_bps(local) == local.bandwidth_bps
+
+
+def test_seed_bandwidth_matrix_entries():
+    net = seed_network()
+    us = Site(name="us", cloud="gcp", region="us-central1", continent="us")
+    eu = Site(name="eu", cloud="gcp", region="europe-west1", continent="eu")
+    asia = Site(name="asia", cloud="gcp", region="asia-east1", continent="asia")
+    aus = Site(name="aus", cloud="gcp", region="australia-southeast1", continent="oce")
+    azure = Site(name="az", cloud="azure", region="southcentralus", continent="us")
+    assert net.link(us, eu).bandwidth_bps == 210e6
+    assert net.link(us, asia).bandwidth_bps == 130e6
+    assert net.link(eu, aus).bandwidth_bps == 80e6 and net.link(eu, aus).rtt_s == 0.27
+    assert net.link(us, azure).bandwidth_bps == 0.5e9  # seed Table 5: to Azure 0.5 Gb/s, 51 ms
+    assert all(link.source for link in (net.link(us, eu), net.link(us, azure), net.link(us, us)))
+    assert [continent_of(r) for r in ("us-east-1", "europe-west4", "ap-southeast-2", "asia-east1", "westeurope", "nowhere")] \
+        == ["us", "eu", "oce", "asia", "eu", None]
+
+
+def test_egress_dominated_intercontinental_c8(seed_egress):
+    """Seed 003 §5 (3): C-8 NLP, 2 VMs on each of 4 continents, 6/20 of the calls between continents
+    and 6/20 to Oceania. GC's external egress of 4.329 $/h per VM (> 90 % of its 4.804 $/h) and
+    Azure's 1.882 $/h come from the same traffic volume priced with Table 1."""
+    external = {"inter_continent": 0.5, "any_to_oce": 0.5}  # the 12/20 external calls
+    gc_rate = egress.egress_usd_per_hour(1.0, external, "gcp", seed_egress)
+    external_gb_per_hour = 4.329 / gc_rate
+    azure = egress.egress_usd_per_hour(external_gb_per_hour, external, "azure", seed_egress)
+    aws = egress.egress_usd_per_hour(external_gb_per_hour, external, "aws", seed_egress)
+    assert azure == pytest.approx(1.882, abs=0.0051)
+    assert 4.329 / 4.804 > 0.9
+    assert aws < azure < 4.329  # AWS caps egress at 0.02 $/GB anywhere: the cheapest geo-distributed cloud
+    # which scopes the peers' traffic falls into
+    us = Site(name="us", cloud="gcp", region="us-central1", zone="a", continent="us")
+    us2 = Site(name="us2", cloud="gcp", region="us-central1", zone="a", continent="us")
+    eu = Site(name="eu", cloud="gcp", region="europe-west1", continent="eu")
+    aus = Site(name="aus", cloud="gcp", region="australia-southeast1", continent="oce")
+    assert egress.scope_between(us, us2) == "intra_zone"
+    assert egress.scope_between(us, eu) == "inter_continent"
+    assert egress.scope_between(us, aus) == "any_to_oce"
+    split = egress.destination_split([us, us2, eu, aus], 0)
+    assert split == pytest.approx({"intra_zone": 1 / 3, "inter_continent": 1 / 3, "any_to_oce": 1 / 3})
+
+
+def test_egress_can_exceed_the_vm_price_d3(seed_egress):
+    """Seed 003 §5 (2): NLP D-3 on Azure, 2/3 of the traffic to the other cloud at 0.02 $/GB: the
+    0.763 $/h external egress is 5.7× the 0.134 $/h spot VM and above the 0.489 $/h on-demand one."""
+    gb_per_hour = 0.763 / (2 / 3 * 0.02)
+    cost = egress.egress_usd_per_hour(gb_per_hour, {"inter_region_us": 2 / 3, "intra_zone": 1 / 3}, "azure", seed_egress)
+    assert cost == pytest.approx(0.763)
+    assert round(cost / 0.134, 1) == 5.7 and cost > 0.489
+
+
+def test_hivemind_costs_sum_vm_egress_and_loading(seed_egress):
+    us = Site(name="us", cloud="gcp", region="us-central1", zone="a", continent="us")
+    eu = Site(name="eu", cloud="gcp", region="europe-west1", zone="b", continent="eu")
+    group = [dp.HivemindPeer(name="a", samples_per_s=100, site=us, price_per_hour=0.18),
+             dp.HivemindPeer(name="b", samples_per_s=100, site=eu, price_per_hour=0.18)]
+    pred = dp.predict_hivemind(group, 560_100_000, 32768)
+    cost = dp.hivemind_costs(group, pred, seed_egress, bytes_per_sample=100_000)
+    gb = pred.bytes_sent_per_peer_per_round * pred.rounds_per_hour / 1e9
+    assert cost.egress_usd_per_hour == pytest.approx(2 * gb * 0.08)  # GC between continents
+    assert cost.vm_usd_per_hour == pytest.approx(0.36)
+    assert cost.data_loading_usd_per_hour == pytest.approx(pred.samples_per_s * 3600 * 1e5 / 1e9 * 0.01)
+    assert cost.usd_per_1m_samples == pytest.approx(cost.total_usd_per_hour / (pred.samples_per_s * 3600) * 1e6)
+    assert pred.bytes_sent_per_peer_per_round == pytest.approx(560_100_000 * 2)  # fp16, 2(N-1)/N = 1
+
+
+# ------------------------------------------------------------------------------------ DDP
+
+
+def test_ddp_buckets_follow_torch_defaults():
+    sizes = dp.bucket_sizes(100 * 2**20)
+    assert sizes[0] == 2**20 and all(s <= 25 * 2**20 for s in sizes) and sum(sizes) == 100 * 2**20
+    assert len(sizes) == 1 + math.ceil(99 / 25)
+    assert dp.bucket_sizes(0) == []
+
+
+def test_ddp_ring_arithmetic_without_overlap():
+    compute = dp.WorkerCompute(step_time_s=0.1, per_worker_batch_size=16)
+    link = dp.LinkSpec(bandwidth_bps=8e9, latency_s=0.0)
+    pred = dp.predict_ddp(compute, 50_000_000, 4, link, overlap=0.0, bucket_bytes=10**12, first_bucket_bytes=10**12)
+    expected = 2 * 3 / 4 * 50_000_000 / 1e9
+    assert pred.allreduce_s == pytest.approx(expected)
+    assert pred.step_time_s == pytest.approx(0.1 + expected)
+    assert pred.global_batch_size == 64 and pred.samples_per_s == pytest.approx(64 / (0.1 + expected))
+    assert pred.granularity == pytest.approx(0.1 / expected)
+
+
+def test_ddp_overlap_hides_communication_behind_backward():
+    compute = dp.WorkerCompute(step_time_s=0.3, per_worker_batch_size=32)
+    link = dp.LinkSpec(bandwidth_bps=10e9, latency_s=5e-6)
+    hidden = dp.predict_ddp(compute, 100_000_000, 8, link, overlap=1.0)
+    exposed = dp.predict_ddp(compute, 100_000_000, 8, link, overlap=0.0)
+    assert hidden.exposed_communication_s < exposed.exposed_communication_s == pytest.approx(exposed.allreduce_s)
+    # the last bucket can never hide: it is launched when backward ends
+    last = dp.allreduce_time_s(dp.bucket_sizes(100_000_000)[-1], 8, link)
+    assert hidden.exposed_communication_s >= last - 1e-12
+
+
+def test_one_worker_has_no_communication():
+    compute = dp.WorkerCompute(step_time_s=0.05, per_worker_batch_size=8)
+    pred = dp.predict_ddp(compute, 10**9, 1, dp.LinkSpec(bandwidth_bps=1e6))
+    assert pred.allreduce_s == 0 and pred.step_time_s == 0.05 and math.isinf(pred.granularity) and pred.speedup == 1
+    solo = dp.predict_hivemind(peers([40]), 10**9, 400, network=same_zone_network(1e6))
+    assert solo.comm_s == 0 and solo.bytes_sent_per_peer_per_round == 0 and solo.samples_per_s == pytest.approx(40)
+
+
+def test_bad_inputs_raise_one_line_errors():
+    compute = dp.WorkerCompute(step_time_s=0.05, per_worker_batch_size=8)
+    with pytest.raises(TrainwiseError, match="workers"):
+        dp.predict_ddp(compute, 10, 0, dp.LinkSpec(bandwidth_bps=1e9))
+    with pytest.raises(TrainwiseError, match="algorithm"):
+        dp.allreduce_time_s(10, 2, dp.LinkSpec(bandwidth_bps=1e9), "butterfly")  # type: ignore[arg-type]
+    with pytest.raises(TrainwiseError, match="target batch"):
+        dp.predict_hivemind(peers([1]), 10, 0)
+    with pytest.raises(TrainwiseError, match="sum to 1"):
+        egress.egress_usd_per_hour(1.0, {"inter_zone": 0.5}, "gcp", load_catalog("seed-2021").egress)
+
+
+# ------------------------------------------------------------------------- properties
+
+
+@settings(max_examples=60, deadline=None)
+@given(bandwidth=st.floats(1e6, 1e11), factor=st.floats(1.0, 100.0), workers=st.integers(1, 64),
+       gradient_bytes=st.integers(0, 2 * 10**9), step=st.floats(1e-3, 10.0), overlap=st.floats(0.0, 1.0),
+       latency=st.floats(0.0, 1e-2))
+def test_ddp_more_bandwidth_is_never_slower(bandwidth, factor, workers, gradient_bytes, step, overlap, latency):
+    compute = dp.WorkerCompute(step_time_s=step, per_worker_batch_size=32)
+    slow = dp.predict_ddp(compute, gradient_bytes, workers, dp.LinkSpec(bandwidth_bps=bandwidth, latency_s=latency),
+                          overlap=overlap, algorithm="auto")
+    fast = dp.predict_ddp(compute, gradient_bytes, workers, dp.LinkSpec(bandwidth_bps=bandwidth * factor, latency_s=latency),
+                          overlap=overlap, algorithm="auto")
+    assert fast.step_time_s <= slow.step_time_s * (1 + 1e-12)
+    assert fast.granularity >= slow.granularity * (1 - 1e-12)
+    assert slow.step_time_s >= step  # communication never makes a step shorter than its compute
+
+
+@settings(max_examples=60, deadline=None)
+@given(bandwidth=st.floats(1e6, 1e10), factor=st.floats(1.0, 50.0), rtt=st.floats(0.0, 0.4), n=st.integers(1, 12),
+       rate=st.floats(1.0, 5000.0), params=st.integers(0, 10**9), tbs=st.integers(1, 100_000))
+def test_hivemind_bandwidth_and_tbs_monotone(bandwidth, factor, rtt, n, rate, params, tbs):
+    base = dp.predict_hivemind(peers([rate] * n), params, tbs, network=same_zone_network(bandwidth, rtt))
+    faster = dp.predict_hivemind(peers([rate] * n), params, tbs, network=same_zone_network(bandwidth * factor, rtt))
+    assert faster.samples_per_s >= base.samples_per_s * (1 - 1e-12)
+    assert faster.granularity >= base.granularity * (1 - 1e-12)
+    bigger = dp.predict_hivemind(peers([rate] * n), params, tbs * 2, network=same_zone_network(bandwidth, rtt))
+    assert bigger.granularity >= base.granularity * (1 - 1e-12)  # G grows with the TBS
+    assert base.samples_per_s <= base.throughput_bound_samples_per_s * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 16), rate=st.floats(10.0, 2000.0), params=st.integers(10**6, 10**9),
+       bandwidth=st.floats(1e7, 1e10))
+def test_doubling_peers_never_beats_the_bound(n, rate, params, bandwidth):
+    """In one zone the NIC carries 2(N-1)/N of the model: communication does not shrink with more
+    peers, so the model's speedup from doubling stays within (G + 1)/(G/2 + 1)."""
+    net = same_zone_network(bandwidth, 1e-3)
+    tbs = 65536
+    before = dp.predict_hivemind(peers([rate] * n), params, tbs, network=net, peer_throughput_cap_bps=None)
+    after = dp.predict_hivemind(peers([rate] * (2 * n)), params, tbs, network=net, peer_throughput_cap_bps=None)
+    if n == 1:
+        return  # one peer has no communication to measure G against
+    assert after.samples_per_s / before.samples_per_s <= before.doubling_speedup_bound * (1 + 1e-9)
+
+
+# --------------------------------------------------------------------------- network files
+
+
+def test_network_override_file(tmp_path):
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps([{"a": "box-a", "b": "box-b", "bandwidth_bps": 1e8, "rtt_s": 0.05, "source": "measured"}]))
+    net = load_network(path)
+    a = Site(name="box-a", cloud="on-premise", continent="eu")
+    b = Site(name="box-b", cloud="gcp", region="us-central1", continent="us")
+    link = net.link(a, b)
+    assert (link.bandwidth_bps, link.rtt_s, link.source) == (1e8, 0.05, "measured")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"a": "x", "b": "y", "bandwidth_bps": -1, "rtt_s": 0}]))
+    with pytest.raises(TrainwiseError, match="bandwidth_bps"):
+        load_network(bad)
+    with pytest.raises(TrainwiseError, match="net probe"):
+        load_network(tmp_path / "missing.json")
