@@ -1,0 +1,605 @@
+"""The run agent inside each training process (local, each DDP rank, each Hivemind peer).
+
+Armed by `trainwise/run/_bootstrap/sitecustomize.py`. It first arms the profiler's recorder in full
+mode (iteration times, data wait, epochs, sizes: the same instrumentation as `trainwise profile`),
+then, once the script has imported torch, adds from outside, with no change to the script:
+
+- checkpointing at iteration boundaries. The boundary is the training DataLoader's next batch
+  request: by then the previous iteration is complete (optimizer step, per-iteration scheduler
+  step, zero_grad). The state is every root module that owns optimized parameters (in creation
+  order), every optimizer, LR scheduler and GradScaler, the RNG states (Python, NumPy, torch), the
+  DataLoader position (epoch, batches consumed, its shuffling generators' state at the start of the
+  epoch) and the global batch count. On restart, epochs before the checkpointed one end at once
+  (their training iterators raise StopIteration), and at the checkpointed epoch the RNG states of
+  the epoch start are put back before the iterator is built (so the same shuffle is drawn), the
+  consumed batches are skipped (sampler indices only, no data loaded, for a single-process
+  loader), then the model, optimizer, scheduler, scaler and current RNG states are loaded. SIGTERM
+  sets a flag: the next boundary writes a checkpoint and exits with code 143;
+- DDP communication timing: every DistributedDataParallel gets a comm hook that runs torch's
+  default all-reduce hook and timestamps each gradient bucket (ready → reduced);
+- Hivemind: the script's first torch.optim optimizer is built inside a `hivemind.Optimizer`
+  (fp16 gradient and state compression, delayed parameter updates, the target batch size), over a
+  DHT joined through the first peer's multiaddrs; averaging rounds are timed.
+
+Its record (`run-rank<R>.json`) is written at exit next to the recorder's (`raw-rank<R>.json`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from typing import Any
+
+from trainwise.profile import _child as recorder_module
+
+_agent: "RunAgent | None" = None
+
+
+def current() -> "RunAgent | None":
+    return _agent
+
+
+def _rank(config: dict[str, Any]) -> int:
+    if config.get("engine") == "hivemind":
+        return int(config["hivemind"]["peer_index"])
+    return int(os.environ.get("RANK", "0"))
+
+
+def arm(config: dict[str, Any]) -> None:
+    global _agent
+    if _agent is not None:
+        return
+    rank = _rank(config)
+    workdir = config["workdir"]
+    profile_config = {"mode": "full", "sync_cuda": True, "launch_wall_s": config["launch_wall_s"],
+                      "out_path": os.path.join(workdir, f"raw-rank{rank}.json")}
+    os.environ[recorder_module.CONFIG_ENV] = json.dumps(profile_config)
+    recorder_module.arm()  # pops the env variable again
+    _agent = RunAgent(config, rank)
+    if "torch" in sys.modules:
+        _agent.install()
+    else:
+        sys.meta_path.insert(0, _TorchWatcher(_agent))
+    atexit.register(_agent.write)
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    """Installs the agent's hooks right after the script's `import torch` (after the recorder's)."""
+
+    def __init__(self, agent: "RunAgent") -> None:
+        self.agent = agent
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")  # the recorder's watcher wraps the loader first
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+        agent = self.agent
+
+        def exec_module(module):
+            original_exec(module)
+            agent.install()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+class RunAgent:
+    def __init__(self, config: dict[str, Any], rank: int) -> None:
+        self.config = config
+        self.rank = rank
+        self.engine = config.get("engine", "local")
+        self.out_path = os.path.join(config["workdir"], f"run-rank{rank}.json")
+        self.notes: list[str] = []
+        self.written = False
+        self._torch = None
+        # Objects the script creates, in creation order (weak: the agent must not keep them alive).
+        self.modules: list[weakref.ref] = []
+        self.optimizers: list[weakref.ref] = []
+        self.schedulers: list[weakref.ref] = []
+        self.scalers: list[weakref.ref] = []
+        # DDP communication, one record per optimizer step.
+        self.comm_steps: list[dict[str, Any]] = []
+        self._comm: dict[str, Any] | None = None
+        self._comm_lock = threading.Lock()
+        self._primary_optimizer: int | None = None
+        # Hivemind.
+        self.hivemind_rounds: list[dict[str, Any]] = []
+        self.hivemind_info: dict[str, Any] = {}
+        self._hm_guard = False
+        self._hm_optimizer = None
+        self._dht = None
+        # Checkpointing.
+        self.checkpoint_config = config.get("checkpoint")
+        self.store = None
+        self.policy = None
+        self.checkpoint_events: list[dict[str, Any]] = []
+        self.resumed_from: str | None = None
+        self.resume_state: dict[str, Any] | None = None
+        self.epoch_index = -1
+        self.batches_in_epoch = 0
+        self.global_batches = 0
+        self.last_checkpoint_batches = 0
+        self.last_checkpoint_time = time.monotonic()
+        self.last_write_s: float | None = None
+        self.epoch_start: dict[str, Any] | None = None
+        self.train_loader = None
+        self.sigterm_pending = False
+        self.writes_checkpoints = self.rank == 0
+        if self.checkpoint_config:
+            self._setup_checkpointing()
+
+    # ---- set-up -----------------------------------------------------------------------------
+    def _setup_checkpointing(self) -> None:
+        from trainwise.run.checkpoint import CheckpointStore, IntervalPolicy
+
+        cfg = self.checkpoint_config
+        self.store = CheckpointStore(cfg["dir"], keep=int(cfg.get("keep", 3)))
+        self.policy = IntervalPolicy(every_s=cfg.get("every_s"), every_batches=cfg.get("every_batches"),
+                                     interruptions_per_hour=cfg.get("interruptions_per_hour"))
+        # The explicit API (trainwise.run.checkpoint) in custom loops reads the same settings.
+        os.environ["TRAINWISE_RUN_CHECKPOINT"] = json.dumps(cfg)
+        if self.writes_checkpoints:
+            self.store.remove_stale_temporaries()
+        found = self.store.load_newest()
+        if found is not None:
+            self.resumed_from, state = found
+            if state.get("kind") == "auto":
+                self.resume_state = state
+        self.skipped_checkpoints = list(self.store.skipped)
+
+        def on_sigterm(signum, frame):
+            if self.train_loader is None:
+                # Nothing trained yet: nothing to save; end as SIGTERM would.
+                self._exit(143)
+            self.sigterm_pending = True
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def install(self) -> None:
+        import torch
+
+        self._torch = torch
+        agent = self
+        module_class = torch.nn.Module
+        original_module_init = module_class.__init__
+
+        def module_init(module, *args, **kwargs):
+            agent.modules.append(weakref.ref(module))
+            return original_module_init(module, *args, **kwargs)
+
+        module_class.__init__ = module_init
+
+        optimizer_class = torch.optim.Optimizer
+        original_optimizer_init = optimizer_class.__init__
+
+        def optimizer_init(optimizer, *args, **kwargs):
+            result = original_optimizer_init(optimizer, *args, **kwargs)
+            agent.optimizers.append(weakref.ref(optimizer))
+            return result
+
+        optimizer_class.__init__ = optimizer_init
+
+        scheduler_class = torch.optim.lr_scheduler.LRScheduler
+        original_scheduler_init = scheduler_class.__init__
+
+        def scheduler_init(scheduler, *args, **kwargs):
+            agent.schedulers.append(weakref.ref(scheduler))
+            return original_scheduler_init(scheduler, *args, **kwargs)
+
+        scheduler_class.__init__ = scheduler_init
+        plateau = getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None)
+        if plateau is not None and not issubclass(plateau, scheduler_class):
+            original_plateau_init = plateau.__init__
+
+            def plateau_init(scheduler, *args, **kwargs):
+                agent.schedulers.append(weakref.ref(scheduler))
+                return original_plateau_init(scheduler, *args, **kwargs)
+
+            plateau.__init__ = plateau_init
+
+        scaler_class = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler_class is not None:
+            original_scaler_init = scaler_class.__init__
+
+            def scaler_init(scaler, *args, **kwargs):
+                agent.scalers.append(weakref.ref(scaler))
+                return original_scaler_init(scaler, *args, **kwargs)
+
+            scaler_class.__init__ = scaler_init
+
+        from torch.optim import optimizer as optimizer_module
+
+        optimizer_module.register_optimizer_step_post_hook(self._on_optimizer_step)
+
+        if self.checkpoint_config:
+            self._install_loader_hooks()
+        if self.engine == "ddp":
+            self._install_ddp_hook()
+        if self.engine == "hivemind":
+            self._install_hivemind()
+
+    # ---- objects to checkpoint --------------------------------------------------------------
+    @staticmethod
+    def _alive(refs: list[weakref.ref]) -> list[Any]:
+        return [obj for obj in (r() for r in refs) if obj is not None]
+
+    def model_roots(self) -> list[Any]:
+        """Root modules (not inside another tracked module) that own optimized parameters."""
+        optimized = {id(p) for opt in self._alive(self.optimizers) for group in opt.param_groups for p in group["params"]}
+        modules = self._alive(self.modules)
+        children: set[int] = set()
+        for module in modules:
+            for child in module.modules():
+                if child is not module:
+                    children.add(id(child))
+        return [m for m in modules if id(m) not in children and any(id(p) in optimized for p in m.parameters())]
+
+    def _collect_state(self) -> dict[str, Any]:
+        from trainwise.run import _state
+
+        roots = self.model_roots()
+        return {
+            "format": 1, "kind": "auto", "engine": self.engine,
+            "global_batches": self.global_batches, "epoch": self.epoch_index,
+            "batches_in_epoch": self.batches_in_epoch,
+            "epoch_start": self.epoch_start,
+            "rng": _state.capture_rng(),
+            "generators": _state.generator_states(self.train_loader),
+            "model_classes": [type(m).__name__ for m in roots],
+            "models": [m.state_dict() for m in roots],
+            "optimizers": [o.state_dict() for o in self._alive(self.optimizers)],
+            "schedulers": [s.state_dict() for s in self._alive(self.schedulers)],
+            "scalers": [s.state_dict() for s in self._alive(self.scalers)],
+            "saved_wall_s": time.time(),
+        }
+
+    def _restore_objects(self, state: dict[str, Any]) -> None:
+        roots = self.model_roots()
+        classes = [type(m).__name__ for m in roots]
+        if classes != state["model_classes"]:
+            raise RuntimeError(f"the script built models {classes}, the checkpoint holds {state['model_classes']}")
+        for module, weights in zip(roots, state["models"]):
+            module.load_state_dict(weights)
+        for kind, saved in (("optimizers", state["optimizers"]), ("schedulers", state["schedulers"]),
+                            ("scalers", state["scalers"])):
+            objects = self._alive(getattr(self, kind))
+            if len(objects) != len(saved):
+                raise RuntimeError(f"the script built {len(objects)} {kind}, the checkpoint holds {len(saved)}")
+            for obj, sd in zip(objects, saved):
+                obj.load_state_dict(sd)
+
+    # ---- data loader boundaries -------------------------------------------------------------
+    def _is_training_pass(self) -> bool:
+        recorder = recorder_module.current()
+        eval_mode = bool(getattr(recorder, "eval_mode", False))
+        return self._torch.is_grad_enabled() and not eval_mode
+
+    def _install_loader_hooks(self) -> None:
+        import torch.utils.data.dataloader as dataloader_module
+
+        from trainwise.run import _state
+
+        agent = self
+        loader_class = dataloader_module.DataLoader
+        original_iter = loader_class.__iter__
+
+        def loader_iter(loader):
+            if not agent._is_training_pass():
+                return original_iter(loader)
+            agent.epoch_index += 1
+            agent.train_loader = loader
+            resume = agent.resume_state
+            if resume is not None and agent.epoch_index < resume["epoch"]:
+                iterator = original_iter(loader)
+                iterator._trainwise_skip = True  # an epoch already done before the interruption
+                return iterator
+            resuming = resume is not None and agent.epoch_index == resume["epoch"]
+            if resuming:
+                _state.apply_rng(resume["epoch_start"]["rng"])
+                _state.apply_generator_states(loader, resume["epoch_start"]["generators"])
+            agent.epoch_start = {"rng": _state.capture_rng(), "generators": _state.generator_states(loader)}
+            iterator = original_iter(loader)
+            iterator._trainwise_skip = False
+            iterator._trainwise_train = True
+            agent.batches_in_epoch = 0
+            if resuming:
+                agent._fast_forward(iterator, int(resume["batches_in_epoch"]))
+                agent._restore_objects(resume)
+                _state.apply_rng(resume["rng"])
+                _state.apply_generator_states(loader, resume["generators"])
+                agent.global_batches = int(resume["global_batches"])
+                agent.last_checkpoint_batches = agent.global_batches
+                agent.resume_state = None
+                agent.notes.append(f"resumed from {agent.resumed_from} at epoch {agent.epoch_index}, "
+                                   f"batch {agent.batches_in_epoch}")
+            return iterator
+
+        loader_class.__iter__ = loader_iter
+
+        iter_class = dataloader_module._BaseDataLoaderIter
+        original_next = iter_class.__next__
+
+        def iterator_next(iterator):
+            if getattr(iterator, "_trainwise_skip", False):
+                raise StopIteration
+            if not getattr(iterator, "_trainwise_train", False):
+                return original_next(iterator)
+            agent._boundary()
+            batch = original_next(iterator)
+            agent.batches_in_epoch += 1
+            agent.global_batches += 1
+            return batch
+
+        iter_class.__next__ = iterator_next
+
+    def _fast_forward(self, iterator, batches: int) -> None:
+        """Skip the batches consumed before the checkpoint: indices only when loading is in-process."""
+        single_process = type(iterator).__name__ == "_SingleProcessDataLoaderIter"
+        for _ in range(batches):
+            if single_process and not getattr(iterator, "_dataset_kind", 0):  # map-style data set
+                iterator._next_index()
+            else:
+                iterator._next_data()
+            iterator._num_yielded += 1
+        self.batches_in_epoch = batches
+
+    def _boundary(self) -> None:
+        if self.sigterm_pending:
+            if self.writes_checkpoints and self.global_batches > self.last_checkpoint_batches:
+                self.save_checkpoint(reason="sigterm")
+            self._exit(143)
+        if self.global_batches <= self.last_checkpoint_batches or not self.writes_checkpoints:
+            return
+        if self.policy.every_batches is not None:
+            due = self.global_batches - self.last_checkpoint_batches >= self.policy.every_batches
+        else:
+            write_s = self.last_write_s if self.last_write_s is not None else self._estimated_write_s()
+            due = time.monotonic() - self.last_checkpoint_time >= self.policy.interval_s(write_s)
+        if due:
+            self.save_checkpoint(reason="interval")
+
+    def _estimated_write_s(self) -> float:
+        from trainwise.plan.costs import training_state_bytes
+        from trainwise.run.checkpoint import estimated_write_s
+
+        optimizers = self._alive(self.optimizers)
+        gradient_bytes = sum(p.numel() * p.element_size() for o in optimizers for g in o.param_groups for p in g["params"])
+        name = type(optimizers[0]).__name__ if optimizers else None
+        return estimated_write_s(training_state_bytes(gradient_bytes, name))
+
+    def save_checkpoint(self, reason: str) -> None:
+        state = self._collect_state()
+        name, size, seconds = self.store.write(self.global_batches, state)
+        self.last_write_s = seconds
+        self.last_checkpoint_time = time.monotonic()
+        self.last_checkpoint_batches = self.global_batches
+        self.checkpoint_events.append({"name": name, "reason": reason, "global_batches": self.global_batches,
+                                       "epoch": self.epoch_index, "bytes": size, "write_s": seconds,
+                                       "wall_s": time.time()})
+
+    # ---- optimizer steps (DDP communication records) ----------------------------------------
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self._primary_optimizer is None:
+            self._primary_optimizer = id(optimizer)
+        elif id(optimizer) != self._primary_optimizer:
+            return
+        with self._comm_lock:
+            record, self._comm = self._comm, None
+        if record is not None:
+            recorder = recorder_module.current()
+            record["step_end_wall_s"] = time.time()
+            record["iteration"] = len(recorder.iterations) - 1 if recorder is not None else None
+            self.comm_steps.append(record)
+
+    def _install_ddp_hook(self) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        agent = self
+        original_init = DistributedDataParallel.__init__
+
+        def timed_allreduce(process_group, bucket):
+            ready = time.time()
+            nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
+            with agent._comm_lock:
+                record = agent._comm
+                if record is None:
+                    record = {"first_ready_wall_s": ready, "last_ready_wall_s": ready, "done_wall_s": ready,
+                              "buckets": 0, "bytes": 0, "busy_s": 0.0}
+                    agent._comm = record
+                record["last_ready_wall_s"] = ready
+                record["buckets"] += 1
+                record["bytes"] += nbytes
+            future = default_hooks.allreduce_hook(process_group, bucket)
+
+            def done(fut):
+                finished = time.time()
+                with agent._comm_lock:
+                    record["done_wall_s"] = max(record["done_wall_s"], finished)
+                    record["busy_s"] += finished - ready
+                return fut.value()
+
+            return future.then(done)
+
+        def ddp_init(module, *args, **kwargs):
+            original_init(module, *args, **kwargs)
+            try:
+                module.register_comm_hook(None, timed_allreduce)
+                agent.notes.append("DDP all-reduce timed by a comm hook wrapping torch's default allreduce_hook")
+            except RuntimeError as exc:  # the script registered its own hook first
+                agent.notes.append(f"DDP comm hook not registered ({exc}); communication not timed")
+
+        DistributedDataParallel.__init__ = ddp_init
+
+    # ---- Hivemind ---------------------------------------------------------------------------
+    def _install_hivemind(self) -> None:
+        torch = self._torch
+        agent = self
+        optimizer_class = torch.optim.Optimizer
+
+        def optimizer_new(cls, *args, **kwargs):
+            if agent._hm_guard or agent._hm_optimizer is not None or cls.__module__.split(".")[0] == "hivemind":
+                return object.__new__(cls)
+            # Returning an object that is not an instance of `cls` makes Python skip cls.__init__.
+            return agent._make_hivemind_optimizer(cls, args, kwargs)
+
+        optimizer_class.__new__ = staticmethod(optimizer_new)
+
+        import torch.utils.data.dataloader as dataloader_module
+
+        loader_class = dataloader_module.DataLoader
+        original_iter = loader_class.__iter__
+        peer = int(self.config["hivemind"]["peer_index"])
+
+        def loader_iter(loader):
+            # Each peer must see its own sample order: offset the script's shuffling seed per peer.
+            if peer and not getattr(loader, "_trainwise_peer_seeded", False) and agent._is_training_pass():
+                from trainwise.run._state import _generators
+
+                for generator in _generators(loader):
+                    generator.manual_seed(generator.initial_seed() + 1_000_003 * peer)
+                loader._trainwise_peer_seeded = True
+            return original_iter(loader)
+
+        loader_class.__iter__ = loader_iter
+
+    def _start_dht(self):
+        import hivemind
+
+        cfg = self.config["hivemind"]
+        host = cfg.get("host") or "127.0.0.1"
+        dht = hivemind.DHT(start=True, host_maddrs=[f"/ip4/{host}/tcp/0"],
+                           initial_peers=list(cfg.get("initial_peers") or []))
+        maddrs = [str(a) for a in dht.get_visible_maddrs()]
+        path = os.path.join(self.config["workdir"], f"peer-{self.rank}.maddrs")
+        fd, tmp = tempfile.mkstemp(dir=self.config["workdir"], prefix=".maddrs-")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(maddrs, handle)
+        os.replace(tmp, path)
+        self.hivemind_info["maddrs"] = maddrs
+        return dht
+
+    def _make_hivemind_optimizer(self, cls, args, kwargs):
+        import hivemind
+        from hivemind.compression import Float16Compression
+
+        cfg = self.config["hivemind"]
+        args = list(args)
+        params = args.pop(0) if args else kwargs.pop("params")
+        params = list(params)
+        agent = self
+
+        def factory(inner_params):
+            agent._hm_guard = True
+            try:
+                return cls(inner_params, *args, **kwargs)
+            finally:
+                agent._hm_guard = False
+
+        self._dht = self._start_dht()
+        self._hm_guard = True
+        try:
+            optimizer = hivemind.Optimizer(
+                dht=self._dht, run_id=cfg["run_id"], target_batch_size=int(cfg["target_batch_size"]),
+                optimizer=factory, params=params,
+                grad_compression=Float16Compression(), state_averaging_compression=Float16Compression(),
+                offload_optimizer=True, delay_optimizer_step=True, delay_grad_averaging=True,  # DPU
+                matchmaking_time=float(cfg.get("matchmaking_time_s", 5.0)),
+                averaging_timeout=float(cfg.get("averaging_timeout_s", 60.0)),
+                verbose=bool(cfg.get("verbose", False)),
+            )
+        finally:
+            self._hm_guard = False
+        self._hm_optimizer = optimizer
+        self.hivemind_info.update({"inner_optimizer": cls.__name__, "target_batch_size": int(cfg["target_batch_size"]),
+                                   "grad_compression": "fp16", "delayed_parameter_updates": True})
+        recorder = recorder_module.current()
+        if recorder is not None:
+            recorder.explicit_steps = True  # hivemind's inner optimizer steps are not iterations
+            recorder._describe_model(optimizer.state_averager.optimizer)
+        original_step = optimizer.step
+        original_update = optimizer._update_global_epoch
+        original_average = optimizer._average_gradients_and_load_into_optimizer
+
+        def step(closure=None, batch_size=None, grad_scaler=None):
+            samples = batch_size or (recorder.iter_samples if recorder is not None else None) or 1
+            result = original_step(closure=closure, batch_size=samples, grad_scaler=grad_scaler)
+            if recorder is not None:
+                recorder.explicit_step(samples=samples)
+            return result
+
+        def update_global_epoch(grad_scaler):
+            start = time.time()
+            peers = optimizer.tracker.global_progress.num_peers
+            epoch = optimizer.local_epoch
+            original_update(grad_scaler)
+            agent.hivemind_rounds.append({"epoch": epoch, "start_wall_s": start, "end_wall_s": time.time(),
+                                          "blocking_s": time.time() - start, "peers": peers})
+
+        def average(control):
+            start = time.time()
+            original_average(control)
+            agent.hivemind_info.setdefault("averaging", []).append(
+                {"start_wall_s": start, "end_wall_s": time.time(), "seconds": time.time() - start,
+                 "group": control is not None})
+
+        optimizer.step = step
+        optimizer._update_global_epoch = update_global_epoch
+        optimizer._average_gradients_and_load_into_optimizer = average
+
+        def shutdown():
+            try:
+                optimizer.shutdown()
+            finally:
+                agent._dht.shutdown()
+
+        atexit.register(shutdown)  # runs before the record is written (atexit is last-in first-out)
+        return optimizer
+
+    # ---- output -----------------------------------------------------------------------------
+    def record(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "engine": self.engine, "pid": os.getpid(),
+            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "comm_steps": self.comm_steps, "hivemind_rounds": self.hivemind_rounds,
+            "hivemind": self.hivemind_info,
+            "checkpoint": None if not self.checkpoint_config else {
+                "dir": self.checkpoint_config["dir"], "events": self.checkpoint_events,
+                "resumed_from": self.resumed_from, "skipped_corrupt": getattr(self, "skipped_checkpoints", []),
+                "writer": self.writes_checkpoints,
+            },
+            "notes": self.notes,
+        }
+
+    def write(self) -> None:
+        if self.written:
+            return
+        self.written = True
+        fd, tmp = tempfile.mkstemp(prefix=".run-", suffix=".json", dir=os.path.dirname(self.out_path))
+        with os.fdopen(fd, "w") as handle:
+            json.dump(self.record(), handle, default=str)
+        os.replace(tmp, self.out_path)
+
+    def _exit(self, code: int) -> None:
+        recorder = recorder_module.current()
+        if recorder is not None:
+            recorder.stop_reason = "sigterm"
+            recorder.write()
+        self.write()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

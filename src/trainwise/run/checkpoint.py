@@ -1,0 +1,312 @@
+"""Checkpoint files: atomic, checksummed, the newest K kept, on a local path or any fsspec URL.
+
+A checkpoint is one file `ckpt-<global batch, 12 digits>.twckpt`:
+
+    TRAINWISE-CKPT 1 <sha256 of payload> <payload bytes>\\n<payload: torch.save of the state dict>
+
+It is written to a temporary name in the same folder, flushed and fsync'ed, then renamed (local
+filesystems: `os.replace`, and the folder is fsync'ed so the rename survives a power cut; object
+stores: the upload is atomic, then moved). A reader verifies the header and the checksum: a file
+cut short by a kill -9 during the write (which can only be a temporary file locally, but anything on
+a remote store) or damaged later is skipped with a warning, and the next older valid one is used.
+
+The state is saved with `torch.save` and read back with `weights_only=False` because it carries
+Python and NumPy RNG states; only files whose checksum trainwise itself wrote are unpickled.
+
+For custom loops (no DataLoader to find the iteration boundary from), the explicit API:
+
+    from trainwise.run import checkpoint as twc
+    state = twc.restore(model=model, optimizer=opt)      # None on a fresh start, else your extras
+    for step in range(state["step"] if state else 0, steps):
+        ...
+        twc.maybe_save(step + 1, model=model, optimizer=opt)   # honours the interval and SIGTERM
+
+works inside and outside `trainwise run` (the directory comes from `--checkpoint-dir`, or
+`directory=`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from trainwise.errors import TrainwiseError
+
+MAGIC = b"TRAINWISE-CKPT"
+FORMAT_VERSION = 1
+NAME_PATTERN = re.compile(r"^ckpt-(\d{12})\.twckpt$")
+DEFAULT_KEEP = 3
+
+
+def checkpoint_name(global_batch: int) -> str:
+    return f"ckpt-{global_batch:012d}.twckpt"
+
+
+def encode(state: dict[str, Any]) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    digest = hashlib.sha256(payload).hexdigest()
+    header = MAGIC + f" {FORMAT_VERSION} {digest} {len(payload)}\n".encode()
+    return header + payload
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint file whose header or checksum does not verify."""
+
+
+def decode(blob: bytes) -> dict[str, Any]:
+    import torch
+
+    newline = blob.find(b"\n", 0, 200)
+    if newline < 0 or not blob.startswith(MAGIC):
+        raise CorruptCheckpoint("no trainwise checkpoint header")
+    parts = blob[:newline].split()
+    if len(parts) != 4:
+        raise CorruptCheckpoint("malformed header")
+    _, version, digest, length = parts
+    if int(version) != FORMAT_VERSION:
+        raise CorruptCheckpoint(f"format version {int(version)} is not {FORMAT_VERSION}")
+    payload = blob[newline + 1:]
+    if len(payload) != int(length):
+        raise CorruptCheckpoint(f"truncated: {len(payload)} of {int(length)} bytes")
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise CorruptCheckpoint("checksum mismatch")
+    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+
+
+class CheckpointStore:
+    """The checkpoints of one run in one folder (local path or fsspec URL)."""
+
+    def __init__(self, uri: str, keep: int = DEFAULT_KEEP) -> None:
+        import fsspec
+
+        if keep < 1:
+            raise TrainwiseError(f"--keep must be at least 1 (got {keep})")
+        self.uri = uri
+        self.keep = keep
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(uri)
+        except (ValueError, ImportError) as exc:
+            raise TrainwiseError(f"cannot open checkpoint location {uri!r} ({exc}); use a local path or an fsspec URL such as s3://bucket/run") from None
+        self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+        self.fs.makedirs(self.root, exist_ok=True)
+        self.skipped: list[str] = []
+
+    def _path(self, name: str) -> str:
+        return f"{self.root.rstrip('/')}/{name}"
+
+    def names(self) -> list[str]:
+        """Checkpoint file names, newest first."""
+        try:
+            entries = self.fs.ls(self.root, detail=False)
+        except FileNotFoundError:
+            return []
+        names = [os.path.basename(str(e).rstrip("/")) for e in entries]
+        return sorted((n for n in names if NAME_PATTERN.match(n)), reverse=True)
+
+    def write(self, global_batch: int, state: dict[str, Any]) -> tuple[str, int, float]:
+        """Write atomically; return (name, bytes, seconds)."""
+        start = time.perf_counter()
+        blob = encode(state)
+        name = checkpoint_name(global_batch)
+        if self.local:
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(blob)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, self._path(name))
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+            directory = os.open(self.root, os.O_RDONLY)
+            try:
+                os.fsync(directory)  # the rename itself must reach the disk
+            finally:
+                os.close(directory)
+        else:
+            tmp = self._path(f".{name}.{os.getpid()}.tmp")
+            with self.fs.open(tmp, "wb") as handle:
+                handle.write(blob)
+            self.fs.mv(tmp, self._path(name))
+        self.prune()
+        return name, len(blob), time.perf_counter() - start
+
+    def remove_stale_temporaries(self) -> None:
+        """Temporary files left by a writer killed mid-write (the single writer calls this at start)."""
+        try:
+            entries = self.fs.ls(self.root, detail=False)
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if os.path.basename(str(entry)).endswith(".tmp"):
+                try:
+                    self.fs.rm(entry)
+                except FileNotFoundError:
+                    pass
+
+    def prune(self) -> None:
+        for old in self.names()[self.keep:]:
+            try:
+                self.fs.rm(self._path(old))
+            except FileNotFoundError:
+                pass
+
+    def load_newest(self) -> tuple[str, dict[str, Any]] | None:
+        """The newest checkpoint that verifies; corrupt ones are skipped with a warning."""
+        for name in self.names():
+            try:
+                with self.fs.open(self._path(name), "rb") as handle:
+                    blob = handle.read()
+                return name, decode(blob)
+            except (CorruptCheckpoint, OSError, EOFError, RuntimeError, ValueError) as exc:
+                message = f"trainwise: skipping corrupt checkpoint {name} ({exc})"
+                print(message, file=sys.stderr, flush=True)
+                self.skipped.append(f"{name}: {exc}")
+        return None
+
+
+# --------------------------------------------------------------------------- interval
+
+
+@dataclass(frozen=True)
+class IntervalPolicy:
+    """When to checkpoint: a fixed interval, every N batches, or the Young/Daly optimum.
+
+    The optimum sqrt(2 · C · MTBF) (`trainwise.plan.costs.young_daly_interval_s`, the interval the
+    planner's spot model assumes) uses the measured write time C of the previous checkpoint; before
+    the first write, C is the cost model's estimate from the state size.
+    """
+
+    every_s: float | None = None
+    every_batches: int | None = None
+    interruptions_per_hour: float | None = None
+
+    def mtbf_s(self) -> float:
+        from trainwise.plan.costs import DEFAULT_INTERRUPTIONS_PER_HOUR
+
+        rate = self.interruptions_per_hour if self.interruptions_per_hour is not None else DEFAULT_INTERRUPTIONS_PER_HOUR
+        return math.inf if rate <= 0 else 3600.0 / rate
+
+    def interval_s(self, checkpoint_write_s: float) -> float:
+        if self.every_s is not None:
+            return self.every_s
+        from trainwise.plan.costs import young_daly_interval_s
+
+        return float(young_daly_interval_s(max(checkpoint_write_s, 1e-3), self.mtbf_s()))
+
+
+def estimated_write_s(state_bytes: int) -> float:
+    from trainwise.plan.costs import checkpoint_write_s
+
+    return float(checkpoint_write_s(state_bytes))
+
+
+# --------------------------------------------------------------------------- explicit API
+
+_explicit: dict[str, Any] = {}
+
+
+def _explicit_store(directory: str | None) -> CheckpointStore | None:
+    import json
+
+    config = json.loads(os.environ.get("TRAINWISE_RUN_CHECKPOINT", "null") or "null")
+    uri = directory or (config or {}).get("dir")
+    if uri is None:
+        return None
+    store = _explicit.get(uri)
+    if store is None:
+        store = CheckpointStore(uri, keep=int((config or {}).get("keep", DEFAULT_KEEP)))
+        _explicit[uri] = store
+        _explicit["policy"] = IntervalPolicy(every_s=(config or {}).get("every_s"),
+                                             every_batches=(config or {}).get("every_batches"))
+        _explicit["last"] = time.monotonic()
+        _explicit["write_s"] = 1.0
+        _install_sigterm_flag()
+    return store
+
+
+_sigterm = {"pending": False}
+
+
+def _install_sigterm_flag() -> None:
+    import signal
+
+    def handler(signum, frame):
+        _sigterm["pending"] = True
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
+def _collect(step: int, objects: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
+    from trainwise.run import _state
+
+    return {"format": FORMAT_VERSION, "kind": "explicit", "step": step,
+            "objects": {k: v.state_dict() for k, v in objects.items()},
+            "rng": _state.capture_rng(), "extra": extra or {}}
+
+
+def save(step: int, *, directory: str | None = None, extra: dict[str, Any] | None = None, **objects: Any) -> str | None:
+    """Write a checkpoint now (objects: anything with state_dict(), e.g. model=, optimizer=, scheduler=)."""
+    store = _explicit_store(directory)
+    if store is None:
+        return None
+    name, _, seconds = store.write(step, _collect(step, objects, extra))
+    _explicit["last"] = time.monotonic()
+    _explicit["write_s"] = seconds
+    return name
+
+
+def maybe_save(step: int, *, directory: str | None = None, extra: dict[str, Any] | None = None, **objects: Any) -> str | None:
+    """Checkpoint if the interval has passed; on SIGTERM checkpoint and exit (code 143)."""
+    store = _explicit_store(directory)
+    if store is None:
+        return None
+    policy: IntervalPolicy = _explicit["policy"]
+    due = _sigterm["pending"]
+    if policy.every_batches is not None:
+        due = due or step % policy.every_batches == 0
+    else:
+        due = due or time.monotonic() - _explicit["last"] >= policy.interval_s(_explicit["write_s"])
+    name = save(step, directory=directory, extra=extra, **objects) if due else None
+    if _sigterm["pending"]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(143)
+    return name
+
+
+def restore(*, directory: str | None = None, **objects: Any) -> dict[str, Any] | None:
+    """Load the newest valid checkpoint into the objects; return {"step", "extra"} or None."""
+    from trainwise.run import _state
+
+    store = _explicit_store(directory)
+    if store is None:
+        return None
+    found = store.load_newest()
+    if found is None:
+        return None
+    _, state = found
+    for key, obj in objects.items():
+        if key in state["objects"]:
+            obj.load_state_dict(state["objects"][key])
+    _state.apply_rng(state["rng"])
+    return {"step": state["step"], "extra": state.get("extra", {})}

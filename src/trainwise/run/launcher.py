@@ -1,0 +1,222 @@
+"""Start an unmodified training command under one of the engines, with the run agent armed in
+every training process, and gather the per-rank records into a RunResult.
+
+- local: the command itself;
+- ddp: `python -m torch.distributed.run --no-python … COMMAND` (torchrun sets RANK, WORLD_SIZE,
+  MASTER_ADDR…; the script does its own `init_process_group` and DistributedDataParallel wrap);
+- hivemind: N copies of the command, peer 0 first; the others join the DHT through peer 0's
+  multiaddrs (or all through `--initial-peers` on real hosts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trainwise.errors import TrainwiseError
+from trainwise.profile.runner import PACKAGE_PARENT, resolve_command
+from trainwise.run.options import RunOptions
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+RUN_CONFIG_ENV = "TRAINWISE_RUN_CONFIG"
+PEER_ADDRESS_TIMEOUT_S = 180.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _environment(config: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")] if p)
+    env["TRAINWISE_PACKAGE_PARENT"] = str(PACKAGE_PARENT)
+    env[RUN_CONFIG_ENV] = json.dumps(config)
+    return env
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM (the preemption notice: the job checkpoints and exits), then SIGKILL."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+class _Launch:
+    def __init__(self, options: RunOptions, command: list[str], workdir: str) -> None:
+        self.options = options
+        self.argv = resolve_command(command)
+        self.workdir = workdir
+        self.launch_wall_s = time.time()
+        self.processes: list[subprocess.Popen] = []
+
+    def base_config(self) -> dict[str, Any]:
+        o = self.options
+        return {"engine": o.engine, "workdir": self.workdir, "launch_wall_s": self.launch_wall_s,
+                "distributed": o.engine == "ddp",
+                "checkpoint": o.checkpoint.as_config() if o.checkpoint else None}
+
+    def popen(self, argv: list[str], config: dict[str, Any], log_name: str | None = None,
+              extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        env = _environment(config)
+        env.update(extra_env or {})
+        output = None
+        if self.options.quiet:
+            output = subprocess.DEVNULL
+        elif log_name is not None:
+            output = open(os.path.join(self.workdir, log_name), "wb")
+        try:
+            process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output,
+                                       stderr=subprocess.STDOUT if output not in (None, subprocess.DEVNULL) else output)
+        except OSError as exc:
+            raise TrainwiseError(f"cannot start {argv[0]!r}: {exc.strerror}; check the command") from None
+        self.processes.append(process)
+        return process
+
+    def wait_all(self, deadline: float | None) -> list[int]:
+        codes = []
+        for process in self.processes:
+            remaining = None if deadline is None else max(0.1, deadline - time.time())
+            try:
+                codes.append(process.wait(timeout=remaining))
+            except subprocess.TimeoutExpired:
+                for p in self.processes:
+                    _stop(p, grace_s=10)
+                raise TrainwiseError(f"the job did not finish within --timeout {self.options.timeout_s:g} s and was stopped") from None
+        return codes
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            _stop(process)
+
+
+def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[int], float, float]:
+    """Run the job; return (exit codes, launch wall time, wall seconds)."""
+    job = _Launch(options, command, workdir)
+    deadline = None if options.timeout_s is None else time.time() + options.timeout_s
+    try:
+        if options.engine == "local":
+            job.popen(job.argv, job.base_config())
+        elif options.engine == "ddp":
+            _launch_ddp(job)
+        else:
+            _launch_hivemind(job, deadline)
+        codes = job.wait_all(deadline)
+    except KeyboardInterrupt:
+        job.stop_all()
+        raise
+    except BaseException:
+        job.stop_all()
+        raise
+    return codes, job.launch_wall_s, time.time() - job.launch_wall_s
+
+
+def _launch_ddp(job: _Launch) -> None:
+    o = job.options
+    port = o.master_port if o.master_port is not None else free_port()
+    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={o.nproc}",
+                f"--nnodes={o.nnodes}", f"--node-rank={o.node_rank}", f"--master-addr={o.master_addr}",
+                f"--master-port={port}", "--no-python", *job.argv]
+    job.popen(torchrun, job.base_config())
+
+
+def _launch_hivemind(job: _Launch, deadline: float | None) -> None:
+    o = job.options
+    first_addresses: list[str] = list(o.initial_peers)
+    timers: list[tuple[float, int]] = []
+    start_wall = time.time()
+    for index in range(o.peers):
+        delay = o.peer_start_delay_s[index] if index < len(o.peer_start_delay_s) else 0.0
+        if index > 0 and not o.initial_peers and not first_addresses:
+            first_addresses = _wait_for_addresses(job, 0, deadline)
+        while time.time() - start_wall < delay:
+            time.sleep(0.05)
+        config = job.base_config()
+        config["hivemind"] = {"peer_index": index, "run_id": o.run_id, "target_batch_size": o.target_batch_size,
+                              "initial_peers": first_addresses if index > 0 or o.initial_peers else [],
+                              "host": o.peer_hosts[index] if index < len(o.peer_hosts) else o.host,
+                              "matchmaking_time_s": o.matchmaking_time_s, "averaging_timeout_s": o.averaging_timeout_s}
+        prefix = o.peer_prefix[index] if index < len(o.peer_prefix) else []
+        job.popen([*prefix, *job.argv], config, log_name=f"peer-{index}.log" if index > 0 else None,
+                  extra_env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+        stop_after = o.peer_stop_after_s[index] if index < len(o.peer_stop_after_s) else None
+        if stop_after is not None:
+            timers.append((start_wall + stop_after, index))
+    if timers:
+        _stop_peers_later(job, timers)
+
+
+def _stop_peers_later(job: _Launch, timers: list[tuple[float, int]]) -> None:
+    import threading
+
+    def stopper():
+        for when, index in sorted(timers):
+            while time.time() < when:
+                if job.processes[index].poll() is not None:
+                    break
+                time.sleep(0.1)
+            _stop(job.processes[index], grace_s=20)
+
+    threading.Thread(target=stopper, daemon=True).start()
+
+
+def _wait_for_addresses(job: _Launch, index: int, deadline: float | None) -> list[str]:
+    path = Path(job.workdir) / f"peer-{index}.maddrs"
+    limit = time.time() + PEER_ADDRESS_TIMEOUT_S
+    if deadline is not None:
+        limit = min(limit, deadline)
+    while time.time() < limit:
+        if path.exists():
+            return json.loads(path.read_text())
+        if job.processes[index].poll() is not None:
+            raise TrainwiseError(f"the first peer exited (code {job.processes[index].returncode}) before joining the DHT: "
+                                 "run the script alone to see its error; it must build a torch.optim optimizer")
+        time.sleep(0.1)
+    job.stop_all()
+    raise TrainwiseError(f"the first peer did not start its DHT within {PEER_ADDRESS_TIMEOUT_S:g} s: "
+                         "it must build a torch.optim optimizer (that is where hivemind is attached)")
+
+
+def read_records(workdir: str) -> tuple[dict[int, dict], dict[int, dict]]:
+    """The recorder's raw records and the agent's run records, by rank."""
+    raws: dict[int, dict] = {}
+    runs: dict[int, dict] = {}
+    for path in Path(workdir).glob("raw-rank*.json"):
+        raws[int(path.stem.removeprefix("raw-rank"))] = json.loads(path.read_text())
+    for path in Path(workdir).glob("run-rank*.json"):
+        runs[int(path.stem.removeprefix("run-rank"))] = json.loads(path.read_text())
+    return raws, runs
+
+
+def run_job(options: RunOptions, command: list[str], *, workdir: str | None = None):
+    """Run `command` under `options.engine` and return its RunResult (see trainwise.run.result)."""
+    from trainwise.run.result import build_result
+
+    options.validate()
+    resolve_command(command)
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        codes, launch_wall, wall = launch(options, command, workdir)
+        raws, runs = read_records(workdir)
+        return build_result(options, command, codes, launch_wall, wall, raws, runs)
+    with tempfile.TemporaryDirectory(prefix="trainwise-run-") as tmp:
+        codes, launch_wall, wall = launch(options, command, tmp)
+        raws, runs = read_records(tmp)
+        return build_result(options, command, codes, launch_wall, wall, raws, runs)

@@ -1,0 +1,100 @@
+"""What `trainwise run` was asked to do, validated with one-line errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from trainwise.errors import TrainwiseError
+
+Engine = Literal["local", "ddp", "hivemind"]
+ENGINES = ("local", "ddp", "hivemind")
+
+
+@dataclass
+class CheckpointOptions:
+    directory: str
+    every_s: float | None = None  # None: the Young/Daly optimum from the measured write time
+    every_batches: int | None = None
+    keep: int = 3
+    interruptions_per_hour: float | None = None  # None: the cost model's default (trainwise.plan.costs)
+
+    def validate(self) -> None:
+        if self.every_s is not None and self.every_s <= 0:
+            raise TrainwiseError(f"--checkpoint-every-s must be positive (got {self.every_s})")
+        if self.every_batches is not None and self.every_batches < 1:
+            raise TrainwiseError(f"--checkpoint-every-batches must be at least 1 (got {self.every_batches})")
+        if self.every_s is not None and self.every_batches is not None:
+            raise TrainwiseError("give --checkpoint-every-s or --checkpoint-every-batches, not both")
+        if self.keep < 1:
+            raise TrainwiseError(f"--keep must be at least 1 (got {self.keep})")
+        if self.interruptions_per_hour is not None and self.interruptions_per_hour < 0:
+            raise TrainwiseError("--interruptions-per-hour must be >= 0")
+
+    def as_config(self) -> dict:
+        return {"dir": self.directory, "every_s": self.every_s, "every_batches": self.every_batches,
+                "keep": self.keep, "interruptions_per_hour": self.interruptions_per_hour}
+
+
+@dataclass
+class RunOptions:
+    engine: Engine = "local"
+    # DDP (torchrun)
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None  # None: a free port (single node)
+    # Hivemind
+    peers: int = 2
+    target_batch_size: int | None = None
+    initial_peers: list[str] = field(default_factory=list)
+    run_id: str = "trainwise"
+    host: str = "127.0.0.1"  # the address each peer's DHT listens on
+    matchmaking_time_s: float = 5.0  # hivemind's matchmaking minimum (the seed's 5 s)
+    averaging_timeout_s: float = 60.0
+    # Peers joining late / leaving early (tests, benchmarks): seconds after the first peer started.
+    peer_start_delay_s: list[float] = field(default_factory=list)
+    peer_stop_after_s: list[float | None] = field(default_factory=list)
+    # Per-peer command prefix (e.g. `ip netns exec NS`) and DHT host, for link emulation.
+    peer_prefix: list[list[str]] = field(default_factory=list)
+    peer_hosts: list[str] = field(default_factory=list)
+    checkpoint: CheckpointOptions | None = None
+    timeout_s: float | None = None
+    quiet: bool = False
+
+    def validate(self) -> None:
+        if self.engine not in ENGINES:
+            raise TrainwiseError(f"unknown engine {self.engine!r}: use one of {', '.join(ENGINES)}")
+        if self.nproc < 1 or self.nnodes < 1:
+            raise TrainwiseError(f"--nproc and --nnodes must be at least 1 (got {self.nproc}, {self.nnodes})")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise TrainwiseError(f"--node-rank must be in [0, {self.nnodes}) (got {self.node_rank})")
+        if self.engine == "ddp" and self.nnodes > 1 and self.master_port is None:
+            raise TrainwiseError("multi-node DDP needs --master-addr and --master-port (the same on every node)")
+        if self.engine != "ddp" and (self.nproc != 1 or self.nnodes != 1):
+            raise TrainwiseError("--nproc/--nnodes apply to --engine ddp only")
+        if self.engine == "hivemind":
+            if self.peers < 1:
+                raise TrainwiseError(f"--peers must be at least 1 (got {self.peers})")
+            if self.target_batch_size is None or self.target_batch_size < 1:
+                raise TrainwiseError("--engine hivemind needs --target-batch-size B (samples all peers accumulate per averaging round)")
+            if self.checkpoint is not None:
+                raise TrainwiseError("--checkpoint-dir is not used with --engine hivemind: a peer that (re)joins loads the state from the other peers")
+            for addr in self.initial_peers:
+                if not addr.startswith("/"):
+                    raise TrainwiseError(f"--initial-peers takes multiaddrs such as /ip4/10.0.0.1/tcp/31337/p2p/Qm... (got {addr!r})")
+        if self.matchmaking_time_s <= 0 or self.averaging_timeout_s <= 0:
+            raise TrainwiseError("matchmaking time and averaging timeout must be positive")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise TrainwiseError(f"--timeout must be positive (got {self.timeout_s})")
+        if self.checkpoint is not None:
+            self.checkpoint.validate()
+
+    @property
+    def world_size(self) -> int:
+        if self.engine == "ddp":
+            return self.nproc * self.nnodes
+        if self.engine == "hivemind":
+            return self.peers
+        return 1

@@ -1,0 +1,254 @@
+"""The RunResult schema and how it is computed from the per-rank records (all measured here).
+
+Per optimizer step of a DDP job, across ranks (one host clock; on several hosts, NTP-synchronised
+clocks are assumed), with `ready_r` the moment rank r's last gradient bucket was ready (its backward
+pass done), `first_r` its first bucket, `done_r` the moment its all-reduce completed:
+
+- idle_r = max_q ready_q − ready_r: waiting for the slowest rank (straggling, not communication);
+- all-reduce (communication) = done_r − max_q first_q: the time the gradient all-reduce was in
+  flight with every rank taking part (overlapped with the rest of the backward pass when there are
+  several buckets);
+- exposed communication = done_r − max_q ready_q: the part not hidden behind compute;
+- compute = iteration wall − data wait − idle − exposed communication;
+- measured granularity G = compute / all-reduce (seed: T_calc / T_comm).
+
+Hivemind: per peer, the local steps (compute, data wait) and the averaging rounds (the time each
+`hivemind.Optimizer` gradient-averaging round took, from its start to the averaged gradients being
+loaded; with delayed parameter updates it runs in the background). T_calc = time the peers together
+need to accumulate the target batch size at their compute-only rates; G = T_calc / T_comm.
+
+Throughput = Σ over ranks of samples / seconds over the steady window (after warm-up).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, Field
+
+from trainwise._io import atomic_write_text
+from trainwise.errors import TrainwiseError
+from trainwise.run.options import RunOptions
+
+SCHEMA_VERSION = 1
+PROVENANCE = "measured here: trainwise run's recorder in every training process (times are medians over steady-state steps)"
+
+
+class RankSummary(BaseModel):
+    rank: int
+    iterations: int
+    steady_iterations: int
+    samples: int
+    iteration_s: Optional[float] = None
+    data_wait_s: Optional[float] = None
+    compute_s: Optional[float] = None
+    allreduce_s: Optional[float] = None
+    exposed_comm_s: Optional[float] = None
+    idle_s: Optional[float] = None
+    samples_per_s: Optional[float] = None
+    gradient_bytes: Optional[int] = None
+
+
+class StepBreakdown(BaseModel):
+    iteration_s: Optional[float] = None
+    data_wait_s: Optional[float] = None
+    compute_s: Optional[float] = None
+    allreduce_s: Optional[float] = None
+    exposed_comm_s: Optional[float] = None
+    idle_s: Optional[float] = None
+
+
+class HivemindSummary(BaseModel):
+    target_batch_size: int
+    rounds: int
+    averaging_s: Optional[float] = None  # median gradient-averaging round with peers
+    blocking_s: Optional[float] = None  # median time a step blocked at an epoch transition
+    t_calc_s: Optional[float] = None
+    peers_seen: list[int] = Field(default_factory=list)
+
+
+class CheckpointSummary(BaseModel):
+    directory: str
+    written: int
+    last: Optional[str] = None
+    median_write_s: Optional[float] = None
+    resumed_from: Optional[str] = None
+    skipped_corrupt: list[str] = Field(default_factory=list)
+
+
+class RunResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    engine: str
+    command: list[str]
+    world_size: int
+    exit_codes: list[int]
+    wall_s: float
+    launch_wall_s: float
+    throughput_samples_per_s: Optional[float] = None
+    step: StepBreakdown
+    granularity: Optional[float] = None
+    ranks: list[RankSummary]
+    hivemind: Optional[HivemindSummary] = None
+    checkpoint: Optional[CheckpointSummary] = None
+    provenance: str = PROVENANCE
+    notes: list[str] = Field(default_factory=list)
+
+    def save(self, path: str | Path) -> Path:
+        return atomic_write_text(path, self.model_dump_json(indent=1))
+
+
+def _median(values: list[float]) -> Optional[float]:
+    return statistics.median(values) if values else None
+
+
+def warmup_count(n: int) -> int:
+    """Steps left out as warm-up: the first two, or the first 10 % for long runs."""
+    return min(max(2, n // 10), max(0, n - 1))
+
+
+def _iteration_walls(raw: dict) -> list[dict]:
+    base = float(raw["config"].get("launch_wall_s") or 0.0)
+    out = []
+    for it in raw["iterations"]:
+        out.append({"start": base + it["start_s"], "end": base + it["end_s"], "data_wait": it["data_wait_s"],
+                    "samples": it["samples"]})
+    return out
+
+
+def _rank_rate(iterations: list[dict], skip: int) -> tuple[int, Optional[float]]:
+    steady = iterations[skip:]
+    if not steady:
+        return 0, None
+    seconds = steady[-1]["end"] - steady[0]["start"]
+    samples = sum(it["samples"] for it in steady)
+    return len(steady), (samples / seconds if seconds > 0 else None)
+
+
+def _ddp_breakdown(raws: dict[int, dict], runs: dict[int, dict]) -> dict[int, dict[str, list[float]]]:
+    ranks = sorted(set(raws) & set(runs))
+    per_rank: dict[int, dict[str, list[float]]] = {r: {k: [] for k in ("iteration", "data_wait", "compute", "allreduce", "exposed", "idle")} for r in ranks}
+    if not ranks:
+        return per_rank
+    steps = min(len(runs[r]["comm_steps"]) for r in ranks)
+    skip = warmup_count(steps)
+    walls = {r: _iteration_walls(raws[r]) for r in ranks}
+    for k in range(skip, steps):
+        records = {r: runs[r]["comm_steps"][k] for r in ranks}
+        all_ready = max(rec["last_ready_wall_s"] for rec in records.values())
+        all_first = max(rec["first_ready_wall_s"] for rec in records.values())
+        for r, rec in records.items():
+            index = rec.get("iteration")
+            if index is None or index >= len(walls[r]) or index < 0:
+                continue
+            it = walls[r][index]
+            iteration = it["end"] - it["start"]
+            idle = all_ready - rec["last_ready_wall_s"]
+            exposed = max(0.0, rec["done_wall_s"] - all_ready)
+            allreduce = max(0.0, rec["done_wall_s"] - all_first)
+            compute = max(0.0, iteration - it["data_wait"] - idle - exposed)
+            values = per_rank[r]
+            values["iteration"].append(iteration)
+            values["data_wait"].append(it["data_wait"])
+            values["compute"].append(compute)
+            values["allreduce"].append(allreduce)
+            values["exposed"].append(exposed)
+            values["idle"].append(idle)
+    return per_rank
+
+
+def build_result(options: RunOptions, command: list[str], codes: list[int], launch_wall_s: float, wall_s: float,
+                 raws: dict[int, dict], runs: dict[int, dict]) -> RunResult:
+    if not raws:
+        if any(codes):
+            raise TrainwiseError(f"the training command exited with code {max(codes, key=abs)} before training started: "
+                                 "run it without trainwise to see its error")
+        raise TrainwiseError("the command did not start a Python training process that imports torch: check the command")
+    notes: list[str] = []
+    for run in runs.values():
+        for note in run.get("notes", []):
+            if note not in notes:
+                notes.append(note)
+    ddp = _ddp_breakdown(raws, runs) if options.engine == "ddp" else {}
+    ranks: list[RankSummary] = []
+    rates: list[float] = []
+    for r in sorted(raws):
+        raw = raws[r]
+        walls = _iteration_walls(raw)
+        skip = warmup_count(len(walls))
+        steady_n, rate = _rank_rate(walls, skip)
+        if rate is not None:
+            rates.append(rate)
+        steady = walls[skip:]
+        summary = RankSummary(rank=r, iterations=len(walls), steady_iterations=steady_n,
+                              samples=sum(it["samples"] for it in walls), samples_per_s=rate,
+                              gradient_bytes=(raw.get("model") or {}).get("gradient_bytes"),
+                              iteration_s=_median([it["end"] - it["start"] for it in steady]),
+                              data_wait_s=_median([it["data_wait"] for it in steady]))
+        if r in ddp and ddp[r]["iteration"]:
+            values = ddp[r]
+            summary.iteration_s = _median(values["iteration"])
+            summary.data_wait_s = _median(values["data_wait"])
+            summary.compute_s = _median(values["compute"])
+            summary.allreduce_s = _median(values["allreduce"])
+            summary.exposed_comm_s = _median(values["exposed"])
+            summary.idle_s = _median(values["idle"])
+        elif summary.iteration_s is not None:
+            summary.compute_s = summary.iteration_s - (summary.data_wait_s or 0.0)
+        ranks.append(summary)
+
+    def across(field: str) -> Optional[float]:
+        return _median([getattr(s, field) for s in ranks if getattr(s, field) is not None])
+
+    step = StepBreakdown(iteration_s=across("iteration_s"), data_wait_s=across("data_wait_s"),
+                         compute_s=across("compute_s"), allreduce_s=across("allreduce_s"),
+                         exposed_comm_s=across("exposed_comm_s"), idle_s=across("idle_s"))
+    granularity = None
+    if step.compute_s is not None and step.allreduce_s:
+        granularity = step.compute_s / step.allreduce_s
+    hivemind = None
+    if options.engine == "hivemind":
+        hivemind = _hivemind_summary(options, ranks, runs)
+        if hivemind.t_calc_s is not None and hivemind.averaging_s:
+            granularity = hivemind.t_calc_s / hivemind.averaging_s
+    checkpoint = _checkpoint_summary(runs)
+    if options.engine == "ddp" and options.nnodes > 1:
+        notes.append(f"node {options.node_rank} of {options.nnodes}: this result holds this node's ranks only")
+    return RunResult(engine=options.engine, command=list(command), world_size=options.world_size, exit_codes=codes,
+                     wall_s=wall_s, launch_wall_s=launch_wall_s,
+                     throughput_samples_per_s=sum(rates) if rates else None, step=step, granularity=granularity,
+                     ranks=ranks, hivemind=hivemind, checkpoint=checkpoint, notes=notes)
+
+
+def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[int, dict]) -> HivemindSummary:
+    averaging: list[float] = []
+    blocking: list[float] = []
+    peers_seen: set[int] = set()
+    rounds = 0
+    for run in runs.values():
+        rounds = max(rounds, len(run.get("hivemind_rounds", [])))
+        for entry in run.get("hivemind_rounds", []):
+            blocking.append(entry["blocking_s"])
+            peers_seen.add(int(entry["peers"]))
+        for entry in (run.get("hivemind") or {}).get("averaging", []):
+            if entry.get("group"):
+                averaging.append(entry["seconds"])
+    compute_rate = 0.0
+    for summary in ranks:
+        if summary.compute_s and summary.iterations and summary.samples:
+            compute_rate += (summary.samples / summary.iterations) / summary.compute_s
+    t_calc = options.target_batch_size / compute_rate if compute_rate > 0 else None
+    return HivemindSummary(target_batch_size=int(options.target_batch_size), rounds=rounds,
+                           averaging_s=_median(averaging), blocking_s=_median(blocking), t_calc_s=t_calc,
+                           peers_seen=sorted(peers_seen))
+
+
+def _checkpoint_summary(runs: dict[int, dict]) -> Optional[CheckpointSummary]:
+    writer = next((run["checkpoint"] for run in runs.values() if run.get("checkpoint") and run["checkpoint"].get("writer")), None)
+    if writer is None:
+        return None
+    events = writer["events"]
+    return CheckpointSummary(directory=writer["dir"], written=len(events), last=events[-1]["name"] if events else None,
+                             median_write_s=_median([e["write_s"] for e in events]),
+                             resumed_from=writer.get("resumed_from"), skipped_corrupt=writer.get("skipped_corrupt", []))
