@@ -9,6 +9,7 @@ Nothing here imports any trainwise profiling code.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import zlib
 from collections.abc import Sequence
@@ -68,6 +69,8 @@ def setup(args: argparse.Namespace) -> torch.device:
     np.random.seed(args.seed % 2**32)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
+    if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per torchrun worker
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda was asked for but torch.cuda.is_available() is False")
     return device
@@ -96,6 +99,42 @@ def item_seed(seed: int, split: str, index: int) -> int:
     """Deterministic 63-bit seed for one synthetic sample, independent of worker and order."""
     split_code = zlib.crc32(split.encode())
     return (seed * 1_000_003 + split_code * 7_919 + index * 2_654_435_761) % (2**63 - 1)
+
+
+def is_distributed() -> bool:
+    """Started by torchrun (or `trainwise run --engine ddp`) with more than one worker."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def distributed_setup(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """Under torchrun with several workers: join the process group (gloo on CPU, nccl on CUDA) from
+    the environment torchrun sets and wrap the model in DistributedDataParallel; otherwise unchanged.
+    --batch-size is then the per-worker batch (global batch = workers x batch size)."""
+    if not is_distributed():
+        return model
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def train_sampler_kwargs(dataset: Any, seed: int) -> dict[str, Any]:
+    """Shuffling for the training DataLoader: a seeded generator, or under DDP a DistributedSampler
+    (each worker its own shard of every epoch, reshuffled per epoch by `set_epoch`)."""
+    if not is_distributed():
+        return {"shuffle": True, "generator": shuffle_generator(seed)}
+    from torch.utils.data.distributed import DistributedSampler
+
+    return {"sampler": DistributedSampler(dataset, shuffle=True, seed=seed)}
+
+
+def set_epoch(loader: Any, epoch: int) -> None:
+    """Tell a DistributedSampler which epoch starts (a no-op for other samplers)."""
+    sampler = getattr(loader, "sampler", None)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

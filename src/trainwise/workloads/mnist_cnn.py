@@ -42,6 +42,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from trainwise.workloads._common import (
     build_parser,
+    distributed_setup,
+    set_epoch,
+    train_sampler_kwargs,
     item_seed,
     loader_kwargs,
     parse_args,
@@ -254,17 +257,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     train_ds, val_ds, data_line = build_datasets(
         args.train_samples, args.val_samples, seed=args.seed, mnist_dir=args.mnist_dir
     )
-    model = build_model().to(device)
+    model = distributed_setup(build_model().to(device), device)
     print_header(NAME, data_line, args, model)
 
     train_loader = DataLoader(
-        train_ds, shuffle=True, generator=shuffle_generator(args.seed), **loader_kwargs(args, device)
+        train_ds, **train_sampler_kwargs(train_ds, args.seed), **loader_kwargs(args, device)
     )
     val_loader = DataLoader(val_ds, shuffle=False, **loader_kwargs(args, device))
     criterion = nn.CrossEntropyLoss()
     optimizer = build_optimizer(model, args.lr)
 
     for epoch in range(args.epochs):
+        set_epoch(train_loader, epoch)
         start = time.perf_counter()
         model.train()
         train_loss, seen = 0.0, 0
