@@ -301,6 +301,7 @@ class _Compute:
     relative_error: float
     fits: bool
     memory_note: str
+    owner: str  # label of the profile whose measurement (or characterisation) this is
 
 
 def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], catalog: Any, cache: dict) -> _Compute | None:
@@ -316,7 +317,8 @@ def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], ca
         if measured_here or (accelerator is not None and candidate.accelerator == accelerator):
             worker = dp.compute_from_profile(candidate.profile).model_copy(
                 update={"source": "measured here" if measured_here else candidate.provenance})
-            out = _Compute(worker, candidate.profile.steady_state.iteration.relative_ci95_halfwidth, True, "")
+            out = _Compute(worker, candidate.profile.steady_state.iteration.relative_ci95_halfwidth, True, "",
+                           candidate.label)
             break
     if out is None and accelerator is not None and catalog is not None:
         from trainwise.predict import device_model as dm
@@ -331,7 +333,7 @@ def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], ca
                                                     f"{accelerator} has ~{pred.memory_available_gib:.1f} GiB usable")
                 out = _Compute(dp.WorkerCompute(step_time_s=pred.iteration_s, per_worker_batch_size=char.per_device_batch,
                                                 source=f"{pred.provenance} (device model)"),
-                               pred.relative_error, pred.fits_memory, note)
+                               pred.relative_error, pred.fits_memory, note, item.label)
             except TrainwiseError:
                 out = None
     cache[key] = out
@@ -367,6 +369,11 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
             computes = [_compute_for(m.accelerator if m.offering_row is not None else None, item, siblings,
                                      context.catalog, cache) for m in group.members]
             if any(c is None for c in computes):
+                continue
+            # one row per group and job: the profile that measured the (first) cloud machine owns it,
+            # so its device memory and its init/validation apply
+            owner = next((c.owner for m, c in zip(group.members, computes) if m.offering_row is not None), item.label)
+            if owner != item.label:
                 continue
             fits = all(c.fits for c in computes)
             memory_note = "; ".join(c.memory_note for c in computes if c.memory_note)
@@ -439,8 +446,8 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
 
 
 def explain(frame: pd.DataFrame) -> None:
-    """`why` for each data-parallel row, against the best single-machine plan of the same profile,
-    epoch option and market (the objective's order: the planner's `rank`)."""
+    """`why` for each data-parallel row, against the best single-machine plan of the same epoch
+    option and market (the objective's order: the planner's `rank`; every profile of the job)."""
     if "parallelism" not in frame.columns:
         return
     kind = frame["parallelism"].astype(object).fillna("").to_numpy()
@@ -449,16 +456,16 @@ def explain(frame: pd.DataFrame) -> None:
     if not distributed.any():
         frame["why"] = why
         return
-    keys = ["profile", "epochs", "market"]
+    keys = ["epochs", "market"]
     single = frame[~distributed & frame["feasible"].to_numpy()]
     best: dict[tuple, dict[str, Any]] = {}
     for record in single.sort_values("rank", kind="stable")[keys + ["offering_id", "wall_s", "total_cost"]].astype(
-            {"profile": object, "market": object, "offering_id": object}).to_dict("records"):
-        best.setdefault((record["profile"], record["epochs"], record["market"]), record)
-    columns = keys + ["granularity", "price_per_hour", "network_usd_per_hour", "feasible", "excluded_by", "fits_memory",
+            {"market": object, "offering_id": object}).to_dict("records"):
+        best.setdefault((record["epochs"], record["market"]), record)
+    columns = keys + ["profile", "granularity", "price_per_hour", "network_usd_per_hour", "feasible", "excluded_by", "fits_memory",
                       "scaling_note", "communication_s", "wall_s", "total_cost", "rank"]
     subset = frame.iloc[np.flatnonzero(distributed)][columns].astype(
-        {"profile": object, "market": object, "excluded_by": object, "scaling_note": object})
+        {"market": object, "excluded_by": object, "scaling_note": object})
     texts = []
     for row in subset.to_dict("records"):
         reasons = []
@@ -475,7 +482,7 @@ def explain(frame: pd.DataFrame) -> None:
         if hourly > 0 and row["network_usd_per_hour"] > 0.5 * hourly:
             reasons.append(f"egress-bound: network {row['network_usd_per_hour']:.3g} $/h is "
                            f"{row['network_usd_per_hour'] / hourly:.0%} of its {hourly:.3g} $/h")
-        ref = best.get((row["profile"], row["epochs"], row["market"]))
+        ref = best.get((row["epochs"], row["market"]))
         if ref is not None:
             speed = ref["wall_s"] / row["wall_s"] if row["wall_s"] > 0 else math.inf
             cost = row["total_cost"] / ref["total_cost"] if ref["total_cost"] > 0 else math.inf
@@ -488,6 +495,8 @@ def explain(frame: pd.DataFrame) -> None:
                 reasons.append(versus)
         elif row["rank"] == 1:
             reasons.insert(0, "wins")
+        elif not reasons:
+            reasons.append(f"ranked {row['rank']:.0f}: no single-machine plan in this market to compare with")
         texts.append("; ".join(reasons))
     why[np.flatnonzero(distributed)] = texts
     frame["why"] = why

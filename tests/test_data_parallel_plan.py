@@ -1,0 +1,119 @@
+"""plan() with data-parallel candidates: multi-GPU, multi-node, Hivemind, hybrid, and why they lose."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from trainwise.catalog import load_catalog
+from trainwise.cli import main
+from trainwise.errors import TrainwiseError
+from trainwise.plan import Objective, PlanOptions, plan
+from trainwise.plan.distributed import DistributedOptions, GroupSpec, PeerSpec, options_from_cli
+from trainwise.plan.synthetic import synthetic_profile
+
+HERE = "this-host"
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog("packaged")
+
+
+def v100(**kw):
+    return synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", workload="job", **kw)
+
+
+def cpu_here(**kw):
+    return synthetic_profile(host=HERE, iteration_s=kw.pop("iteration_s", 0.4), workload="job", **kw)
+
+
+def options(**kw):
+    return PlanOptions(this_host=HERE, distributed=DistributedOptions(**kw))
+
+
+def test_single_machine_plans_are_unchanged_without_the_option(catalog):
+    result = plan([cpu_here(), v100(iteration_s=0.02)], catalog, Objective(kind="fastest"), options=PlanOptions(this_host=HERE))
+    assert "parallelism" not in result.plans.columns and "why" not in result.plans.columns
+
+
+def test_plan_ranks_data_parallel_groups_and_says_why(catalog):
+    # a long job (2 s per step, 10,000 steps per epoch) that a V100 was measured on
+    profiles = [cpu_here(batches_per_epoch=10_000), v100(iteration_s=2.0, batches_per_epoch=10_000)]
+    result = plan(profiles, catalog, Objective(kind="fastest"), options=options())
+    plans = result.plans
+    kinds = set(plans["parallelism"].astype(str))
+    assert {"", "ddp-node", "ddp-multi-node", "hivemind"} <= kinds
+    offering_ids = plans["offering_id"].astype(str)
+    assert offering_ids.str.startswith("multi-node/").any() and offering_ids.str.startswith("hybrid/local+").any()
+    assert offering_ids.str.startswith("hivemind-geo/").any()
+    distributed = plans[plans["parallelism"].astype(str) != ""]
+    assert (distributed["why"].astype(str) != "").all()  # every data-parallel row says why it wins or loses
+    assert distributed["time_provenance"].astype(str).str.startswith("modelled ±").all()
+    # 8 V100s in one machine beat one V100 on a long job: the winner is data parallel and says so
+    best = result.primary.iloc[0]
+    assert best["parallelism"] != "" and best["workers"] > 1 and str(best["why"]).startswith("wins")
+    # the group's network cost is part of its total
+    row = distributed[distributed["network_usd_per_hour"] > 0].iloc[0]
+    assert row["total_cost"] == pytest.approx(row["compute_cost"] + row["egress_cost"] + row["storage_cost"]
+                                              + row["network_egress_cost"])
+    assert any("Hivemind rows" in a for a in result.assumptions)
+
+
+def test_small_tbs_is_communication_bound(catalog):
+    result = plan([v100(iteration_s=0.02)], catalog, Objective(kind="cheapest"), options=options(target_batch_size=64))
+    hivemind = result.plans[result.plans["parallelism"].astype(str) == "hivemind"]
+    assert len(hivemind) and (hivemind["granularity"] < 1).all()
+    assert hivemind["why"].astype(str).str.contains("communication-bound: G = ").all()
+
+
+def test_geo_group_of_a_large_model_is_egress_bound(catalog):
+    v100_offerings = catalog.offerings[(catalog.offerings["accelerator"] == "V100")
+                                       & (catalog.offerings["accelerator_count"] == 1) & (catalog.offerings["cloud"] == "gcp")]
+    regions = {}
+    for offering_id, region in zip(v100_offerings["offering_id"], v100_offerings["region"]):
+        regions.setdefault(region.split("-")[0], offering_id)
+    assert {"us", "europe", "asia"} <= set(regions)
+    group = GroupSpec(name="geo", peers=tuple(PeerSpec(offering=regions[k], count=2) for k in ("us", "europe", "asia")))
+    profile = v100(iteration_s=0.05, parameters=500_000_000)
+    result = plan([profile], catalog, Objective(kind="cheapest"),
+                  options=options(groups=(group,), target_batch_size=8192, hivemind=False, node_counts=(2,)))
+    row = result.plans[result.plans["offering_id"] == "hivemind/geo"].iloc[0]
+    assert row["network_usd_per_hour"] > row["price_per_hour"]
+    assert "egress-bound" in row["why"]
+
+
+def test_memory_reason(catalog):
+    # the job needs 20 GiB on the device: no 16 GiB V100 holds it, in any group
+    profiles = [cpu_here(), v100(iteration_s=0.02, peak_device_bytes=20 * 2**30)]
+    result = plan(profiles, catalog, Objective(kind="fastest"), options=options(node_counts=(2,)))
+    v100_groups = result.plans[(result.plans["accelerator"] == "V100") & (result.plans["parallelism"].astype(str) != "")
+                               & (result.plans["accelerator_memory_gib"] < 20)]
+    assert len(v100_groups) and not v100_groups["feasible"].any()
+    assert v100_groups["why"].astype(str).str.contains("excluded by model-fit").all()
+
+
+def test_user_groups_and_cli_errors(catalog, tmp_path):
+    bad = tmp_path / "groups.yaml"
+    bad.write_text(yaml.safe_dump([{"name": "g", "peers": [{"offering": "no/such/offering", "count": 2}]}]))
+    with pytest.raises(TrainwiseError, match="no offering"):
+        plan([v100(iteration_s=0.02)], catalog, options=PlanOptions(this_host=HERE,
+                                                                   distributed=options_from_cli(groups_path=bad)))
+    with pytest.raises(TrainwiseError, match="--nodes must be"):
+        options_from_cli(nodes=[1])
+
+
+def test_plan_cli_distributed_json(tmp_path, capsys):
+    path = tmp_path / "v100.json"
+    v100(iteration_s=2.0, batches_per_epoch=5000).save(path)
+    code = main(["plan", "--profile", str(path), "--distributed", "--node-counts", "2", "--objective", "fastest",
+                 "--json", "--report", str(tmp_path / "report"), "--target-batch-size", "4096"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    payload = json.loads(captured.out)
+    rows = [r for r in payload["plans"] if r.get("parallelism")]
+    assert rows and all(r["why"] for r in rows) and all("granularity" in r for r in rows)
+    code = main(["plan", "--profile", str(path), "--network", str(tmp_path / "x.json")])
+    assert code == 2 and "need --distributed" in capsys.readouterr().err
