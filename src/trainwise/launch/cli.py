@@ -28,6 +28,7 @@ def launch_command(
     trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the cluster (default trainwise==VERSION)")] = None,
     work_dir: Annotated[Path, typer.Option(help="Local backend: where each run's staged data, log and working files go")] = Path("trainwise-out/runs"),
     timeout: Annotated[Optional[float], typer.Option(help="Local backend: kill the training after this many seconds")] = None,
+    validate: Annotated[str, typer.Option("--validate", help="auto (SkyPilot's loader when installed, else the packaged schema), skypilot or packaged")] = "auto",
 ) -> None:
     """Run a saved plan: a SkyPilot task on the plan's cloud (managed job for spot), or here with --backend local."""
     from trainwise.launch.command import launch
@@ -35,7 +36,7 @@ def launch_command(
     if _passthrough():
         raise TrainwiseError("launch takes no command after `--`: the training command is in the plan (trainwise plan --save PLAN -- python train.py)")
     launch(plan, dry_run=dry_run, backend=backend, output=output, workdir=workdir, trainwise_spec=trainwise_spec,
-           work_dir=work_dir, timeout_s=timeout, console=console)
+           work_dir=work_dir, timeout_s=timeout, console=console, validator=validate)
 
 
 def sweep_command(
@@ -50,10 +51,12 @@ def sweep_command(
     trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the clusters")] = None,
     provisioning_minutes: Annotated[float, typer.Option(help="Boot time added to a cloud candidate's full-training cost (seed 004: 15-20 min)")] = 17.5,
     timeout: Annotated[Optional[float], typer.Option(help="Kill a local target's profile after this many seconds")] = None,
+    validate: Annotated[str, typer.Option("--validate", help="Cloud tasks: auto, skypilot or packaged")] = "auto",
 ) -> None:
     """Profile the job briefly on every candidate (Malta methodology 2), plan from the measured profiles, and compare the sweep's cost with profiling by full training."""
     from trainwise.launch.command import sweep
 
     sweep(candidates=candidates, command=_passthrough(), workload=workload, iterations=iterations,
           max_seconds=max_seconds, epochs=epochs, out_dir=out_dir, results_uri=results_uri, dry_run=dry_run,
-          trainwise_spec=trainwise_spec, provisioning_minutes=provisioning_minutes, timeout_s=timeout, console=console)
+          trainwise_spec=trainwise_spec, provisioning_minutes=provisioning_minutes, timeout_s=timeout, console=console,
+          validator=validate)

@@ -42,6 +42,11 @@ def save_plan(result: Any, path: Path, *, catalog_name: str, passthrough: list[s
     document = build_plan_document(result, load_catalog(catalog_name), command=command,
                                    workload=None if profile_paths else workload,
                                    profile_path=str(profile_paths[0]) if profile_paths else None, **choices)
+    if not passthrough:
+        origin = (f"the command profile {profile_paths[0]} measured (its own epoch count)" if profile_paths
+                  else f"the reference workload {workload} at {result.primary_epochs} epochs")
+        document = document.model_copy(update={"notes": [*document.notes, f"training command: {origin}; give yours "
+                                                                          "after `--` to run something else"]})
     written = document.save(path)
     p = document.prediction
     console.print(f"plan saved to [bold]{written}[/bold]: {document.offering.offering_id} "
@@ -64,7 +69,8 @@ def show_history(console: Console) -> None:
 
 
 def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None, workdir: str | None,
-           trainwise_spec: str | None, work_dir: Path, timeout_s: float | None, console: Console) -> None:
+           trainwise_spec: str | None, work_dir: Path, timeout_s: float | None, console: Console,
+           validator: str = "auto") -> None:
     from trainwise.launch.plan_document import load_plan
 
     plan = load_plan(plan_path)
@@ -88,19 +94,12 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
         return
     if backend != "sky":
         raise TrainwiseError(f"--backend {backend}: use sky (SkyPilot, the default) or local")
-    from trainwise.launch.skypilot_task import dump_yaml, skypilot_installed, task_config, validate_packaged
+    from trainwise.launch.skypilot_task import dump_yaml, task_config, validate
 
     config = task_config(plan, workdir=workdir, trainwise_spec=trainwise_spec)
     text = dump_yaml(config)
     target = output or plan_path.with_suffix(".sky.yaml")
-    validate_packaged(config)
-    if skypilot_installed():
-        from trainwise.launch.skypilot_task import validate_with_skypilot
-
-        validate_with_skypilot(config)
-        how = "validated by SkyPilot's own loader (sky.Task.from_yaml_config + Task.validate)"
-    else:
-        how = "validated against trainwise's packaged schema (SkyPilot is not installed)"
+    how = validate(config, validator)
     atomic_write_text(target, text)
     console.print(f"SkyPilot task written to [bold]{target}[/bold], {how}")
     if dry_run:
@@ -117,7 +116,8 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
 
 def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str, iterations: int, max_seconds: float,
           epochs: int, out_dir: Path, results_uri: str | None, dry_run: bool, trainwise_spec: str | None,
-          provisioning_minutes: float, timeout_s: float | None, console: Console) -> dict[str, Any]:
+          provisioning_minutes: float, timeout_s: float | None, console: Console,
+          validator: str = "auto") -> dict[str, Any]:
     from trainwise import __version__
     from trainwise.catalog import load_catalog
     from trainwise.launch import sweep as sw
@@ -139,21 +139,17 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
         if not results_uri:
             raise TrainwiseError("cloud candidates write their profiles to a bucket: add --results-uri s3://BUCKET/PATH")
         from trainwise.launch.plan_document import portable_command
-        from trainwise.launch.skypilot_task import dump_yaml, skypilot_installed, validate_packaged
+        from trainwise.launch.skypilot_task import dump_yaml, validate
 
         spec = trainwise_spec or f"trainwise=={__version__}"
         for candidate in cloud:
             config = sw.cloud_profile_task(candidate, portable_command(job), results_uri, iterations=iterations,
                                            max_seconds=max_seconds, workload=job_workload, catalog=catalog,
                                            trainwise_spec=spec)
-            validate_packaged(config, catalog)
-            if skypilot_installed():
-                from trainwise.launch.skypilot_task import validate_with_skypilot
-
-                validate_with_skypilot(config)
+            how = validate(config, validator, catalog)
             configs[candidate.name] = config
             path = atomic_write_text(out_dir / f"{candidate.name}.sky.yaml", dump_yaml(config))
-            console.print(f"sweep task for {candidate.offering_id}: [bold]{path}[/bold]")
+            console.print(f"sweep task for {candidate.offering_id}: [bold]{path}[/bold], {how}")
     if dry_run:
         console.print("dry run: cloud sweep tasks written, nothing launched" + (
             "; local targets are not run in a dry run" if local else ""))

@@ -97,15 +97,17 @@ def _duration(seconds: float) -> str:
 
 
 def history_table(records: list[RunRecord]) -> Table:
+    """Predicted vs actual per run; each row's prediction source is in the caption lines below it."""
     table = Table(title=f"Past runs: predicted vs actual ({history_dir()})")
-    for column in ("run", "finished", "ran on", "how", "predicted", "actual", "error", "predicted $", "actual $",
-                   "prediction source"):
+    for column in ("run", "ran on", "predicted", "actual", "error", "predicted $", "actual $"):
         table.add_column(column, overflow="fold")
     for r in records:
         error = r.relative_error
-        table.add_row(r.run_id, r.finished_at, r.ran_on, r.executed_with, _duration(r.predicted.training_s),
-                      _duration(r.measured_training_s), "—" if error is None else f"{error:+.1%}",
-                      f"{r.predicted.cost_usd:.4f}", f"{r.measured_cost_usd:.4f}", r.prediction_note)
+        table.add_row(r.run_id, r.ran_on, _duration(r.predicted.training_s), _duration(r.measured_training_s),
+                      "—" if error is None else f"{error:+.1%}", f"{r.predicted.cost_usd:.4f}", f"{r.measured_cost_usd:.4f}")
+    table.caption = "\n".join(f"{r.run_id}: {r.executed_with}, finished {r.finished_at}; predicted: {r.prediction_note}; "
+                              f"actual: measured here, cost at {r.price_per_hour:.4f} $/h ({r.price_source})" for r in records)
+    table.caption_justify = "left"
     return table
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import posixpath
 import re
 from collections.abc import Callable
 from typing import Any, Literal
@@ -225,8 +224,22 @@ def task_config(plan: PlanDocument, *, workdir: str | None = None, trainwise_spe
     return config
 
 
+class _TaskDumper(yaml.SafeDumper):
+    """yaml.SafeDumper that writes multi-line scripts as `|` blocks (readable `setup`/`run`); PyYAML
+    falls back to a quoted scalar whenever a block cannot represent the text exactly."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_TaskDumper.add_representer(str, _represent_str)
+
+
 def dump_yaml(config: dict[str, Any]) -> str:
-    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, allow_unicode=False)
+    text = yaml.dump(config, Dumper=_TaskDumper, sort_keys=False, default_flow_style=False, allow_unicode=False)
     safety.assert_no_secrets([text], "the SkyPilot task")
     return text
 
@@ -260,17 +273,43 @@ def validate_packaged(config: dict[str, Any], catalog: Any | None = None) -> Tas
         if rows.empty:
             raise TrainwiseError(f"region {spec.resources.region!r} has no {spec.resources.cloud} offering in the "
                                  f"{catalog.name} catalog")
-    if spec.resources.instance_type is not None and not (rows["instance_type"] == spec.resources.instance_type).any():
-        raise TrainwiseError(f"instance type {spec.resources.instance_type!r} is not offered by {spec.resources.cloud} "
-                             f"in {spec.resources.region or 'any region'} ({catalog.name} catalog)")
+    if spec.resources.instance_type is not None:
+        rows = rows[rows["instance_type"] == spec.resources.instance_type]
+        if rows.empty:
+            raise TrainwiseError(f"instance type {spec.resources.instance_type!r} is not offered by {spec.resources.cloud} "
+                                 f"in {spec.resources.region or 'any region'} ({catalog.name} catalog)")
     if spec.resources.accelerators is not None:
         (name, count), = spec.resources.accelerators.items()
         names = rows["source_accelerator"].fillna(rows["accelerator"]).astype(str).str.lower()
         match = rows[(names == name.lower()) | (rows["accelerator"].astype(str).str.lower() == name.lower())]
+        where = f"{spec.resources.instance_type} in " if spec.resources.instance_type else ""
         if match.empty:
-            raise TrainwiseError(f"accelerator {name!r} is not offered by {spec.resources.cloud} in "
+            raise TrainwiseError(f"accelerator {name!r} is not offered by {spec.resources.cloud} {where}"
                                  f"{spec.resources.region or 'any region'} ({catalog.name} catalog)")
+        if not name.lower().startswith("tpu-") and not (match["accelerator_count"] == float(count)).any():
+            have = ", ".join(f"{c:g}" for c in sorted(match["accelerator_count"].unique()))
+            raise TrainwiseError(f"accelerator {name}:{count:g} is not offered by {spec.resources.cloud} {where}"
+                                 f"{spec.resources.region or 'any region'} (counts offered: {have})")
     return spec
+
+
+VALIDATORS = ("auto", "skypilot", "packaged")
+
+
+def validate(config: dict[str, Any], validator: str = "auto", catalog: Any | None = None) -> str:
+    """Validate with SkyPilot (`auto` when it is installed, or `skypilot`) and/or the packaged
+    schema; returns how it was validated, in words."""
+    if validator not in VALIDATORS:
+        raise TrainwiseError(f"--validate {validator}: use one of {', '.join(VALIDATORS)}")
+    validate_packaged(config, catalog)
+    if validator == "packaged":
+        return "validated against trainwise's packaged schema and catalog"
+    if not skypilot_installed():
+        if validator == "skypilot":
+            raise TrainwiseError("--validate skypilot: SkyPilot is not installed: pip install 'skypilot==0.14.1'")
+        return "validated against trainwise's packaged schema and catalog (SkyPilot is not installed)"
+    validate_with_skypilot(config)
+    return "validated by SkyPilot's own loader (sky.Task.from_yaml_config + Task.validate) and the packaged schema"
 
 
 def validate_with_skypilot(config: dict[str, Any]) -> Any:
@@ -323,6 +362,3 @@ def time_estimator(plan: PlanDocument) -> Callable[[Any], int]:
 
     return estimate
 
-
-def posix_join(*parts: str) -> str:
-    return posixpath.join(*parts)

@@ -101,6 +101,27 @@ def item_seed(seed: int, split: str, index: int) -> int:
     return (seed * 1_000_003 + split_code * 7_919 + index * 2_654_435_761) % (2**63 - 1)
 
 
+def save_final_model(model: torch.nn.Module, name: str) -> str | None:
+    """Write the trained weights to ``$TRAINWISE_MODEL_DIR/<name>.safetensors`` when a launcher asks
+    for them (``trainwise launch`` sets the variable; plain runs save nothing). Rank 0 only under
+    DDP; written to a temporary file and renamed, so a reader never sees half a model."""
+    import os
+
+    directory = os.environ.get("TRAINWISE_MODEL_DIR")
+    if not directory or os.environ.get("RANK", "0") != "0":
+        return None
+    from safetensors.torch import save_file
+
+    module = getattr(model, "module", model)  # unwrap DistributedDataParallel
+    tensors = {key: value.detach().cpu().contiguous() for key, value in module.state_dict().items()}
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{name}.safetensors")
+    tmp = f"{path}.tmp"
+    save_file(tensors, tmp)
+    os.replace(tmp, path)
+    return path
+
+
 def is_distributed() -> bool:
     """Started by torchrun (or `trainwise run --engine ddp`) with more than one worker."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -50,6 +50,7 @@ from trainwise.workloads._common import (
     parse_args,
     print_epoch,
     print_header,
+    save_final_model,
     setup,
     shuffle_generator,
 )
@@ -292,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 total += y.size(0)
         print_epoch(epoch, args.epochs, train_loss / max(seen, 1), val_loss / max(total, 1),
                     correct / max(total, 1), time.perf_counter() - start)
+    save_final_model(model, NAME)
     return 0
 
 

@@ -1,0 +1,200 @@
+"""Plan → SkyPilot task: resources, mounts, setup/run, validation by the real `skypilot` package
+(offline: its catalog written from the packaged snapshot under a temporary HOME), the packaged
+schema, the time estimator, and what the `run` script really executes under bash."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launch_helpers import ARGV_RECORDER, COMMAND, catalog, four_plans, plan_for
+from trainwise.errors import TrainwiseError
+from trainwise.launch.skypilot_task import dump_yaml, task_config, time_estimator, validate_packaged
+
+
+def test_single_node_on_demand_task():
+    config = task_config(four_plans()["on-demand"])
+    assert config["resources"] == {"cloud": "aws", "region": "us-east-1", "instance_type": "p3.2xlarge",
+                                   "accelerators": {"V100": 1}, "use_spot": False, "disk_size": 100}
+    assert config["num_nodes"] == 1
+    assert config["file_mounts"] == {"/trainwise/model": {"source": "s3://tw-models/mnist", "mode": "MOUNT"}}
+    assert "python -m pip install trainwise==0.1.0" in config["setup"]
+    assert config["run"].splitlines()[-1] == "trainwise run --engine local --output /tmp/run-node\"${SKYPILOT_NODE_RANK}\".json -- python train.py --epochs 3 --lr 0.1"
+
+
+def test_spot_task_is_a_recoverable_managed_job_with_buckets():
+    config = task_config(four_plans()["spot"])
+    assert config["resources"]["use_spot"] is True
+    assert config["resources"]["job_recovery"] == {"strategy": "FAILOVER", "max_restarts_on_errors": 3}
+    assert config["file_mounts"]["/trainwise/data"] == {"source": "s3://tw-datasets/mnist", "mode": "COPY"}
+    assert config["file_mounts"]["/trainwise/checkpoints"] == {"source": "s3://tw-checkpoints/mnist", "mode": "MOUNT"}
+    assert config["envs"]["TRAINWISE_CHECKPOINT_DIR"] == "/trainwise/checkpoints"
+    assert "--checkpoint-dir /trainwise/checkpoints" in config["run"]
+
+
+def test_spot_without_checkpoint_bucket_is_refused():
+    with pytest.raises(TrainwiseError, match="checkpoint bucket"):
+        task_config(plan_for("aws/use1-az1/p3.2xlarge", spot=True))
+    with pytest.raises(TrainwiseError, match="local path"):
+        task_config(plan_for("aws/use1-az1/p3.2xlarge", spot=True, checkpoint_uri="/home/me/ckpt"))
+
+
+def test_gcp_task_names_host_zone_and_accelerator():
+    config = task_config(four_plans()["hivemind"])
+    assert config["resources"]["cloud"] == "gcp" and config["resources"]["zone"] == "us-central1-a"
+    assert config["resources"]["instance_type"] == "n1-standard-8"
+    assert config["resources"]["accelerators"] == {"T4": 1}
+    assert config["num_nodes"] == 4
+
+
+def test_local_offering_is_not_a_cloud_task():
+    plan = plan_for("aws/use1-az1/p3.2xlarge")
+    local = plan.model_copy(update={"offering": plan.offering.model_copy(update={"cloud": "local", "kind": "on_premise"})})
+    with pytest.raises(TrainwiseError, match="--backend local"):
+        task_config(local)
+
+
+def test_yaml_round_trips_and_packaged_schema_accepts_all_four():
+    for plan in four_plans().values():
+        config = task_config(plan)
+        text = dump_yaml(config)
+        assert yaml.safe_load(text) == config
+        validate_packaged(config, catalog())
+
+
+@pytest.mark.parametrize("field,value,fragment", [
+    ("instance_type", "p9.bogus", "instance type 'p9.bogus'"),
+    ("region", "mars-1", "region 'mars-1'"),
+    ("accelerators", {"A100-80GB": 1}, "accelerator 'A100-80GB' is not offered by aws p3.2xlarge"),
+    ("accelerators", {"V100": 2}, "V100:2 is not offered"),
+    ("disk_size", 1, "disk_size"),
+    ("use_spots", True, "use_spots"),
+])
+def test_packaged_schema_rejects_bad_resources(field, value, fragment):
+    config = task_config(four_plans()["on-demand"])
+    config["resources"][field] = value
+    with pytest.raises(TrainwiseError, match=fragment.replace("(", r"\(")):
+        validate_packaged(config, catalog())
+
+
+def test_time_estimator_gives_trainwise_times_per_accelerator():
+    from trainwise.launch.plan_document import Alternative
+
+    plan = plan_for("aws/use1-az1/p3.2xlarge", training_s=1234.4)
+    plan = plan.model_copy(update={"alternatives": [Alternative(accelerator="T4", sky_accelerator="T4", accelerator_count=1,
+                                                                instance_types=["g4dn.xlarge"], training_s=5000.0,
+                                                                time_source="test input")]})
+    estimate = time_estimator(plan)
+
+    class Resources:  # the two attributes SkyPilot's optimizer's Resources exposes to an estimator
+        def __init__(self, accelerators, instance_type=None):
+            self.accelerators, self.instance_type = accelerators, instance_type
+
+    assert estimate(Resources({"V100": 1})) == 1234
+    assert estimate(Resources({"t4": 1})) == 5000
+    assert estimate(Resources(None, "g4dn.xlarge")) == 5000
+    with pytest.raises(ValueError, match="no prediction"):
+        estimate(Resources({"H100": 8}))
+
+
+# ---------------------------------------------------------------- the real skypilot package
+
+SKY_CHECK = textwrap.dedent("""
+    import json, sys
+    from trainwise.launch.sky_catalog import write_skypilot_catalog
+    import os
+    write_skypilot_catalog(os.environ["HOME"])
+    import sky
+    from trainwise.launch.plan_document import load_plan
+    from trainwise.launch.skypilot_task import time_estimator
+    out = {}
+    for name in sys.argv[1:]:
+        task = sky.Task.from_yaml(name + ".yaml")
+        try:
+            task.validate()
+        except Exception as exc:
+            out[name] = {"error": type(exc).__name__ + ": " + str(exc)[:200]}
+            continue
+        (r,) = task.resources
+        task.set_time_estimator(time_estimator(load_plan(name + ".plan.json")))
+        out[name] = {"cloud": str(r.cloud), "region": r.region, "zone": r.zone, "instance_type": r.instance_type,
+                     "accelerators": r.accelerators, "use_spot": r.use_spot, "num_nodes": task.num_nodes,
+                     "recovery": r.job_recovery, "estimate_s": task.estimate_runtime(r),
+                     "storage": sorted(task.storage_mounts), "run": task.run}
+    print(json.dumps(out, default=str))
+""")
+
+
+def test_real_skypilot_loads_all_four_offline(tmp_path):
+    pytest.importorskip("sky")
+    home = tmp_path / "home"
+    home.mkdir()
+    names = []
+    for name, plan in four_plans().items():
+        (tmp_path / f"{name}.yaml").write_text(dump_yaml(task_config(plan)))
+        plan.save(tmp_path / f"{name}.plan.json")
+        names.append(name)
+    broken = task_config(four_plans()["on-demand"])
+    broken["resources"]["instance_type"] = "p9.bogus"
+    (tmp_path / "broken.yaml").write_text(dump_yaml(broken))
+    four_plans()["on-demand"].save(tmp_path / "broken.plan.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "SKYPILOT_"))}
+    env.update(HOME=str(home), NO_PROXY="*")
+    done = subprocess.run([sys.executable, "-c", SKY_CHECK, *names, "broken"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["on-demand"]["cloud"] == "AWS" and out["on-demand"]["instance_type"] == "p3.2xlarge"
+    assert out["on-demand"]["accelerators"] == {"V100": 1} and out["on-demand"]["use_spot"] is False
+    assert out["on-demand"]["estimate_s"] == 3600
+    assert out["spot"]["use_spot"] is True and out["spot"]["recovery"]["strategy"] == "FAILOVER"
+    assert out["spot"]["storage"] == ["/trainwise/checkpoints", "/trainwise/data", "/trainwise/model"]
+    assert out["ddp"]["num_nodes"] == 2 and out["ddp"]["accelerators"] == {"V100": 4}
+    assert "--nnodes \"${SKYPILOT_NUM_NODES}\" --node-rank \"${SKYPILOT_NODE_RANK}\"" in out["ddp"]["run"]
+    assert out["hivemind"]["cloud"] == "GCP" and out["hivemind"]["zone"] == "us-central1-a"
+    assert out["hivemind"]["num_nodes"] == 4 and out["hivemind"]["use_spot"] is True
+    assert "Invalid instance type 'p9.bogus'" in out["broken"]["error"]
+
+
+# ---------------------------------------------------------------- what bash really runs
+
+
+def run_script(script: str, tmp_path: Path, **env_vars: str) -> list[list[str]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    recorder = bin_dir / "trainwise"
+    recorder.write_text(ARGV_RECORDER)
+    recorder.chmod(0o755)
+    calls = Path(f"{recorder}.calls")
+    calls.unlink(missing_ok=True)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), **env_vars}
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in calls.read_text().splitlines()]
+
+
+def test_multinode_ddp_run_gets_node_rank_and_head_address(tmp_path):
+    script = task_config(four_plans()["ddp"])["run"]
+    (argv,) = run_script(script, tmp_path, SKYPILOT_NODE_RANK="1", SKYPILOT_NUM_NODES="2",
+                         SKYPILOT_NODE_IPS="10.0.0.5\n10.0.0.6", SKYPILOT_NUM_GPUS_PER_NODE="4")
+    assert argv == ["run", "--engine", "ddp", "--nproc", "4", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                    "10.0.0.5", "--master-port", "29500", "--checkpoint-dir", "/trainwise/checkpoints", "--output",
+                    "/trainwise/checkpoints/run-node1.json", "--", *COMMAND]
+
+
+def test_hivemind_run_joins_the_head_peer_except_on_the_head(tmp_path):
+    script = task_config(four_plans()["hivemind"])["run"]
+    ips = "10.1.0.1\n10.1.0.2\n10.1.0.3\n10.1.0.4"
+    (head,) = run_script(script, tmp_path, SKYPILOT_NODE_RANK="0", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
+    (other,) = run_script(script, tmp_path, SKYPILOT_NODE_RANK="2", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
+    assert head[:7] == ["run", "--engine", "hivemind", "--peers", "1", "--target-batch-size", "4096"]
+    assert "--initial-peers" not in head
+    assert other[7:9] == ["--initial-peers", "/ip4/10.1.0.1/tcp/31337"]
+    assert other[other.index("--") + 1:] == COMMAND
