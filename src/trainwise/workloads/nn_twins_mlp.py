@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from trainwise.workloads.synthetic_data import NUM_CLASSES, NUM_FEATURES, synth_access_patterns  # noqa: F401 - re-exported
 from trainwise.workloads._common import (
     build_parser,
     distributed_setup,
@@ -57,8 +58,6 @@ DEFAULTS = {
     "val_samples": 11_674,  # §6.2.1 (test set used as validation)
     "lr": 0.001,  # §4.1.1, RMSProp
 }
-NUM_FEATURES = 5
-NUM_CLASSES = 3
 FEATURE_NAMES = ("req_size_min", "req_size_avg", "req_size_max", "n_file_ids", "avg_req_distance")
 
 
@@ -87,24 +86,6 @@ def build_model() -> nn.Module:
 
 def build_optimizer(model: nn.Module, lr: float = DEFAULTS["lr"]) -> torch.optim.Optimizer:
     return torch.optim.RMSprop(model.parameters(), lr=lr, alpha=0.9, eps=1e-7, momentum=0.9)
-
-
-def synth_access_patterns(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` raw (untransformed) observations with 5 metrics and their class (0, 1, 2)."""
-    y = rng.integers(0, NUM_CLASSES, size=n)
-    size = np.exp(rng.uniform(np.log(1024), np.log(16 * 2**20), size=n))  # bytes
-    spread_lo = rng.uniform(0.3, 1.0, size=n)
-    spread_hi = rng.uniform(1.0, 3.0, size=n)
-    procs = rng.integers(8, 513, size=n).astype(np.float64)
-    n_files = np.where(y == 0, procs * rng.uniform(0.9, 1.0, size=n), rng.integers(1, 4, size=n))
-    contiguous_gap = size * rng.exponential(0.05, size=n)  # almost back-to-back requests
-    strided_gap = (procs - 1) * size * rng.uniform(0.8, 1.2, size=n)
-    distance = np.where(y == 2, strided_gap, contiguous_gap)
-    x = np.stack([size * spread_lo, size, size * spread_hi, n_files, distance], axis=1)
-    x *= rng.lognormal(0.0, 0.1, size=x.shape)  # measurement noise
-    flip = rng.random(n) < 0.01  # 1 % label noise
-    y = np.where(flip, rng.integers(0, NUM_CLASSES, size=n), y)
-    return x, y.astype(np.int64)
 
 
 def build_datasets(

@@ -36,6 +36,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from trainwise.workloads.synthetic_data import (  # noqa: F401 - re-exported
+    NEGATIVE_WORDS,
+    POSITIVE_WORDS,
+    SEQ_LEN,
+    VOCAB_SIZE,
+    synth_reviews,
+)
 from trainwise.workloads._common import (
     build_parser,
     loader_kwargs,
@@ -54,13 +61,8 @@ DEFAULTS = {
     "val_samples": 10_000,  # §6.2.2
     "lr": 0.001,  # not in the seed: Keras' Adam default (assumption)
 }
-VOCAB_SIZE = 20_000
-SEQ_LEN = 300
 EMBED_DIM = 128
 LSTM_UNITS = 128
-# Disjoint id ranges of "sentiment words" (frequent-ish ids, as sentiment words are).
-POSITIVE_WORDS = (50, 250)
-NEGATIVE_WORDS = (250, 450)
 
 
 class SentimentLSTM(nn.Module):
@@ -93,26 +95,6 @@ def build_model() -> nn.Module:
 
 def build_optimizer(model: nn.Module, lr: float = DEFAULTS["lr"]) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=lr, eps=1e-7)
-
-
-def synth_reviews(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` pre-padded int32 token sequences (n x 300) and float32 labels (1 = positive)."""
-    labels = rng.integers(0, 2, size=n)
-    lengths = np.clip(np.rint(rng.lognormal(np.log(120), 0.6, size=n)), 10, SEQ_LEN).astype(np.int64)
-    words = np.exp(rng.uniform(0.0, np.log(VOCAB_SIZE - 1), size=(n, SEQ_LEN))).astype(np.int64)
-    words = np.clip(words, 1, VOCAB_SIZE - 1)
-    # sentiment words: 6 % of positions from the review's own polarity, 2 % from the other
-    u = rng.random((n, SEQ_LEN))
-    own_lo = np.where(labels == 1, POSITIVE_WORDS[0], NEGATIVE_WORDS[0])[:, None]
-    other_lo = np.where(labels == 1, NEGATIVE_WORDS[0], POSITIVE_WORDS[0])[:, None]
-    span = POSITIVE_WORDS[1] - POSITIVE_WORDS[0]
-    offsets = rng.integers(0, span, size=(n, SEQ_LEN))
-    words = np.where(u < 0.06, own_lo + offsets, words)
-    words = np.where((u >= 0.06) & (u < 0.08), other_lo + offsets, words)
-    # pre-padding (Keras pad_sequences default): the last `length` positions hold the review
-    positions = np.arange(SEQ_LEN)[None, :]
-    words = np.where(positions >= SEQ_LEN - lengths[:, None], words, 0)
-    return words.astype(np.int32), labels.astype(np.float32)
 
 
 def build_datasets(
