@@ -105,15 +105,17 @@ def test_user_groups_and_cli_errors(catalog, tmp_path):
         options_from_cli(nodes=[1])
 
 
-def test_plan_cli_distributed_json(tmp_path, capsys):
+def test_plan_cli_distributed(tmp_path, capsys):
     path = tmp_path / "v100.json"
     v100(iteration_s=2.0, batches_per_epoch=5000).save(path)
+    report = tmp_path / "report"
     code = main(["plan", "--profile", str(path), "--distributed", "--node-counts", "2", "--objective", "fastest",
-                 "--json", "--report", str(tmp_path / "report"), "--target-batch-size", "4096"])
+                 "--cloud", "lambda", "--report", str(report), "--target-batch-size", "4096", "--out-dir", str(tmp_path)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    payload = json.loads(captured.out)
+    payload = json.loads((report / "plan.json").read_text())
     rows = [r for r in payload["plans"] if r.get("parallelism")]
     assert rows and all(r["why"] for r in rows) and all("granularity" in r for r in rows)
+    assert any("Hivemind rows: TBS 4096" in a for a in payload["assumptions"])
     code = main(["plan", "--profile", str(path), "--network", str(tmp_path / "x.json")])
     assert code == 2 and "need --distributed" in capsys.readouterr().err

@@ -147,6 +147,15 @@ class NetworkModel(_Frozen):
         return self.model_copy(update={"pairs": tuple(self.pairs) + tuple(pairs)})
 
 
+def uniform_network(bandwidth_bps: float, rtt_s: float, source: str = "given",
+                    tcp_window_bytes: float = 2.5e6) -> NetworkModel:
+    """Every pair of sites joined by the same link: an emulated or measured LAN/loopback setting
+    (e.g. `uniform_network(100e6, 0.05, "tc tbf 100 Mb/s + 50 ms relay")`)."""
+    link = Link(bandwidth_bps=bandwidth_bps, rtt_s=rtt_s, source=source)
+    return NetworkModel(description=f"uniform: {source}", tcp_window_bytes=tcp_window_bytes,
+                        levels={name: link for name in ("same_zone", "same_region", "same_continent", "inter_continent")})
+
+
 @lru_cache(maxsize=1)
 def seed_network() -> NetworkModel:
     """The packaged defaults from seed 003."""
