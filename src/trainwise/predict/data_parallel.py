@@ -53,7 +53,9 @@ from trainwise.predict.topology import Link, NetworkModel, Site, seed_network
 
 DDP_BUCKET_BYTES = 25 * 2**20          # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
 DDP_FIRST_BUCKET_BYTES = 1 * 2**20     # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-HIVEMIND_MATCHMAKING_MIN_S = 5.0       # seed 003 §3: "a minimum matchmaking time of 5 seconds"
+# seed 003 §3: "a minimum matchmaking time of 5 seconds" (hivemind's DecentralizedAverager default;
+# hivemind.Optimizer(matchmaking_time=...) defaults to 15 s in hivemind 1.1.12: pass what the run uses)
+HIVEMIND_MATCHMAKING_MIN_S = 5.0
 FP16_BYTES_PER_PARAMETER = 2.0         # seed 003 §3: FP16 compression for peer-to-peer communication
 LAMB_TBS_LIMIT = 65536                 # seed 003 §3 / DIGEST §4: LAMB works up to 64K
 BACKWARD_FRACTION = 2.0 / 3.0          # backward ≈ 2 × forward FLOPs: 2/3 of a step's compute
