@@ -160,6 +160,30 @@ def test_hivemind_costs_sum_vm_egress_and_loading(seed_egress):
     assert pred.bytes_sent_per_peer_per_round == pytest.approx(560_100_000 * 2)  # fp16, 2(N-1)/N = 1
 
 
+def gc_sites(**counts: int) -> list[Site]:
+    regions = {"us": "us-central1", "eu": "europe-west1", "asia": "asia-east1", "oce": "australia-southeast1"}
+    return [Site(name=f"{c}{i}", cloud="gcp", region=regions[c], zone=f"{regions[c]}-a", continent=c)
+            for c, k in counts.items() for i in range(k)]
+
+
+@pytest.mark.parametrize("model, params, n, measured_a, geo, measured_geo", [
+    # seed 003 §4 (T4 on GC, TBS 32K): the A (one zone) throughput, and the B/C experiment's
+    ("NLP", 560_100_000, 2, 211.4, {"us": 1, "eu": 1}, 177.3),                    # B-2
+    ("NLP", 560_100_000, 8, 575.1, {"us": 4, "eu": 4}, 575.1 * (1 - 0.22)),       # B-8: 22 % slower than A-8
+    ("NLP", 560_100_000, 8, 575.1, {"us": 2, "eu": 2, "asia": 2, "oce": 2}, 575.1 * (1 - 0.41)),  # C-8: 41 %
+    ("CV", 197_800_000, 2, 70.1, {"us": 1, "eu": 1}, 68.4),                       # B-2
+    ("CV", 197_800_000, 8, 261.9, {"us": 4, "eu": 4}, 261.9 * (1 - 0.02)),        # B-8: 2 %
+    ("CV", 197_800_000, 8, 261.9, {"us": 2, "eu": 2, "asia": 2, "oce": 2}, 261.9 * (1 - 0.07)),  # C-8: 7 %
+])
+def test_geo_penalty_from_a_measured_single_zone_run(model, params, n, measured_a, geo, measured_geo):
+    """The seed's transatlantic and intercontinental slowdowns, predicted from its intra-zone runs
+    with the packaged link matrix (out of sample: the matrix is the seed's iperf/ping figures,
+    no throughput was fitted): within 15 %."""
+    predicted = dp.transfer_measured_throughput(measured_a, 32768, params, gc_sites(us=n), gc_sites(**geo))
+    assert predicted == pytest.approx(measured_geo, rel=0.15)
+    assert predicted <= measured_a
+
+
 # ------------------------------------------------------------------------------------ DDP
 
 

@@ -31,9 +31,15 @@ from trainwise.errors import TrainwiseError
 from trainwise.predict import data_parallel as dp
 from trainwise.predict.topology import NetworkModel, Site, continent_of, load_network, seed_network
 
-PEER_THROUGHPUT_CAP_BPS = 1.1e9
-PEER_THROUGHPUT_CAP_SOURCE = ("seed 003 §4: Hivemind peers peaked at a symmetric 1.1 Gb/s while averaging on a 7 Gb/s "
-                              "network (A experiments): the per-peer averaging rate is capped there")
+# Hivemind's costs beyond moving bytes, fitted to seed 003's intra-zone A-8 runs (8 x T4, TBS 32K):
+# CONV (G 5.19 at 261.9 samples/s) and RoBERTa-XLM (G 1.15 at 575.1 samples/s) spend 20.2 s and 26.5 s
+# per round communicating where the links alone need ~1-2.5 s (a fixed ~19-24 s: matchmaking, the
+# CPU-offloaded optimizer step, state sync), and their peers compute at 48 % and 64 % of a standalone
+# T4 (81.9 and 209 samples/s). Planning uses the middle of each; pass your own from a measured run.
+HIVEMIND_ROUND_OVERHEAD_S = 20.0
+HIVEMIND_COMPUTE_EFFICIENCY = 0.55
+HIVEMIND_CALIBRATION_SOURCE = ("fitted to seed 003's A-8 runs (8 x T4, TBS 32K): ~19-24 s per round beyond the "
+                               "transfer, peers at 48-64 % of a standalone GPU")
 DDP_EXTRA_BAND = 0.10       # the device model's data_parallel_extra band
 HIVEMIND_EXTRA_BAND = 0.30  # seed 003's measured averaging times differ from the bandwidth model by up to ~±30-50 %
 OPTIONAL_COLUMNS: dict[str, Any] = {"parallelism": "", "workers": 1.0, "granularity": np.nan, "communication_s": np.nan,
@@ -69,8 +75,11 @@ class DistributedOptions(BaseModel):
     network: NetworkModel | None = Field(default=None, description="None: seed 003's packaged defaults")
     local_continent: str = Field(default="eu", description="where this machine is (hybrid groups)")
     bytes_per_sample: float = Field(default=0.0, ge=0, description="training data streamed per sample (object storage)")
-    peer_throughput_cap_bps: float | None = Field(default=PEER_THROUGHPUT_CAP_BPS, gt=0)
+    peer_throughput_cap_bps: float | None = Field(default=None, gt=0, description="cap on one peer's averaging rate")
     dpu_overlap: float = Field(default=0.0, ge=0, le=1)
+    hivemind_round_overhead_s: float = Field(default=HIVEMIND_ROUND_OVERHEAD_S, ge=0)
+    hivemind_compute_efficiency: float = Field(default=HIVEMIND_COMPUTE_EFFICIENCY, gt=0, le=1,
+                                               description="a peer's compute rate under Hivemind / standalone")
 
     def net(self) -> NetworkModel:
         return self.network or seed_network()
@@ -400,13 +409,15 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                     for k in range(m.count):
                         site = m.site.model_copy(update={"name": f"{m.site.name}#{k}" if m.count > 1 else m.site.name})
                         price = m.price_per_hour
-                        peers.append(dp.HivemindPeer(name=site.name, samples_per_s=c.worker.samples_per_s, site=site,
+                        rate = c.worker.samples_per_s * options.hivemind_compute_efficiency
+                        peers.append(dp.HivemindPeer(name=site.name, samples_per_s=rate, site=site,
                                                      price_per_hour=0.0 if math.isnan(price) else price,
                                                      source=c.worker.source))
                 tbs = options.target_batch_size or max(1, profile.dataset.global_batch_size)
                 pred = dp.predict_hivemind(peers, int(parameters), tbs, network=network,
                                            peer_throughput_cap_bps=options.peer_throughput_cap_bps,
-                                           dpu_overlap=options.dpu_overlap)
+                                           dpu_overlap=options.dpu_overlap,
+                                           round_overhead_s=options.hivemind_round_overhead_s)
                 costs = dp.hivemind_costs(peers, pred, egress_prices, bytes_per_sample=options.bytes_per_sample)
                 network_usd = costs.egress_usd_per_hour + costs.data_loading_usd_per_hour
                 samples_per_s, g, comm = pred.samples_per_s, pred.granularity, pred.comm_s
@@ -511,10 +522,11 @@ def assumptions(options: DistributedOptions) -> list[str]:
         "links from the catalog's interconnect, between machines the seed-003 intra-cloud bandwidth",
         f"Hivemind rows: TBS {options.target_batch_size or 'the profile global batch'}, fp16 averaging over the "
         f"slowest pair (one TCP stream, window {net.tcp_window_bytes / 1e6:.1f} MB: {net.tcp_window_source or 'given'}), "
-        f"{dp.HIVEMIND_MATCHMAKING_MIN_S:g} s matchmaking minimum, per-peer averaging capped at "
-        + (f"{options.peer_throughput_cap_bps / 1e9:.2g} Gb/s ({PEER_THROUGHPUT_CAP_SOURCE})" if options.peer_throughput_cap_bps
-           else "no cap")
-        + f"; delayed-parameter-update overlap {options.dpu_overlap:g}",
+        f"{dp.HIVEMIND_MATCHMAKING_MIN_S:g} s matchmaking minimum, "
+        + (f"per-peer averaging capped at {options.peer_throughput_cap_bps / 1e9:.2g} Gb/s, " if options.peer_throughput_cap_bps
+           else "")
+        + f"{options.hivemind_round_overhead_s:g} s per round and peers at {options.hivemind_compute_efficiency:.0%} of "
+        f"their standalone speed ({HIVEMIND_CALIBRATION_SOURCE}); delayed-parameter-update overlap {options.dpu_overlap:g}",
         "network: " + (net.description or "user network file")[:200],
         f"egress: each peer's averaging traffic split equally over the other peers, priced by the sender's cloud (seed 003 "
         f"Table 1 via the catalog); data loading {options.bytes_per_sample:g} bytes/sample from object storage at 0.01 $/GB",

@@ -337,6 +337,29 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
                + "; ".join(dict.fromkeys(p.source for p in peers)))
 
 
+def transfer_measured_throughput(measured_samples_per_s: float, target_batch_size: int, parameter_count: int,
+                                 measured_sites: Sequence[Site], new_sites: Sequence[Site], *,
+                                 network: NetworkModel | None = None,
+                                 bytes_per_parameter: float = FP16_BYTES_PER_PARAMETER,
+                                 streams_per_pair: int = 1) -> float:
+    """Samples/s of the same Hivemind job and peer count on another network, from one measured run:
+    the measured epoch (TBS / samples/s, which holds every overhead the model does not know) plus the
+    modelled change in averaging time between the two placements. Seed 003's B/C experiments are
+    reproduced this way from its A runs (tests/test_data_parallel.py)."""
+    if len(measured_sites) != len(new_sites):
+        raise TrainwiseError(f"the placements must have the same number of peers ({len(measured_sites)} vs {len(new_sites)})")
+    if measured_samples_per_s <= 0:
+        raise TrainwiseError(f"the measured throughput must be positive (got {measured_samples_per_s})")
+
+    def averaging(sites: Sequence[Site]) -> float:
+        group = [HivemindPeer(name=f"{s.name}#{i}", samples_per_s=1.0, site=s) for i, s in enumerate(sites)]
+        return predict_hivemind(group, parameter_count, 1, network=network, bytes_per_parameter=bytes_per_parameter,
+                                matchmaking_min_s=0.0, streams_per_pair=streams_per_pair).averaging_s
+
+    epoch = target_batch_size / measured_samples_per_s + averaging(new_sites) - averaging(measured_sites)
+    return target_batch_size / epoch
+
+
 class PeerCost(_Frozen):
     name: str
     cloud: str
