@@ -35,6 +35,10 @@ from trainwise.predict.net_cli import net_app  # noqa: E402
 
 app.add_typer(net_app, name="net")
 
+from trainwise.pipeline.cli import pipeline_app  # noqa: E402 - light: torch is imported by the commands
+
+app.add_typer(pipeline_app, name="pipeline")
+
 # The training command after `--`, split off before typer parses the rest (typer would otherwise try
 # to parse the user's own options).
 _passthrough: list[str] | None = None

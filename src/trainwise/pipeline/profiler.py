@@ -1,0 +1,269 @@
+"""Profile strategies: offline time p, storage s, online throughput t (DIGEST §3), measured here.
+
+t is samples/s delivered by a real DataLoader, each sample touched without a model, over whole
+epochs after a warm-up epoch (which starts the workers and fills the application cache or the page
+cache). Cache mode "none" evicts the files from the page cache (posix_fadvise DONTNEED) before every
+epoch, so each epoch reads from the disk. With `sample_n`, a subset of the source (evenly spaced) is
+profiled and p, s extrapolated linearly to the full dataset (t is taken as size-independent, which
+stops holding once the full dataset outgrows the page cache or memory: the report flags that).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainwise.errors import TrainwiseError
+from trainwise.pipeline.loader import drop_page_cache, make_dataloader, touch
+from trainwise.pipeline.materialise import materialise
+from trainwise.pipeline.spec import Pipeline
+from trainwise.pipeline.strategy import Strategy
+
+Progress = Callable[[str], None]
+
+
+class Bandwidth(BaseModel):
+    """Sequential read bandwidth measured here on the output directory's filesystem."""
+
+    disk_bytes_per_s: float = Field(description="cold read after posix_fadvise DONTNEED")
+    page_cache_bytes_per_s: float = Field(description="the same file read again from the page cache")
+    file_bytes: int
+    provenance: str = "measured here"
+
+
+class StrategyResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    strategy_id: str
+    storage_id: str
+    materialised: bool
+    split: int
+    split_name: str
+    format: str
+    compression: str
+    shards: int
+    workers: int
+    worker_kind: str
+    cache: str
+    samples: int = Field(description="samples profiled (after skipped ones)")
+    offline_s: float = Field(description="p measured on the profiled samples")
+    storage_bytes: int = Field(description="s measured on the profiled samples (source bytes for the online strategy)")
+    bytes_per_sample: float
+    throughput_sps: float = Field(description="t: samples/s over the measured epochs")
+    warmup_s: float = Field(description="worker start + a few samples; a whole epoch for the app cache (not in t)")
+    measured_epochs: int
+    measured_s: float
+    cpu_percent: float = Field(description="system-wide CPU utilisation during the measured epochs (psutil)")
+    cpu_s_per_sample: float = Field(description="CPU seconds of this process and its workers per sample")
+    disk_read_bytes_per_s: float = Field(description="system-wide disk reads during the measured epochs (psutil)")
+    bound_sps: float | None = Field(description="read bandwidth / bytes per sample (None for the app cache: no reads)")
+    bound_fraction: float | None
+    skipped_samples: int = 0
+    offline_s_full: float = Field(description="p for the full dataset (= offline_s when not sampled)")
+    storage_bytes_full: float = Field(description="s for the full dataset")
+    notes: list[str] = Field(default_factory=list)
+
+
+class PipelineProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pipeline: str
+    description: str
+    source_samples: int
+    profiled_samples: int
+    source_bytes: int | None
+    extrapolation: str
+    bandwidth: Bandwidth | None
+    memory_bytes: int
+    cpu_count: int | None
+    results: list[StrategyResult]
+    provenance: str = "measured here"
+
+    def frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([r.model_dump() for r in self.results])
+
+    def result(self, strategy_id: str) -> StrategyResult:
+        for r in self.results:
+            if r.strategy_id == strategy_id:
+                return r
+        raise TrainwiseError(f"strategy {strategy_id!r} was not profiled: profiled are {', '.join(r.strategy_id for r in self.results[:8])}…")
+
+
+def measure_read_bandwidth(directory: str | Path, file_bytes: int = 256 << 20, block: int = 1 << 20) -> Bandwidth:
+    """Write a file, evict it, read it (disk), read it again (page cache)."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=".bandwidth-", dir=root)
+    path = Path(name)
+    try:
+        chunk = np.random.default_rng(0).integers(0, 255, size=block, dtype=np.uint8).tobytes()
+        with os.fdopen(fd, "wb") as handle:
+            for _ in range(file_bytes // block):
+                handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        drop_page_cache([path])
+        rates = []
+        for _ in range(2):
+            start = time.perf_counter()
+            with open(path, "rb", buffering=0) as handle:
+                while handle.read(block):
+                    pass
+            rates.append(file_bytes / (time.perf_counter() - start))
+        return Bandwidth(disk_bytes_per_s=rates[0], page_cache_bytes_per_s=rates[1], file_bytes=file_bytes)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def warm_page_cache(paths: list[Path]) -> None:
+    for path in paths:
+        with open(path, "rb", buffering=0) as handle:
+            while handle.read(1 << 20):
+                pass
+
+
+def _shutdown(loader: Any) -> None:
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+    loader._iterator = None
+
+
+def _cpu_seconds() -> float:
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
+def measure_online(pipeline: Pipeline, strategy: Strategy, manifest: Any = None, *, min_seconds: float = 0.5,
+                   max_epochs: int = 5) -> dict[str, Any]:
+    """Throughput of one strategy's DataLoader, in steady state (see the module docstring)."""
+    loader = make_dataloader(pipeline, strategy, manifest=manifest, verify=False)
+    files = ([manifest[0] / r.name for r in manifest[1].shards] if strategy.materialised else pipeline.source.file_paths())
+    evict = strategy.cache == "none"
+    try:
+        # Warm-up: start the workers (a few samples); the app cache needs a whole epoch to fill, the
+        # page cache a read of the files (cheaper than a whole epoch through slow steps).
+        start = time.perf_counter()
+        if strategy.cache == "app":
+            warm = sum(1 for sample in loader if touch(sample) >= 0)
+        else:
+            if strategy.cache == "page":
+                warm_page_cache(files)
+            warm = 0
+            for sample in loader:
+                touch(sample)
+                warm += 1
+                if warm >= 2 * max(1, strategy.workers) + 1:
+                    break
+        warmup_s = time.perf_counter() - start
+        epochs, count, elapsed, cpu_s, read_bytes = 0, 0, 0.0, 0.0, 0
+        cpu_percent_samples = []
+        while epochs < max_epochs and (epochs == 0 or elapsed < min_seconds):
+            if evict:
+                drop_page_cache(files)
+            io_before, cpu_before = psutil.disk_io_counters(), _cpu_seconds()
+            psutil.cpu_percent(None)
+            start = time.perf_counter()
+            count += sum(1 for sample in loader if touch(sample) >= 0)
+            elapsed += time.perf_counter() - start
+            cpu_percent_samples.append(psutil.cpu_percent(None))
+            cpu_s += _cpu_seconds() - cpu_before
+            io_after = psutil.disk_io_counters()
+            if io_before is not None and io_after is not None:
+                read_bytes += io_after.read_bytes - io_before.read_bytes
+            epochs += 1
+    finally:
+        _shutdown(loader)
+    return {"throughput_sps": count / elapsed, "warmup_s": warmup_s, "measured_epochs": epochs, "measured_s": elapsed,
+            "cpu_percent": float(np.mean(cpu_percent_samples)), "cpu_s_per_sample": cpu_s / max(1, count),
+            "disk_read_bytes_per_s": read_bytes / elapsed}
+
+
+def sample_indices(total: int, n: int) -> list[int]:
+    """n evenly spaced source indices (every size and format of a mixed dataset is represented)."""
+    if n >= total:
+        return list(range(total))
+    return sorted(set(np.linspace(0, total - 1, n).round().astype(int).tolist()))
+
+
+def profile_pipeline(pipeline: Pipeline, strategies: Sequence[Strategy], root: str | Path, *, sample_n: int | None = None,
+                     min_seconds: float = 0.5, max_epochs: int = 5, bandwidth: Bandwidth | None = None, rebuild: bool = True,
+                     skip_errors: bool = False, progress: Progress | None = None) -> PipelineProfile:
+    """Materialise each storage variant once and measure every strategy on it."""
+    if not strategies:
+        raise TrainwiseError("no strategies to profile: widen the split/compression/worker choices")
+    for s in strategies:
+        s.check(pipeline)
+    total = len(pipeline.source)
+    profiled = pipeline
+    if sample_n is not None:
+        if sample_n < 1:
+            raise TrainwiseError(f"--sample must be a positive sample count (got {sample_n})")
+        profiled = pipeline.with_source(pipeline.source.subset(sample_indices(total, sample_n)))
+    n = len(profiled.source)
+    scale = total / n
+    source_bytes = profiled.source.storage_bytes()
+    memory = psutil.virtual_memory().total
+    groups: dict[str, list[Strategy]] = {}
+    for s in strategies:
+        groups.setdefault(s.storage_id, []).append(s)
+    results: list[StrategyResult] = []
+    for storage_id, members in groups.items():
+        head = members[0]
+        manifest = None
+        if head.materialised:
+            if progress:
+                progress(f"materialise {storage_id}")
+            manifest = materialise(profiled, head, root, rebuild=rebuild, skip_errors=skip_errors)
+            offline_s, storage_bytes, samples, skipped = (manifest[1].offline_seconds, manifest[1].bytes, manifest[1].samples,
+                                                         manifest[1].skipped_count)
+        else:
+            if source_bytes is None:
+                raise TrainwiseError("the source's size on storage is unknown: give SequenceSource(storage_bytes=...)")
+            offline_s, storage_bytes, samples, skipped = 0.0, source_bytes, n, 0
+        for s in members:
+            if progress:
+                progress(f"measure {s.id}")
+            online = measure_online(profiled, s, manifest, min_seconds=min_seconds, max_epochs=max_epochs)
+            per_sample = storage_bytes / max(1, samples)
+            notes: list[str] = []
+            if s.cache == "app":
+                bound = None
+            elif bandwidth is not None:
+                bound = (bandwidth.disk_bytes_per_s if s.cache == "none" else bandwidth.page_cache_bytes_per_s) / per_sample
+            else:
+                bound = None
+            if sample_n is not None and s.cache in ("page", "app") and storage_bytes * scale > 0.5 * memory:
+                notes.append(f"the full dataset ({storage_bytes * scale / 2**30:.1f} GiB) would not stay cached in "
+                             f"{memory / 2**30:.0f} GiB of memory: t measured on the sample overstates it")
+            results.append(StrategyResult(
+                strategy_id=s.id, storage_id=s.storage_id, materialised=s.materialised, split=s.split,
+                split_name=profiled.split_name(s.split) if s.materialised else "source files (online)", format=s.format,
+                compression=s.compression, shards=s.shards, workers=s.workers, worker_kind=s.worker_kind, cache=s.cache,
+                samples=samples, offline_s=offline_s, storage_bytes=storage_bytes, bytes_per_sample=per_sample,
+                bound_sps=bound, bound_fraction=None if bound is None else online["throughput_sps"] / bound,
+                skipped_samples=skipped, offline_s_full=offline_s * scale, storage_bytes_full=storage_bytes * scale, notes=notes,
+                **online))
+    if sample_n is None or n == total:
+        extrapolation = f"none: all {total} samples profiled"
+    else:
+        extrapolation = (f"profiled {n} of {total} samples (evenly spaced); offline time p and storage s extrapolated linearly "
+                         f"(× {scale:.2f}); throughput t measured on the sample and assumed size-independent")
+    return PipelineProfile(pipeline=pipeline.name, description=pipeline.description, source_samples=total, profiled_samples=n,
+                           source_bytes=pipeline.source.storage_bytes(), extrapolation=extrapolation, bandwidth=bandwidth,
+                           memory_bytes=memory, cpu_count=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+                           results=results)

@@ -1,0 +1,44 @@
+"""What `trainwise pipeline ... SPEC` names: a reference pipeline (cv, nlp, audio, nilm) or `module:function`
+/ `path/to/file.py:function` whose function (no arguments) returns a Pipeline (or is one)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainwise.errors import TrainwiseError
+from trainwise.pipeline.reference import REFERENCE_NAMES, reference_pipeline
+from trainwise.pipeline.spec import Pipeline
+
+
+def load_spec(spec: str, *, data_dir: str | Path = "trainwise-pipeline-data", size: str | int = "small") -> Pipeline:
+    if spec in REFERENCE_NAMES:
+        return reference_pipeline(spec, data_dir, size)
+    if ":" not in spec:
+        raise TrainwiseError(f"unknown pipeline {spec!r}: use a reference pipeline ({', '.join(REFERENCE_NAMES)}) or module:function "
+                             "returning a trainwise.pipeline.Pipeline")
+    target, _, attribute = spec.rpartition(":")
+    try:
+        if target.endswith(".py"):
+            path = Path(target)
+            if not path.is_file():
+                raise TrainwiseError(f"pipeline file {path} does not exist")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+            sys.modules[path.stem] = module
+            module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+        else:
+            module = importlib.import_module(target)
+    except ImportError as exc:
+        raise TrainwiseError(f"cannot import {target!r} for pipeline {spec!r}: {exc}; check the module path (run from its directory "
+                             "or install it)") from None
+    if not hasattr(module, attribute):
+        raise TrainwiseError(f"{target!r} has no attribute {attribute!r}")
+    value: Any = getattr(module, attribute)
+    pipeline = value() if callable(value) and not isinstance(value, Pipeline) else value
+    if not isinstance(pipeline, Pipeline):
+        raise TrainwiseError(f"{spec} gave a {type(pipeline).__name__}, not a trainwise.pipeline.Pipeline")
+    return pipeline
