@@ -160,6 +160,13 @@ def test_hivemind_costs_sum_vm_egress_and_loading(seed_egress):
     assert pred.bytes_sent_per_peer_per_round == pytest.approx(560_100_000 * 2)  # fp16, 2(N-1)/N = 1
 
 
+def test_hivemind_accumulation_steps():
+    group = [dp.HivemindPeer(name="fast", samples_per_s=300, site=HERE, per_peer_batch_size=64),
+             dp.HivemindPeer(name="slow", samples_per_s=100, site=HERE, per_peer_batch_size=32)]
+    pred = dp.predict_hivemind(group, 10_000_000, 4096, network=same_zone_network(1e9))
+    assert pred.accumulation_steps_per_round == pytest.approx([3072 / 64, 1024 / 32])  # TBS shares 3/4 and 1/4
+
+
 def gc_sites(**counts: int) -> list[Site]:
     regions = {"us": "us-central1", "eu": "europe-west1", "asia": "asia-east1", "oce": "australia-southeast1"}
     return [Site(name=f"{c}{i}", cloud="gcp", region=regions[c], zone=f"{regions[c]}-a", continent=c)

@@ -211,6 +211,7 @@ class HivemindPeer(_Frozen):
     site: Site
     nic_bandwidth_bps: float | None = Field(default=None, gt=0, description="None: the network model's intra-cloud figure")
     price_per_hour: float = Field(default=0.0, ge=0, description="the VM's $/h (0 for hardware already paid for)")
+    per_peer_batch_size: int | None = Field(default=None, gt=0, description="local batch per step (for accumulation steps)")
     source: str = "given"
 
 
@@ -224,6 +225,8 @@ class HivemindPrediction(_Frozen):
     epoch_s: float = Field(description="one hivemind epoch: T_calc + (1 − dpu_overlap) × T_comm, at least max of the two")
     samples_per_s: float
     per_peer_samples_per_s: list[float] = Field(description="each peer's contribution to the global rate")
+    accumulation_steps_per_round: list[float | None] = Field(
+        description="local steps each peer accumulates before a round (TBS share / per-peer batch; None without a batch)")
     granularity: float = Field(description="G = T_calc / T_comm")
     doubling_speedup_bound: float = Field(description="(G + 1) / (G/2 + 1): best speedup from doubling the peers")
     throughput_bound_samples_per_s: float = Field(description="TBS / T_comm: no number of peers gets past it")
@@ -328,7 +331,9 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
     return HivemindPrediction(
         peers=n, target_batch_size=target_batch_size, calc_s=calc_s, averaging_s=averaging, matchmaking_wait_s=wait,
         comm_s=comm_s, epoch_s=epoch_s, samples_per_s=samples,
-        per_peer_samples_per_s=[p.samples_per_s * calc_s / epoch_s for p in peers], granularity=g,
+        per_peer_samples_per_s=[p.samples_per_s * calc_s / epoch_s for p in peers],
+        accumulation_steps_per_round=[p.samples_per_s * calc_s / p.per_peer_batch_size if p.per_peer_batch_size else None
+                                      for p in peers], granularity=g,
         doubling_speedup_bound=doubling_speedup_bound(g),
         throughput_bound_samples_per_s=(math.inf if comm_s == 0 else target_batch_size / comm_s),
         bytes_sent_per_peer_per_round=sent, rounds_per_hour=3600.0 / epoch_s, slowest_pair=slowest,
