@@ -246,7 +246,10 @@ def build_plan_document(result: Any, catalog: Any, *, command: list[str], worklo
         accelerator_count=count, spot=str(best["market"]) == "spot", kind=_text(best.get("kind")) or "cloud",
         price_per_hour=float(best["price_per_hour"]), price_source=str(best["price_provenance"]))
     primary = result.primary
-    here_rows = primary[primary["time_source"].astype(str) == "this machine"]
+    # This machine's prediction even when constraints (e.g. --cloud) excluded it from the ranking: a
+    # local run is judged against the prediction for the machine it ran on.
+    every = result.plans[(result.plans["epochs"] == result.primary_epochs)]
+    here_rows = every[every["time_source"].astype(str) == "this machine"].sort_values("wall_s")
     here = _prediction(here_rows.iloc[0].to_dict()) if len(here_rows) else None
     alternatives: list[Alternative] = []
     groups = primary.assign(_acc=primary["accelerator"].astype(object).where(primary["accelerator"].notna(), None))

@@ -1,0 +1,120 @@
+"""The local backend: staging through fsspec with checksums, the executor command, and the
+acceptance path — plan the default workload → launch here → model and run record persisted →
+`trainwise plan --history` shows the run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+import pytest
+
+from launch_helpers import plan_for
+from trainwise.cli import main
+from trainwise.errors import TrainwiseError
+from trainwise.launch import staging
+from trainwise.launch.local_backend import executor_argv, local_command
+
+
+def test_copy_tree_hashes_and_verifies_every_file(tmp_path):
+    source = tmp_path / "src"
+    (source / "nested").mkdir(parents=True)
+    (source / "a.bin").write_bytes(bytes(range(256)) * 4000)
+    (source / "nested" / "b.txt").write_text("digits\n")
+    transfer = staging.copy_tree(str(source), str(tmp_path / "dst"))
+    assert {f["path"] for f in transfer.files} == {"a.bin", "nested/b.txt"}
+    for entry in transfer.files:
+        copied = (tmp_path / "dst" / entry["path"]).read_bytes()
+        assert hashlib.sha256(copied).hexdigest() == entry["sha256"] == hashlib.sha256(
+            (source / entry["path"]).read_bytes()).hexdigest()
+    assert transfer.total_bytes == 256 * 4000 + 7
+
+
+def test_copy_tree_through_another_fsspec_filesystem(tmp_path):
+    (tmp_path / "model.bin").write_bytes(b"\x00weights" * 100)
+    transfer = staging.copy_tree(str(tmp_path / "model.bin"), "memory://tw-test/models")
+    fs, path = staging.filesystem("memory://tw-test/models/model.bin")
+    assert fs.cat_file(path) == b"\x00weights" * 100
+    assert transfer.files[0]["path"] == "model.bin"
+
+
+def test_staging_errors_name_the_fix(tmp_path):
+    with pytest.raises(TrainwiseError, match="does not exist"):
+        staging.copy_tree(str(tmp_path / "missing"), str(tmp_path / "dst"))
+    try:
+        import s3fs  # noqa: F401
+    except ImportError:
+        with pytest.raises(TrainwiseError, match="pip install s3fs"):
+            staging.copy_tree("s3://tw-bucket/data", str(tmp_path / "dst"))
+
+
+def test_executor_uses_trainwise_run_or_falls_back_to_profile_full(tmp_path):
+    plan = plan_for("aws/use1-az1/p3.2xlarge", checkpoint_uri=str(tmp_path / "ck"))
+    command = local_command(plan.command)
+    assert command[0] == sys.executable
+    argv, how = executor_argv(plan, command=command, checkpoint_dir=str(tmp_path / "ck"), run_dir=tmp_path, use_run=True)
+    assert argv[:7] == [sys.executable, "-m", "trainwise.cli", "run", "--engine", "local", "--checkpoint-dir"]
+    assert argv[argv.index("--") + 1:] == command and "--output" in argv
+    assert how == "trainwise run --engine local"
+    argv, how = executor_argv(plan, command=command, checkpoint_dir=None, run_dir=tmp_path, use_run=False)
+    assert argv[3:5] == ["profile", "--full"] and argv[argv.index("--") + 1:] == command
+    ddp = plan_for("aws/use1-az1/p3.8xlarge", engine="ddp", per_node=4)
+    argv, _ = executor_argv(ddp, command=command, checkpoint_dir=None, run_dir=tmp_path, use_run=True)
+    assert argv[3:8] == ["run", "--engine", "ddp", "--nproc", "4"]
+    with pytest.raises(TrainwiseError, match="needs `trainwise run`"):
+        executor_argv(ddp, command=command, checkpoint_dir=None, run_dir=tmp_path, use_run=False)
+
+
+def test_history_without_runs_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TRAINWISE_HISTORY_DIR", str(tmp_path / "none"))
+    assert main(["plan", "--history"]) == 2
+    assert "no past runs" in capsys.readouterr().err
+
+
+def test_launch_bad_plan_is_one_line(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text('{"schema_version": 1, "name": "Bad Name"}')
+    assert main(["launch", str(tmp_path / "bad.json"), "--backend", "local"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: plan") and "Traceback" not in err
+    assert main(["launch", str(tmp_path / "missing.json")]) == 2
+    assert "trainwise plan --save" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_acceptance_plan_launch_local_persist_history(tmp_path, monkeypatch, capsys):
+    """plan the default workload (mnist_cnn, small) → launch --backend local → model + record → --history."""
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("TRAINWISE_HISTORY_DIR", str(tmp_path / "history"))
+    monkeypatch.chdir(tmp_path)
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    (dataset / "labels.csv").write_text("index,label\n" + "".join(f"{i},{i % 10}\n" for i in range(200)))
+    job = ["python", "-m", "trainwise.workloads.mnist_cnn", "--epochs", "1", "--train-samples", "512",
+           "--val-samples", "128", "--batch-size", "64"]
+    assert main(["profile", "-k", "5", "--max-seconds", "3", "--val-batches", "1", "--epoch2-iterations", "1",
+                 "--workload", "mnist_cnn", "-o", "profile.json", "--", *job]) == 0
+    assert main(["plan", "--profile", "profile.json", "--epoch-options", "1", "--objective", "cheapest", "--cloud", "aws",
+                 "--out-dir", "out", "--save", "plan.json", "--dataset-uri", str(dataset),
+                 "--checkpoint-uri", str(tmp_path / "checkpoints"), "--model-uri", str(tmp_path / "models"), "--", *job]) == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["schema_version"] == 1 and plan["command"] == job and plan["here"] is not None
+    assert plan["prediction"]["time_source"] and plan["prediction"]["price_source"]
+    capsys.readouterr()
+    assert main(["launch", "plan.json", "--backend", "local", "--work-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    (run_dir,) = (tmp_path / "models").iterdir()
+    weights = load_file(run_dir / "model" / "mnist_cnn.safetensors")
+    assert any(key.endswith("weight") for key in weights)
+    record = json.loads((run_dir / "run-record.json").read_text())
+    assert record["run_id"] == run_dir.name and record["exit_code"] == 0
+    assert record["measured_training_s"] > 0 and record["predicted"]["training_s"] == plan["here"]["training_s"]
+    assert record["dataset"]["files"][0]["sha256"] == hashlib.sha256((dataset / "labels.csv").read_bytes()).hexdigest()
+    assert record["model_files"][0]["path"] == "mnist_cnn.safetensors"
+    assert record["executed_with"] in ("trainwise run --engine local", "trainwise profile --full (trainwise run not available)")
+    assert (tmp_path / "history" / f"{record['run_id']}.json").is_file()
+    assert "measured" in out and "predicted" in out
+    assert main(["plan", "--history"]) == 0
+    history = capsys.readouterr().out
+    assert record["run_id"][:9] in history and "this machine" in history
