@@ -168,6 +168,8 @@ class FrameworkSession:
 
     def epoch_begin(self) -> None:
         recorder = self.recorder
+        if recorder.finished:
+            return
         now = recorder.now()
         if recorder.epochs and recorder.epochs[-1]["end_s"] is None:
             recorder.epochs[-1]["end_s"] = self._last_iteration_end_s or now
@@ -183,6 +185,8 @@ class FrameworkSession:
 
     def batch_begin(self, batches: int = 1) -> None:
         recorder = self.recorder
+        if recorder.finished:
+            return
         now = recorder.now()
         if recorder.iter_start is None:
             recorder.iter_start = now
@@ -196,6 +200,8 @@ class FrameworkSession:
     def batch_end(self, samples: int | None, *, ends_iteration: bool = True) -> bool:
         """A training batch is done; True when the framework should end this epoch now."""
         recorder = self.recorder
+        if recorder.finished:
+            return True
         recorder.iter_samples += int(samples or 0)
         if not ends_iteration:
             self._gap_from_s = recorder.now()
@@ -224,6 +230,8 @@ class FrameworkSession:
         (the pass is then timed in full, never marked truncated)."""
         recorder = self.recorder
         self._validation_can_end_early = can_end_early
+        if recorder.finished:
+            return  # the profile is complete: what the framework does while stopping is not recorded
         if batches_total is not None:
             self.set_validation_shape(batches_per_pass=batches_total, dataset_size=None)
         if recorder.sampled and recorder.epoch1_truncated and not recorder.validation_done \
@@ -251,7 +259,7 @@ class FrameworkSession:
         record = self._validation
         recorder = self.recorder
         if record is None:
-            return False
+            return recorder.finished  # a pass after the profile ended: end it at once
         if len(record["batch_starts_s"]) == 0:  # a framework without a per-batch begin hook
             record["batch_starts_s"].append(record["_gap_from_s"])
             record["data_wait_s"].append(0.0)

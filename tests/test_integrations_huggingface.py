@@ -1,0 +1,145 @@
+"""Hugging Face Trainer integration, with the real transformers Trainer and a tiny randomly
+initialised BERT built from a config (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import torch  # noqa: E402
+from torch.utils.data import Dataset  # noqa: E402
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments  # noqa: E402
+
+from trainwise.integrations.huggingface import ProfilingCallback  # noqa: E402
+from trainwise.predict.same_machine import predict_total  # noqa: E402
+from trainwise.profile.runner import ProfileOptions, run_profile  # noqa: E402
+
+QUICK = ProfileOptions(min_iterations=5, max_iterations=8, validation_batches=2, epoch2_iterations=3)
+SEQ_LEN = 16
+
+
+class Tokens(Dataset):
+    def __init__(self, n: int, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(1, 200, (n, SEQ_LEN), generator=generator)
+        self.labels = torch.randint(0, 2, (n,), generator=generator)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones(SEQ_LEN, dtype=torch.long),
+                "labels": self.labels[i]}
+
+
+def _model() -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    return BertForSequenceClassification(BertConfig(
+        vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=SEQ_LEN, num_labels=2))
+
+
+def _train(callback, tmp_path, *, epochs=3, train=320, val=40, batch=8, accumulate=2, eval_strategy="epoch",
+           eval_steps=None):
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=epochs,
+                             per_device_train_batch_size=batch, per_device_eval_batch_size=batch,
+                             gradient_accumulation_steps=accumulate, eval_strategy=eval_strategy, eval_steps=eval_steps,
+                             save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+    trainer = Trainer(model=_model(), args=args, train_dataset=Tokens(train, 0), eval_dataset=Tokens(val, 1),
+                      callbacks=[callback])
+    trainer.train()
+    return trainer
+
+
+def test_sampled_profile_with_gradient_accumulation_and_evaluation(tmp_path):
+    callback = ProfilingCallback(tmp_path / "hf.json", options=QUICK)
+    _train(callback, tmp_path)
+    profile = callback.profile
+    assert profile.mode == "sampled" and profile.stop_reason == "sampled"
+    assert profile.dataset.batches_per_iteration == 2 and profile.dataset.global_batch_size == 16
+    assert all(it.batches == 2 and it.samples == 16 for it in profile.iterations)
+    assert profile.dataset.train_batches_per_epoch == 40 and profile.dataset.iterations_per_epoch == 20
+    assert profile.dataset.n_train == 320 and profile.dataset.n_val == 40 and profile.dataset.val_batch_size == 8
+    assert profile.epochs[0].truncated and profile.epochs[0].iterations == 8
+    assert profile.epochs[1].iterations == QUICK.epoch2_iterations
+    # the Trainer's evaluation loop cannot be cut from a callback: the pass is timed in full
+    assert len(profile.validations) == 1
+    assert profile.validations[0].batches_timed == 5 and not profile.validations[0].truncated
+    assert profile.validations[0].samples == 40
+    assert profile.model.optimizer == "AdamW" and profile.model.parameters > 0
+    assert predict_total(profile, 3).breakdown_s["validation_s"] > 0
+
+
+def test_full_mode_with_evaluation_every_few_steps(tmp_path):
+    callback = ProfilingCallback(mode="full")
+    _train(callback, tmp_path, epochs=2, train=160, val=24, accumulate=1, eval_strategy="steps", eval_steps=10)
+    profile = callback.profile
+    assert profile.full_run is not None and profile.full_run.epochs_completed == 2
+    assert [e.iterations for e in profile.epochs] == [20, 20]
+    assert [v.batches_timed for v in profile.validations] == [3, 3, 3, 3]
+    assert [v.epoch for v in profile.validations] == [0, 0, 1, 1]
+    # evaluation after a step is not counted in the next iteration
+    slowest = max(it.wall_s for it in profile.iterations[1:])
+    assert slowest < min(v.wall_s for v in profile.validations) * 4
+
+
+def test_sampled_profile_predicts_a_short_full_run(tmp_path):
+    """Loose tolerance on purpose: a noisy shared 2-core machine and a run of seconds; the benchmark
+    (benchmarks/integrations_prediction.py) is the real check. Init (pytest's start-up) is left out."""
+    options = ProfileOptions(min_iterations=15, max_iterations=30, validation_batches=5, epoch2_iterations=5)
+    sampled = ProfilingCallback(options=options)
+    _train(sampled, tmp_path, epochs=3, train=960, val=64, accumulate=1, batch=16)
+    full = ProfilingCallback(mode="full")
+    _train(full, tmp_path, epochs=3, train=960, val=64, accumulate=1, batch=16)
+    prediction = predict_total(sampled.profile, 3)
+    predicted_training_s = prediction.total_s - prediction.breakdown_s["init_s"]
+    actual_training_s = full.profile.full_run.training_end_s - full.profile.init.total_s
+    assert predicted_training_s == pytest.approx(actual_training_s, rel=0.4)
+
+
+def test_trainwise_profile_detects_the_trainer_without_code_change(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import torch
+        from transformers import Trainer, TrainingArguments
+        from hf_parts import Tokens, model
+
+        args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, num_train_epochs=3, per_device_train_batch_size=8,
+                                 per_device_eval_batch_size=8, gradient_accumulation_steps=2, eval_strategy="epoch",
+                                 save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+        Trainer(model=model(), args=args, train_dataset=Tokens(320, 0), eval_dataset=Tokens(40, 1)).train()
+        raise SystemExit("the profiler should have ended the process after sampling")
+    """))
+    (tmp_path / "hf_parts.py").write_text(textwrap.dedent(f"""
+        import torch
+        from torch.utils.data import Dataset
+        from transformers import BertConfig, BertForSequenceClassification
+        SEQ_LEN = {SEQ_LEN}
+    """) + textwrap.dedent(_source_of(Tokens)) + textwrap.dedent("""
+        def model():
+            torch.manual_seed(0)
+            return BertForSequenceClassification(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2,
+                num_attention_heads=2, intermediate_size=64, max_position_embeddings=SEQ_LEN, num_labels=2))
+    """))
+    extra = {"characterise": False} if "characterise" in ProfileOptions.__dataclass_fields__ else {}
+    profile = run_profile([sys.executable, str(script)], ProfileOptions(min_iterations=5, max_iterations=6,
+                                                                        validation_batches=2, epoch2_iterations=2, **extra),
+                          quiet=True)
+    assert profile.stop_reason == "sampled" and profile.exit_code == 0
+    assert any("transformers" in note for note in profile.notes)
+    assert len(profile.iterations) == 6 + 2  # counted once: the core hooks stood down
+    assert profile.dataset.batches_per_iteration == 2 and profile.dataset.global_batch_size == 16
+    assert [v.batches_timed for v in profile.validations] == [5]
+
+
+def _source_of(obj) -> str:
+    import inspect
+
+    return inspect.getsource(obj)

@@ -1,0 +1,145 @@
+"""PyTorch Lightning integration, with the real Lightning: callback, gradient accumulation, validation
+loops, and automatic detection under `trainwise profile`."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+pl = pytest.importorskip("lightning.pytorch")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from trainwise.integrations.lightning import ProfilingCallback  # noqa: E402
+from trainwise.predict.same_machine import predict_total  # noqa: E402
+from trainwise.profile.runner import ProfileOptions, run_profile  # noqa: E402
+
+QUICK = ProfileOptions(min_iterations=5, max_iterations=10, validation_batches=3, epoch2_iterations=4)
+
+
+class Regressor(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _loaders(train: int, val: int, batch: int):
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(train + val, 16, generator=generator), torch.randn(train + val, 1, generator=generator)
+    return (DataLoader(TensorDataset(x[:train], y[:train]), batch_size=batch, shuffle=True),
+            DataLoader(TensorDataset(x[train:], y[train:]), batch_size=batch))
+
+
+def _fit(callback, *, epochs=3, train=640, val=160, batch=8, accumulate=2, **trainer_kwargs):
+    torch.manual_seed(0)
+    trainer = pl.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, accumulate_grad_batches=accumulate,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback], **trainer_kwargs)
+    trainer.fit(Regressor(), *_loaders(train, val, batch))
+    return trainer
+
+
+def test_sampled_profile_with_gradient_accumulation(tmp_path):
+    callback = ProfilingCallback(tmp_path / "lightning.json", options=QUICK)
+    trainer = _fit(callback)
+    profile = callback.profile
+    assert profile.mode == "sampled" and profile.stop_reason == "sampled"
+    assert trainer.current_epoch <= 2  # stopped early: the profile was complete
+    # an iteration is one optimizer step: 2 batches of 8 samples
+    assert profile.dataset.batches_per_iteration == 2 and profile.dataset.global_batch_size == 16
+    assert all(it.batches == 2 and it.samples == 16 for it in profile.iterations)
+    assert profile.dataset.train_batches_per_epoch == 80 and profile.dataset.iterations_per_epoch == 40
+    assert profile.dataset.n_train == 640 and profile.dataset.n_val == 160 and profile.dataset.val_batch_size == 8
+    assert profile.epochs[0].truncated and profile.epochs[0].iterations == 10
+    assert profile.epochs[1].iterations == QUICK.epoch2_iterations
+    # the sanity check is start-up; the epoch-1 pass was cut after the timed batches
+    assert len(profile.validations) == 1
+    assert profile.validations[0].truncated and profile.validations[0].batches_timed == 3
+    assert profile.validations[0].batches_total == 20
+    assert profile.model.parameters == 16 * 64 + 64 + 64 + 1 and profile.model.optimizer == "SGD"
+    assert profile.init.total_s == pytest.approx(profile.iterations[0].start_s)
+
+
+def test_full_mode_with_mid_epoch_validation():
+    callback = ProfilingCallback(mode="full")
+    _fit(callback, epochs=2, train=320, val=64, accumulate=1, val_check_interval=0.5)
+    profile = callback.profile
+    assert profile.full_run is not None and profile.full_run.epochs_completed == 2
+    assert [e.iterations for e in profile.epochs] == [40, 40]
+    assert [v.batches_timed for v in profile.validations] == [8, 8, 8, 8]
+    assert [v.epoch for v in profile.validations] == [0, 0, 1, 1]
+    # validation inside the epoch is not counted in the next iteration
+    slowest = max(it.wall_s for it in profile.iterations[1:])
+    assert slowest < min(v.wall_s for v in profile.validations) * 4
+
+
+def test_sampled_profile_predicts_a_short_full_run():
+    """Loose tolerance on purpose: a noisy shared 2-core machine and a run of seconds; the benchmark
+    (benchmarks/integrations_prediction.py) is the real check. Init (pytest's start-up) is left out."""
+    sampled = ProfilingCallback(options=ProfileOptions(min_iterations=20, max_iterations=40, validation_batches=5,
+                                                       epoch2_iterations=5))
+    _fit(sampled, epochs=3, train=1600, val=160, batch=16)
+    full = ProfilingCallback(mode="full")
+    _fit(full, epochs=3, train=1600, val=160, batch=16)
+    prediction = predict_total(sampled.profile, 3)
+    predicted_training_s = prediction.total_s - prediction.breakdown_s["init_s"]
+    actual_training_s = full.profile.full_run.training_end_s - full.profile.init.total_s
+    assert predicted_training_s == pytest.approx(actual_training_s, rel=0.4)
+
+
+def test_trainwise_profile_detects_lightning_without_code_change(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import lightning.pytorch as pl
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        class Model(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Linear(8, 1)
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                return nn.functional.mse_loss(self.net(x), y)
+            def validation_step(self, batch, batch_idx):
+                x, y = batch
+                self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        x, y = torch.randn(600, 8), torch.randn(600, 1)
+        train = DataLoader(TensorDataset(x[:480], y[:480]), batch_size=8)
+        val = DataLoader(TensorDataset(x[480:], y[480:]), batch_size=8)
+        trainer = pl.Trainer(max_epochs=4, accumulate_grad_batches=3, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(Model(), train, val)
+        raise SystemExit("the profiler should have ended the process after sampling")
+    """))
+    profile = run_profile([sys.executable, str(script)],
+                          ProfileOptions(min_iterations=5, max_iterations=8, validation_batches=2, epoch2_iterations=3,
+                                         **({"characterise": False} if "characterise" in ProfileOptions.__dataclass_fields__ else {})),
+                          quiet=True)
+    assert profile.stop_reason == "sampled" and profile.exit_code == 0
+    assert any("lightning" in note for note in profile.notes)
+    # counted once: the core optimizer-step and DataLoader hooks stood down for the callback
+    assert len(profile.iterations) == 8 + 3
+    assert profile.dataset.batches_per_iteration == 3 and profile.dataset.global_batch_size == 24
+    assert profile.dataset.train_batches_per_epoch == 60 and profile.dataset.iterations_per_epoch == 20
+    assert [v.batches_timed for v in profile.validations] == [2]
+    assert profile.init.marks["torch_imported"] < profile.init.total_s
