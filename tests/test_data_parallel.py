@@ -145,6 +145,21 @@ def test_egress_can_exceed_the_vm_price_d3(seed_egress):
     assert round(cost / 0.134, 1) == 5.7 and cost > 0.489
 
 
+def test_eight_t4_egress_per_vm_matches_the_seed(seed_egress):
+    """Seed 003 §1/§6: 8×T4 (GC, one zone) CV at 262 samples/s, TBS 32K, ConvNeXt-Large (197.8M
+    parameters, fp16): the model's per-VM averaging egress at 0.01 $/GB is ~0.2 $/h — the seed's
+    "≈ 0.23 $/h egress". The seed's 1.77 $/1M adds that figure once for all eight VMs; with every VM's
+    egress it would be (1.44 + 8 × 0.23) / (262 × 3600) × 10^6 ≈ 3.48 $/1M (flagged in the report)."""
+    sites = gc_sites(us=8)
+    rounds_per_hour = 3600 / (32768 / 262)
+    bytes_per_round = 2 * 7 / 8 * 197_800_000 * 2
+    split = egress.destination_split(sites, 0)
+    assert split == {"intra_zone": pytest.approx(1.0)}
+    per_vm = egress.egress_usd_per_hour(bytes_per_round * rounds_per_hour / 1e9, split, "gcp", seed_egress)
+    assert per_vm == pytest.approx(0.23, rel=0.15)
+    assert dp.usd_per_million_samples(1.44 + 8 * 0.23, 262) == pytest.approx(3.48, abs=0.01)
+
+
 def test_hivemind_costs_sum_vm_egress_and_loading(seed_egress):
     us = Site(name="us", cloud="gcp", region="us-central1", zone="a", continent="us")
     eu = Site(name="eu", cloud="gcp", region="europe-west1", zone="b", continent="eu")
@@ -278,9 +293,10 @@ def test_hivemind_bandwidth_and_tbs_monotone(bandwidth, factor, rtt, n, rate, pa
 @given(n=st.integers(1, 16), rate=st.floats(10.0, 2000.0), params=st.integers(10**6, 10**9),
        bandwidth=st.floats(1e7, 1e10))
 def test_doubling_peers_never_beats_the_bound(n, rate, params, bandwidth):
-    """In one zone the NIC carries 2(N-1)/N of the model: communication does not shrink with more
-    peers, so the model's speedup from doubling stays within (G + 1)/(G/2 + 1)."""
-    net = same_zone_network(bandwidth, 1e-3)
+    """In one zone (latency aside) the NIC carries 2(N-1)/N of the model: communication does not
+    shrink with more peers, so the model's speedup from doubling stays within (G + 1)/(G/2 + 1).
+    (With latency-dominated pairs it can shrink slightly: seed 003 §6 saw that with Hivemind too.)"""
+    net = same_zone_network(bandwidth, 0.0)
     tbs = 65536
     before = dp.predict_hivemind(peers([rate] * n), params, tbs, network=net, peer_throughput_cap_bps=None)
     after = dp.predict_hivemind(peers([rate] * (2 * n)), params, tbs, network=net, peer_throughput_cap_bps=None)

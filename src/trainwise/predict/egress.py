@@ -2,9 +2,9 @@
 
 The price table is the catalog's (`Catalog.egress`: seed 003 paper B Table 1, April 2023, GC /
 AWS / Azure; LambdaLabs free; object storage 0.01 $/GB — packaged in `trainwise.catalog.seed_2021`).
-Scopes are the catalog's `EGRESS_SCOPES` plus `intra_zone`, which no provider in the table charges
-(traffic inside one zone over private addresses; seed 003 bills only the inter-zone and wider
-classes) and on-premise senders, who pay no per-GB egress.
+Scopes are the catalog's `EGRESS_SCOPES` plus `intra_zone` (two VMs of one zone), which Table 1 has
+no row for; seed 003 bills that traffic at the inter-zone rate (its 8×T4 cost: "GC does [charge]
+with $0.01/GB"), and so does trainwise. On-premise and LambdaLabs senders pay no per-GB egress.
 
 Per-peer egress per hour = bytes sent per averaging round × rounds per hour, split by destination
 (`destination_split`), each share at the sending cloud's price for that scope. Data loading from
@@ -56,8 +56,10 @@ def destination_split(sites: Sequence[Site], sender: int) -> dict[str, float]:
 
 def price_per_gb(egress: pd.DataFrame | None, cloud: str, scope: str) -> float:
     """$/GB for traffic leaving `cloud` in `scope`, from a catalog egress table."""
-    if scope == INTRA_ZONE or cloud.lower() in FREE_SENDERS:
+    if cloud.lower() in FREE_SENDERS:
         return 0.0
+    if scope == INTRA_ZONE:
+        scope = "inter_zone"  # the seed's accounting (module docstring)
     if egress is None or egress.empty:
         raise TrainwiseError("no egress price table: load a catalog (trainwise.catalog.load_catalog()) and pass its .egress")
     rows = egress[(egress["cloud"] == cloud.lower()) & (egress["scope"] == scope)]
