@@ -39,6 +39,10 @@ from trainwise.pipeline.cli import pipeline_app  # noqa: E402 - light: torch is 
 
 app.add_typer(pipeline_app, name="pipeline")
 
+from trainwise.run.command import run_command  # noqa: E402 - light: torch is imported by the job only
+
+app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run_command)
+
 # The training command after `--`, split off before typer parses the rest (typer would otherwise try
 # to parse the user's own options).
 _passthrough: list[str] | None = None
