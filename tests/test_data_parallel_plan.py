@@ -42,7 +42,11 @@ def test_single_machine_plans_are_unchanged_without_the_option(catalog):
 def test_plan_ranks_data_parallel_groups_and_says_why(catalog):
     # a long job (2 s per step, 10,000 steps per epoch) that a V100 was measured on
     profiles = [cpu_here(batches_per_epoch=10_000), v100(iteration_s=2.0, batches_per_epoch=10_000)]
+    before = catalog.offerings.copy()
     result = plan(profiles, catalog, Objective(kind="fastest"), options=options())
+    assert catalog.offerings.equals(before)  # plan() stays pure
+    again = plan(profiles, catalog, Objective(kind="fastest"), options=options())
+    assert again.plans["offering_id"].astype(str).tolist() == result.plans["offering_id"].astype(str).tolist()
     plans = result.plans
     kinds = set(plans["parallelism"].astype(str))
     assert {"", "ddp-node", "ddp-multi-node", "hivemind"} <= kinds
