@@ -141,6 +141,10 @@ class RunAgent:
         self.writes_checkpoints = self.rank == 0
         if self.checkpoint_config:
             self._setup_checkpointing()
+        else:
+            # Stopped from outside (preemption, a benchmark's time limit, a peer leaving): keep the
+            # record of what ran, then end as SIGTERM would.
+            signal.signal(signal.SIGTERM, lambda signum, frame: self._exit(143))
 
     # ---- set-up -----------------------------------------------------------------------------
     def _setup_checkpointing(self) -> None:
@@ -414,23 +418,25 @@ class RunAgent:
 
         def timed_allreduce(process_group, bucket):
             ready = time.time()
+            index = bucket.index()
             nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
             with agent._comm_lock:
                 record = agent._comm
                 if record is None:
                     record = {"first_ready_wall_s": ready, "last_ready_wall_s": ready, "done_wall_s": ready,
-                              "buckets": 0, "bytes": 0, "busy_s": 0.0}
+                              "buckets": {}, "bytes": 0}
                     agent._comm = record
                 record["last_ready_wall_s"] = ready
-                record["buckets"] += 1
                 record["bytes"] += nbytes
+                span = [ready, None, nbytes]
+                record["buckets"][str(index)] = span
             future = default_hooks.allreduce_hook(process_group, bucket)
 
             def done(fut):
                 finished = time.time()
                 with agent._comm_lock:
                     record["done_wall_s"] = max(record["done_wall_s"], finished)
-                    record["busy_s"] += finished - ready
+                    span[1] = finished
                 return fut.value()
 
             return future.then(done)
@@ -482,7 +488,8 @@ class RunAgent:
 
         cfg = self.config["hivemind"]
         host = cfg.get("host") or "127.0.0.1"
-        dht = hivemind.DHT(start=True, host_maddrs=[f"/ip4/{host}/tcp/0"],
+        port = int(cfg.get("port") or 0)
+        dht = hivemind.DHT(start=True, host_maddrs=[f"/ip4/{host}/tcp/{port}"],
                            initial_peers=list(cfg.get("initial_peers") or []))
         maddrs = [str(a) for a in dht.get_visible_maddrs()]
         path = os.path.join(self.config["workdir"], f"peer-{self.rank}.maddrs")
@@ -567,7 +574,9 @@ class RunAgent:
             finally:
                 agent._dht.shutdown()
 
-        atexit.register(shutdown)  # runs before the record is written (atexit is last-in first-out)
+        # Hivemind's threads must stop before the interpreter joins non-daemon threads at exit, which
+        # happens before atexit handlers run.
+        threading._register_atexit(shutdown)
         return optimizer
 
     # ---- output -----------------------------------------------------------------------------
@@ -595,6 +604,8 @@ class RunAgent:
         os.replace(tmp, self.out_path)
 
     def _exit(self, code: int) -> None:
+        if self._hm_optimizer is not None:
+            self.notes.append("stopped by SIGTERM: left the Hivemind run")
         recorder = recorder_module.current()
         if recorder is not None:
             recorder.stop_reason = "sigterm"

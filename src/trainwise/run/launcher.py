@@ -111,6 +111,21 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
     """Run the job; return (exit codes, launch wall time, wall seconds)."""
     job = _Launch(options, command, workdir)
     deadline = None if options.timeout_s is None else time.time() + options.timeout_s
+
+    def forward_sigterm(signum, frame):
+        # A preemption notice to `trainwise run` is passed to every training process: each one
+        # checkpoints at its next iteration boundary and exits; then this launcher returns.
+        for process in job.processes:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    previous = None
+    try:
+        previous = signal.signal(signal.SIGTERM, forward_sigterm)
+    except ValueError:  # not the main thread (a benchmark running nodes in threads)
+        pass
     try:
         if options.engine == "local":
             job.popen(job.argv, job.base_config())
@@ -119,12 +134,12 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
         else:
             _launch_hivemind(job, deadline)
         codes = job.wait_all(deadline)
-    except KeyboardInterrupt:
-        job.stop_all()
-        raise
     except BaseException:
         job.stop_all()
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return codes, job.launch_wall_s, time.time() - job.launch_wall_s
 
 
@@ -151,7 +166,9 @@ def _launch_hivemind(job: _Launch, deadline: float | None) -> None:
         config = job.base_config()
         config["hivemind"] = {"peer_index": index, "run_id": o.run_id, "target_batch_size": o.target_batch_size,
                               "initial_peers": first_addresses if index > 0 or o.initial_peers else [],
-                              "host": o.peer_hosts[index] if index < len(o.peer_hosts) else o.host,
+                              "host": o.peer_hosts[index] if index < len(o.peer_hosts) else
+                                      (o.host or ("0.0.0.0" if o.initial_peers else "127.0.0.1")),
+                              "port": o.port if index == 0 else 0,
                               "matchmaking_time_s": o.matchmaking_time_s, "averaging_timeout_s": o.averaging_timeout_s}
         prefix = o.peer_prefix[index] if index < len(o.peer_prefix) else []
         job.popen([*prefix, *job.argv], config, log_name=f"peer-{index}.log" if index > 0 else None,

@@ -50,7 +50,8 @@ class RunOptions:
     target_batch_size: int | None = None
     initial_peers: list[str] = field(default_factory=list)
     run_id: str = "trainwise"
-    host: str = "127.0.0.1"  # the address each peer's DHT listens on
+    host: str | None = None  # the address each peer's DHT listens on (None: loopback, or all interfaces with --initial-peers)
+    port: int = 0  # the first local peer's DHT port (0: any free port)
     matchmaking_time_s: float = 5.0  # hivemind's matchmaking minimum (the seed's 5 s)
     averaging_timeout_s: float = 60.0
     # Peers joining late / leaving early (tests, benchmarks): seconds after the first peer started.
@@ -81,6 +82,8 @@ class RunOptions:
                 raise TrainwiseError("--engine hivemind needs --target-batch-size B (samples all peers accumulate per averaging round)")
             if self.checkpoint is not None:
                 raise TrainwiseError("--checkpoint-dir is not used with --engine hivemind: a peer that (re)joins loads the state from the other peers")
+            if not 0 <= self.port < 65536:
+                raise TrainwiseError(f"--port must be a TCP port (got {self.port})")
             for addr in self.initial_peers:
                 if not addr.startswith("/"):
                     raise TrainwiseError(f"--initial-peers takes multiaddrs such as /ip4/10.0.0.1/tcp/31337/p2p/Qm... (got {addr!r})")

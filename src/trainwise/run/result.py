@@ -5,9 +5,9 @@ clocks are assumed), with `ready_r` the moment rank r's last gradient bucket was
 pass done), `first_r` its first bucket, `done_r` the moment its all-reduce completed:
 
 - idle_r = max_q ready_q − ready_r: waiting for the slowest rank (straggling, not communication);
-- all-reduce (communication) = done_r − max_q first_q: the time the gradient all-reduce was in
-  flight with every rank taking part (overlapped with the rest of the backward pass when there are
-  several buckets);
+- all-reduce (communication) = Σ over gradient buckets b of (reduced_r,b − max_q ready_q,b): the
+  time each bucket's all-reduce was in flight once every rank had it ready (overlapped with the
+  rest of the backward pass for all but the last bucket);
 - exposed communication = done_r − max_q ready_q: the part not hidden behind compute;
 - compute = iteration wall − data wait − idle − exposed communication;
 - measured granularity G = compute / all-reduce (seed: T_calc / T_comm).
@@ -137,7 +137,6 @@ def _ddp_breakdown(raws: dict[int, dict], runs: dict[int, dict]) -> dict[int, di
     for k in range(skip, steps):
         records = {r: runs[r]["comm_steps"][k] for r in ranks}
         all_ready = max(rec["last_ready_wall_s"] for rec in records.values())
-        all_first = max(rec["first_ready_wall_s"] for rec in records.values())
         for r, rec in records.items():
             index = rec.get("iteration")
             if index is None or index >= len(walls[r]) or index < 0:
@@ -146,7 +145,14 @@ def _ddp_breakdown(raws: dict[int, dict], runs: dict[int, dict]) -> dict[int, di
             iteration = it["end"] - it["start"]
             idle = all_ready - rec["last_ready_wall_s"]
             exposed = max(0.0, rec["done_wall_s"] - all_ready)
-            allreduce = max(0.0, rec["done_wall_s"] - all_first)
+            # Each bucket's all-reduce runs from the moment every rank has it ready until it is
+            # reduced here; their sum is the communication time (overlapped with backward or not).
+            allreduce = 0.0
+            for key, (ready_r, done_r, _) in rec["buckets"].items():
+                if done_r is None:
+                    continue
+                ready_all = max(records[q]["buckets"].get(key, [ready_r])[0] for q in records)
+                allreduce += max(0.0, done_r - ready_all)
             compute = max(0.0, iteration - it["data_wait"] - idle - exposed)
             values = per_rank[r]
             values["iteration"].append(iteration)
@@ -215,10 +221,35 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
     checkpoint = _checkpoint_summary(runs)
     if options.engine == "ddp" and options.nnodes > 1:
         notes.append(f"node {options.node_rank} of {options.nnodes}: this result holds this node's ranks only")
+    throughput = common_window_throughput(raws)
+    if throughput is None and rates:
+        throughput = sum(rates)
+        notes.append("the ranks' steady windows do not overlap: throughput is the sum of their own rates")
     return RunResult(engine=options.engine, command=list(command), world_size=options.world_size, exit_codes=codes,
                      wall_s=wall_s, launch_wall_s=launch_wall_s,
-                     throughput_samples_per_s=sum(rates) if rates else None, step=step, granularity=granularity,
+                     throughput_samples_per_s=throughput, step=step, granularity=granularity,
                      ranks=ranks, hivemind=hivemind, checkpoint=checkpoint, notes=notes)
+
+
+def common_window_throughput(raws: dict[int, dict]) -> Optional[float]:
+    """Samples per second of all ranks together, over the window in which every rank was past its
+    warm-up and still training (peers that start late or leave early do not distort it)."""
+    walls = {r: _iteration_walls(raw) for r, raw in raws.items()}
+    walls = {r: w for r, w in walls.items() if len(w) > warmup_count(len(w))}
+    if not walls:
+        return None
+    start = max(w[warmup_count(len(w))]["start"] for w in walls.values())
+    end = min(w[-1]["end"] for w in walls.values())
+    if end <= start:
+        return None
+    samples = 0.0
+    for w in walls.values():
+        for it in w:
+            inside = min(it["end"], end) - max(it["start"], start)
+            duration = it["end"] - it["start"]
+            if inside > 0 and duration > 0:
+                samples += it["samples"] * inside / duration  # iterations cut by the window count pro rata
+    return samples / (end - start)
 
 
 def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[int, dict]) -> HivemindSummary:

@@ -1,0 +1,107 @@
+"""`trainwise run`: the command's options → RunOptions → run_job → a table and RUN.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from trainwise.errors import TrainwiseError
+
+
+def _fmt(value: float | None, unit: str = "s") -> str:
+    if value is None:
+        return "—"
+    if unit == "s":
+        return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
+    return f"{value:,.1f} {unit}"
+
+
+def result_table(result) -> Table:
+    table = Table(title=f"trainwise run --engine {result.engine} (world size {result.world_size}; measured here)")
+    table.add_column("rank")
+    for column in ("iterations", "samples/s", "iteration", "compute", "all-reduce", "exposed comm", "idle", "data wait"):
+        table.add_column(column, justify="right")
+    for r in result.ranks:
+        table.add_row(str(r.rank), str(r.iterations), _fmt(r.samples_per_s, "") if r.samples_per_s else "—",
+                      _fmt(r.iteration_s), _fmt(r.compute_s), _fmt(r.allreduce_s), _fmt(r.exposed_comm_s),
+                      _fmt(r.idle_s), _fmt(r.data_wait_s))
+    return table
+
+
+def summary_lines(result) -> list[str]:
+    lines = [f"throughput: {_fmt(result.throughput_samples_per_s, 'samples/s')} (all ranks, steady state)"]
+    if result.granularity is not None:
+        lines.append(f"measured granularity G = compute / communication = {result.granularity:.3g}")
+    if result.hivemind is not None:
+        h = result.hivemind
+        lines.append(f"hivemind: {h.rounds} averaging rounds, round {_fmt(h.averaging_s)}, T_calc {_fmt(h.t_calc_s)}, "
+                     f"peers seen {h.peers_seen or '—'}")
+    if result.checkpoint is not None:
+        c = result.checkpoint
+        lines.append(f"checkpoints: {c.written} written to {c.directory} (median write {_fmt(c.median_write_s)})"
+                     + (f"; resumed from {c.resumed_from}" if c.resumed_from else ""))
+        for skipped in c.skipped_corrupt:
+            lines.append(f"[yellow]skipped corrupt checkpoint {skipped}[/yellow]")
+    return lines
+
+
+def run_command(
+    ctx: typer.Context,
+    engine: Annotated[str, typer.Option(help="local, ddp (torchrun) or hivemind")] = "local",
+    nproc: Annotated[int, typer.Option(help="DDP: processes on this node")] = 1,
+    nnodes: Annotated[int, typer.Option(help="DDP: number of nodes")] = 1,
+    node_rank: Annotated[int, typer.Option(help="DDP: this node's rank")] = 0,
+    master_addr: Annotated[str, typer.Option(help="DDP: address of node 0")] = "127.0.0.1",
+    master_port: Annotated[Optional[int], typer.Option(help="DDP: port on node 0 (default: a free port, single node)")] = None,
+    peers: Annotated[int, typer.Option(help="Hivemind: peers to start on this machine")] = 2,
+    target_batch_size: Annotated[Optional[int], typer.Option(help="Hivemind: samples all peers accumulate per averaging round")] = None,
+    initial_peers: Annotated[Optional[list[str]], typer.Option("--initial-peers", help="Hivemind: multiaddr of a running peer (repeatable); default: the first local peer")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Hivemind: address the DHT listens on (default loopback, or 0.0.0.0 with --initial-peers)")] = None,
+    port: Annotated[int, typer.Option(help="Hivemind: the first local peer's DHT port (0: any)")] = 0,
+    run_id: Annotated[str, typer.Option(help="Hivemind: run name shared by all peers")] = "trainwise",
+    matchmaking_time: Annotated[float, typer.Option(help="Hivemind: matchmaking time, seconds (the seed's 5 s minimum)")] = 5.0,
+    averaging_timeout: Annotated[float, typer.Option(help="Hivemind: averaging round timeout, seconds")] = 60.0,
+    checkpoint_dir: Annotated[Optional[str], typer.Option(help="Checkpoint here (local path or fsspec URL) and resume from the newest valid checkpoint")] = None,
+    checkpoint_every_s: Annotated[Optional[float], typer.Option(help="Checkpoint interval, seconds (default: Young/Daly optimum sqrt(2 x write time x MTBF))")] = None,
+    checkpoint_every_batches: Annotated[Optional[int], typer.Option(help="Checkpoint every N batches instead")] = None,
+    interruptions_per_hour: Annotated[Optional[float], typer.Option(help="Expected interruptions per hour, for the optimum interval (default: the cost model's)")] = None,
+    keep: Annotated[int, typer.Option(help="Checkpoints to keep")] = 3,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the RunResult JSON here")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="Stop the job after this many seconds")] = None,
+) -> None:
+    """Run `-- COMMAND...` (an unmodified PyTorch script) locally, under torchrun DDP or as Hivemind
+    peers, instrumented like `trainwise profile --full`, with optional checkpoint/resume."""
+    from trainwise import cli
+    from trainwise.run.launcher import run_job
+    from trainwise.run.options import CheckpointOptions, RunOptions
+
+    if cli._passthrough is None or ctx.args:
+        raise TrainwiseError("missing `--` before the training command: use `trainwise run [OPTIONS] -- python train.py ARGS`")
+    checkpoint = None
+    if checkpoint_dir is not None:
+        checkpoint = CheckpointOptions(directory=checkpoint_dir, every_s=checkpoint_every_s,
+                                       every_batches=checkpoint_every_batches, keep=keep,
+                                       interruptions_per_hour=interruptions_per_hour)
+    elif checkpoint_every_s is not None or checkpoint_every_batches is not None:
+        raise TrainwiseError("--checkpoint-every-s/--checkpoint-every-batches need --checkpoint-dir")
+    options = RunOptions(engine=engine, nproc=nproc, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
+                         master_port=master_port, peers=peers, target_batch_size=target_batch_size,
+                         initial_peers=list(initial_peers or []), host=host, port=port, run_id=run_id,
+                         matchmaking_time_s=matchmaking_time, averaging_timeout_s=averaging_timeout,
+                         checkpoint=checkpoint, timeout_s=timeout)
+    result = run_job(options, cli._passthrough)
+    if output is not None:
+        result.save(output)
+    console = cli.console
+    console.print(result_table(result))
+    for line in summary_lines(result):
+        console.print(line)
+    if output is not None:
+        console.print(f"run result written to [bold]{output}[/bold]")
+    codes = [c for c in result.exit_codes if c != 0]
+    if codes:
+        # The job's own exit code (143: stopped by SIGTERM after checkpointing) is trainwise's.
+        raise typer.Exit(code=codes[0] if codes[0] > 0 else 128 - codes[0])

@@ -1,0 +1,181 @@
+"""trainwise run: checkpoint files, interval policy, options, the step decomposition, and real runs
+(local with SIGTERM + resume, DDP with 2 processes under torchrun)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainwise.cli import main
+from trainwise.errors import TrainwiseError
+from trainwise.plan.costs import young_daly_interval_s
+from trainwise.run.checkpoint import CheckpointStore, CorruptCheckpoint, IntervalPolicy, decode, encode
+from trainwise.run.options import CheckpointOptions, RunOptions
+from trainwise.run.result import build_result
+
+SCRIPTS = Path(__file__).parent / "scripts"
+CHAOS_SCRIPT = SCRIPTS / "chaos_train.py"
+
+
+# ---------------------------------------------------------------------------- checkpoint files
+
+
+def test_checkpoint_round_trip_and_corruption_is_detected():
+    state = {"w": torch.arange(10.0), "step": 3}
+    blob = encode(state)
+    back = decode(blob)
+    assert torch.equal(back["w"], state["w"]) and back["step"] == 3
+    with pytest.raises(CorruptCheckpoint, match="truncated"):
+        decode(blob[:-5])
+    flipped = bytearray(blob)
+    flipped[-3] ^= 0xFF
+    with pytest.raises(CorruptCheckpoint, match="checksum"):
+        decode(bytes(flipped))
+    with pytest.raises(CorruptCheckpoint):
+        decode(b"not a checkpoint")
+
+
+def test_store_keeps_the_newest_k_and_skips_a_corrupt_newest(tmp_path, capsys):
+    store = CheckpointStore(str(tmp_path / "ck"), keep=2)
+    for step in (3, 6, 9):
+        store.write(step, {"step": step})
+    assert store.names() == ["ckpt-000000000009.twckpt", "ckpt-000000000006.twckpt"]
+    newest = tmp_path / "ck" / "ckpt-000000000009.twckpt"
+    newest.write_bytes(newest.read_bytes()[:40])  # a torn file
+    name, state = store.load_newest()
+    assert name == "ckpt-000000000006.twckpt" and state["step"] == 6
+    assert "skipping corrupt checkpoint ckpt-000000000009.twckpt" in capsys.readouterr().err
+    assert not [p for p in (tmp_path / "ck").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_store_works_on_an_fsspec_url():
+    store = CheckpointStore("memory://trainwise-test/run1", keep=1)
+    store.write(1, {"step": 1})
+    store.write(2, {"step": 2})
+    assert store.names() == ["ckpt-000000000002.twckpt"]
+    assert store.load_newest()[1]["step"] == 2
+
+
+def test_interval_is_the_young_daly_optimum_of_the_cost_model():
+    policy = IntervalPolicy(interruptions_per_hour=0.5)
+    assert policy.interval_s(4.0) == pytest.approx(float(young_daly_interval_s(4.0, 7200.0)))
+    assert policy.interval_s(4.0) == pytest.approx(math.sqrt(2 * 4.0 * 7200.0))
+    assert IntervalPolicy(every_s=7.0).interval_s(100.0) == 7.0
+    assert math.isinf(IntervalPolicy(interruptions_per_hour=0.0).interval_s(1.0))
+
+
+# ---------------------------------------------------------------------------- options and CLI errors
+
+
+@pytest.mark.parametrize("options, message", [
+    (RunOptions(engine="hivemind"), "--target-batch-size"),
+    (RunOptions(engine="local", nproc=2), "--engine ddp only"),
+    (RunOptions(engine="ddp", nnodes=2, node_rank=1), "--master-port"),
+    (RunOptions(engine="gpu"), "unknown engine"),
+    (RunOptions(engine="hivemind", target_batch_size=64, initial_peers=["10.0.0.1:31337"]), "multiaddrs"),
+    (RunOptions(checkpoint=CheckpointOptions(directory="x", every_s=-1)), "--checkpoint-every-s"),
+])
+def test_bad_options_are_one_line_errors(options, message):
+    with pytest.raises(TrainwiseError, match=message):
+        options.validate()
+
+
+def test_cli_run_needs_the_separator_and_a_target_batch_size(capsys):
+    assert main(["run", "--engine", "local"]) == 2
+    assert "missing `--`" in capsys.readouterr().err
+    assert main(["run", "--engine", "hivemind", "--", "python", "x.py"]) == 2
+    assert "--target-batch-size" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- step decomposition
+
+
+def _raw(iterations):
+    return {"config": {"launch_wall_s": 1000.0}, "iterations": iterations, "model": {"gradient_bytes": 400}}
+
+
+def test_ddp_step_breakdown_separates_compute_idle_and_communication():
+    # Two ranks, 4 identical steps of 1.0 s. Rank 1's backward ends 0.2 s after rank 0's; its bucket
+    # is reduced 0.1 s after both are ready. Rank 0 therefore idles 0.2 s; both see 0.1 s exposed.
+    raws, runs = {}, {}
+    for rank, ready_offset in ((0, 0.7), (1, 0.9)):
+        iterations, steps = [], []
+        for k in range(4):
+            start = 10.0 + k * 1.0
+            iterations.append({"start_s": start, "end_s": start + 1.0, "data_wait_s": 0.05, "samples": 8})
+            ready = 1000.0 + start + ready_offset
+            done = 1000.0 + start + 0.9 + 0.1
+            steps.append({"first_ready_wall_s": ready, "last_ready_wall_s": ready, "done_wall_s": done,
+                          "buckets": {"0": [ready, done, 400]}, "bytes": 400, "iteration": k})
+        raws[rank], runs[rank] = _raw(iterations), {"comm_steps": steps, "notes": []}
+    result = build_result(RunOptions(engine="ddp", nproc=2), ["python", "x.py"], [0], 1000.0, 5.0, raws, runs)
+    r0, r1 = result.ranks
+    assert r0.idle_s == pytest.approx(0.2) and r1.idle_s == pytest.approx(0.0)
+    assert r0.exposed_comm_s == pytest.approx(0.1) and r0.allreduce_s == pytest.approx(0.1)
+    assert r0.compute_s == pytest.approx(1.0 - 0.05 - 0.2 - 0.1)
+    assert r1.compute_s == pytest.approx(1.0 - 0.05 - 0.0 - 0.1)
+    assert result.throughput_samples_per_s == pytest.approx(2 * 8 / 1.0)
+    assert result.granularity == pytest.approx(result.step.compute_s / 0.1)
+
+
+# ---------------------------------------------------------------------------- real runs
+
+
+def _plain_reference(tmp_path: Path, args: list[str]) -> dict:
+    out = tmp_path / "reference.pt"
+    subprocess.run([sys.executable, str(CHAOS_SCRIPT), "--out", str(out), *args], check=True, timeout=300)
+    return torch.load(out)
+
+
+@pytest.mark.slow
+def test_local_run_checkpoints_on_sigterm_and_resumes_to_the_same_weights(tmp_path):
+    args = ["--epochs", "2", "--samples", "256", "--sleep", "0.03"]
+    reference = _plain_reference(tmp_path, args)
+    out, ck = tmp_path / "out.pt", tmp_path / "ck"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "5",
+           "--output", str(tmp_path / "run.json"), "--", "python", str(CHAOS_SCRIPT), "--out", str(out), *args]
+    process = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None and not list(ck.glob("ckpt-*.twckpt")):
+        time.sleep(0.05)  # training is under way once the first checkpoint exists
+    time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)  # the preemption notice, to `trainwise run` itself
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr[-2000:]
+    import json
+
+    events = json.loads((tmp_path / "run.json").read_text())
+    assert events["exit_codes"] == [143]
+    assert events["checkpoint"]["written"] >= 2  # the interval ones and the one SIGTERM asked for
+    assert not out.exists()
+    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resumed from ckpt-" in again.stdout
+    final = torch.load(out)
+    assert all(torch.equal(final[k], reference[k]) for k in reference)
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_measure_compute_communication_and_idle(tmp_path):
+    from trainwise.run.launcher import run_job
+
+    result = run_job(RunOptions(engine="ddp", nproc=2, quiet=True, timeout_s=400),
+                     ["python", "-m", "trainwise.workloads.nn_twins_mlp", "--epochs", "1", "--train-samples", "2048",
+                      "--val-samples", "64", "--batch-size", "32", "--threads", "1"])
+    assert result.exit_codes == [0] and result.world_size == 2
+    assert [r.rank for r in result.ranks] == [0, 1]
+    for rank in result.ranks:
+        assert rank.iterations == 2048 // 2 // 32  # each rank its DistributedSampler shard
+        assert rank.allreduce_s is not None and rank.allreduce_s > 0
+        assert rank.idle_s is not None and rank.idle_s >= 0
+        assert 0 < rank.compute_s < rank.iteration_s
+    assert result.granularity is not None and result.granularity > 0
+    assert result.throughput_samples_per_s > 0
