@@ -396,7 +396,19 @@ class RunAgent:
                                        "wall_s": time.time()})
 
     # ---- optimizer steps (DDP communication records) ----------------------------------------
+    def mark_started(self) -> None:
+        """A marker file once this rank has trained a step (a launcher's time limit counts from here)."""
+        if getattr(self, "_started", False):
+            return
+        self._started = True
+        try:
+            open(os.path.join(self.config["workdir"], f"started-rank{self.rank}"), "w").close()
+        except OSError:
+            pass
+
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self._hm_optimizer is None:
+            self.mark_started()
         if self._primary_optimizer is None:
             self._primary_optimizer = id(optimizer)
         elif id(optimizer) != self._primary_optimizer:
@@ -547,6 +559,7 @@ class RunAgent:
             result = original_step(closure=closure, batch_size=samples, grad_scaler=grad_scaler)
             if recorder is not None:
                 recorder.explicit_step(samples=samples)
+            agent.mark_started()
             return result
 
         def update_global_epoch(grad_scaler):

@@ -76,6 +76,7 @@ class _Launch:
     def popen(self, argv: list[str], config: dict[str, Any], log_name: str | None = None,
               extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         env = _environment(config)
+        env.update(self.options.extra_env)
         env.update(extra_env or {})
         output = None
         if self.options.quiet:
@@ -91,6 +92,8 @@ class _Launch:
         return process
 
     def wait_all(self, deadline: float | None) -> list[int]:
+        if self.options.stop_after_started_s is not None:
+            self._stop_when_measured(deadline)
         codes = []
         for process in self.processes:
             remaining = None if deadline is None else max(0.1, deadline - time.time())
@@ -101,6 +104,25 @@ class _Launch:
                     _stop(p, grace_s=10)
                 raise TrainwiseError(f"the job did not finish within --timeout {self.options.timeout_s:g} s and was stopped") from None
         return codes
+
+    def _stop_when_measured(self, deadline: float | None) -> None:
+        expected = self.options.expected_ranks or self.options.world_size
+        started_at = None
+        while any(p.poll() is None for p in self.processes):
+            now = time.time()
+            if deadline is not None and now > deadline:
+                return
+            if started_at is None and len(list(Path(self.workdir).glob("started-rank*"))) >= expected:
+                started_at = now
+            if started_at is not None and now - started_at >= self.options.stop_after_started_s:
+                for process in self.processes:
+                    if process.poll() is None:
+                        try:
+                            os.killpg(process.pid, signal.SIGTERM)
+                        except ProcessLookupError:
+                            pass
+                return
+            time.sleep(0.2)
 
     def stop_all(self) -> None:
         for process in self.processes:
@@ -128,7 +150,7 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
         pass
     try:
         if options.engine == "local":
-            job.popen(job.argv, job.base_config())
+            job.popen([*options.prefix, *job.argv], job.base_config())
         elif options.engine == "ddp":
             _launch_ddp(job)
         else:
@@ -146,7 +168,7 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
 def _launch_ddp(job: _Launch) -> None:
     o = job.options
     port = o.master_port if o.master_port is not None else free_port()
-    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={o.nproc}",
+    torchrun = [*o.prefix, sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={o.nproc}",
                 f"--nnodes={o.nnodes}", f"--node-rank={o.node_rank}", f"--master-addr={o.master_addr}",
                 f"--master-port={port}", "--no-python", *job.argv]
     job.popen(torchrun, job.base_config())

@@ -60,8 +60,14 @@ class RunOptions:
     # Per-peer command prefix (e.g. `ip netns exec NS`) and DHT host, for link emulation.
     peer_prefix: list[list[str]] = field(default_factory=list)
     peer_hosts: list[str] = field(default_factory=list)
+    # A prefix for the launched command (e.g. `ip netns exec NS`) and extra environment (local, ddp).
+    prefix: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
     checkpoint: CheckpointOptions | None = None
     timeout_s: float | None = None
+    # Benchmarks: SIGTERM the job this many seconds after `expected_ranks` ranks trained a step.
+    stop_after_started_s: float | None = None
+    expected_ranks: int | None = None
     quiet: bool = False
 
     def validate(self) -> None:

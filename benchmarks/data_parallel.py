@@ -1,0 +1,293 @@
+"""Data-parallel execution vs prediction: DDP with 1 and 2 processes and Hivemind with 2 and 3 peers,
+on loopback and over an emulated 100 Mb/s + 50 ms RTT link, for two reference workloads; measured
+throughput and granularity compared with trainwise.predict.data_parallel.
+
+What is measured (all by `trainwise run`, the scripts unmodified):
+- ddp1: one process, the per-worker compute profile every DDP prediction starts from;
+- hm1: one Hivemind peer alone (no averaging partner), the per-peer rate every Hivemind prediction
+  starts from (it includes hivemind.Optimizer's own per-step work, which a plain step does not have);
+- ddp2 on loopback and across two network namespaces joined by the emulated link; hm2, hm3 on
+  loopback and over the emulated link (`trainwise.run.netem`: TUN devices + a delaying user-space
+  router, `tc tbf` for the rate). The links are measured with `trainwise.predict.net_probe`.
+
+Predictions use only: the ddp1/hm1 measurements, the gradient/parameter bytes, the measured link,
+and the machine's 2 cores: a worker's compute rate is scaled by min(1, cores / processes) when
+more training processes than cores share the machine. That is all 2 cores can show: with 2 or 3
+processes on 2 cores (plus Hivemind's daemons) compute and communication compete for the same
+CPU, which the models (written for one accelerator per worker) do not capture beyond that factor.
+
+Writes benchmarks/results/data_parallel.json; summary.median_abs_error (fraction, throughput) and
+summary.ordering_correct (the predicted order of configurations by throughput matches the measured
+one, per workload).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from trainwise._io import atomic_write_text
+from trainwise.predict.data_parallel import HivemindPeer, LinkSpec, WorkerCompute, predict_ddp, predict_hivemind
+from trainwise.predict.topology import Site, uniform_network
+from trainwise.run.launcher import launch, read_records
+from trainwise.run.netem import EmulatedNetwork
+from trainwise.run.options import RunOptions
+from trainwise.run.result import build_result
+
+RESULTS = Path(__file__).parent / "results"
+CORES = 2
+MATCHMAKING_S = 5.0
+WORKLOADS = {
+    # per-worker batch, TBS chosen so that 2 peers need a few seconds per round
+    "mnist_cnn": {"batch": 32, "tbs": 384,
+                  "args": ["--epochs", "100", "--train-samples", "60000", "--val-samples", "32", "--threads", "1"]},
+    "nn_twins_mlp": {"batch": 256, "tbs": 16384,
+                     "args": ["--epochs", "200", "--train-samples", "200000", "--val-samples", "32", "--threads", "1"]},
+}
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "torch_version": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
+            "load_average_at_start": os.getloadavg()}
+
+
+def command(workload: str) -> list[str]:
+    spec = WORKLOADS[workload]
+    return ["python", "-m", f"trainwise.workloads.{workload}", "--batch-size", str(spec["batch"]), *spec["args"]]
+
+
+# ----------------------------------------------------------------------------- links
+
+
+def probe_loopback() -> dict:
+    from trainwise.predict.net_probe import probe, start_server
+
+    server, port = start_server(0, "127.0.0.1")
+    try:
+        link = probe("127.0.0.1", port, seconds=1.0)
+    finally:
+        server.shutdown()
+    return {"bandwidth_bps": link.bandwidth_bps, "rtt_s": link.rtt_s, "source": "measured here: trainwise net probe on loopback"}
+
+
+def probe_emulated(net: EmulatedNetwork) -> dict:
+    server = subprocess.Popen([*net.exec_prefix(1), sys.executable, "-c",
+                               "from trainwise.predict.net_probe import serve; serve(5201)"], start_new_session=True)
+    try:
+        time.sleep(3.0)
+        out = subprocess.run([*net.exec_prefix(0), sys.executable, "-c",
+                              f"from trainwise.predict.net_probe import probe; print(probe('{net.address(1)}', 5201, seconds=3.0).model_dump_json())"],
+                             capture_output=True, text=True, timeout=120)
+        link = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        server.terminate()
+        server.wait()
+    return {"bandwidth_bps": link["bandwidth_bps"], "rtt_s": link["rtt_s"],
+            "source": f"measured here: trainwise net probe through the emulated link (set: {net.rate_mbit} Mb/s, {net.rtt_ms} ms RTT)"}
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def run_config(name: str, workload: str, engine: str, workers: int, window_s: float, net: EmulatedNetwork | None) -> dict:
+    spec = WORKLOADS[workload]
+    workdir = tempfile.mkdtemp(prefix=f"tw-dp-{name}-")
+    started = time.time()
+    if engine == "ddp" and net is not None:
+        nodes = [RunOptions(engine="ddp", nproc=1, nnodes=workers, node_rank=i, master_addr=net.address(0), master_port=29555,
+                            prefix=net.exec_prefix(i), extra_env={"GLOO_SOCKET_IFNAME": net.devices[i]},
+                            stop_after_started_s=window_s, expected_ranks=workers, timeout_s=300, quiet=True)
+                 for i in range(workers)]
+        codes: list[int] = []
+        errors: list[BaseException] = []
+
+        def node(options):
+            try:
+                codes.extend(launch(options, command(workload), workdir)[0])
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=node, args=(o,)) for o in nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        options = RunOptions(engine="ddp", nproc=1, nnodes=workers, master_port=29555)
+    else:
+        options = RunOptions(engine=engine, nproc=workers if engine == "ddp" else 1, peers=workers,
+                             target_batch_size=spec["tbs"] if engine == "hivemind" else None,
+                             matchmaking_time_s=MATCHMAKING_S, averaging_timeout_s=60.0,
+                             stop_after_started_s=window_s, timeout_s=300, quiet=True)
+        if net is not None:
+            options.peer_prefix = [net.exec_prefix(i) for i in range(workers)]
+            options.peer_hosts = [net.address(i) for i in range(workers)]
+        codes = launch(options, command(workload), workdir)[0]
+    raws, runs = read_records(workdir)
+    result = build_result(options, command(workload), codes, started, time.time() - started, raws, runs)
+    return {"name": name, "workload": workload, "engine": engine, "workers": workers,
+            "link": "emulated" if net is not None else "loopback", "window_s": window_s,
+            "wall_s": time.time() - started, "result": json.loads(result.model_dump_json())}
+
+
+# ----------------------------------------------------------------------------- predictions
+
+
+def contention(processes: int) -> float:
+    return min(1.0, CORES / processes)
+
+
+def predict(config: dict, baselines: dict, links: dict) -> dict:
+    workload = config["workload"]
+    spec = WORKLOADS[workload]
+    link = links[config["link"]]
+    n = config["workers"]
+    if config["engine"] == "ddp":
+        base = baselines[(workload, "ddp")]["result"]
+        compute = WorkerCompute(step_time_s=base["step"]["compute_s"] / contention(n),
+                                per_worker_batch_size=spec["batch"], source="measured here (ddp1), × processes/cores")
+        prediction = predict_ddp(compute, int(base["ranks"][0]["gradient_bytes"]), n,
+                                 LinkSpec(bandwidth_bps=link["bandwidth_bps"], latency_s=link["rtt_s"] / 2.0, source=link["source"]),
+                                 overlap=0.0)  # gloo on CPU: the all-reduce competes with backward for the cores
+        return {"samples_per_s": prediction.samples_per_s, "granularity": prediction.granularity,
+                "allreduce_s": prediction.allreduce_s, "step_s": prediction.step_time_s}
+    base = baselines[(workload, "hivemind")]["result"]
+    rate = base["throughput_samples_per_s"] * contention(n + 0)  # each peer alone, × cores share
+    site = Site(name="here", cloud="on-premise", continent="eu")
+    peers = [HivemindPeer(name=f"p{i}", samples_per_s=rate, site=site, per_peer_batch_size=spec["batch"],
+                          source="measured here (hm1: one peer alone), × processes/cores") for i in range(n)]
+    parameters = int(base["ranks"][0]["gradient_bytes"]) // 4
+    network = uniform_network(link["bandwidth_bps"], link["rtt_s"], source=link["source"])
+    prediction = predict_hivemind(peers, parameters, spec["tbs"], network=network, matchmaking_min_s=MATCHMAKING_S,
+                                  dpu_overlap=1.0)  # delay_optimizer_step + delay_grad_averaging are on
+    return {"samples_per_s": prediction.samples_per_s, "granularity": prediction.granularity,
+            "calc_s": prediction.calc_s, "comm_s": prediction.comm_s, "notes": prediction.notes}
+
+
+def ordering(rows: list[dict]) -> dict:
+    by_workload: dict[str, list[dict]] = {}
+    for row in rows:
+        by_workload.setdefault(row["workload"], []).append(row)
+    out = {}
+    for workload, items in by_workload.items():
+        measured = [r["name"] for r in sorted(items, key=lambda r: -r["measured_samples_per_s"])]
+        predicted = [r["name"] for r in sorted(items, key=lambda r: -r["predicted_samples_per_s"])]
+        pairs = concordant = 0
+        for i in range(len(items)):
+            for j in range(i + 1, len(items)):
+                a, b = items[i], items[j]
+                pairs += 1
+                concordant += ((a["measured_samples_per_s"] - b["measured_samples_per_s"])
+                               * (a["predicted_samples_per_s"] - b["predicted_samples_per_s"]) > 0)
+        out[workload] = {"measured": measured, "predicted": predicted, "correct": measured == predicted,
+                         "concordant_pairs": f"{concordant}/{pairs}"}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=RESULTS / "data_parallel.json")
+    parser.add_argument("--budget-s", type=float, default=840.0, help="stop starting new configurations after this")
+    parser.add_argument("--ddp-window-s", type=float, default=10.0)
+    parser.add_argument("--hivemind-window-s", type=float, default=20.0)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("error: the link emulation needs root (network namespaces, tc)")
+    start = time.time()
+    workloads = args.workloads.split(",")
+    plan = []
+    for workload in workloads:
+        plan += [(f"{workload}/ddp1", workload, "ddp", 1, args.ddp_window_s, False),
+                 (f"{workload}/hm1", workload, "hivemind", 1, args.ddp_window_s, False),
+                 (f"{workload}/ddp2-loopback", workload, "ddp", 2, args.ddp_window_s, False),
+                 (f"{workload}/hm2-loopback", workload, "hivemind", 2, args.hivemind_window_s, False),
+                 (f"{workload}/ddp2-emulated", workload, "ddp", 2, args.ddp_window_s, True),
+                 (f"{workload}/hm2-emulated", workload, "hivemind", 2, args.hivemind_window_s, True),
+                 (f"{workload}/hm3-loopback", workload, "hivemind", 3, args.hivemind_window_s, False),
+                 (f"{workload}/hm3-emulated", workload, "hivemind", 3, args.hivemind_window_s, True)]
+    runs: list[dict] = []
+    skipped: list[str] = []
+    links = {"loopback": probe_loopback()}
+    with EmulatedNetwork(peers=3, rate_mbit=100.0, rtt_ms=50.0) as net:
+        links["emulated"] = probe_emulated(net)
+        print(f"links: {json.dumps(links)}", flush=True)
+        for name, workload, engine, workers, window, emulated in plan:
+            elapsed = time.time() - start
+            if elapsed > args.budget_s:
+                skipped.append(f"{name}: the {args.budget_s:g} s budget was spent")
+                continue
+            print(f"[{elapsed:6.0f} s] {name} ...", flush=True)
+            try:
+                run = run_config(name, workload, engine, workers, window, net if emulated else None)
+            except Exception as exc:  # noqa: BLE001 - a failed configuration is recorded, not fatal
+                skipped.append(f"{name}: failed ({exc})")
+                print(f"    failed: {exc}", flush=True)
+                continue
+            runs.append(run)
+            r = run["result"]
+            print(f"    {r['throughput_samples_per_s']} samples/s, G={r['granularity']}, {run['wall_s']:.0f} s", flush=True)
+            _write(args.output, runs, skipped, links, start, partial=True)
+    _write(args.output, runs, skipped, links, start, partial=False)
+    return 0
+
+
+def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start: float, partial: bool) -> None:
+    baselines = {(r["workload"], r["engine"]): r for r in runs if r["workers"] == 1}
+    rows = []
+    for run in runs:
+        if run["workers"] == 1 or (run["workload"], run["engine"]) not in baselines:
+            continue
+        measured = run["result"]["throughput_samples_per_s"]
+        if not measured:
+            continue
+        predicted = predict(run, baselines, links)
+        rows.append({"name": run["name"], "workload": run["workload"], "engine": run["engine"], "workers": run["workers"],
+                     "link": run["link"], "measured_samples_per_s": measured,
+                     "predicted_samples_per_s": predicted["samples_per_s"],
+                     "abs_error": abs(predicted["samples_per_s"] - measured) / measured,
+                     "measured_granularity": run["result"]["granularity"],
+                     "predicted_granularity": predicted["granularity"], "prediction": predicted})
+    errors = [r["abs_error"] for r in rows]
+    order = ordering(rows)
+    summary = {
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+        "ordering_correct": bool(order) and all(v["correct"] for v in order.values()),
+        "configurations_compared": len(rows),
+        "target": "median |error| <= 15 % on throughput, ordering by throughput correct",
+        "meets_target": bool(errors) and statistics.median(errors) <= 0.15 and all(v["correct"] for v in order.values()),
+        "bound_by_this_machine": ("2 cores shared by every training process, Hivemind's p2p daemons and averager "
+                                  "processes (and by other work on this machine): with 2-3 processes compute and "
+                                  "communication compete for the same CPU, which is all 2 cores can show"),
+    }
+    document = {"benchmark": "data_parallel", "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "partial": partial, "seconds": time.time() - start, "machine": machine(), "summary": summary,
+                "links": links, "ordering": order, "comparisons": rows, "skipped": skipped,
+                "runs": [{k: v for k, v in run.items()} for run in runs]}
+    atomic_write_text(path, json.dumps(document, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
