@@ -54,7 +54,8 @@ def test_executor_uses_trainwise_run_or_falls_back_to_profile_full(tmp_path):
     command = local_command(plan.command)
     assert command[0] == sys.executable
     argv, how = executor_argv(plan, command=command, checkpoint_dir=str(tmp_path / "ck"), run_dir=tmp_path, use_run=True)
-    assert argv[:7] == [sys.executable, "-m", "trainwise.cli", "run", "--engine", "local", "--checkpoint-dir"]
+    assert argv[:7] == [sys.executable, "-c", "from trainwise.cli import run; run()", "run", "--engine", "local",
+                        "--checkpoint-dir"]
     assert argv[argv.index("--") + 1:] == command and "--output" in argv
     assert how == "trainwise run --engine local"
     argv, how = executor_argv(plan, command=command, checkpoint_dir=None, run_dir=tmp_path, use_run=False)
@@ -118,3 +119,16 @@ def test_acceptance_plan_launch_local_persist_history(tmp_path, monkeypatch, cap
     assert main(["plan", "--history"]) == 0
     history = capsys.readouterr().out
     assert record["run_id"][:9] in history and "this machine" in history
+
+
+def test_without_skypilot_launch_says_what_is_missing_and_dry_run_uses_the_packaged_schema(tmp_path, monkeypatch, capsys):
+    from launch_helpers import four_plans
+
+    monkeypatch.setitem(sys.modules, "sky", None)  # as if `skypilot` were not installed
+    four_plans()["spot"].save(tmp_path / "plan.json")
+    assert main(["launch", str(tmp_path / "plan.json"), "-o", str(tmp_path / "task.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "SkyPilot is not installed: pip install 'skypilot[aws]==0.14.1'" in err and len(err.strip().splitlines()) <= 2
+    assert main(["launch", str(tmp_path / "plan.json"), "--dry-run", "-o", str(tmp_path / "task.yaml")]) == 0
+    assert "packaged schema and catalog (SkyPilot is not installed)" in capsys.readouterr().out
+    assert (tmp_path / "task.yaml").is_file()

@@ -195,6 +195,6 @@ def test_hivemind_run_joins_the_head_peer_except_on_the_head(tmp_path):
     (head,) = run_script(script, tmp_path, SKYPILOT_NODE_RANK="0", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
     (other,) = run_script(script, tmp_path, SKYPILOT_NODE_RANK="2", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
     assert head[:7] == ["run", "--engine", "hivemind", "--peers", "1", "--target-batch-size", "4096"]
-    assert "--initial-peers" not in head
+    assert head[7:11] == ["--host", "0.0.0.0", "--port", "31337"] and "--initial-peers" not in head
     assert other[7:9] == ["--initial-peers", "/ip4/10.1.0.1/tcp/31337"]
     assert other[other.index("--") + 1:] == COMMAND

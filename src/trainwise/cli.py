@@ -276,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=args, prog_name="trainwise", standalone_mode=False)
     except TrainwiseError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/red]")

@@ -28,9 +28,11 @@ from trainwise.launch import staging
 from trainwise.launch.history import RunRecord, save_record
 from trainwise.launch.plan_document import PlanDocument
 from trainwise.launch.run_command import run_argv
-from trainwise.launch.safety import assert_no_secrets, scheme_of
+from trainwise.launch.safety import assert_no_secrets
 
-TRAINWISE_CLI = (sys.executable, "-m", "trainwise.cli")
+# The CLI's entry point imported (not `-m trainwise.cli`: run as __main__, the module would be a
+# second copy whose `--` passthrough the commands reading `trainwise.cli._passthrough` never see).
+TRAINWISE_CLI = (sys.executable, "-c", "from trainwise.cli import run; run()")
 
 
 def run_command_available() -> bool:
@@ -186,6 +188,3 @@ def run_local(plan: PlanDocument, *, work_dir: Path, console: Console, timeout_s
                              "the run record was kept")
     return record
 
-
-def describe_scheme(uri: str | None) -> str:
-    return "none" if not uri else scheme_of(uri)

@@ -24,8 +24,11 @@ NUM_NODES = ShellExpr('"${SKYPILOT_NUM_NODES}"')
 HEAD_IP = ShellExpr('"${TRAINWISE_HEAD_IP}"')
 # Shell lines trainwise writes before the command (fixed text, no user input).
 HEAD_IP_LINE = 'TRAINWISE_HEAD_IP="$(echo "${SKYPILOT_NODE_IPS}" | head -n1)"'
+# Hivemind across nodes: the head's first peer listens on a fixed port on every interface; the
+# other nodes bootstrap from it. (libp2p needs the head's peer id in that address: see the README's
+# launch section for what `trainwise run` must provide.)
 INITIAL_PEERS_LINES = (
-    'TRAINWISE_PEER_ARGS=()',
+    f'TRAINWISE_PEER_ARGS=(--host 0.0.0.0 --port {HIVEMIND_PORT})',
     'if [ "${SKYPILOT_NODE_RANK}" != "0" ]; then',
     f'  TRAINWISE_PEER_ARGS=(--initial-peers "/ip4/${{TRAINWISE_HEAD_IP}}/tcp/{HIVEMIND_PORT}")',
     'fi',

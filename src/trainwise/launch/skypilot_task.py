@@ -248,7 +248,10 @@ def dump_yaml(config: dict[str, Any]) -> str:
 
 
 def skypilot_installed() -> bool:
-    return importlib.util.find_spec("sky") is not None
+    try:
+        return importlib.util.find_spec("sky") is not None
+    except (ImportError, ValueError):  # a broken or deliberately blocked install
+        return False
 
 
 def validate_packaged(config: dict[str, Any], catalog: Any | None = None) -> TaskSpec:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -339,6 +338,3 @@ def local_price() -> tuple[float, str]:
     offering = default_local_offering()
     return float(offering.price_per_hour or 0.0), "assumed (trainwise's amortised workstation; see `trainwise plan` assumptions)"
 
-
-def python_executable() -> str:
-    return sys.executable
