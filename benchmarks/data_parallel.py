@@ -111,7 +111,7 @@ def probe_emulated(net: EmulatedNetwork) -> dict:
 
 def run_config(name: str, workload: str, engine: str, workers: int, window_s: float, net: EmulatedNetwork | None) -> dict:
     spec = WORKLOADS[workload]
-    workdir = tempfile.mkdtemp(prefix=f"tw-dp-{name}-")
+    workdir = tempfile.mkdtemp(prefix=f"tw-dp-{name.replace('/', '-')}-")
     started = time.time()
     if engine == "ddp" and net is not None:
         nodes = [RunOptions(engine="ddp", nproc=1, nnodes=workers, node_rank=i, master_addr=net.address(0), master_port=29555,
