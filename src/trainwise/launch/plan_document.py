@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import sys
 from datetime import datetime, timezone
@@ -201,6 +202,27 @@ def _sky_accelerators(catalog: Any) -> dict[str, str]:
     return dict(zip(subset["offering_id"], subset["source_accelerator"]))
 
 
+_GROUP_ID = re.compile(r"^(multi-node|hivemind)/(\d+)x/(.+)$")
+
+
+def resolve_group(best: dict[str, Any], catalog: Any) -> tuple[dict[str, Any], int | None, str | None]:
+    """(the machine, nodes, engine) of the best row: a catalog machine as it is, or the machine of a
+    planner group of identical machines (`multi-node/Nx/OFFERING`: DDP, `hivemind/Nx/OFFERING`).
+    Groups of different machines (geo-distributed or hybrid Hivemind) are not one SkyPilot task."""
+    parallelism = str(best.get("parallelism") or "")
+    if parallelism in ("", "ddp-node", "nan"):
+        return best, None, None
+    match = _GROUP_ID.match(str(best["offering_id"]))
+    frame = catalog.offerings
+    if match is None or not (frame["offering_id"] == match.group(3)).any():
+        raise TrainwiseError(f"the best plan {best['offering_id']} mixes different machines (or this machine and the "
+                             "cloud); one SkyPilot task runs one machine type: re-plan with --single-machine, or save a "
+                             "group of identical machines")
+    row = frame[frame["offering_id"] == match.group(3)].iloc[0].to_dict()
+    row = {key: (None if isinstance(value, float) and math.isnan(value) else value) for key, value in row.items()}
+    return row, int(match.group(2)), "ddp" if match.group(1) == "multi-node" else "hivemind"
+
+
 def default_engine(nodes: int, accelerator_count: float) -> str:
     return "ddp" if nodes > 1 or accelerator_count > 1 else "local"
 
@@ -232,19 +254,29 @@ def build_plan_document(result: Any, catalog: Any, *, command: list[str], worklo
         safety.check_name(name, "--name")
     best = result.best
     sky_names = _sky_accelerators(catalog)
-    count = float(best.get("accelerator_count") or 0.0)
+    machine, group_nodes, group_engine = resolve_group(best, catalog)
+    if group_nodes is not None:
+        if nodes != 1 and nodes != group_nodes:
+            raise TrainwiseError(f"the best plan is a group of {group_nodes} machines ({best['offering_id']}); --nodes "
+                                 f"{nodes} contradicts it: drop --nodes, or re-plan with --single-machine")
+        nodes = group_nodes
+        engine = engine or group_engine
+    count = float(machine.get("accelerator_count") or 0.0)
     if math.isnan(count):
         count = 0.0
     chosen_engine = engine or default_engine(nodes, count)
     per_node = max(1, int(count)) if chosen_engine == "ddp" else 1
     if chosen_engine == "hivemind" and target_batch_size is None:
         target_batch_size = int(best["batch_size"]) * nodes * per_node
+    spot = str(best["market"]) == "spot"
+    machine_price = machine.get("spot_price_per_hour" if spot else "price_per_hour")
+    price = float(best["price_per_hour"]) if group_nodes is None or machine_price is None else float(machine_price)
     offering = ChosenOffering(
-        offering_id=str(best["offering_id"]), cloud=str(best["cloud"]), region=_text(best.get("region")),
-        zone=_text(best.get("zone")), instance_type=_text(best.get("instance_type")),
-        accelerator=_text(best.get("accelerator")), sky_accelerator=_text(sky_names.get(str(best["offering_id"]))),
-        accelerator_count=count, spot=str(best["market"]) == "spot", kind=_text(best.get("kind")) or "cloud",
-        price_per_hour=float(best["price_per_hour"]), price_source=str(best["price_provenance"]))
+        offering_id=str(machine["offering_id"]), cloud=str(machine["cloud"]), region=_text(machine.get("region")),
+        zone=_text(machine.get("zone")), instance_type=_text(machine.get("instance_type")),
+        accelerator=_text(machine.get("accelerator")), sky_accelerator=_text(sky_names.get(str(machine["offering_id"]))),
+        accelerator_count=count, spot=spot, kind=_text(machine.get("kind")) or "cloud",
+        price_per_hour=price, price_source=str(best["price_provenance"]))
     primary = result.primary
     # This machine's prediction even when constraints (e.g. --cloud) excluded it from the ranking: a
     # local run is judged against the prediction for the machine it ran on.
