@@ -121,8 +121,8 @@ def test_plan_cli_distributed(tmp_path, capsys):
     rows = [r for r in payload["plans"] if r.get("parallelism")]
     assert rows and all(r["why"] for r in rows) and all("granularity" in r for r in rows)
     assert any("Hivemind rows: TBS 4096" in a for a in payload["assumptions"])
-    code = main(["plan", "--profile", str(path), "--network", str(tmp_path / "x.json")])
-    assert code == 2 and "need --distributed" in capsys.readouterr().err
+    code = main(["plan", "--profile", str(path), "--single-machine", "--network", str(tmp_path / "x.json")])
+    assert code == 2 and "drop --single-machine" in capsys.readouterr().err
 
 
 def test_seed_replay_hivemind_beats_synchronous_ddp_across_nodes():

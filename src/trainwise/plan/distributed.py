@@ -1,7 +1,7 @@
 """Data-parallel candidates for `plan()`: multi-GPU machines, N × one machine (DDP), Hivemind groups
 in one zone, across continents and clouds, and hybrid (this machine + cloud spot peers).
 
-Opt-in through `PlanOptions(distributed=DistributedOptions(...))` (`trainwise plan --distributed`).
+Enabled through `PlanOptions(distributed=DistributedOptions(...))` (`trainwise plan` does by default; `--single-machine` turns it off).
 `expand(...)` adds one synthetic offering row per group (price = the sum of its machines'), and
 `data_parallel_source` is the runtime source that predicts them (and every catalog offering with
 more than one accelerator) with `trainwise.predict.data_parallel`; each row carries
