@@ -7,7 +7,8 @@ For each framework:
   2. the measured profile: `trainwise profile` (sampled) on the unmodified framework script — the
      profiler attaches the framework's callback by itself (`trainwise.integrations`);
   3. the prediction for the planned epochs with trainwise's estimator (`trainwise.predict.same_machine`);
-  4. the full run, instrumented the same way (`--full`), whose launch → end-of-training time is the truth.
+  4. the full run, instrumented the same way (`--full`), whose launch → end-of-training time is the truth;
+  5. the same full run again: the noise floor of this machine for that job.
 
 Writes benchmarks/results/integrations_prediction.json and prints a table.
 Run: .venv/bin/python benchmarks/integrations_prediction.py [--target-minutes 1.5] [--cpu N] [--quick]
@@ -111,6 +112,9 @@ def write(rows: list[dict], target_s: float, started: float, args: argparse.Name
             "max_abs_error": max(errors) if errors else None,
             "per_integration": {r["integration"]: r["abs_error"] for r in rows},
             "profiling_cost_fraction": statistics.median(r["profiling_cost_fraction"] for r in rows) if rows else None,
+            "noise_floor_median": statistics.median(r["noise_floor"] for r in rows) if rows else None,
+            "self_consistency_max_error": max(r["self_consistency_error"] for r in rows) if rows else None,
+            "noise_floor_max": max(r["noise_floor"] for r in rows) if rows else None,
             "configurations": len(rows),
             "target": "median ≤ 5 %, max ≤ 10 % (the core profiler's same-machine target)",
             "estimator": "trainwise (trainwise.predict.same_machine.trainwise_estimate)",
@@ -152,7 +156,10 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         full = run_profile(command, options(mode="full"), workload=config.module, quiet=True)
         load_after = os.getloadavg()[0]
+        # The same full run again: how much this machine alone moves a run's time (noise floor).
+        repeat = run_profile(command, options(mode="full"), workload=config.module, quiet=True)
         actual_s = full.full_run.training_end_s
+        repeat_s = repeat.full_run.training_end_s
         row = {
             "integration": config.integration, "workload": config.module, "command": command,
             "batch_size": config.batch_size, "accumulate": config.accumulate or 1, "epochs": config.epochs,
@@ -169,12 +176,24 @@ def main() -> None:
             "actual_init_s": full.init.total_s,
             "steady_iteration_profile_s": profile.steady_state.iteration.mean_s,
             "steady_iteration_full_s": full.steady_state.iteration.mean_s,
+            # Diagnostic: the full run's iterations in the window the profile sampled. Close to the
+            # profile's mean while the full run's overall mean differs = the machine's speed changed
+            # along the run (neighbours' load), not a measurement error of the profile.
+            "full_same_window_mean_iteration_s": statistics.fmean(
+                [it.wall_s for it in full.iterations[1:len(profile.iterations)]] or [0.0]),
+            "repeat_full_run_s": repeat_s,
+            # Accounting check without run-to-run noise: the estimator fed the full run's own profile
+            # should give back the full run's time (any missing or double-counted time shows here).
+            "self_consistency_error": relative_error(actual_s, predict_total(full, config.epochs).total_s),
+            "noise_floor": abs(actual_s - repeat_s) / ((actual_s + repeat_s) / 2),
+            "abs_error_vs_repeat": relative_error(repeat_s, prediction.total_s),
             "actual_validation_s": sum(v.wall_s for v in full.validations),
             "load_average": [load_before, load_after],
         }
         rows.append(row)
         write(rows, target_s, started, args, name)
-        console.print(f"  predicted {prediction.total_s:.1f} s, actual {actual_s:.1f} s, error {row['abs_error']:.1%} "
+        console.print(f"  predicted {prediction.total_s:.1f} s, actual {actual_s:.1f} s (repeat {repeat_s:.1f} s), "
+                      f"error {row['abs_error']:.1%} "
                       f"(init {profile.init.total_s:.1f} vs {full.init.total_s:.1f} s, iteration "
                       f"{row['steady_iteration_profile_s'] * 1000:.1f} vs {row['steady_iteration_full_s'] * 1000:.1f} ms)")
     result = write(rows, target_s, started, args, name)
