@@ -63,6 +63,9 @@ def test_executor_uses_trainwise_run_or_falls_back_to_profile_full(tmp_path):
     ddp = plan_for("aws/use1-az1/p3.8xlarge", engine="ddp", per_node=4)
     argv, _ = executor_argv(ddp, command=command, checkpoint_dir=None, run_dir=tmp_path, use_run=True)
     assert argv[3:8] == ["run", "--engine", "ddp", "--nproc", "4"]
+    two_nodes = plan_for("aws/use1-az1/p3.8xlarge", engine="ddp", per_node=4, nodes=2)
+    argv, _ = executor_argv(two_nodes, command=command, checkpoint_dir=None, run_dir=tmp_path, use_run=True)
+    assert argv[3:8] == ["run", "--engine", "ddp", "--nproc", "8"] and "--nnodes" not in argv
     with pytest.raises(TrainwiseError, match="needs `trainwise run`"):
         executor_argv(ddp, command=command, checkpoint_dir=None, run_dir=tmp_path, use_run=False)
 
@@ -96,7 +99,7 @@ def test_acceptance_plan_launch_local_persist_history(tmp_path, monkeypatch, cap
            "--val-samples", "128", "--batch-size", "64"]
     assert main(["profile", "-k", "5", "--max-seconds", "3", "--val-batches", "1", "--epoch2-iterations", "1",
                  "--workload", "mnist_cnn", "-o", "profile.json", "--", *job]) == 0
-    assert main(["plan", "--profile", "profile.json", "--epoch-options", "1", "--objective", "cheapest", "--cloud", "aws",
+    assert main(["plan", "--profile", "profile.json", "--epoch-options", "1", "--objective", "cheapest",
                  "--out-dir", "out", "--save", "plan.json", "--dataset-uri", str(dataset),
                  "--checkpoint-uri", str(tmp_path / "checkpoints"), "--model-uri", str(tmp_path / "models"), "--", *job]) == 0
     plan = json.loads((tmp_path / "plan.json").read_text())

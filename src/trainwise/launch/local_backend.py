@@ -83,6 +83,9 @@ def executor_argv(plan: PlanDocument, *, command: list[str], checkpoint_dir: str
     if use_run is None:
         use_run = run_command_available()
     if use_run:
+        if plan.nodes > 1:
+            # Here every node of the plan becomes local processes (DDP) or peers (Hivemind).
+            plan = plan.model_copy(update={"processes_per_node": plan.nodes * plan.processes_per_node, "nodes": 1})
         argv = run_argv(plan, command=command, checkpoint_dir=checkpoint_dir, output=str(run_dir / "run.json"),
                         program=TRAINWISE_CLI)
         return [str(a) for a in argv], f"trainwise run --engine {plan.engine}"
