@@ -183,6 +183,15 @@ def test_strategy_ids_round_trip_and_enumeration_respects_determinism():
         Strategy.parse("m1-npy-brotli-s4-w2p-app")
 
 
+def test_iterable_source_and_thread_kinds_enumerate(tmp_path):
+    pipeline = Pipeline("gen", (np.full(3, i, dtype=np.float32) for i in range(5)), [Step("keep", lambda s: s)])
+    assert len(pipeline.source) == 5 and pipeline.source[4]["__key__"] == "00000004"
+    strategies = enumerate_strategies(pipeline, compressions=("none",), workers=(2,), worker_kinds=("process", "thread"), caches=("page",))
+    assert [s.id for s in strategies if not s.materialised] == ["online-w2p-page"]
+    loader = apply(pipeline, "m1-npy-none-s2-w2t-page", tmp_path)
+    assert sorted(float(s["data"][0]) for s in loader) == [0, 1, 2, 3, 4]
+
+
 def test_profile_extrapolates_p_and_s_linearly_from_a_sample(tmp_path):
     pipeline = toy(40)
     strategies = [Strategy.parse("m1-npy-none-s2-w0p-page"), Strategy.parse("m2-npy-zstd-s2-w0p-app"), Strategy.parse("online-w0p-none")]

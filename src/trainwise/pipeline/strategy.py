@@ -101,9 +101,10 @@ def enumerate_strategies(pipeline: Pipeline, *, splits: Iterable[int] | None = N
     out: list[Strategy] = []
     online_parts = list(itertools.product(workers, worker_kinds, caches))
     if include_online:
-        # The naive pipeline reads source files: an application cache of raw items is not what a user
-        # writing a plain Dataset does, so only none/page apply.
-        out += [Strategy(materialised=False, split=0, workers=w, worker_kind=k, cache=c) for w, k, c in online_parts if c != "app"]
+        # The naive pipeline is a plain map-style Dataset in a DataLoader: worker processes, no
+        # application cache of raw items (what a user writing a plain Dataset does), so none/page only.
+        out += list(dict.fromkeys(Strategy(materialised=False, split=0, workers=w, worker_kind="process", cache=c)
+                                  for w, _, c in online_parts if c != "app"))
     for split, fmt, comp, n_shards in itertools.product(chosen, formats, compressions, shards):
         out += [Strategy(split=split, format=fmt, compression=comp, shards=n_shards, workers=w, worker_kind=k, cache=c)
                 for w, k, c in online_parts]
