@@ -165,7 +165,8 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
     n = config["workers"]
     if config["engine"] == "ddp":
         base = baselines[(workload, "ddp")]["result"]
-        compute = WorkerCompute(step_time_s=base["step"]["compute_s"] / contention(n),
+        # A worker's step without communication: compute + its own data loading (ddp1's iteration).
+        compute = WorkerCompute(step_time_s=base["step"]["iteration_s"] / contention(n),
                                 per_worker_batch_size=spec["batch"], source="measured here (ddp1), × processes/cores")
         prediction = predict_ddp(compute, int(base["ranks"][0]["gradient_bytes"]), n,
                                  LinkSpec(bandwidth_bps=link["bandwidth_bps"], latency_s=link["rtt_s"] / 2.0, source=link["source"]),
@@ -209,26 +210,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=RESULTS / "data_parallel.json")
     parser.add_argument("--budget-s", type=float, default=840.0, help="stop starting new configurations after this")
-    parser.add_argument("--ddp-window-s", type=float, default=10.0)
-    parser.add_argument("--hivemind-window-s", type=float, default=20.0)
+    parser.add_argument("--ddp-window-s", type=float, default=8.0)
+    parser.add_argument("--hivemind-window-s", type=float, default=25.0)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--resume", action="store_true", help="keep the runs already in --output, run the missing ones")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("error: the link emulation needs root (network namespaces, tc)")
     start = time.time()
     workloads = args.workloads.split(",")
     plan = []
-    for workload in workloads:
+    for workload in workloads:  # the baselines and 2-worker configurations of every workload first
         plan += [(f"{workload}/ddp1", workload, "ddp", 1, args.ddp_window_s, False),
                  (f"{workload}/hm1", workload, "hivemind", 1, args.ddp_window_s, False),
                  (f"{workload}/ddp2-loopback", workload, "ddp", 2, args.ddp_window_s, False),
-                 (f"{workload}/hm2-loopback", workload, "hivemind", 2, args.hivemind_window_s, False),
                  (f"{workload}/ddp2-emulated", workload, "ddp", 2, args.ddp_window_s, True),
-                 (f"{workload}/hm2-emulated", workload, "hivemind", 2, args.hivemind_window_s, True),
-                 (f"{workload}/hm3-loopback", workload, "hivemind", 3, args.hivemind_window_s, False),
+                 (f"{workload}/hm2-loopback", workload, "hivemind", 2, args.hivemind_window_s, False),
+                 (f"{workload}/hm2-emulated", workload, "hivemind", 2, args.hivemind_window_s, True)]
+    for workload in workloads:
+        plan += [(f"{workload}/hm3-loopback", workload, "hivemind", 3, args.hivemind_window_s, False),
                  (f"{workload}/hm3-emulated", workload, "hivemind", 3, args.hivemind_window_s, True)]
     runs: list[dict] = []
     skipped: list[str] = []
+    if args.resume and args.output.exists():
+        runs = json.loads(args.output.read_text())["runs"]
+        done = {r["name"] for r in runs}
+        plan = [p for p in plan if p[0] not in done]
     links = {"loopback": probe_loopback()}
     with EmulatedNetwork(peers=3, rate_mbit=100.0, rtt_ms=50.0) as net:
         links["emulated"] = probe_emulated(net)

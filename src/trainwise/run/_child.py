@@ -101,6 +101,7 @@ class RunAgent:
     def __init__(self, config: dict[str, Any], rank: int) -> None:
         self.config = config
         self.rank = rank
+        self.pid = os.getpid()  # processes forked from the training process (Hivemind's averagers) must not write
         self.engine = config.get("engine", "local")
         self.out_path = os.path.join(config["workdir"], f"run-rank{rank}.json")
         self.notes: list[str] = []
@@ -398,7 +399,9 @@ class RunAgent:
     # ---- optimizer steps (DDP communication records) ----------------------------------------
     def mark_started(self) -> None:
         """A marker file once this rank has trained a step (a launcher's time limit counts from here)."""
-        if getattr(self, "_started", False):
+        # Hivemind: past the first steps, where a late joiner downloads the state from its peers.
+        self._steps_seen = getattr(self, "_steps_seen", 0) + 1
+        if getattr(self, "_started", False) or self._steps_seen < (5 if self.engine == "hivemind" else 3):
             return
         self._started = True
         try:
@@ -510,6 +513,8 @@ class RunAgent:
             json.dump(maddrs, handle)
         os.replace(tmp, path)
         self.hivemind_info["maddrs"] = maddrs
+        # Other hosts join with `--initial-peers` one of these (the /p2p/ part is required).
+        print(f"trainwise: hivemind peer {self.rank} reachable at {' '.join(maddrs)}", file=sys.stderr, flush=True)
         return dht
 
     def _make_hivemind_optimizer(self, cls, args, kwargs):
@@ -608,7 +613,7 @@ class RunAgent:
         }
 
     def write(self) -> None:
-        if self.written:
+        if self.written or os.getpid() != self.pid:
             return
         self.written = True
         fd, tmp = tempfile.mkstemp(prefix=".run-", suffix=".json", dir=os.path.dirname(self.out_path))
@@ -617,6 +622,8 @@ class RunAgent:
         os.replace(tmp, self.out_path)
 
     def _exit(self, code: int) -> None:
+        if os.getpid() != self.pid:
+            os._exit(code)  # a forked helper (Hivemind averager) inherited the handler: just end
         if self._hm_optimizer is not None:
             self.notes.append("stopped by SIGTERM: left the Hivemind run")
         recorder = recorder_module.current()
