@@ -256,7 +256,12 @@ def run_cloud_candidates(candidates: Sequence[Candidate], configs: dict[str, dic
         task = validate_with_skypilot(configs[candidate.name])
         t0 = time.perf_counter()
         try:
-            sky.stream_and_get(sky.launch(task, cluster_name=candidate.name, down=True))
+            job_id, _ = sky.stream_and_get(sky.launch(task, cluster_name=candidate.name, down=True))
+            # the launch request returns once the job is submitted: follow it to its end
+            exit_code = sky.tail_logs(candidate.name, job_id, follow=True)
+            if exit_code != 0:
+                raise TrainwiseError(f"the profile on {candidate.offering_id} exited with code {exit_code}: "
+                                     f"`sky logs {candidate.name}` while the cluster is up")
         finally:
             try:
                 sky.stream_and_get(sky.down(candidate.name))
