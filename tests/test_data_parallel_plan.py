@@ -81,7 +81,7 @@ def test_geo_group_of_a_large_model_is_egress_bound(catalog):
         regions.setdefault(region.split("-")[0], offering_id)
     assert {"us", "europe", "asia"} <= set(regions)
     group = GroupSpec(name="geo", peers=tuple(PeerSpec(offering=regions[k], count=2) for k in ("us", "europe", "asia")))
-    profile = v100(iteration_s=0.05, parameters=500_000_000)
+    profile = v100(iteration_s=0.05, parameters=500_000_000, batches_per_epoch=5000)  # TBS 8192 < N_train
     result = plan([profile], catalog, Objective(kind="cheapest"),
                   options=options(groups=(group,), target_batch_size=8192, hivemind=False, node_counts=(2,)))
     row = result.plans[result.plans["offering_id"] == "hivemind/geo"].iloc[0]

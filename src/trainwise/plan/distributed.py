@@ -395,6 +395,10 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                 else:
                     link = dp.inter_node_link(member.site.cloud, network)
                     overlap = 1.0
+                if compute.worker.per_worker_batch_size * group.workers > n_train:
+                    # weak scaling keeps the per-worker batch: a global batch larger than the training
+                    # set is not the same training job (fewer than one step per epoch)
+                    continue
                 pred = dp.predict_ddp(compute.worker, int(gradient_bytes), group.workers, link, algorithm="auto",
                                       overlap=overlap)
                 samples_per_s, g, comm = pred.samples_per_s, pred.granularity, pred.exposed_communication_s
@@ -414,6 +418,8 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                                                      price_per_hour=0.0 if math.isnan(price) else price,
                                                      source=c.worker.source))
                 tbs = options.target_batch_size or max(1, profile.dataset.global_batch_size)
+                if tbs > n_train:
+                    continue  # an averaging round per more than an epoch: not the same training job
                 pred = dp.predict_hivemind(peers, int(parameters), tbs, network=network,
                                            peer_throughput_cap_bps=options.peer_throughput_cap_bps,
                                            dpu_overlap=options.dpu_overlap,
@@ -518,7 +524,7 @@ def assumptions(options: DistributedOptions) -> list[str]:
     net = options.net()
     return [
         "data parallel: DDP rows keep the profile's batch per worker (weak scaling: the global batch grows with the "
-        "workers); all-reduce in 25 MiB buckets overlapped with backward, ring or tree (the cheaper); intra-machine "
+        "workers; groups whose global batch, or Hivemind TBS, exceeds the training set are not ranked) and the profile's epochs (a larger global batch may need more epochs to converge: re-profile with `--epochs-from`); all-reduce in 25 MiB buckets overlapped with backward, ring or tree (the cheaper); intra-machine "
         "links from the catalog's interconnect, between machines the seed-003 intra-cloud bandwidth",
         f"Hivemind rows: TBS {options.target_batch_size or 'the profile global batch'}, fp16 averaging over the "
         f"slowest pair (one TCP stream, window {net.tcp_window_bytes / 1e6:.1f} MB: {net.tcp_window_source or 'given'}), "

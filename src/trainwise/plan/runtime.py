@@ -164,7 +164,8 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
     characterisation (trainwise.predict.device_model): data parallel at the profile's batch per
     device, so N devices do an epoch in N_train / (N × batch) iterations. Init is the profile's own
     (measured); validation scales with the modelled speed-up. Rows whose model does not fit in the
-    accelerator's memory are left out (the planner lists them as not predicted)."""
+    accelerator's memory, or whose global batch (devices × batch) exceeds the training set, are left
+    out (the planner lists them as not predicted)."""
     if context.catalog is None:
         return _empty()
     from trainwise.predict import device_model as dm
@@ -183,6 +184,10 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
         measured_iteration_s = item.profile.steady_state.iteration.mean_s
         n_train = item.profile.dataset.n_train or ((item.profile.dataset.iterations_per_epoch or 1) * char.per_device_batch)
         for (accelerator, count), positions in groups.items():
+            if int(count) * char.per_device_batch > n_train:
+                # e.g. a 6144-chip TPU pod at the profile's batch per chip: a global batch larger
+                # than the training set is not the same job (less than one step per epoch)
+                continue
             try:
                 pred = dm.predict_iteration(char, context.catalog.accelerator(accelerator), int(count), None, host_overhead_s)
             except TrainwiseError:

@@ -144,8 +144,42 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
         shown = display_row(record)
         table.add_row(str(record["epochs"]), shown["offering"], shown["market"], shown["batch"], shown["time"], shown["cost"])
     console.print(table)
+    console_distributed_table(console, primary, best_id, top_n)
     for flag in result.flags:
         console.print(f"[yellow]⚠ {flag}[/yellow]", highlight=False)
     if len(result.not_predicted):
         console.print(f"[dim]{int(result.not_predicted['offerings'].sum())} priced offerings are not predicted "
                       "(no measured profile there and the device model could not predict them, e.g. the model does not fit): profile on their accelerator and pass --profile[/dim]")
+
+
+def distributed_table(frame, best_id: str | None = None, top_n: int = 10) -> Table | None:
+    """The best data-parallel / Hivemind rows with their granularity and why each wins or loses
+    against the best single machine; None when the plan has no such rows."""
+    from trainwise.report.data import display_row, money, records
+
+    if "parallelism" not in frame.columns:
+        return None
+    rows = frame[frame["parallelism"].astype("string").fillna("") != ""].head(top_n)  # single machines: ""
+    if not len(rows):
+        return None
+    table = Table(title=f"Best {len(rows)} data-parallel and decentralised groups (modelled)")
+    for column in ("rank", "offering", "parallelism", "workers", "G", "time", "cost", "network $/h", "why"):
+        table.add_column(column, justify="left" if column in ("offering", "parallelism", "why") else "right",
+                         overflow="fold")
+    for record in records(rows):
+        shown = display_row(record)
+        granularity = record.get("granularity")
+        style = "bold green" if record["plan_id"] == best_id else None
+        workers = record.get("workers")
+        table.add_row(str(int(record["rank"])) if record.get("rank") is not None else "", shown["offering"],
+                      str(record.get("parallelism") or ""), "" if workers is None else str(int(workers)), "—" if granularity is None else f"{granularity:.2g}",
+                      shown["time"], shown["cost"], money(record.get("network_usd_per_hour")),
+                      str(record.get("why") or ""), style=style)
+    table.caption = "G = compute time / communication time per round; G < 1: communication-bound"
+    return table
+
+
+def console_distributed_table(console: Console, frame, best_id: str | None, top_n: int = 10) -> None:
+    table = distributed_table(frame, best_id, top_n)
+    if table is not None:
+        console.print(table)
