@@ -80,7 +80,7 @@ def machine() -> dict:
         pass
     return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
             "torch_version": torch.__version__, "threads_per_run": THREADS, "python": platform.python_version(),
-            "platform": platform.platform(), "gpu": None, "load_average_at_start": list(os.getloadavg())}
+            "platform": platform.platform(), "gpu": None, "load_average_when_written": list(os.getloadavg())}
 
 
 def options(**kwargs) -> ProfileOptions:
