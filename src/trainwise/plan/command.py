@@ -36,7 +36,8 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
                  provisioning_minutes: float | None = None, interruption_rate: float | None = None,
                  interruption_frequency_30d: float | None = None, checkpoint_write_s: float | None = None,
                  reference: str | None = None, top: int = 10, this_host: str | None = None,
-                 billing: str | None = None, min_billed_seconds: float | None = None, distributed: Any = None):
+                 billing: str | None = None, min_billed_seconds: float | None = None, distributed: Any = None,
+                 pipeline_profile: str | None = None, pipeline_strategy: str | None = None):
     """(Objective, Constraints, PlanOptions) from CLI-style values, with one-line errors."""
     deadline_s = parse_duration(deadline) if deadline else None
     budget_usd = parse_money(budget) if budget else None
@@ -51,7 +52,15 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
     if dataset_gb is not None:
         if dataset_gb < 0:
             raise TrainwiseError(f"--dataset-gb must be >= 0 (got {dataset_gb:g})")
+        if pipeline_profile is not None:
+            raise TrainwiseError("give either --dataset-gb or --pipeline (the staged size of a pipeline strategy), not both")
         update["dataset_gb"] = dataset_gb
+    elif pipeline_profile is not None:
+        from trainwise.plan.staging import staged_dataset
+
+        update["dataset_gb"], update["dataset_source"] = staged_dataset(pipeline_profile, pipeline_strategy)
+    elif pipeline_strategy is not None:
+        raise TrainwiseError("--pipeline-strategy needs --pipeline PIPE.json (from `trainwise pipeline profile --json`)")
     if bandwidth_mbps is not None:
         if bandwidth_mbps <= 0:
             raise TrainwiseError(f"--bandwidth-mbps must be positive (got {bandwidth_mbps:g})")

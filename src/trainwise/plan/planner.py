@@ -77,6 +77,7 @@ class PlanOptions(BaseModel):
                                                        description="low, expected, high seconds to a running cloud machine")
     provisioning_source: str = costs.PROVISIONING_SOURCE
     dataset_gb: float | None = Field(default=None, ge=0, description="dataset staged to cloud machines; None: not modelled")
+    dataset_source: str = Field(default="user-given --dataset-gb", description="where dataset_gb comes from")
     staging_bytes_per_s: float = Field(default=costs.DEFAULT_STAGING_BYTES_PER_S, gt=0)
     staging_source: str = costs.STAGING_SOURCE
     storage_usd_per_gb_month: float = Field(default=costs.DEFAULT_STORAGE_USD_PER_GB_MONTH, ge=0)
@@ -771,7 +772,7 @@ def _assumptions(catalog: Catalog, options: PlanOptions, locals_: Sequence[Offer
            + (" (user override)" if options.billing or options.min_billed_seconds is not None else "")),
     ]
     if options.dataset_gb:
-        out.append(f"data staging to cloud machines: {options.dataset_gb:g} GB at {options.staging_bytes_per_s / 1e6:.2f} MB/s "
+        out.append(f"data staging to cloud machines: {options.dataset_gb:g} GB ({options.dataset_source}) at {options.staging_bytes_per_s / 1e6:.2f} MB/s "
                    f"({options.staging_source}); egress {egress_price:g} $/GB ({egress_source}); storage "
                    f"{options.storage_usd_per_gb_month:g} $/GB-month for the run")
     else:
