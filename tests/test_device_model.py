@@ -97,7 +97,8 @@ def test_tensor_core_eligibility_by_dtype_and_alignment(catalog):
     amp = characterise_named("resnet50", 32, "amp_fp16")
     gain_v100 = dm.predict_iteration(fp32, v100).iteration_s / dm.predict_iteration(amp, v100).iteration_s
     gain_k80 = dm.predict_iteration(fp32, k80).iteration_s / dm.predict_iteration(amp, k80).iteration_s
-    assert gain_v100 > 1.5 and gain_k80 < 1.3
+    # (K80: AMP only halves the memory-bound traffic; no FP16 math throughput gain)
+    assert gain_v100 > 1.5 and gain_k80 < 1.5 and gain_v100 > gain_k80 + 0.5
 
 
 def test_seed_4xT4_ddp_roberta_xlm_runs_out_of_memory(catalog):
