@@ -76,7 +76,8 @@ def test_sampled_profile_predicts_a_short_full_run():
     prediction = predict_total(sampled.profile, 3)
     predicted_training_s = prediction.total_s - prediction.breakdown_s["init_s"]
     actual_training_s = full.profile.full_run.training_end_s - full.profile.init.total_s
-    assert predicted_training_s == pytest.approx(actual_training_s, rel=0.4)
+    # 50 %: twice the noise floor measured by the benchmark (the same full run repeated moved by up to 24 %)
+    assert predicted_training_s == pytest.approx(actual_training_s, rel=0.5), (predicted_training_s, actual_training_s)
 
 
 def test_bad_mode_is_a_clear_error():
