@@ -74,11 +74,17 @@ def run_command(
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) locally, under torchrun DDP or as Hivemind
     peers, instrumented like `trainwise profile --full`, with optional checkpoint/resume."""
+    import sys
+
     from trainwise import cli
     from trainwise.run.launcher import run_job
     from trainwise.run.options import CheckpointOptions, RunOptions
 
-    if cli._passthrough is None or ctx.args:
+    # Under `python -m trainwise.cli` the module that split off the command is __main__, not trainwise.cli.
+    passthrough = cli._passthrough
+    if passthrough is None:
+        passthrough = getattr(sys.modules.get("__main__"), "_passthrough", None)
+    if passthrough is None or ctx.args:
         raise TrainwiseError("missing `--` before the training command: use `trainwise run [OPTIONS] -- python train.py ARGS`")
     checkpoint = None
     if checkpoint_dir is not None:
@@ -92,10 +98,10 @@ def run_command(
                          initial_peers=list(initial_peers or []), host=host, port=port, run_id=run_id,
                          matchmaking_time_s=matchmaking_time, averaging_timeout_s=averaging_timeout,
                          checkpoint=checkpoint, timeout_s=timeout)
-    result = run_job(options, cli._passthrough)
+    result = run_job(options, passthrough)
     if output is not None:
         result.save(output)
-    console = cli.console
+    console = getattr(sys.modules.get("__main__"), "console", None) or cli.console
     console.print(result_table(result))
     for line in summary_lines(result):
         console.print(line)
@@ -104,4 +110,5 @@ def run_command(
     codes = [c for c in result.exit_codes if c != 0]
     if codes:
         # The job's own exit code (143: stopped by SIGTERM after checkpointing) is trainwise's.
-        raise typer.Exit(code=codes[0] if codes[0] > 0 else 128 - codes[0])
+        # (SystemExit, not typer.Exit: click swallows Exit's code when not in standalone mode)
+        raise SystemExit(codes[0] if codes[0] > 0 else 128 - codes[0])
