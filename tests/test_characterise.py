@@ -161,3 +161,23 @@ def test_trace_training_step_for_the_recorder():
 
     with pytest.warns(RuntimeWarning, match="characterisation skipped"):
         assert trace_training_step(NeedsValues(), batch_shapes_of((x,))) is None
+
+
+def test_a_forward_needing_real_values_is_traced_on_the_cpu_instead_of_meta():
+    import torch
+
+    from trainwise.predict.characterise import trace_training_step
+
+    class NeedsValues(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 4)
+
+        def forward(self, x, mask):
+            keep = int(mask.sum().item())  # data-dependent: impossible on meta tensors
+            return self.linear(x[:, :16]) * (keep > -1)
+
+    char = trace_training_step(NeedsValues(), {"x": ((8, 16), "float32"), "mask": ((8,), "int64")})
+    assert char is not None and char.trace_device == "cpu"
+    assert any("traced on the CPU" in note for note in char.notes)
+    assert char.by_category()["matmul"]["flops"] > 0

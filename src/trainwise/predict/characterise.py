@@ -841,6 +841,10 @@ def detect_memory_format(args: Any) -> str:
     return "nchw"
 
 
+# Models up to this size are traced for real on the CPU when the meta trace fails (seconds, < 1 GB).
+CPU_TRACE_MAX_PARAMETERS = 50_000_000
+
+
 def trace_training_step(model: Any, batch_shapes: Any, *, precision: str = "fp32", optimizer_name: str = "sgd_momentum",
                         model_name: str | None = None, memory_format: str = "nchw") -> WorkloadCharacterisation | None:
     """The profiler's entry point: characterise a live model from the shapes/dtypes of its first batch.
@@ -855,12 +859,26 @@ def trace_training_step(model: Any, batch_shapes: Any, *, precision: str = "fp32
     import warnings
 
     inner = unwrap_model(model)
+    name = model_name or type(inner).__name__
     try:
         return characterise_model(inner, batch_shapes, None, optimizer_name, precision,
-                                  model_name=model_name or type(inner).__name__, memory_format=memory_format)
+                                  model_name=name, memory_format=memory_format)
     except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
-        warnings.warn(f"trainwise: workload characterisation skipped: {exc}", RuntimeWarning, stacklevel=2)
-        return None
+        meta_error = exc
+    # A forward that needs real values (HF models call .item() on masks, data-dependent shapes)
+    # cannot run on meta: run the step for real on the CPU when the model is small enough for that
+    # to take seconds (random inputs, integer inputs in {0, 1}; the live model is not touched).
+    parameters = sum(p.numel() for p in inner.parameters())
+    if parameters <= CPU_TRACE_MAX_PARAMETERS:
+        try:
+            char = characterise_model(inner, batch_shapes, None, optimizer_name, precision, model_name=name,
+                                      memory_format=memory_format, device="cpu")
+            char.notes.append(f"traced on the CPU with random inputs: the meta trace failed ({meta_error})")
+            return char
+        except Exception as exc:  # noqa: BLE001
+            meta_error = exc
+    warnings.warn(f"trainwise: workload characterisation skipped: {meta_error}", RuntimeWarning, stacklevel=2)
+    return None
 
 
 # ------------------------------------------------------------------------------------------------
