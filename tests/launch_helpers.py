@@ -7,6 +7,7 @@ import sys
 from functools import lru_cache
 
 from trainwise.launch.plan_document import ChosenOffering, PlanDocument, Prediction
+from trainwise.launch.run_command import HeadIdentity
 
 COMMAND = ["python", "train.py", "--epochs", "3", "--lr", "0.1"]
 
@@ -35,6 +36,22 @@ def plan_for(offering_id: str, *, spot: bool = False, nodes: int = 1, engine: st
     return PlanDocument(created_at="2026-11-22T00:00:00+00:00", name=name, offering=offering, nodes=nodes, engine=engine,
                         processes_per_node=per_node, target_batch_size=target_batch_size,
                         command=list(command or COMMAND), prediction=prediction, **uris)
+
+
+@lru_cache(maxsize=1)
+def head_identity() -> HeadIdentity:
+    """A real head identity (hivemind's key format), generated once per test process: a multi-node
+    Hivemind task needs one, and SkyPilot checks that the mounted key file exists."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from trainwise.launch.run_command import write_head_identity
+
+    directory = tempfile.mkdtemp(prefix="tw-identity-")
+    atexit.register(shutil.rmtree, directory, True)
+    return write_head_identity(Path(directory) / "task.sky.yaml")
 
 
 def four_plans() -> dict[str, PlanDocument]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch_helpers import ARGV_RECORDER, four_plans, plan_for
+from launch_helpers import ARGV_RECORDER, four_plans, head_identity, plan_for
 from trainwise.errors import TrainwiseError
 from trainwise.launch import safety
 from trainwise.launch.skypilot_task import dump_yaml, task_config
@@ -50,7 +50,7 @@ def test_hostile_command_arguments_reach_the_program_verbatim(tmp_path, engine, 
     command = ["python", "train.py", *HOSTILE_ARGS]
     plan = plan_for("aws/use1-az1/p3.8xlarge", nodes=nodes, engine=engine, per_node=4 if engine == "ddp" else 1,
                     target_batch_size=256 if engine == "hivemind" else None, command=command)
-    config = task_config(plan)
+    config = task_config(plan, head_identity=head_identity() if engine == "hivemind" else None)
     assert yaml.safe_load(dump_yaml(config)) == config
     (argv,) = execute(config["run"], tmp_path)
     assert argv[argv.index("--") + 1:] == command
@@ -117,7 +117,7 @@ def test_no_credential_reaches_task_plan_or_record(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz")
     for plan in four_plans().values():
-        text = dump_yaml(task_config(plan))
+        text = dump_yaml(task_config(plan, head_identity=head_identity()))
         assert SECRET not in text and "AKIAIOSFODNN7EXAMPLE" not in text and "hf_abc" not in text
         assert "AWS_SECRET_ACCESS_KEY" not in text
         written = plan.save(tmp_path / f"{plan.name}.json").read_text()

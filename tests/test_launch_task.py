@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch_helpers import ARGV_RECORDER, COMMAND, catalog, four_plans, plan_for
+from launch_helpers import ARGV_RECORDER, COMMAND, catalog, four_plans, head_identity, plan_for
 from trainwise.errors import TrainwiseError
 from trainwise.launch.skypilot_task import dump_yaml, task_config, time_estimator, validate_packaged
 
@@ -47,7 +47,7 @@ def test_spot_without_checkpoint_bucket_is_refused():
 
 
 def test_gcp_task_names_host_zone_and_accelerator():
-    config = task_config(four_plans()["hivemind"])
+    config = task_config(four_plans()["hivemind"], head_identity=head_identity())
     assert config["resources"]["cloud"] == "gcp" and config["resources"]["zone"] == "us-central1-a"
     assert config["resources"]["instance_type"] == "n1-standard-8"
     assert config["resources"]["accelerators"] == {"T4": 1}
@@ -63,7 +63,7 @@ def test_local_offering_is_not_a_cloud_task():
 
 def test_yaml_round_trips_and_packaged_schema_accepts_all_four():
     for plan in four_plans().values():
-        config = task_config(plan)
+        config = task_config(plan, head_identity=head_identity())
         text = dump_yaml(config)
         assert yaml.safe_load(text) == config
         validate_packaged(config, catalog())
@@ -127,7 +127,7 @@ SKY_CHECK = textwrap.dedent("""
         out[name] = {"cloud": str(r.cloud), "region": r.region, "zone": r.zone, "instance_type": r.instance_type,
                      "accelerators": r.accelerators, "use_spot": r.use_spot, "num_nodes": task.num_nodes,
                      "recovery": r.job_recovery, "estimate_s": task.estimate_runtime(r),
-                     "storage": sorted(task.storage_mounts), "run": task.run}
+                     "storage": sorted(task.storage_mounts), "run": task.run, "file_mounts": task.file_mounts}
     print(json.dumps(out, default=str))
 """)
 
@@ -138,7 +138,7 @@ def test_real_skypilot_loads_all_four_offline(tmp_path):
     home.mkdir()
     names = []
     for name, plan in four_plans().items():
-        (tmp_path / f"{name}.yaml").write_text(dump_yaml(task_config(plan)))
+        (tmp_path / f"{name}.yaml").write_text(dump_yaml(task_config(plan, head_identity=head_identity())))
         plan.save(tmp_path / f"{name}.plan.json")
         names.append(name)
     broken = task_config(four_plans()["on-demand"])
@@ -160,6 +160,8 @@ def test_real_skypilot_loads_all_four_offline(tmp_path):
     assert "--nnodes \"${SKYPILOT_NUM_NODES}\" --node-rank \"${SKYPILOT_NODE_RANK}\"" in out["ddp"]["run"]
     assert out["hivemind"]["cloud"] == "GCP" and out["hivemind"]["zone"] == "us-central1-a"
     assert out["hivemind"]["num_nodes"] == 4 and out["hivemind"]["use_spot"] is True
+    assert f"/tcp/31337/p2p/{head_identity().peer_id}" in out["hivemind"]["run"]
+    assert out["hivemind"]["file_mounts"]["/trainwise/hivemind/head.key"] == head_identity().local_path
     assert "Invalid instance type 'p9.bogus'" in out["broken"]["error"]
 
 
@@ -190,11 +192,27 @@ def test_multinode_ddp_run_gets_node_rank_and_head_address(tmp_path):
 
 
 def test_hivemind_run_joins_the_head_peer_except_on_the_head(tmp_path):
-    script = task_config(four_plans()["hivemind"])["run"]
+    script = task_config(four_plans()["hivemind"], head_identity=head_identity())["run"]
     ips = "10.1.0.1\n10.1.0.2\n10.1.0.3\n10.1.0.4"
     (head,) = run_script(script, tmp_path, SKYPILOT_NODE_RANK="0", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
     (other,) = run_script(script, tmp_path, SKYPILOT_NODE_RANK="2", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
     assert head[:7] == ["run", "--engine", "hivemind", "--peers", "1", "--target-batch-size", "4096"]
-    assert head[7:11] == ["--host", "0.0.0.0", "--port", "31337"] and "--initial-peers" not in head
-    assert other[7:9] == ["--initial-peers", "/ip4/10.1.0.1/tcp/31337"]
+    assert head[7:13] == ["--host", "0.0.0.0", "--port", "31337", "--identity", "/trainwise/hivemind/head.key"]
+    assert "--initial-peers" not in head
+    # libp2p dials a peer by id: the full address, with the head's peer id computed at launch time
+    assert other[7:9] == ["--initial-peers", f"/ip4/10.1.0.1/tcp/31337/p2p/{head_identity().peer_id}"]
+    assert "--identity" not in other
     assert other[other.index("--") + 1:] == COMMAND
+
+
+def test_multinode_hivemind_task_mounts_the_head_identity_and_needs_one():
+    config = task_config(four_plans()["hivemind"], head_identity=head_identity())
+    assert config["file_mounts"]["/trainwise/hivemind/head.key"] == head_identity().local_path
+    key = Path(head_identity().local_path).read_bytes()
+    text = dump_yaml(config)
+    assert head_identity().peer_id in text and key.hex() not in text and "BEGIN" not in text
+    with pytest.raises(TrainwiseError, match="head peer's identity"):
+        task_config(four_plans()["hivemind"])
+    # one node: no head to dial, no identity needed
+    single = plan_for("gcp/us-central1-a/n1-standard-8+1xT4", engine="hivemind", per_node=2, target_batch_size=64)
+    assert "/trainwise/hivemind/head.key" not in task_config(single)["file_mounts"]

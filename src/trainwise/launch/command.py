@@ -94,14 +94,28 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
         return
     if backend != "sky":
         raise TrainwiseError(f"--backend {backend}: use sky (SkyPilot, the default) or local")
-    from trainwise.launch.skypilot_task import dump_yaml, task_config, validate
+    from trainwise.launch.skypilot_task import dump_yaml, needs_head_identity, task_config, validate
 
-    config = task_config(plan, workdir=workdir, trainwise_spec=trainwise_spec)
-    text = dump_yaml(config)
     target = output or plan_path.with_suffix(".sky.yaml")
-    how = validate(config, validator)
-    atomic_write_text(target, text)
+    head_identity = None
+    if needs_head_identity(plan):
+        from trainwise.launch.run_command import HIVEMIND_PORT, write_head_identity
+
+        # A fresh key per launch; it must exist before validation (SkyPilot checks mount sources).
+        head_identity = write_head_identity(target)
+    try:
+        config = task_config(plan, workdir=workdir, trainwise_spec=trainwise_spec, head_identity=head_identity)
+        text = dump_yaml(config)
+        how = validate(config, validator)
+        atomic_write_text(target, text)
+    except BaseException:
+        if head_identity is not None:
+            Path(head_identity.local_path).unlink(missing_ok=True)
+        raise
     console.print(f"SkyPilot task written to [bold]{target}[/bold], {how}")
+    if head_identity is not None:
+        console.print(f"Hivemind head identity (private key, mode 0600, mounted at the head): {head_identity.local_path}; "
+                      f"other nodes join /ip4/<head>/tcp/{HIVEMIND_PORT}/p2p/{head_identity.peer_id}")
     if dry_run:
         console.print(f"dry run: launch it with `sky {'jobs launch' if plan.offering.spot else 'launch'} {target}` or "
                       f"`trainwise launch {plan_path}`")

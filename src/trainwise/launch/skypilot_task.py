@@ -29,7 +29,7 @@ from trainwise import __version__
 from trainwise.errors import TrainwiseError
 from trainwise.launch import safety
 from trainwise.launch.plan_document import PlanDocument
-from trainwise.launch.run_command import HEAD_IP_LINE, INITIAL_PEERS_LINES, run_argv
+from trainwise.launch.run_command import HEAD_IDENTITY_PATH, HEAD_IP_LINE, HeadIdentity, initial_peers_lines, run_argv
 
 DATA_DIR = "/trainwise/data"
 CHECKPOINT_DIR = "/trainwise/checkpoints"
@@ -187,7 +187,12 @@ def setup_script(plan: PlanDocument, trainwise_spec: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_script(plan: PlanDocument) -> str:
+def needs_head_identity(plan: PlanDocument) -> bool:
+    """Hivemind across nodes: the head's peer id must be known before the nodes start."""
+    return plan.engine == "hivemind" and plan.nodes > 1
+
+
+def run_script(plan: PlanDocument, head_identity: HeadIdentity | None = None) -> str:
     multinode = plan.nodes > 1
     checkpoint = CHECKPOINT_DIR if plan.checkpoint_uri else None
     output_dir = CHECKPOINT_DIR if plan.checkpoint_uri else "/tmp"
@@ -196,20 +201,28 @@ def run_script(plan: PlanDocument) -> str:
     lines = ["set -euo pipefail"]
     if multinode:
         lines.append(HEAD_IP_LINE)
-        if plan.engine == "hivemind":
-            lines += list(INITIAL_PEERS_LINES)
+        if needs_head_identity(plan):
+            if head_identity is None:
+                raise TrainwiseError("a multi-node Hivemind task needs the head peer's identity: launch it with "
+                                     "`trainwise launch PLAN` (it writes one next to the task YAML)")
+            lines += list(initial_peers_lines(head_identity))
     lines.append(safety.quote_argv(argv))
     return "\n".join(lines) + "\n"
 
 
-def task_config(plan: PlanDocument, *, workdir: str | None = None, trainwise_spec: str | None = None) -> dict[str, Any]:
-    """The SkyPilot task for `plan`, as the dict `yaml.safe_dump` writes."""
+def task_config(plan: PlanDocument, *, workdir: str | None = None, trainwise_spec: str | None = None,
+                head_identity: HeadIdentity | None = None) -> dict[str, Any]:
+    """The SkyPilot task for `plan`, as the dict `yaml.safe_dump` writes. A multi-node Hivemind plan
+    needs `head_identity` (`run_command.write_head_identity`): SkyPilot uploads the key (to every
+    node; only the head's `trainwise run` uses it) and the other nodes dial its peer id."""
     for arg in plan.command:
         if "\x00" in arg:
             raise TrainwiseError(f"training command argument {arg!r} contains a NUL byte: remove it")
     spec = trainwise_spec or f"trainwise=={__version__}"
     safety.no_control_characters(spec, "trainwise package spec")
     mounts, envs = _mounts(plan)
+    if needs_head_identity(plan) and head_identity is not None:
+        mounts[HEAD_IDENTITY_PATH] = safety.no_control_characters(head_identity.local_path, "identity path")
     config: dict[str, Any] = {"name": safety.check_name(plan.name, "plan name")}
     if workdir is not None:
         config["workdir"] = safety.no_control_characters(workdir, "workdir")
@@ -219,7 +232,7 @@ def task_config(plan: PlanDocument, *, workdir: str | None = None, trainwise_spe
         "envs": {"TRAINWISE_PLAN_NAME": plan.name, **envs},
         "file_mounts": mounts,
         "setup": setup_script(plan, spec),
-        "run": run_script(plan),
+        "run": run_script(plan, head_identity),
     })
     return config
 

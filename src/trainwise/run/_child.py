@@ -504,8 +504,9 @@ class RunAgent:
         cfg = self.config["hivemind"]
         host = cfg.get("host") or "127.0.0.1"
         port = int(cfg.get("port") or 0)
+        identity = {"identity_path": cfg["identity_path"]} if cfg.get("identity_path") else {}
         dht = hivemind.DHT(start=True, host_maddrs=[f"/ip4/{host}/tcp/{port}"],
-                           initial_peers=list(cfg.get("initial_peers") or []))
+                           initial_peers=list(cfg.get("initial_peers") or []), **identity)
         maddrs = [str(a) for a in dht.get_visible_maddrs()]
         path = os.path.join(self.config["workdir"], f"peer-{self.rank}.maddrs")
         fd, tmp = tempfile.mkstemp(dir=self.config["workdir"], prefix=".maddrs-")

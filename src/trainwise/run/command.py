@@ -61,6 +61,7 @@ def run_command(
     initial_peers: Annotated[Optional[list[str]], typer.Option("--initial-peers", help="Hivemind: multiaddr of a running peer (repeatable); default: the first local peer")] = None,
     host: Annotated[Optional[str], typer.Option(help="Hivemind: address the DHT listens on (default loopback, or 0.0.0.0 with --initial-peers)")] = None,
     port: Annotated[int, typer.Option(help="Hivemind: the first local peer's DHT port (0: any)")] = 0,
+    identity: Annotated[Optional[Path], typer.Option("--identity", help="Hivemind: private-key file for the first local peer (a fixed peer id others can dial with /p2p/<id>)")] = None,
     run_id: Annotated[str, typer.Option(help="Hivemind: run name shared by all peers")] = "trainwise",
     matchmaking_time: Annotated[float, typer.Option(help="Hivemind: matchmaking time, seconds (the seed's 5 s minimum)")] = 5.0,
     averaging_timeout: Annotated[float, typer.Option(help="Hivemind: averaging round timeout, seconds")] = 60.0,
@@ -95,7 +96,8 @@ def run_command(
         raise TrainwiseError("--checkpoint-every-s/--checkpoint-every-batches need --checkpoint-dir")
     options = RunOptions(engine=engine, nproc=nproc, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
                          master_port=master_port, peers=peers, target_batch_size=target_batch_size,
-                         initial_peers=list(initial_peers or []), host=host, port=port, run_id=run_id,
+                         initial_peers=list(initial_peers or []), host=host, port=port,
+                         identity_path=None if identity is None else str(identity.resolve()), run_id=run_id,
                          matchmaking_time_s=matchmaking_time, averaging_timeout_s=averaging_timeout,
                          checkpoint=checkpoint, timeout_s=timeout)
     result = run_job(options, passthrough)

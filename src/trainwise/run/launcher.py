@@ -191,6 +191,8 @@ def _launch_hivemind(job: _Launch, deadline: float | None) -> None:
                               "host": o.peer_hosts[index] if index < len(o.peer_hosts) else
                                       (o.host or ("0.0.0.0" if o.initial_peers else "127.0.0.1")),
                               "port": o.port if index == 0 else 0,
+                              # One identity, one peer: only the first local peer takes it.
+                              "identity_path": o.identity_path if index == 0 else None,
                               "matchmaking_time_s": o.matchmaking_time_s, "averaging_timeout_s": o.averaging_timeout_s}
         prefix = o.peer_prefix[index] if index < len(o.peer_prefix) else []
         job.popen([*prefix, *job.argv], config, log_name=f"peer-{index}.log" if index > 0 else None,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trainwise.errors import TrainwiseError
+from trainwise.run.identity import has_peer_id, peer_id_of
 
 Engine = Literal["local", "ddp", "hivemind"]
 ENGINES = ("local", "ddp", "hivemind")
@@ -52,6 +53,9 @@ class RunOptions:
     run_id: str = "trainwise"
     host: str | None = None  # the address each peer's DHT listens on (None: loopback, or all interfaces with --initial-peers)
     port: int = 0  # the first local peer's DHT port (0: any free port)
+    # The first local peer's private-key file (a deterministic peer id, so other hosts can dial
+    # /ip4/HOST/tcp/PORT/p2p/<peer id> before it starts); None: a random identity.
+    identity_path: str | None = None
     matchmaking_time_s: float = 5.0  # hivemind's matchmaking minimum (the seed's 5 s)
     averaging_timeout_s: float = 60.0
     # Peers joining late / leaving early (tests, benchmarks): seconds after the first peer started.
@@ -93,6 +97,14 @@ class RunOptions:
             for addr in self.initial_peers:
                 if not addr.startswith("/"):
                     raise TrainwiseError(f"--initial-peers takes multiaddrs such as /ip4/10.0.0.1/tcp/31337/p2p/Qm... (got {addr!r})")
+                if not has_peer_id(addr):
+                    raise TrainwiseError(f"--initial-peers {addr}: libp2p needs the peer id, /p2p/<peer id> at the end: "
+                                         "start that peer with --identity FILE and append /p2p/ plus the id "
+                                         "trainwise.run.identity.peer_id_of(FILE) gives (or the address it prints)")
+            if self.identity_path is not None:
+                peer_id_of(self.identity_path)  # a clear error now for a missing or malformed key file
+        elif self.identity_path is not None:
+            raise TrainwiseError("--identity applies to --engine hivemind only")
         if self.matchmaking_time_s <= 0 or self.averaging_timeout_s <= 0:
             raise TrainwiseError("matchmaking time and averaging timeout must be positive")
         if self.timeout_s is not None and self.timeout_s <= 0:
