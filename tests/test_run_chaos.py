@@ -15,7 +15,12 @@ import torch
 from trainwise.run.chaos import _warm_zygote, run_chaos
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "chaos_train.py")
-ARGS = ["--epochs", "3", "--samples", "256", "--sleep", "0.02", "--width", "2048"]
+# The job must outlast 20 kills on any machine, fast or loaded: an attempt progresses at most 0.6 s
+# (a during-write kill waits for the next write, ~3 steps more), so 14 x 0.6 + 6 x 0.9 = 13.8 s at
+# most before the 20th kill, against >= 192 steps x 0.08 s = 15.4 s of work; 0.6 s also leaves a
+# start-up of ~0.2 s room to write checkpoints (on a fast idle machine the old 2 s job finished
+# after ~10 kills).
+ARGS = ["--epochs", "3", "--samples", "1024", "--sleep", "0.08", "--width", "2048"]
 
 
 def _plain_run(out: Path) -> dict:
@@ -40,7 +45,7 @@ def test_twenty_kills_end_bit_identical_and_never_resume_from_a_corrupt_checkpoi
     plain = _plain_run(tmp_path / "plain.pt")
     out = tmp_path / "chaos.pt"
     report = run_chaos(SCRIPT, ["--out", str(out), *ARGS], tmp_path / "ck", tmp_path / "work", kills=20,
-                       during_write=6, max_kill_s=0.5, every_batches=3, seed=1234, corrupt_newest_at=8)
+                       during_write=6, max_kill_s=0.6, every_batches=3, seed=1234, corrupt_newest_at=8)
     assert report.kills == 20, [a.kind for a in report.attempts]
     assert report.kills_during_write >= 1, "no kill landed inside a checkpoint write"
     assert report.injected_corrupt, "the torn checkpoint was not planted"
