@@ -152,9 +152,10 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
                       "(no measured profile there and the device model could not predict them, e.g. the model does not fit): profile on their accelerator and pass --profile[/dim]")
 
 
-def distributed_table(frame, best_id: str | None = None, top_n: int = 10) -> Table | None:
+def distributed_table(frame, best_id: str | None = None, top_n: int = 10, compact: bool = False) -> Table | None:
     """The best data-parallel / Hivemind rows with their granularity and why each wins or loses
-    against the best single machine; None when the plan has no such rows."""
+    against the best single machine; None when the plan has no such rows. `compact` (narrow
+    terminals): rank, offering, G, time, cost and why only."""
     from trainwise.report.data import display_row, money, records
 
     if "parallelism" not in frame.columns:
@@ -163,23 +164,27 @@ def distributed_table(frame, best_id: str | None = None, top_n: int = 10) -> Tab
     if not len(rows):
         return None
     table = Table(title=f"Best {len(rows)} data-parallel and decentralised groups (modelled)")
-    for column in ("rank", "offering", "parallelism", "workers", "G", "time", "cost", "network $/h", "why"):
+    columns = (("rank", "offering", "G", "time", "cost", "why") if compact else
+               ("rank", "offering", "parallelism", "workers", "G", "time", "cost", "network $/h", "why"))
+    for column in columns:
         table.add_column(column, justify="left" if column in ("offering", "parallelism", "why") else "right",
-                         overflow="fold")
+                         overflow="fold", ratio=3 if column in ("why", "offering") else None)
     for record in records(rows):
         shown = display_row(record)
         granularity = record.get("granularity")
-        style = "bold green" if record["plan_id"] == best_id else None
         workers = record.get("workers")
-        table.add_row(str(int(record["rank"])) if record.get("rank") is not None else "", shown["offering"],
-                      str(record.get("parallelism") or ""), "" if workers is None else str(int(workers)), "—" if granularity is None else f"{granularity:.2g}",
-                      shown["time"], shown["cost"], money(record.get("network_usd_per_hour")),
-                      str(record.get("why") or ""), style=style)
+        cells = {"rank": str(int(record["rank"])) if record.get("rank") is not None else "",
+                 "offering": shown["offering"], "parallelism": str(record.get("parallelism") or ""),
+                 "workers": "" if workers is None else str(int(workers)),
+                 "G": "—" if granularity is None else f"{granularity:.2g}", "time": shown["time"], "cost": shown["cost"],
+                 "network $/h": money(record.get("network_usd_per_hour")), "why": str(record.get("why") or "")}
+        style = "bold green" if record["plan_id"] == best_id else None
+        table.add_row(*[cells[c] for c in columns], style=style)
     table.caption = "G = compute time / communication time per round; G < 1: communication-bound"
     return table
 
 
 def console_distributed_table(console: Console, frame, best_id: str | None, top_n: int = 10) -> None:
-    table = distributed_table(frame, best_id, top_n)
+    table = distributed_table(frame, best_id, top_n, compact=console.width < WIDE_TERMINAL)
     if table is not None:
         console.print(table)
