@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psutil
 
 from trainwise._io import atomic_write_text
 from trainwise.predict.data_parallel import HivemindPeer, LinkSpec, WorkerCompute, predict_ddp, predict_hivemind
@@ -45,6 +43,7 @@ from trainwise.run.launcher import launch, read_records
 from trainwise.run.netem import EmulatedNetwork
 from trainwise.run.options import RunOptions
 from trainwise.run.result import build_result
+from _machine import machine
 
 RESULTS = Path(__file__).parent / "results"
 CORES = 2
@@ -57,18 +56,6 @@ WORKLOADS = {
                      "args": ["--epochs", "200", "--train-samples", "200000", "--val-samples", "32", "--threads", "1"]},
 }
 
-
-def machine() -> dict:
-    import torch
-
-    cpu = platform.processor() or ""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "torch_version": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "load_average_at_start": os.getloadavg()}
 
 
 def command(workload: str) -> list[str]:

@@ -20,14 +20,12 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -35,6 +33,7 @@ from trainwise._io import atomic_write_text
 from trainwise.predict.same_machine import predict_total, relative_error
 from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
+from _machine import machine
 
 RESULTS = Path(__file__).parent / "results"
 console = Console()
@@ -70,18 +69,6 @@ CONFIGS = [
 ]
 
 
-def machine() -> dict:
-    import torch
-
-    cpu = platform.processor()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "torch_version": torch.__version__, "threads_per_run": THREADS, "python": platform.python_version(),
-            "platform": platform.platform(), "gpu": None, "load_average_when_written": list(os.getloadavg())}
-
 
 def options(**kwargs) -> ProfileOptions:
     # The meta-device characterisation (device model) is not what this benchmark measures: skip it.
@@ -106,7 +93,7 @@ def write(rows: list[dict], target_s: float, started: float, args: argparse.Name
     errors = [r["abs_error"] for r in rows]
     result = {
         "benchmark": "integrations_prediction", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
+        "machine": machine(threads_per_run=THREADS),
         "summary": {
             "median_abs_error": statistics.median(errors) if errors else None,
             "max_abs_error": max(errors) if errors else None,

@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -30,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 
 from trainwise._io import atomic_write_text
 from trainwise.catalog import Catalog, load_catalog
@@ -38,32 +35,12 @@ from trainwise.plan import Constraints, Objective, PlanOptions, plan
 from trainwise.plan import planner as planner_module
 from trainwise.plan.pareto import pareto_mask_grouped
 from trainwise.plan.synthetic import synthetic_profile
+from _machine import machine
 
 RESULTS = Path(__file__).parent / "results"
 EPOCH_OPTIONS = (5, 10, 20)
 THRESHOLD_S = 1.0
 
-
-def machine() -> dict:
-    try:
-        import torch
-
-        torch_version, threads = torch.__version__, torch.get_num_threads()
-        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 - torch is optional for this benchmark
-        torch_version, threads, gpu = None, None, None
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "torch_version": torch_version, "torch_threads": threads, "python": platform.python_version(),
-            "platform": platform.platform(), "numpy": np.__version__, "pandas": pd.__version__, "gpu": gpu,
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
 def build(rows_wanted: int, n_batch_sizes: int = 4):
@@ -149,7 +126,7 @@ def main() -> None:
     payload = {
         "benchmark": "plan_ranking",
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
+        "machine": machine(numpy=np.__version__, pandas=pd.__version__),
         "summary": summary,
         "setup": {"catalog": catalog.caption, "offerings_in_catalog": len(catalog.offerings), "synthetic_zones": zones,
                   "profiles": len(profiles),
