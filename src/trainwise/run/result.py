@@ -36,28 +36,26 @@ SCHEMA_VERSION = 1
 PROVENANCE = "measured here: trainwise run's recorder in every training process (times are medians over steady-state steps)"
 
 
-class RankSummary(BaseModel):
+class StepBreakdown(BaseModel):
+    """One optimizer step split into where its time went (medians over steady-state steps)."""
+
+    iteration_s: Optional[float] = None
+    data_wait_s: Optional[float] = None
+    compute_s: Optional[float] = None
+    allreduce_s: Optional[float] = None
+    exposed_comm_s: Optional[float] = None
+    idle_s: Optional[float] = None
+
+
+class RankSummary(StepBreakdown):
+    """One rank's (process's / peer's) step breakdown and what it processed."""
+
     rank: int
     iterations: int
     steady_iterations: int
     samples: int
-    iteration_s: Optional[float] = None
-    data_wait_s: Optional[float] = None
-    compute_s: Optional[float] = None
-    allreduce_s: Optional[float] = None
-    exposed_comm_s: Optional[float] = None
-    idle_s: Optional[float] = None
     samples_per_s: Optional[float] = None
     gradient_bytes: Optional[int] = None
-
-
-class StepBreakdown(BaseModel):
-    iteration_s: Optional[float] = None
-    data_wait_s: Optional[float] = None
-    compute_s: Optional[float] = None
-    allreduce_s: Optional[float] = None
-    exposed_comm_s: Optional[float] = None
-    idle_s: Optional[float] = None
 
 
 class HivemindSummary(BaseModel):
@@ -207,9 +205,7 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
     def across(field: str) -> Optional[float]:
         return _median([getattr(s, field) for s in ranks if getattr(s, field) is not None])
 
-    step = StepBreakdown(iteration_s=across("iteration_s"), data_wait_s=across("data_wait_s"),
-                         compute_s=across("compute_s"), allreduce_s=across("allreduce_s"),
-                         exposed_comm_s=across("exposed_comm_s"), idle_s=across("idle_s"))
+    step = StepBreakdown(**{name: across(name) for name in StepBreakdown.model_fields})
     granularity = None
     if step.compute_s is not None and step.allreduce_s:
         granularity = step.compute_s / step.allreduce_s
