@@ -8,6 +8,7 @@ script that already passes trainwise's callback keeps its own.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 from types import ModuleType
 
@@ -21,8 +22,9 @@ def patch_trainer(framework: str, module: ModuleType) -> None:
         _patch_keras(module)
 
 
-def _patch_lightning(module: ModuleType) -> None:
-    trainer_class = module.Trainer
+def _add_after_init(trainer_class: type, callback_module: str, registered, add) -> None:
+    """Wrap `trainer_class.__init__` so every new trainer gets the integration's ProfilingCallback
+    (once: `registered(trainer)` lists the callbacks it already has, `add(trainer, cb)` adds one)."""
     if getattr(trainer_class.__init__, "_trainwise_patched", False):
         return
     original_init = trainer_class.__init__
@@ -30,31 +32,22 @@ def _patch_lightning(module: ModuleType) -> None:
     @functools.wraps(original_init)
     def init(trainer, *args, **kwargs):
         original_init(trainer, *args, **kwargs)
-        from trainwise.integrations.lightning import ProfilingCallback
-
-        if not any(isinstance(cb, ProfilingCallback) for cb in trainer.callbacks):
-            trainer.callbacks.append(ProfilingCallback())
+        callback_class = importlib.import_module(callback_module).ProfilingCallback
+        if not any(isinstance(cb, callback_class) for cb in registered(trainer)):
+            add(trainer, callback_class())
 
     init._trainwise_patched = True  # type: ignore[attr-defined]
     trainer_class.__init__ = init
+
+
+def _patch_lightning(module: ModuleType) -> None:
+    _add_after_init(module.Trainer, "trainwise.integrations.lightning", lambda trainer: trainer.callbacks,
+                    lambda trainer, cb: trainer.callbacks.append(cb))
 
 
 def _patch_huggingface(module: ModuleType) -> None:
-    trainer_class = module.Trainer
-    if getattr(trainer_class.__init__, "_trainwise_patched", False):
-        return
-    original_init = trainer_class.__init__
-
-    @functools.wraps(original_init)
-    def init(trainer, *args, **kwargs):
-        original_init(trainer, *args, **kwargs)
-        from trainwise.integrations.huggingface import ProfilingCallback
-
-        if not any(isinstance(cb, ProfilingCallback) for cb in trainer.callback_handler.callbacks):
-            trainer.add_callback(ProfilingCallback())
-
-    init._trainwise_patched = True  # type: ignore[attr-defined]
-    trainer_class.__init__ = init
+    _add_after_init(module.Trainer, "trainwise.integrations.huggingface",
+                    lambda trainer: trainer.callback_handler.callbacks, lambda trainer, cb: trainer.add_callback(cb))
 
 
 def _patch_keras(module: ModuleType) -> None:
