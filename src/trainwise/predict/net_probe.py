@@ -49,16 +49,7 @@ class _Handler(socketserver.BaseRequestHandler):
                     return
                 conn.sendall(message)
         elif mode == "UP":
-            received, first, last = 0, None, None
-            while True:
-                data = conn.recv(CHUNK)
-                if not data:
-                    break
-                now = time.perf_counter()
-                first = now if first is None else first
-                last = now
-                received += len(data)
-            elapsed = (last - first) if first is not None and last is not None else 0.0
+            received, elapsed = _drain(conn)
             conn.sendall(struct.pack("!Qd", received, elapsed))
         elif mode == "DOWN":
             seconds = float(arg or 1.0)
@@ -110,6 +101,21 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
+def _drain(conn: socket.socket) -> tuple[int, float]:
+    """Read until the peer closes: (bytes received, seconds from the first to the last chunk — the
+    first chunk's arrival starts the clock, so connection set-up is not counted as transfer)."""
+    received, first, last = 0, None, None
+    while True:
+        data = conn.recv(CHUNK)
+        if not data:
+            break
+        now = time.perf_counter()
+        first = now if first is None else first
+        last = now
+        received += len(data)
+    return received, (last - first) if first is not None and last is not None else 0.0
+
+
 def _connect(host: str, port: int, mode: str, timeout_s: float) -> socket.socket:
     try:
         conn = socket.create_connection((host, port), timeout=timeout_s)
@@ -157,16 +163,8 @@ def probe(host: str, port: int, *, seconds: float = 1.0, pings: int = 20, timeou
         received, elapsed = struct.unpack("!Qd", reply)
     upload = received * 8.0 / elapsed if elapsed > 0 else 0.0
     with _connect(host, port, f"DOWN {seconds:g}", timeout_s) as conn:
-        got, first, last = 0, None, None
-        while True:
-            data = conn.recv(CHUNK)
-            if not data:
-                break
-            now = time.perf_counter()
-            first = now if first is None else first
-            last = now
-            got += len(data)
-    download = got * 8.0 / (last - first) if first is not None and last is not None and last > first else 0.0
+        got, elapsed = _drain(conn)
+    download = got * 8.0 / elapsed if elapsed > 0 else 0.0
     if upload <= 0 or download <= 0:
         raise TrainwiseError(f"the probe to {host}:{port} moved no data: check the server and any firewall in between")
     bandwidth = min(upload, download)
