@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import runpy
-import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -23,7 +19,8 @@ from pathlib import Path
 import torch
 
 from trainwise._io import atomic_write_text
-from trainwise.run.chaos import _warm_zygote, run_chaos
+from _machine import machine
+from trainwise.run.chaos import run_chaos, run_uninterrupted
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "tests" / "scripts" / "chaos_train.py")
@@ -31,18 +28,7 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def plain_run(out: Path, args: list[str]) -> dict:
-    _warm_zygote()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            sys.argv = [SCRIPT, "--out", str(out), *args]
-            runpy.run_path(SCRIPT, run_name="__main__")
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
+    if run_uninterrupted(SCRIPT, ["--out", str(out), *args]) != 0:
         raise SystemExit("the uninterrupted reference run failed")
     return torch.load(out)
 
@@ -73,8 +59,7 @@ def main() -> int:
                "corrupt_final_files_seen": report.corrupt_final_files, "resumed_from_corrupt": resumed_from_corrupt,
                "seconds": time.time() - start}
     document = {"benchmark": "chaos_resume", "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "machine": {"python": platform.python_version(), "torch_version": torch.__version__,
-                            "logical_cores": os.cpu_count(), "load_average_at_end": os.getloadavg()},
+                "machine": machine(),
                 "summary": summary, "script_args": script_args, "attempts": [asdict(a) for a in report.attempts]}
     atomic_write_text(args.output, json.dumps(document, indent=1))
     print(json.dumps(summary))

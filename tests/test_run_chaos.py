@@ -4,15 +4,12 @@ no restart may load a corrupt checkpoint (a torn newest checkpoint is planted on
 
 from __future__ import annotations
 
-import os
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from trainwise.run.chaos import _warm_zygote, run_chaos
+from trainwise.run.chaos import run_chaos, run_uninterrupted
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "chaos_train.py")
 # The job must outlast 20 kills on any machine, fast or loaded: an attempt progresses at most 0.6 s
@@ -25,18 +22,7 @@ ARGS = ["--epochs", "3", "--samples", "1024", "--sleep", "0.08", "--width", "204
 
 def _plain_run(out: Path) -> dict:
     """The same script without trainwise at all, in a forked child (torch already imported)."""
-    _warm_zygote()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            sys.argv = [SCRIPT, "--out", str(out), *ARGS]
-            runpy.run_path(SCRIPT, run_name="__main__")
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert run_uninterrupted(SCRIPT, ["--out", str(out), *ARGS]) == 0
     return torch.load(out)
 
 

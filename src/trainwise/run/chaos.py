@@ -113,6 +113,23 @@ def fork_run(script: str, args: list[str], config: dict[str, Any], info_path: st
     return pid
 
 
+def run_uninterrupted(script: str, args: list[str]) -> int:
+    """The reference: the same script without trainwise at all and without kills, in a forked child
+    of this (warm) process, so it shares the attempts' start-up; returns its exit code."""
+    _warm_zygote()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            sys.argv = [script, *args]
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 def _temp_files(directory: Path) -> list[str]:
     return [p.name for p in directory.iterdir() if p.name.endswith(".tmp")]
 
