@@ -8,9 +8,12 @@ What is measured (all by `trainwise run`, the scripts unmodified):
   starts from (it includes hivemind.Optimizer's own per-step work, which a plain step does not have);
 - ddp2 on loopback and across two network namespaces joined by the emulated link; hm2, hm3 on
   loopback and over the emulated link (`trainwise.run.netem`: TUN devices + a delaying user-space
-  router, `tc tbf` for the rate). The links are measured with `trainwise.predict.net_probe`.
+  router, `tc tbf` for the rate). The links are measured with `trainwise.predict.net_probe`, and
+  gloo's all-reduce among 2 processes here with `trainwise.predict.collective_probe` (its per-call
+  latency and bytes/s: on CPU the collective library, not the wire, is most of a small all-reduce).
+- Hivemind throughput is the swarm's progress: target batch size × hivemind epochs ÷ seconds.
 
-Predictions use only: the ddp1/hm1 measurements, the gradient/parameter bytes, the measured link,
+Predictions use only: the ddp1/hm1 measurements, the gradient/parameter bytes, the measured links,
 and the machine's 2 cores: a worker's compute rate is scaled by min(1, cores / processes) when
 more training processes than cores share the machine. That is all 2 cores can show: with 2 or 3
 processes on 2 cores (plus Hivemind's daemons) compute and communication compete for the same
@@ -37,6 +40,7 @@ from pathlib import Path
 
 
 from trainwise._io import atomic_write_text
+from trainwise.predict.collective_probe import CollectiveFit, probe_allreduce
 from trainwise.predict.data_parallel import HivemindPeer, LinkSpec, WorkerCompute, predict_ddp, predict_hivemind
 from trainwise.predict.topology import Site, uniform_network
 from trainwise.run.launcher import launch, read_records
@@ -155,8 +159,13 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
         # A worker's step without communication: compute + its own data loading (ddp1's iteration).
         compute = WorkerCompute(step_time_s=base["step"]["iteration_s"] / contention(n),
                                 per_worker_batch_size=spec["batch"], source="measured here (ddp1), × processes/cores")
-        prediction = predict_ddp(compute, int(base["ranks"][0]["gradient_bytes"]), n,
-                                 LinkSpec(bandwidth_bps=link["bandwidth_bps"], latency_s=link["rtt_s"] / 2.0, source=link["source"]),
+        wire = LinkSpec(bandwidth_bps=link["bandwidth_bps"], latency_s=link["rtt_s"] / 2.0, source=link["source"])
+        if "collective" in links:
+            # gloo's own per-call and per-byte cost, probed here on loopback; through the emulated
+            # link it adds to the wire's
+            fit = CollectiveFit.model_validate(links["collective"])
+            wire = fit.as_link() if config["link"] == "loopback" else fit.over(wire)
+        prediction = predict_ddp(compute, int(base["ranks"][0]["gradient_bytes"]), n, wire,
                                  overlap=0.0)  # gloo on CPU: the all-reduce competes with backward for the cores
         return {"samples_per_s": prediction.samples_per_s, "granularity": prediction.granularity,
                 "allreduce_s": prediction.allreduce_s, "step_s": prediction.step_time_s}
@@ -171,6 +180,16 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
                                   dpu_overlap=1.0)  # delay_optimizer_step + delay_grad_averaging are on
     return {"samples_per_s": prediction.samples_per_s, "granularity": prediction.granularity,
             "calc_s": prediction.calc_s, "comm_s": prediction.comm_s, "notes": prediction.notes}
+
+
+def measured_throughput(run: dict) -> float | None:
+    """DDP: samples/s of all ranks over their common steady window. Hivemind: the swarm's progress,
+    TBS × epochs advanced ÷ seconds (what hivemind reports and the seed measures; local steps summed
+    over a short common window are distorted by peers starting, blocking and stopping at different
+    moments), falling back to the window rate for runs recorded before it existed."""
+    result = run["result"]
+    hivemind = result.get("hivemind") or {}
+    return hivemind.get("epoch_throughput_samples_per_s") or result["throughput_samples_per_s"]
 
 
 def ordering(rows: list[dict]) -> dict:
@@ -198,7 +217,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=RESULTS / "data_parallel.json")
     parser.add_argument("--budget-s", type=float, default=840.0, help="stop starting new configurations after this")
     parser.add_argument("--ddp-window-s", type=float, default=8.0)
-    parser.add_argument("--hivemind-window-s", type=float, default=25.0)
+    parser.add_argument("--hivemind-window-s", type=float, default=40.0)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--resume", action="store_true", help="keep the runs already in --output, run the missing ones")
     args = parser.parse_args()
@@ -224,6 +243,9 @@ def main() -> int:
         done = {r["name"] for r in runs}
         plan = [p for p in plan if p[0] not in done]
     links = {"loopback": probe_loopback()}
+    links["collective"] = probe_allreduce(2).model_dump()  # gloo all-reduce among 2 processes here
+    print(f"gloo all-reduce: {links['collective']['latency_s'] * 1e6:.0f} µs + bytes / "
+          f"{links['collective']['bytes_per_s'] / 1e6:.0f} MB/s", flush=True)
     with EmulatedNetwork(peers=3, rate_mbit=100.0, rtt_ms=50.0) as net:
         links["emulated"] = probe_emulated(net)
         print(f"links: {json.dumps(links)}", flush=True)
@@ -253,7 +275,7 @@ def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start:
     for run in runs:
         if run["workers"] == 1 or (run["workload"], run["engine"]) not in baselines:
             continue
-        measured = run["result"]["throughput_samples_per_s"]
+        measured = measured_throughput(run)
         if not measured:
             continue
         predicted = predict(run, baselines, links)

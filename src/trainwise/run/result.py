@@ -65,6 +65,12 @@ class HivemindSummary(BaseModel):
     blocking_s: Optional[float] = None  # median time a step blocked at an epoch transition
     t_calc_s: Optional[float] = None
     peers_seen: list[int] = Field(default_factory=list)
+    # The swarm's training progress: TBS × hivemind epochs advanced ÷ seconds between steady epoch
+    # transitions (median over peers). Hivemind's own samples/s counts the same thing (seed 003);
+    # it is steadier than summing local steps over a short common window, which peers that start,
+    # block or leave at different moments distort.
+    epoch_throughput_samples_per_s: Optional[float] = None
+    epoch_s: Optional[float] = None  # median seconds between a peer's consecutive epoch transitions
 
 
 class CheckpointSummary(BaseModel):
@@ -266,9 +272,21 @@ def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[
         if summary.compute_s and summary.iterations and summary.samples:
             compute_rate += (summary.samples / summary.iterations) / summary.compute_s
     t_calc = options.target_batch_size / compute_rate if compute_rate > 0 else None
+    progress_rates: list[float] = []
+    gaps: list[float] = []
+    for run in runs.values():
+        # the first transition is warm-up (start-up, first matchmaking); a peer needs two more
+        transitions = sorted(run.get("hivemind_rounds", []), key=lambda e: e["end_wall_s"])[1:]
+        if len(transitions) >= 2:
+            epochs = transitions[-1]["epoch"] - transitions[0]["epoch"]
+            seconds = transitions[-1]["end_wall_s"] - transitions[0]["end_wall_s"]
+            if epochs > 0 and seconds > 0:
+                progress_rates.append(options.target_batch_size * epochs / seconds)
+            gaps += [b["end_wall_s"] - a["end_wall_s"] for a, b in zip(transitions, transitions[1:])]
     return HivemindSummary(target_batch_size=int(options.target_batch_size), rounds=rounds,
                            averaging_s=_median(averaging), blocking_s=_median(blocking), t_calc_s=t_calc,
-                           peers_seen=sorted(peers_seen))
+                           peers_seen=sorted(peers_seen), epoch_throughput_samples_per_s=_median(progress_rates),
+                           epoch_s=_median(gaps))
 
 
 def _checkpoint_summary(runs: dict[int, dict]) -> Optional[CheckpointSummary]:

@@ -1,0 +1,140 @@
+"""Measure what one all-reduce costs with a real torch.distributed backend on this host.
+
+`trainwise net probe` measures a TCP link; DDP's gradient all-reduce costs more than the link alone
+where the collective library adds per-call work: gloo on CPU copies, reduces and synchronises in
+software, and a call pays a fixed software latency that the wire's RTT does not show (on loopback,
+tens to hundreds of microseconds against a ~30 µs RTT). This probe starts `world_size` processes
+(the gloo backend over loopback by default, as `trainwise run --engine ddp` does on CPU), times
+`repeats` all-reduces of float32 tensors of several sizes after a warm-up, and fits
+
+    t(n bytes) = latency_s + n / bytes_per_s          (least squares on the per-size medians)
+
+which `as_link()` turns into the `LinkSpec` the ring model of `trainwise.predict.data_parallel`
+takes (the ring's 2(N−1)/N factor and 2(N−1) latency steps are divided back out, so predicting
+the probe's own sizes returns its measurements). Every figure is "measured here".
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict.data_parallel import LinkSpec
+
+DEFAULT_SIZES_BYTES = (4 * 2**10, 256 * 2**10, 2 * 2**20, 8 * 2**20)
+
+
+class AllreducePoint(BaseModel):
+    nbytes: int
+    median_s: float
+    spread_s: float = Field(description="interquartile range of the timed calls")
+
+
+class CollectiveFit(BaseModel):
+    backend: str
+    world_size: int
+    points: list[AllreducePoint]
+    latency_s: float = Field(description="fixed cost of one all-reduce call (fitted intercept)")
+    bytes_per_s: float = Field(description="all-reduce payload bytes per second (fitted slope⁻¹)")
+    source: str
+
+    def time_s(self, nbytes: float) -> float:
+        return self.latency_s + nbytes / self.bytes_per_s
+
+    def as_link(self) -> LinkSpec:
+        """The ring model's link that reproduces this fit: t = 2(N−1)/N·n/bw + 2(N−1)·lat."""
+        n = self.world_size
+        ring = 2.0 * (n - 1) / n
+        return LinkSpec(bandwidth_bps=self.bytes_per_s * ring * 8.0, latency_s=self.latency_s / (2.0 * (n - 1)),
+                        source=self.source)
+
+    def over(self, wire: LinkSpec) -> LinkSpec:
+        """The collective's software cost measured here (loopback) in series with a slower wire:
+        per-byte times add (1/bw = 1/bw_wire + 1/bw_software), so do per-step latencies."""
+        software = self.as_link()
+        bandwidth = 1.0 / (1.0 / wire.bandwidth_bps + 1.0 / software.bandwidth_bps)
+        return LinkSpec(bandwidth_bps=bandwidth, latency_s=wire.latency_s + software.latency_s,
+                        source=f"{wire.source}; plus the collective's own cost ({self.source})")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, backend: str, sizes: Sequence[int], repeats: int,
+            queue) -> None:  # pragma: no cover - runs in spawned processes
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    try:
+        results = {}
+        for nbytes in sizes:
+            tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
+            for _ in range(3):  # warm-up: connections, buffers
+                dist.all_reduce(tensor)
+            times = []
+            for _ in range(repeats):
+                dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(tensor)
+                times.append(time.perf_counter() - start)
+            results[nbytes] = times
+        if rank == 0:
+            queue.put(results)
+    finally:
+        dist.destroy_process_group()
+
+
+def probe_allreduce(world_size: int = 2, sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, *, backend: str = "gloo",
+                    repeats: int = 30, timeout_s: float = 120.0) -> CollectiveFit:
+    """Time all-reduces among `world_size` local processes and fit latency + bytes/s (see the module)."""
+    if world_size < 2:
+        raise TrainwiseError(f"an all-reduce probe needs at least 2 processes (got {world_size})")
+    if repeats < 3 or not sizes_bytes or min(sizes_bytes) <= 0:
+        raise TrainwiseError("an all-reduce probe needs positive sizes and at least 3 repeats")
+    import numpy as np
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    port = _free_port()
+    processes = [context.Process(target=_worker, args=(r, world_size, port, backend, list(sizes_bytes), repeats, queue),
+                                 daemon=True) for r in range(world_size)]
+    for p in processes:
+        p.start()
+    try:
+        results = queue.get(timeout=timeout_s)
+    except Exception as exc:  # queue.Empty: a worker failed or hung
+        raise TrainwiseError(f"the {backend} all-reduce probe with {world_size} processes did not finish in "
+                             f"{timeout_s:g} s: check that torch.distributed's {backend} backend works here") from exc
+    finally:
+        for p in processes:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    points = []
+    for nbytes in sizes_bytes:
+        q1, median, q3 = statistics.quantiles(results[nbytes], n=4)
+        points.append(AllreducePoint(nbytes=int(nbytes), median_s=statistics.median(results[nbytes]), spread_s=max(0.0, q3 - q1)))
+    x = np.array([p.nbytes for p in points], dtype=float)
+    y = np.array([p.median_s for p in points])
+    # weights 1/t: relative residuals, so the 4 KiB calls fix the latency as much as the 8 MiB
+    # calls fix the bandwidth (unweighted, the largest size dominates and the intercept is noise)
+    slope, intercept = np.polyfit(x, y, 1, w=1.0 / y)
+    slope = max(float(slope), 1e-12)
+    intercept = max(float(intercept), 0.0)
+    source = (f"measured here: {repeats} × {backend} all-reduce among {world_size} local processes per size "
+              f"({', '.join(f'{p.nbytes / 2**10:g} KiB' for p in points)}), median per size, least-squares latency + bytes/s")
+    return CollectiveFit(backend=backend, world_size=world_size, points=points, latency_s=intercept,
+                         bytes_per_s=1.0 / slope, source=source)

@@ -1,0 +1,44 @@
+"""The all-reduce probe: a real gloo all-reduce among 2 local processes, and the ring link it implies."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict.collective_probe import AllreducePoint, CollectiveFit, probe_allreduce
+from trainwise.predict.data_parallel import LinkSpec, allreduce_time_s
+
+
+def _fit(latency_s: float, bytes_per_s: float, world_size: int = 2) -> CollectiveFit:
+    return CollectiveFit(backend="gloo", world_size=world_size, points=[AllreducePoint(nbytes=1, median_s=1, spread_s=0)],
+                         latency_s=latency_s, bytes_per_s=bytes_per_s, source="given")
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 8])
+def test_the_ring_link_reproduces_the_fit(world_size):
+    fit = _fit(200e-6, 300e6, world_size)
+    for nbytes in (1_000, 1_000_000, 50_000_000):
+        assert allreduce_time_s(nbytes, world_size, fit.as_link(), "ring") == pytest.approx(fit.time_s(nbytes), rel=1e-9)
+
+
+def test_a_slower_wire_adds_its_time_to_the_collective_cost():
+    fit = _fit(200e-6, 300e6)
+    wire = LinkSpec(bandwidth_bps=100e6, latency_s=0.025, source="emulated")
+    combined = fit.over(wire)
+    nbytes = 4_800_000
+    expected = allreduce_time_s(nbytes, 2, wire) + fit.time_s(nbytes)
+    assert allreduce_time_s(nbytes, 2, combined) == pytest.approx(expected, rel=1e-9)
+    assert "emulated" in combined.source and "given" in combined.source
+
+
+def test_probe_measures_a_real_gloo_allreduce():
+    fit = probe_allreduce(2, (4096, 1 << 20), repeats=5)
+    assert fit.backend == "gloo" and len(fit.points) == 2
+    assert all(p.median_s > 0 for p in fit.points)
+    assert fit.points[1].median_s > 0 and fit.bytes_per_s > 0 and fit.latency_s >= 0
+    assert fit.source.startswith("measured here")
+
+
+def test_probe_rejects_a_single_process():
+    with pytest.raises(TrainwiseError, match="at least 2 processes"):
+        probe_allreduce(1)
