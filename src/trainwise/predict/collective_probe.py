@@ -28,6 +28,8 @@ from trainwise.errors import TrainwiseError
 from trainwise.predict.data_parallel import LinkSpec
 
 DEFAULT_SIZES_BYTES = (4 * 2**10, 256 * 2**10, 2 * 2**20, 8 * 2**20)
+# one-way wire latencies per ring step: data one way, the "buffer free" notification back
+GLOO_WIRE_LATENCIES_PER_STEP = 2.0
 
 
 class AllreducePoint(BaseModel):
@@ -56,10 +58,13 @@ class CollectiveFit(BaseModel):
 
     def over(self, wire: LinkSpec) -> LinkSpec:
         """The collective's software cost measured here (loopback) in series with a slower wire:
-        per-byte times add (1/bw = 1/bw_wire + 1/bw_software), so do per-step latencies."""
+        per-byte times add (1/bw = 1/bw_wire + 1/bw_software), so do per-step latencies. A gloo
+        ring step costs a full round trip of the wire, not one way: before a rank writes into its
+        neighbour's buffer again it waits for the neighbour's notification that the buffer is free."""
         software = self.as_link()
         bandwidth = 1.0 / (1.0 / wire.bandwidth_bps + 1.0 / software.bandwidth_bps)
-        return LinkSpec(bandwidth_bps=bandwidth, latency_s=wire.latency_s + software.latency_s,
+        per_step_wire_s = GLOO_WIRE_LATENCIES_PER_STEP * wire.latency_s if self.backend == "gloo" else wire.latency_s
+        return LinkSpec(bandwidth_bps=bandwidth, latency_s=per_step_wire_s + software.latency_s,
                         source=f"{wire.source}; plus the collective's own cost ({self.source})")
 
 
