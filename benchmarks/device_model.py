@@ -14,11 +14,14 @@
 5. The seeds' ratios (Künas P100/V100/TPU, Malta MNIST K80/V100) predicted leave-one-model-out.
 6. Noise floor: the same (model, accelerator, precision) published by two sources.
 7. Speed: characterising ResNet-50 at batch 256 on meta, predicting all catalog accelerators.
+8. The software-stack term: the headline LOO fits one throughput factor per source family (stock
+   PyTorch eager = 1); the same LOO without that term is reported next to it.
 
 Reference: Habitat (Yu et al., USENIX ATC '21) reports ~12 % average error predicting
 iteration time across six GPUs, from a profile taken on a GPU; Paleo (ICLR '17) is analytical.
 
 Writes benchmarks/results/device_model.json. Run: .venv/bin/python benchmarks/device_model.py [--no-write-params]
+[--loo-only: the leave-one-model-out figures only, printed, nothing written: for quick experiments]
 """
 
 from __future__ import annotations
@@ -133,16 +136,28 @@ def by(rows, errors, key) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-write-params", action="store_true", help="do not overwrite the packaged fit")
+    parser.add_argument("--loo-only", action="store_true",
+                        help="print the leave-one-model-out summary (with and without the stack term) and stop")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     catalog = load_catalog()
-    speed_result = speed(catalog)  # first, on an idle interpreter
+    speed_result = None if args.loo_only else speed(catalog)  # first, on an idle interpreter
     all_rows = cal.load_measurements(cal.CALIBRATION_CSV, catalog)
     rows, excluded = cal.plausible_rows(all_rows, catalog)
     ratios = cal.load_ratios()
     console.print(f"calibration rows {len(all_rows)} ({len(excluded)} excluded as > 100 % of peak), ratio rows {len(ratios)}")
 
     loo_model = cal.loo(rows, ratios, "model", catalog)
+    loo_no_stack = cal.loo(rows, ratios, "model", catalog, stacks=False)
+    no_stack = {**{k: cal.summarise_errors(loo_no_stack.errors)[k] for k in ("median_abs_error", "p90_abs_error")},
+                "best_choice_accuracy": cal.best_choice(rows, loo_no_stack.predictions, catalog)["best_choice_accuracy"]}
+    if args.loo_only:
+        s = cal.summarise_errors(loo_model.errors)
+        console.print({"with_stack_term": {"median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"],
+                                           "best_choice_accuracy": cal.best_choice(rows, loo_model.predictions, catalog)
+                                           ["best_choice_accuracy"]},
+                       "without_stack_term": no_stack, "wall_s": round(time.perf_counter() - started, 1)})
+        return 0
     loo_acc = cal.loo(rows, ratios, "accelerator", catalog)
     loo_src = cal.loo(rows, ratios, "source", catalog)
     # Habitat's setting: the model is known on other accelerators, predicted on a new one
@@ -175,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     within_band = []
     for m, e in zip(rows, loo_model.errors):
         band = dm.predict_iteration(cal.characterise_row(m), catalog.accelerator(m.accelerator), m.count, m.precision,
-                                    params=params, framework=m.framework).relative_error
+                                    params=params, framework=m.framework, stack=cal.stack_of(m)).relative_error
         within_band.append(abs((1 + e) - 1) <= band)
 
     summary = {
@@ -203,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         "loo_by_model_accelerator_note": ("one model on one accelerator held out, its other accelerators kept: "
                                           "Habitat's setting (a model measured on one GPU, predicted on another); "
                                           "the headline loo_* figures hold the whole model out (a model never measured)"),
+        "loo_without_stack_term": {**no_stack, "note": "same leave-one-model-out, every row treated as the "
+                                   "reference stack (no per-source throughput factor)"},
+        "stack_factors": {**params.stack_factors, dm.REFERENCE_STACK: 1.0},
         "in_sample_median_abs_error": cal.summarise_errors(in_sample)["median_abs_error"],
         "validation_median_abs_error": cal.summarise_errors(val_errors)["median_abs_error"],
         "validation_p90_abs_error": cal.summarise_errors(val_errors)["p90_abs_error"],
@@ -236,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                          "rows": [{"line": m.line, "model": m.model, "accelerator": m.accelerator, "count": m.count,
                                    "per_device_batch": m.per_device_batch, "precision": m.precision,
                                    "measured": m.samples_per_s, "predicted": round(p, 2), "error": round(e, 4),
-                                   "source": m.source.split(":")[0].split(" ")[0]}
+                                   "source": m.source.split(":")[0].split(" ")[0], "stack": cal.stack_of(m)}
                                   for m, p, e in zip(rows, loo_model.predictions, loo_model.errors)]},
         "best_choice": choice["groups"],
         "validation": {"summary": report.summary, "rows": [r.model_dump(mode="json") for r in report.predictions]},

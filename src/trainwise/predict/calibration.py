@@ -21,6 +21,16 @@ over/under-prediction), plus Gaussian priors that keep every constant near a phy
 value when the data say little about it (scipy.optimize.least_squares, bounded). Efficiencies are
 bounded to (0.02, 1], multipliers to [0.3, 3].
 
+Software stack: published numbers of the same model on the same GPU differ by up to 1.56x between
+publishers (NVIDIA DeepLearningExamples' DALI/apex/fused-kernel stack vs Lambda's stock PyTorch; the
+benchmark's `noise_floor`). So the model has one multiplicative throughput factor per stack family
+(`stack_of`: the optional `stack` column, else the source prefix — `pytorch-eager` for Lambda,
+`nvidia-dle`, `seed-malta-keras`, `seed-erben`, `seed-kunas-tf`), fitted with a prior centred on 1
+(log sigma STACK_PRIOR_SIGMA); stock PyTorch eager is the reference, fixed at 1, and a user's own profile
+is predicted at the reference stack. This is not leakage: under leave-one-model-out every row of the
+held-out model is removed and its stack's factor is learnt from that publisher's other models (a stack
+with no other model keeps its prior, 1).
+
 Leave-one-out grouping: by **model**. Every row of one model (all accelerators, precisions, batch
 sizes and sources) is held out together, the constants are re-fitted on the rest, and the held-out
 rows are predicted. This is the question trainwise answers — a model nobody has measured — and it
@@ -64,6 +74,14 @@ LOG_SIGMA = 0.12  # expected log error of a good prediction: the scale of the da
 # chosen on the same LOO it is reported with, so the reported LOO is slightly optimistic.
 PRIOR_SCALE = 0.3
 ATTENTION_TO_MATMUL = math.log(0.7)  # prior: fused attention efficiency / GEMM efficiency
+# Width (log units, not scaled by PRIOR_SCALE) of the prior on a software stack's throughput factor,
+# centred on 1: the largest disagreement between two stacks publishing one model+GPU, 1.56x, is
+# ~1.8 sigma, so the data can move a stack that far but not further on thin evidence.
+STACK_PRIOR_SIGMA = 0.25
+# source prefix -> software stack family (see stack_of); stock PyTorch eager is the reference (factor 1)
+STACK_OF_SOURCE = (("lambdal/", dm.REFERENCE_STACK), ("NVIDIA/DeepLearningExamples", "nvidia-dle"),
+                   ("seed 002", "seed-malta-keras"), ("seed 003", "seed-erben"), ("seed 000", "seed-kunas-tf"),
+                   ("seed 001", "seed-kunas-tf"))
 
 
 class Measurement(BaseModel):
@@ -86,6 +104,7 @@ class Measurement(BaseModel):
     framework: str = "pytorch"
     memory_format: str = "nchw"
     grad_accumulation: int = Field(default=1, ge=1, description="micro-batches per all-reduce (data parallel)")
+    stack: str | None = Field(default=None, description="software stack family; default derived from `source`")
     notes: str = ""
 
     @field_validator("precision")
@@ -142,6 +161,18 @@ class RatioMeasurement(BaseModel):
                            count=self.reference_count if reference else self.count,
                            per_device_batch=self.reference_batch if reference else self.per_device_batch,
                            precision=self.precision, samples_per_s=1.0, source=self.source, framework=self.framework)
+
+
+def stack_of(m: Measurement | RatioMeasurement) -> str:
+    """The software-stack family of a measurement: its `stack` column, else from its source prefix,
+    else the source's first word (a user's own source: an unknown stack, predicted at factor 1)."""
+    explicit = getattr(m, "stack", None)
+    if explicit:
+        return explicit
+    for prefix, stack in STACK_OF_SOURCE:
+        if m.source.startswith(prefix):
+            return stack
+    return m.source.split(":")[0].split(" ")[0]
 
 
 def _read_csv(path: str | Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
@@ -230,11 +261,12 @@ class _Design:
     rows: list[Measurement]
     accelerators: list[str]
     generations: list[str]
+    stacks: list[str] = field(default_factory=list)
     arrays: dict[str, Any] = field(default_factory=dict)
     per_row: dict[str, Any] = field(default_factory=dict)
 
 
-def _design(rows: Sequence[Measurement], catalog: Any) -> _Design:
+def _design(rows: Sequence[Measurement], catalog: Any, stacks: bool = True) -> _Design:
     import numpy as np
 
     feats = []
@@ -248,7 +280,9 @@ def _design(rows: Sequence[Measurement], catalog: Any) -> _Design:
             accs.append(acc.name)
         if f.generation not in gens:
             gens.append(f.generation)
-    d = _Design(rows=list(rows), accelerators=accs, generations=gens)
+    # stacks=False: every row at the reference stack (the model without the stack term, for comparison)
+    stacks = list(dict.fromkeys(stack_of(m) for m in rows if stack_of(m) != dm.REFERENCE_STACK)) if stacks else []
+    d = _Design(rows=list(rows), accelerators=accs, generations=gens, stacks=stacks)
     cat = lambda key: np.concatenate([getattr(f, key) for *_, f in feats])  # noqa: E731
     d.arrays = {key: cat(key) for key in ("count", "flops", "bytes", "compute_index", "memory_index", "peak", "fusion",
                                           "backward", "conv", "grouped", "nchw_bytes")}
@@ -270,6 +304,8 @@ def _design(rows: Sequence[Measurement], catalog: Any) -> _Design:
         "fits": np.array([1.0 if dm.memory_required_gib(c, m.count)[0] <= (dm.usable_memory_gib(a) or 1e9) else 0.0
                           for m, c, a, _ in feats]),
         "unsupported": np.array([1.0 if c.unsupported_ops else 0.0 for _, c, *_ in feats]),
+        # index into d.stacks; -1: the reference stack (factor fixed at 1)
+        "stack": np.array([stacks.index(stack_of(m)) if stack_of(m) in stacks else -1 for m, *_ in feats], dtype=int),
     }
     return d
 
@@ -277,7 +313,7 @@ def _design(rows: Sequence[Measurement], catalog: Any) -> _Design:
 class _Layout:
     """Maps DeviceModelParams <-> the vector of log-parameters the fit optimises."""
 
-    def __init__(self, accelerators: Sequence[str], generations: Sequence[str]) -> None:
+    def __init__(self, accelerators: Sequence[str], generations: Sequence[str], stacks: Sequence[str] = ()) -> None:
         self.names: list[str] = []
         self.prior: list[float] = []
         self.sigma: list[float] = []
@@ -311,12 +347,15 @@ class _Layout:
         self._add("link_eff", base.link_efficiency, 0.7, 0.05, 2.0)
         self._add("t_allreduce", base.t_allreduce_s, 1.0, 1e-5, 0.2)
         self._add("ddp_overlap", base.ddp_overlap, 0.4, 0.05, 1.0)
+        self.stacks = [s for s in stacks if s != dm.REFERENCE_STACK]
+        for s in self.stacks:
+            self._add(f"stack:{s}", 1.0, STACK_PRIOR_SIGMA, 0.5, 2.0, scaled=False)
         self.index = {n: i for i, n in enumerate(self.names)}
 
-    def _add(self, name: str, prior: float, sigma: float, lo: float, hi: float) -> None:
+    def _add(self, name: str, prior: float, sigma: float, lo: float, hi: float, scaled: bool = True) -> None:
         self.names.append(name)
         self.prior.append(math.log(prior))
-        self.sigma.append(sigma * PRIOR_SCALE)
+        self.sigma.append(sigma * (PRIOR_SCALE if scaled else 1.0))
         self.lower.append(math.log(lo))
         self.upper.append(math.log(hi))
 
@@ -332,6 +371,7 @@ class _Layout:
             t_launch_s=v["t_launch"], t_host_op_s=v["t_host_op"], t_step_s=v["t_step"],
             t_step_tensorflow_s=v["t_step_tf"], tpu_fusion=round(v["tpu_fusion"], 5),
             g_grouped=round(v["g_grouped"], 5), nchw_penalty=round(v["nchw"], 5),
+            stack_factors={s: round(v[f"stack:{s}"], 5) for s in self.stacks},
             tensorflow_efficiency=round(v["tf_eff"], 5), t_step_tpu_s=v["t_step_tpu"],
             link_efficiency=round(v["link_eff"], 5), t_allreduce_s=v["t_allreduce"], ddp_overlap=round(v["ddp_overlap"], 5),
             bands=bands or {}, fitted_on=fitted_on or {})
@@ -351,6 +391,8 @@ class _Layout:
                 x[i] = math.log(params.g_memory.get(rest, 1.0))
             elif kind == "alpha":
                 x[i] = math.log(params.alpha[rest] + 0.05)
+            elif kind == "stack":
+                x[i] = math.log(params.stack_factors.get(rest, 1.0))
         scalars = {"t_launch": params.t_launch_s, "t_host_op": params.t_host_op_s, "t_step": params.t_step_s,
                    "t_step_tf": params.t_step_tensorflow_s, "tpu_fusion": params.tpu_fusion,
                    "g_grouped": params.g_grouped, "nchw": params.nchw_penalty, "tf_eff": params.tensorflow_efficiency,
@@ -397,7 +439,8 @@ def _predict(d: _Design, lay: _Layout, x: Any) -> Any:
                     + v[lay.index["t_allreduce"]], 0.0)
     comm = np.where(c > 1, np.maximum(ring - v[lay.index["ddp_overlap"]] * backward, 0.1 * ring), 0.0) / r["accum"]
     step = v[lay.index["t_step"]] + r["tf"] * v[lay.index["t_step_tf"]] + r["tpu"] * v[lay.index["t_step_tpu"]]
-    return c * r["batch"] / (compute + comm + step)
+    stack_values = np.concatenate([v[[lay.index[f"stack:{s}"] for s in d.stacks]], [1.0]])  # [-1]: reference
+    return c * r["batch"] / (compute + comm + step) * stack_values[r["stack"]]
 
 
 @dataclass
@@ -410,22 +453,27 @@ class FitResult:
 
 def fit(rows: Sequence[Measurement], ratios: Sequence[RatioMeasurement] = (), catalog: Any = None,
         *, design: _Design | None = None, ratio_designs: tuple[_Design, _Design] | None = None,
-        x0: Sequence[float] | None = None) -> FitResult:
-    """Fit the constants on `rows` (absolute throughputs) and `ratios` (speedups)."""
+        x0: Sequence[float] | None = None, stacks: bool = True) -> FitResult:
+    """Fit the constants on `rows` (absolute throughputs) and `ratios` (speedups); `stacks=False`
+    leaves out the per-software-stack factors (every row treated as the reference stack)."""
     import numpy as np
     from scipy.optimize import least_squares
 
     catalog = catalog or _catalog()
-    d = design or _design(rows, catalog)
+    d = design or _design(rows, catalog, stacks)
     if ratios and ratio_designs is None:
-        ratio_designs = (_design([r.side(False) for r in ratios], catalog), _design([r.side(True) for r in ratios], catalog))
+        ratio_designs = (_design([r.side(False) for r in ratios], catalog, stacks),
+                         _design([r.side(True) for r in ratios], catalog, stacks))
     accs = list(d.accelerators)
     gens = list(d.generations)
     if ratio_designs:
         for rd in ratio_designs:
             accs += [a for a in rd.accelerators if a not in accs]
             gens += [g for g in rd.generations if g not in gens]
-    lay = _Layout(accs, gens)
+    stacks = list(d.stacks)
+    if ratio_designs:
+        stacks += [s for rd in ratio_designs for s in rd.stacks if s not in stacks]
+    lay = _Layout(accs, gens, stacks)
     prior = np.array(lay.prior)
     sigma = np.array(lay.sigma)
     measured = np.log(d.per_row["measured"]) if d.rows else np.zeros(0)
@@ -463,7 +511,7 @@ def predict_rows(params: dm.DeviceModelParams, rows: Sequence[Measurement], cata
         char = characterise_row(m)
         acc = catalog.accelerator(m.accelerator)
         p = dm.predict_iteration(char, acc, m.count, m.precision, params=params, framework=m.framework,
-                                 gradient_accumulation=m.grad_accumulation)
+                                 gradient_accumulation=m.grad_accumulation, stack=stack_of(m))
         out.append(p.samples_per_s)
     return out
 
@@ -477,7 +525,7 @@ class LooResult:
 
 
 def loo(rows: Sequence[Measurement], ratios: Sequence[RatioMeasurement] = (), group: str = "model",
-        catalog: Any = None) -> LooResult:
+        catalog: Any = None, stacks: bool = True) -> LooResult:
     """Leave-one-group-out predictions of every row (group: model | accelerator | source |
     model_accelerator). `model_accelerator` holds out one model on one accelerator at a time (its
     other accelerators stay in the fit): Habitat's setting, a model known elsewhere predicted on a
@@ -490,7 +538,6 @@ def loo(rows: Sequence[Measurement], ratios: Sequence[RatioMeasurement] = (), gr
             "model_accelerator": lambda m: f"{m.model}@{catalog.accelerator(m.accelerator).name}"}[group]
     keys = [keyf(m) for m in rows]
     preds = [0.0] * len(rows)
-    full = _design(rows, catalog)
     for key in dict.fromkeys(keys):
         train = [m for m, k in zip(rows, keys) if k != key]
         test_idx = [i for i, k in enumerate(keys) if k == key]
@@ -498,16 +545,17 @@ def loo(rows: Sequence[Measurement], ratios: Sequence[RatioMeasurement] = (), gr
                         and (group != "model_accelerator" or f"{r.model}@{catalog.accelerator(r.accelerator).name}" != key)
                         and (group != "accelerator" or key not in (catalog.accelerator(r.accelerator).name,
                                                                      catalog.accelerator(r.reference_accelerator).name))]
-        res = fit(train, train_ratios, catalog)
-        test = _design([rows[i] for i in test_idx], catalog)
+        res = fit(train, train_ratios, catalog, stacks=stacks)
+        test = _design([rows[i] for i in test_idx], catalog, stacks)
         # accelerators/generations unseen in training keep their prior (multiplier 1)
+        # stacks unseen in training keep their prior (factor 1)
         lay = _Layout(list(dict.fromkeys(res.layout.accelerators + test.accelerators)),
-                      list(dict.fromkeys(res.layout.generations + test.generations)))
+                      list(dict.fromkeys(res.layout.generations + test.generations)),
+                      list(dict.fromkeys(res.layout.stacks + test.stacks)))
         x = np.array(lay.from_params(res.params))
         for i, p in zip(test_idx, _predict(test, lay, x)):
             preds[i] = float(p)
     errors = [(p - m.samples_per_s) / m.samples_per_s for p, m in zip(preds, rows)]
-    del full
     return LooResult(group=group, predictions=preds, errors=errors, held_out=keys)
 
 
@@ -676,7 +724,8 @@ def fit_packaged(write: bool = True, catalog: Any = None) -> tuple[dm.DeviceMode
     kinds: dict[str, list[float]] = {"compute": [], "memory": []}
     for m, e in zip(rows, loo_res.errors):
         char = characterise_row(m)
-        p = dm.predict_iteration(char, catalog.accelerator(m.accelerator), m.count, m.precision, params=res.params)
+        p = dm.predict_iteration(char, catalog.accelerator(m.accelerator), m.count, m.precision, params=res.params,
+                                 framework=m.framework, stack=stack_of(m))
         kinds["compute" if p.compute_bound_fraction >= 0.5 else "memory"].append(abs(e))
     bands["by_kind"] = {k: round(quantile(v, bands["quantile"]), 4) for k, v in kinds.items() if v}
     params = res.params.model_copy(update={"bands": bands, "fitted_on": {

@@ -32,6 +32,11 @@ Data parallel over `count` devices (per-device batch fixed): the gradients (fp32
 `gradient_bytes`) are all-reduced with a ring, 2(n-1)/n x bytes / link bandwidth, overlapped with
 the backward pass as DDP does (at most `ddp_overlap` of the backward hides communication).
 
+Software stack: the whole iteration is divided by a per-stack throughput factor
+(`stack_factors[stack]`, fitted per publisher family of the calibration data; stock PyTorch eager,
+`REFERENCE_STACK`, is 1 by definition). Predictions are made at the reference stack unless a stack is
+named: the same model on the same GPU is published up to 1.56x apart by different software stacks.
+
 The efficiencies e_compute/e_memory, the per-accelerator and per-generation multipliers and the
 overhead constants are fitted on published measurements (`calibration.py`,
 `data/calibration.csv`); the packaged fit is `data/device_model_params.json`. The error band of a
@@ -62,6 +67,10 @@ COMPUTE_CLASSES = ("fp32", "tf32", "tc16", "tpu")
 MEMORY_CATEGORIES = ("elementwise", "reduction", "normalisation", "embedding", "optimizer", "copy", "other", "depthwise")
 GIB = 2**30
 PEAK_REF = 100e12  # FLOP/s: the efficiency power law's reference peak
+# Published numbers of one model on one GPU differ by up to 1.56x between software stacks (NVIDIA's
+# fused/DALI/apex DeepLearningExamples vs Lambda's stock PyTorch): the stack is a term of the model,
+# and stock PyTorch eager is the reference every prediction is made at unless a stack is named.
+REFERENCE_STACK = "pytorch-eager"
 
 
 class DeviceModelParams(BaseModel):
@@ -97,6 +106,10 @@ class DeviceModelParams(BaseModel):
     t_allreduce_s: float = Field(default=1e-3, description="fixed cost of a data-parallel step's gradient synchronisation")
     ddp_overlap: float = 0.7
     tpu_fusion: float = 0.5
+    stack_factors: dict[str, float] = Field(default_factory=dict, description=(
+        "throughput multiplier per software stack (source family) of the calibration data; the reference stack, "
+        f"{REFERENCE_STACK!r} (stock PyTorch eager, Lambda's benchmarks), is 1 by definition and so is any stack not "
+        "listed: a user's own profile is predicted at the reference stack unless told otherwise"))
     bands: dict[str, Any] = Field(default_factory=dict, description="expected |relative error| by accelerator/generation/kind")
     fitted_on: dict[str, Any] = Field(default_factory=dict)
 
@@ -413,13 +426,15 @@ def _band(params: DeviceModelParams, acc: Any, compute_fraction: float, unsuppor
 def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: Any, count: int = 1,
                       precision: str | None = None, host_overhead_s: float = 0.0, *,
                       params: DeviceModelParams | None = None, framework: str = "pytorch",
-                      gradient_accumulation: int = 1) -> DevicePrediction:
+                      gradient_accumulation: int = 1, stack: str | None = None) -> DevicePrediction:
     """Model one training iteration of `characterisation` on `count` x `accelerator` (data parallel).
 
     `accelerator` is a catalog `Accelerator` (resolve names with `resolve_accelerator`). `precision`
     defaults to the characterisation's; a different 16-bit/32-bit choice needs a new characterisation
     (dtypes change), but fp32 <-> tf32 only changes the peak used. `host_overhead_s` is per-iteration
-    host time that does not overlap the device (e.g. the data wait measured in a profile).
+    host time that does not overlap the device (e.g. the data wait measured in a profile). `stack`
+    names the software stack (a key of `params.stack_factors`, e.g. "nvidia-dle"); None or an unknown
+    stack predicts at the reference stack (stock PyTorch eager).
     """
     params = params or load_params()
     count = int(count)
@@ -445,6 +460,8 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
         ring = 2.0 * (count - 1) / count * characterisation.gradient_bytes / link + params.t_allreduce_s
         comm_exposed = max(ring - params.ddp_overlap * backward_s, 0.1 * ring) / max(1, int(gradient_accumulation))
     iteration = compute_time + comm_exposed + overhead
+    if stack:  # a faster (fused) or slower stack scales the whole step
+        iteration /= params.stack_factors.get(stack, 1.0)
     samples = count * characterisation.per_device_batch / iteration
     unsupported_s = by_cat.get("other", 0.0)
     unsupported_share = unsupported_s / device_s if device_s > 0 else 0.0

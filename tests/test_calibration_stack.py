@@ -1,0 +1,95 @@
+"""Software-stack term of the device model: source families, the reference stack, fit and LOO."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trainwise.catalog import load_catalog
+from trainwise.predict import calibration as cal
+from trainwise.predict import device_model as dm
+from trainwise.predict.characterise import characterise_named
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def _row(model: str, accelerator: str, samples_per_s: float, source: str, **extra) -> cal.Measurement:
+    return cal.Measurement(model=model, accelerator=accelerator, count=1, per_device_batch=256, precision="fp32",
+                           samples_per_s=samples_per_s, source=source, **extra)
+
+
+def test_stack_of_maps_sources_to_families():
+    assert cal.stack_of(_row("resnet50", "V100", 1, "lambdal/deeplearning-benchmark:pytorch/x.csv")) == dm.REFERENCE_STACK
+    assert cal.stack_of(_row("resnet50", "V100", 1, "NVIDIA/DeepLearningExamples:PyTorch/x/README.md")) == "nvidia-dle"
+    assert cal.stack_of(_row("seismic_fcn", "K80", 1, "seed 002_90b0b561c3468fa9.txt (Malta) Table 4.1")) == "seed-malta-keras"
+    assert cal.stack_of(_row("convnext_large", "T4", 1, "seed 003_3f5a126613a3a063.txt (Erben)")) == "seed-erben"
+    # an explicit column wins; an unknown publisher is its own (unfitted) stack
+    assert cal.stack_of(_row("resnet50", "V100", 1, "NVIDIA/DeepLearningExamples:x", stack="pytorch-eager")) == dm.REFERENCE_STACK
+    assert cal.stack_of(_row("resnet50", "V100", 1, "my-lab measurements, 2026")) == "my-lab"
+
+
+def test_every_packaged_row_has_a_known_stack(catalog):
+    known = {family for _, family in cal.STACK_OF_SOURCE}
+    for path in (cal.CALIBRATION_CSV, cal.VALIDATION_CSV):
+        for m in cal.load_measurements(path, catalog):
+            assert cal.stack_of(m) in known, (path.name, m.line, m.source)
+
+
+def test_predict_iteration_is_at_the_reference_stack_unless_told(catalog):
+    char = characterise_named("mnist_cnn", 256, "fp32")
+    acc = catalog.accelerator("V100")
+    params = dm.DeviceModelParams(stack_factors={"nvidia-dle": 1.25})
+    plain = dm.predict_iteration(char, acc, params=params)
+    assert dm.predict_iteration(char, acc, params=params, stack=dm.REFERENCE_STACK).iteration_s == plain.iteration_s
+    assert dm.predict_iteration(char, acc, params=params, stack="unknown-lab").iteration_s == plain.iteration_s
+    fused = dm.predict_iteration(char, acc, params=params, stack="nvidia-dle")
+    assert fused.samples_per_s == pytest.approx(plain.samples_per_s * 1.25, rel=1e-9)
+
+
+def test_vectorised_model_applies_the_stack_factor_like_predict_iteration(catalog):
+    params = dm.DeviceModelParams(stack_factors={"nvidia-dle": 1.3, "seed-malta-keras": 0.8})
+    rows = [_row("mnist_cnn", "V100", 1000, "NVIDIA/DeepLearningExamples:x"),
+            _row("mnist_cnn", "K80", 1000, "lambdal/deeplearning-benchmark:x"),
+            _row("seismic_fcn", "K80", 1000, "seed 002 (Malta)", framework="tensorflow")]
+    design = cal._design(rows, catalog)
+    assert design.stacks == ["nvidia-dle", "seed-malta-keras"]  # the reference stack has no parameter
+    layout = cal._Layout(design.accelerators, design.generations, design.stacks)
+    vector = cal._predict(design, layout, layout.from_params(params))
+    assert list(vector) == pytest.approx(cal.predict_rows(params, rows, catalog), rel=1e-6)
+
+
+def test_fit_learns_a_publishers_factor_from_its_other_models(catalog):
+    # synthetic truth: publisher B is 1.4x faster than the reference on every model
+    base = dm.DeviceModelParams()
+    shapes = [("mnist_cnn", "V100"), ("mnist_cnn", "K80"), ("seismic_fcn", "V100"), ("seismic_fcn", "K80"),
+              ("resnet50_cifar10", "V100"), ("resnet50_cifar10", "K80")]
+    rows = []
+    for model, acc in shapes:
+        truth = cal.predict_rows(base, [_row(model, acc, 1, "lab-a")], catalog)[0]
+        rows.append(_row(model, acc, truth, "lambdal/x"))
+        rows.append(_row(model, acc, truth * 1.4, "lab-b:x", stack="lab-b"))
+    res = cal.fit(rows, (), catalog)
+    assert set(res.params.stack_factors) == {"lab-b"}
+    assert res.params.stack_factors["lab-b"] == pytest.approx(1.4, rel=0.08)
+    # leave-one-model-out: the held-out model's lab-b rows are predicted with the factor learnt from
+    # lab-b's other models, so they come out ~1.4x the held-out reference rows
+    loo = cal.loo(rows, (), "model", catalog)
+    for i in range(0, len(rows), 2):
+        assert loo.predictions[i + 1] / loo.predictions[i] == pytest.approx(1.4, rel=0.1)
+    # without the term both publishers get one prediction and the residuals are ~+-20 %
+    flat = cal.loo(rows, (), "model", catalog, stacks=False)
+    assert all(math.isclose(flat.predictions[i], flat.predictions[i + 1], rel_tol=1e-9) for i in range(0, len(rows), 2))
+    assert cal.summarise_errors(loo.errors)["median_abs_error"] < cal.summarise_errors(flat.errors)["median_abs_error"]
+
+
+def test_a_stack_seen_only_in_the_held_out_model_keeps_its_prior(catalog):
+    rows = [_row("mnist_cnn", "V100", 60000, "lambdal/x"), _row("mnist_cnn", "K80", 20000, "lambdal/x"),
+            _row("seismic_fcn", "V100", 9000, "lambdal/x"), _row("seismic_fcn", "K80", 3000, "lambdal/x"),
+            _row("seismic_fcn", "V100", 20000, "only-here:x", stack="only-here")]
+    loo = cal.loo(rows, (), "model", catalog)
+    # rows 2 and 4: same model/accelerator, one at the reference stack, one at a stack no other model has
+    assert loo.predictions[4] == pytest.approx(loo.predictions[2], rel=1e-9)
