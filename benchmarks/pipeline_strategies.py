@@ -1,23 +1,33 @@
 """Input-pipeline strategies (PRESTO, DIGEST §3) on the four reference pipelines, measured here.
 
-For each reference pipeline (CV, NLP, audio, NILM; data generated here in real encodings) a grid of
-strategies — split position × compression × format × workers (processes/threads) × cache mode — is
-profiled twice: on a 10 % sample (evenly spaced; p and s extrapolated) and on the full dataset. The
-strategy picked from the sample with PRESTO's default objective (0, 0, 1) is looked up in the full
-profile: `sample_pick_gap_max` is the largest relative throughput gap to the full-dataset best over
-the pipelines. On CV the best materialised strategy at 2 workers and the naive fully-online PyTorch
-pipeline at 2 workers are measured side by side (alternating rounds; `best_vs_naive_speedup_cv` is
-the median ratio). Each strategy's throughput is set against its bound, the read bandwidth measured
-here (disk cold / page cache) ÷ bytes per sample. The seed's qualitative findings are checked and
-reported as holds / does not hold on this machine.
+For each reference pipeline (CV, NLP, audio, NILM; data generated here in real encodings) every
+strategy of the grid below is profiled twice: on a 10 % sample (evenly spaced; p and s extrapolated)
+and on the full dataset. The strategy picked from the sample with PRESTO's default objective
+(0, 0, 1) is looked up in the full profile: `sample_pick_gap_max` is the largest relative throughput
+gap to the full-dataset best over the pipelines. On CV the best materialised strategy at 2 workers
+and the naive fully-online PyTorch pipeline at 2 workers are measured side by side (alternating
+rounds; `best_vs_naive_speedup_cv` is the median ratio). Each strategy's throughput is set against its
+bound, the read bandwidth measured here (disk cold / page cache) ÷ bytes per sample. The seed's
+qualitative findings are checked and reported as holds / does not hold on this machine.
 
-The grid is a subset of the full product (every split with caches none/page/app at 2 process
-workers; compression zstd at the middle and last split, gzip/lz4/safetensors/threads/worker scaling at
-the last split): the full product of every option is ~100 strategies per pipeline, too slow for a
-shared 2-core machine.
+The grid, built with `trainwise.pipeline.strategy.enumerate_strategies` (no hand-written ids):
+  1. the full product split (every allowed split, 0..last, plus fully online) × compression (none,
+     gzip, zstd, lz4) × cache (none, page, app) at npy format, 4 shards, 2 DataLoader worker
+     processes (the fully-online pipeline has no application cache: a plain Dataset keeps nothing);
+  2. the remaining axes, each varied in full around that product: format safetensors at every split
+     (compression none, cache page, 2 processes); workers 0, 1, 2 processes and 2 reader threads at
+     the last split (caches page and app) and 0, 1, 2 processes fully online (cache page; the naive
+     PyTorch DataLoader has no thread workers); shard count 1 vs 4 at the last split (cache page).
+The product of every axis at once (~5× more strategies) does not fit a 30-minute run on a 2-core
+machine; crossing each remaining axis with the whole product would mostly re-measure the same
+per-sample transfer costs. Every value of every axis is covered, and every finding below compares
+strategies that differ in one axis only. Storage variants are materialised once and shared by the
+strategies that differ only in how they are read (workers, cache).
 
-Writes benchmarks/results/pipeline_strategies.json.
-Run: .venv/bin/python benchmarks/pipeline_strategies.py [--sizes cv=120,nlp=400,audio=120,nilm=360]
+Writes benchmarks/results/pipeline_strategies.json (--quick: tiny sizes and a reduced grid, to
+benchmarks/results/pipeline_strategies_quick.json, not committed).
+Run: .venv/bin/python benchmarks/pipeline_strategies.py [--sizes cv=120,nlp=400,audio=120,nilm=360] [--quick]
+     .venv/bin/python benchmarks/pipeline_strategies.py --reanalyse   # findings and summary from the saved tables
 """
 
 from __future__ import annotations
@@ -32,24 +42,39 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import psutil
 
 from trainwise._io import atomic_write_text
+from trainwise.pipeline.materialise import materialise
 from trainwise.pipeline.placement import placement, thesis_chapter5
 from trainwise.pipeline.profiler import PipelineProfile, measure_online, measure_read_bandwidth, profile_pipeline
 from trainwise.pipeline.reference import REFERENCE_NAMES, reference_pipeline
 from trainwise.pipeline.select import select
 from trainwise.pipeline.spec import Pipeline
-from trainwise.pipeline.strategy import Strategy
-from trainwise.pipeline.materialise import materialise
+from trainwise.pipeline.strategy import CACHE_MODES, COMPRESSIONS, Strategy, enumerate_strategies
 
 RESULTS = Path(__file__).parent / "results"
+DEFAULT_OUTPUT = RESULTS / "pipeline_strategies.json"
+QUICK_OUTPUT = RESULTS / "pipeline_strategies_quick.json"
 DEFAULT_SIZES = {"cv": 120, "nlp": 400, "audio": 120, "nilm": 360}
-warnings.filterwarnings("ignore", message=".*worker processes in total.*")  # 2 workers on a 1-CPU affinity is the point
+QUICK_SIZES = {"cv": 24, "nlp": 30, "audio": 16, "nilm": 24}  # the reference pipelines' "tiny" sizes
+# Per-strategy measurement: whole epochs until at least 1 s (or the epoch cap). The fastest strategies,
+# the ones the pick is decided between, run thousands of samples/s: timed over 0.3 s on a shared
+# machine they differed by 30 % between sample and full profile (a CV calibration run picked the
+# wrong one of two in-process app-cache strategies); 1 s costs ~1 min per pipeline more. Slow
+# strategies are timed over one epoch either way.
+SAMPLE_MIN_S, SAMPLE_MAX_EPOCHS = 1.0, 100
+FULL_MIN_S, FULL_MAX_EPOCHS = 1.0, 20
+# ETA: worker start-up, warm-up and materialisation set-up cost about this much per strategy whatever the
+# size (measured: 1.6-1.9 s per strategy, sample and full profile together, in --quick runs at 16-30 samples).
+FIXED_S_PER_STRATEGY = 1.5
+FALLBACK_S_PER_STRATEGY_PER_SAMPLE = 0.05  # without an earlier run to learn from (order of magnitude only)
+SMALL_SAMPLE_MB = 0.08  # the seed's threshold for "small samples" (DIGEST §3)
+warnings.filterwarnings("ignore", message=".*worker processes in total.*")  # 2 workers on a 1-CPU affinity is allowed
 
 
 def machine() -> dict:
@@ -70,19 +95,23 @@ def machine() -> dict:
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
-def grid(pipeline: Pipeline) -> list[Strategy]:
+def grid(pipeline: Pipeline, *, quick: bool = False) -> list[Strategy]:
+    """The strategies profiled for `pipeline` (see the module docstring); `quick` narrows the product only."""
     last = pipeline.max_offline_split
-    mid = (last + 1) // 2
-    ids = ["online-w2p-none", "online-w2p-page", "online-w0p-page"]
-    for m in range(last + 1):
-        ids += [f"m{m}-npy-none-s4-w2p-{c}" for c in ("none", "page", "app")]
-    for m in sorted({mid, last}):
-        ids += [f"m{m}-npy-zstd-s4-w2p-{c}" for c in ("none", "page")]
-    ids += [f"m{last}-npy-{c}-s4-w2p-page" for c in ("gzip", "lz4")]
-    ids += [f"m{last}-st-none-s4-w2p-page", f"m{last}-npy-none-s4-w0p-page", f"m{last}-npy-none-s4-w0p-app",
-            f"m{last}-npy-none-s4-w2t-page", f"m{last}-npy-none-s4-w2t-app", f"m{last}-npy-zstd-s4-w0p-page",
-            "m0-npy-none-s4-w0p-page"]
-    return [Strategy.parse(i) for i in dict.fromkeys(ids)]
+    splits = sorted({0, last}) if quick else list(range(last + 1))
+    compressions = ("none", "zstd") if quick else COMPRESSIONS
+    caches = ("page", "app") if quick else CACHE_MODES
+    strategies = enumerate_strategies(pipeline, splits=splits, formats=("npy",), compressions=compressions, shards=(4,),
+                                      workers=(2,), worker_kinds=("process",), caches=caches, include_online=True)
+    strategies += enumerate_strategies(pipeline, splits=splits, formats=("safetensors",), compressions=("none",), shards=(4,),
+                                       workers=(2,), worker_kinds=("process",), caches=("page",), include_online=False)
+    strategies += enumerate_strategies(pipeline, splits=[last], compressions=("none",), shards=(4,), workers=(0, 1, 2),
+                                       worker_kinds=("process",), caches=("page", "app"), include_online=True)
+    strategies += enumerate_strategies(pipeline, splits=[last], compressions=("none",), shards=(4,), workers=(2,),
+                                       worker_kinds=("thread",), caches=("page", "app"), include_online=False)
+    strategies += enumerate_strategies(pipeline, splits=[last], compressions=("none",), shards=(1,), workers=(2,),
+                                       worker_kinds=("process",), caches=("page",), include_online=False)
+    return list(dict.fromkeys(strategies))  # the axes overlap at the centre point (m_last, npy, none, s4, w2p)
 
 
 def table(profile: PipelineProfile) -> list[dict]:
@@ -93,7 +122,8 @@ def table(profile: PipelineProfile) -> list[dict]:
                      "bytes_per_sample": round(r.bytes_per_sample), "bound_sps": None if r.bound_sps is None else round(r.bound_sps, 1),
                      "fraction_of_bound": None if r.bound_fraction is None else round(r.bound_fraction, 4),
                      "cpu_percent": round(r.cpu_percent, 1), "cpu_ms_per_sample": round(r.cpu_s_per_sample * 1000, 2),
-                     "disk_read_mb_per_s": round(r.disk_read_bytes_per_s / 1e6, 1), "epochs": r.measured_epochs})
+                     "disk_read_mb_per_s": round(r.disk_read_bytes_per_s / 1e6, 1), "epochs": r.measured_epochs,
+                     "measured_s": round(r.measured_s, 2), "warmup_s": round(r.warmup_s, 2)})
     return rows
 
 
@@ -101,29 +131,75 @@ def t_of(profile: PipelineProfile) -> dict[str, float]:
     return {r.strategy_id: r.throughput_sps for r in profile.results}
 
 
-NOISE = 0.10  # throughput differences under 10 % are not read as effects on this shared machine
+NOISE = 0.10  # throughput differences under 10 % are not read as effects on a shared machine
+
+
+def worker_scaling_points(rows: list[dict]) -> list[dict]:
+    """2-worker / 0-worker throughput (cache page) wherever both were measured: fully online and the last split."""
+    by = {r["strategy"]: r for r in rows}
+    points = []
+    for row in rows:
+        s = Strategy.parse(row["strategy"])
+        if s.workers != 0 or s.cache != "page" or row["throughput_sps"] <= 0:
+            continue
+        point = {"strategy": row["strategy"], "where": "fully online" if not s.materialised else s.storage_id,
+                 "mb_per_sample": row["bytes_per_sample"] / 1e6, "sps_0": row["throughput_sps"],
+                 "cpu_ms_per_sample_0": row.get("cpu_ms_per_sample")}
+        for label, twin_id in (("process_2", row["strategy"].replace("-w0p-", "-w2p-")),
+                               ("process_1", row["strategy"].replace("-w0p-", "-w1p-")),
+                               ("thread_2", row["strategy"].replace("-w0p-", "-w2t-"))):
+            twin = by.get(twin_id)
+            point[label] = None if twin is None else twin["throughput_sps"] / row["throughput_sps"]
+        if point["process_2"] is not None:
+            points.append(point)
+    return points
+
+
+def _scaling_text(p: dict) -> str:
+    parts = [f"{p['where']} ({p['mb_per_sample']:.3f} MB/sample, {p['sps_0']:.0f}/s at 0 workers"
+             + (f", {p['cpu_ms_per_sample_0']:.1f} CPU ms/sample" if p.get("cpu_ms_per_sample_0") is not None else "") + "): "
+             f"2 processes {p['process_2']:.2f}×"]
+    if p.get("process_1") is not None:
+        parts.append(f"1 process {p['process_1']:.2f}×")
+    if p.get("thread_2") is not None:
+        parts.append(f"2 threads {p['thread_2']:.2f}×")
+    return ", ".join(parts)
+
+
+def _small_scale_worse(points: list[dict], key: str) -> tuple[bool | None, str]:
+    """Holds when the median 2/0-worker ratio of samples ≤ 0.08 MB is below that of larger samples by more than the noise."""
+    pts = [p for p in points if p.get(key) is not None]
+    small = [p[key] for p in pts if p["mb_per_sample"] <= SMALL_SAMPLE_MB]
+    large = [p[key] for p in pts if p["mb_per_sample"] > SMALL_SAMPLE_MB]
+    if not small or not large:
+        return None, (f"no {'small' if not small else 'large'} (≤/> {SMALL_SAMPLE_MB} MB) sample point to compare with")
+    median_small, median_large = statistics.median(small), statistics.median(large)
+    return median_small * (1 + NOISE) < median_large, (f"median ratio {median_small:.2f}× for {len(small)} point(s) ≤ {SMALL_SAMPLE_MB} MB "
+                                                       f"vs {median_large:.2f}× for {len(large)} larger")
 
 
 def findings(name: str, rows: list[dict], usable_cores: int) -> list[dict]:
     """The seed's qualitative findings (DIGEST §3) checked on the full-dataset table of one pipeline."""
-    recs = []
-    for row in rows:
-        s = Strategy.parse(row["strategy"])
-        recs.append({**row, "s": s})
+    recs = [{**row, "s": Strategy.parse(row["strategy"])} for row in rows]
     t = {r["strategy"]: r["throughput_sps"] for r in recs}
     by = {r["strategy"]: r for r in recs}
     last = max(r["s"].split for r in recs if r["s"].materialised)
     out = []
     best = max(recs, key=lambda r: r["throughput_sps"])
-    online_best = max((r for r in recs if not r["s"].materialised), key=lambda r: r["throughput_sps"])
-    out.append({"finding": "fully online is never best", "holds": best["s"].materialised,
-                "evidence": f"best {best['strategy']} {best['throughput_sps']:.0f}/s vs best fully-online {online_best['strategy']} "
-                            f"{online_best['throughput_sps']:.0f}/s"})
+    online = [r for r in recs if not r["s"].materialised]
+    if online:
+        online_best = max(online, key=lambda r: r["throughput_sps"])
+        out.append({"finding": "fully online is never best", "holds": best["s"].materialised,
+                    "evidence": f"best {best['strategy']} {best['throughput_sps']:.0f}/s vs best fully-online {online_best['strategy']} "
+                                f"{online_best['throughput_sps']:.0f}/s"})
     if name in ("cv", "nlp"):
-        for cache in ("none", "page", "app"):
+        for cache in CACHE_MODES:
             mode = [r for r in recs if r["s"].materialised and r["s"].cache == cache]
+            at_last_all = [r for r in mode if r["s"].split == last]
+            if not mode or not at_last_all:
+                continue
             top = max(mode, key=lambda r: r["throughput_sps"])
-            at_last = max((r for r in mode if r["s"].split == last), key=lambda r: r["throughput_sps"])
+            at_last = max(at_last_all, key=lambda r: r["throughput_sps"])
             earlier = [r for r in mode if r["s"].split < last]
             best_earlier = max(earlier, key=lambda r: r["throughput_sps"]) if earlier else None
             out.append({"finding": f"fully offline (split {last}) is not best ({name}, cache {cache}, any workers)",
@@ -132,49 +208,92 @@ def findings(name: str, rows: list[dict], usable_cores: int) -> list[dict]:
                                     f"{last} {at_last['strategy']} {at_last['throughput_sps']:.0f}/s, at "
                                     f"{(at_last['fraction_of_bound'] or 0) * 100:.1f}% of its read bound"
                                     + (f"; best earlier split {best_earlier['strategy']} {best_earlier['throughput_sps']:.0f}/s" if best_earlier else "")})
-    ratios = {m: t[f"m{m}-npy-none-s4-w2p-app"] / t[f"m{m}-npy-none-s4-w2p-page"] for m in range(last + 1)}
-    app_w0 = t.get(f"m{last}-npy-none-s4-w0p-app"), t.get(f"m{last}-npy-none-s4-w0p-page")
-    app_t = t.get(f"m{last}-npy-none-s4-w2t-app"), t.get(f"m{last}-npy-none-s4-w2t-page")
-    out.append({"finding": "application caching beats page caching (seed: up to 15×)",
-                "holds": all(a / p > 1 + NOISE for a, p in (app_w0, app_t) if a and p),
-                "evidence": f"split {last}: app/page {app_w0[0] / app_w0[1]:.2f}× in-process, {app_t[0] / app_t[1]:.2f}× with 2 threads; "
-                            "with 2 worker processes (per-sample inter-process transfer dominates) by split: "
-                            + ", ".join(f"m{m} {v:.2f}×" for m, v in ratios.items())})
+    app_pairs = []  # (strategy with app cache, app/page ratio) for every app strategy whose page twin was measured
+    for r in recs:
+        if r["s"].materialised and r["s"].cache == "app":
+            page = t.get(r["strategy"][: -len("app")] + "page")
+            if page:
+                app_pairs.append((r["strategy"], r["throughput_sps"] / page))
+    if app_pairs:
+        in_process = [(i, x) for i, x in app_pairs if Strategy.parse(i).workers == 0 or Strategy.parse(i).worker_kind == "thread"]
+        judged = in_process or app_pairs
+        out.append({"finding": "application caching beats page caching (seed: up to 15×)",
+                    "holds": all(x > 1 + NOISE for _, x in judged),
+                    "evidence": ("judged in-process (0 workers, threads): " if in_process else "judged over every pair: ")
+                                + ", ".join(f"{i} {x:.2f}×" for i, x in in_process)
+                                + "; with 2 worker processes (per-sample inter-process transfer dominates): "
+                                + ", ".join(f"{i.split('-w')[0]} {x:.2f}×" for i, x in app_pairs if (i, x) not in in_process)})
     comp = []
     for r in recs:
         if r["s"].materialised and r["s"].compression != "none":
             base = by.get(r["strategy"].replace(f"-{r['s'].compression}-", "-none-"))
             if base:
                 comp.append((r["strategy"], r["throughput_sps"] / base["throughput_sps"], base["fraction_of_bound"],
-                             r["storage_mb"] / base["storage_mb"]))
+                             r["storage_mb"] / base["storage_mb"] if base["storage_mb"] else float("nan")))
     if comp:
         cpu_bound = [c for c in comp if c[2] is not None and c[2] < 0.5]
         helped = [c for c in cpu_bound if c[1] > 1 + NOISE]
         out.append({"finding": "compression helps only without a CPU bottleneck",
                     "holds": not helped if cpu_bound else None,
                     "evidence": f"{len(cpu_bound)} of {len(comp)} compressed strategies are CPU-bound (uncompressed twin under half its "
-                                f"read bound); compression helped (> {NOISE:.0%}) in {len(helped)} of them: "
-                                + "; ".join(f"{i} {ratio:.2f}× throughput at {size:.2f}× size (twin at {(frac or 0) * 100:.1f}% of bound)"
-                                            for i, ratio, frac, size in comp)})
-    scale = []
-    for r in recs:
-        if r["s"].workers == 0 and r["s"].cache == "page":
-            twin = by.get(r["strategy"].replace("-w0p-", "-w2p-"))
-            if twin:
-                scale.append((r["strategy"], r["bytes_per_sample"] / 1e6, twin["throughput_sps"] / r["throughput_sps"]))
-    if scale:
-        out.append({"finding": "samples ≤ 0.08 MB scale poorly with workers",
-                    "holds": None if usable_cores < 2 else (max(x for _, mb, x in scale if mb <= 0.08) <= min(x for _, mb, x in scale if mb > 0.08)
-                                                            if any(mb <= 0.08 for _, mb, _ in scale) and any(mb > 0.08 for _, mb, _ in scale) else None),
-                    "evidence": (f"not testable here: this process may use {usable_cores} CPU core(s), so 2 workers share one core; "
-                                 if usable_cores < 2 else "")
-                                + "2-worker / 0-worker throughput: " + ", ".join(f"{i} ({mb:.3f} MB/sample) {x:.2f}×" for i, mb, x in scale)})
-    if "m0-npy-none-s4-w2p-page" in t:
-        ratio = t["m0-npy-none-s4-w2p-page"] / t["online-w2p-page"]
-        ratio_w0 = t["m0-npy-none-s4-w0p-page"] / t["online-w0p-page"]
-        out.append({"finding": "concatenating small files into shards helps (seed: 1.4–9× for CV)", "holds": min(ratio, ratio_w0) > 1 + NOISE,
-                    "evidence": f"m0 shards vs individual files, page cache: {ratio:.2f}× at 2 workers, {ratio_w0:.2f}× at 0 "
-                                "(a local virtio disk read at ~1 GB/s, not the seed's networked Ceph store)"})
+                                f"read bound); compression helped (> {NOISE:.0%}) in {len(helped)} of them"
+                                + (": " + "; ".join(f"{i} {x:.2f}×" for i, x, _, _ in helped) if helped else "")
+                                + ". Every compressed / uncompressed twin (throughput, size): "
+                                + "; ".join(f"{i} {x:.2f}× at {size:.2f}×" for i, x, _, size in comp)})
+    points = worker_scaling_points(rows)
+    if points:
+        if usable_cores < 2:
+            holds, how = None, f"not testable here: this process may use {usable_cores} CPU core(s), so 2 workers share one core"
+        else:
+            holds, how = _small_scale_worse(points, "process_2")
+        out.append({"finding": f"samples ≤ {SMALL_SAMPLE_MB} MB scale poorly with workers (this pipeline)", "holds": holds,
+                    "evidence": f"{how}; 2-worker / 0-worker throughput, cache page: " + "; ".join(_scaling_text(p) for p in points)})
+    if "m0-npy-none-s4-w2p-page" in t and "online-w2p-page" in t:
+        ratios = {"2 workers": t["m0-npy-none-s4-w2p-page"] / t["online-w2p-page"]}
+        if "m0-npy-none-s4-w0p-page" in t and "online-w0p-page" in t:
+            ratios["0 workers"] = t["m0-npy-none-s4-w0p-page"] / t["online-w0p-page"]
+        out.append({"finding": "concatenating small files into shards helps (seed: 1.4–9× for CV)", "holds": min(ratios.values()) > 1 + NOISE,
+                    "evidence": "m0 shards vs individual files, page cache: " + ", ".join(f"{v:.2f}× at {k}" for k, v in ratios.items())
+                                + " (a local disk, not the seed's networked Ceph store)"})
+    return out
+
+
+def worker_scaling_across(pipelines: dict[str, dict], usable_cores: int) -> list[dict]:
+    """The seed's worker-scaling finding over every pipeline's points at once (sample sizes 0.002–0.8 MB)."""
+    points = [{**p, "pipeline": name} for name, pipe in pipelines.items() for p in worker_scaling_points(pipe["full_table"])]
+    out = []
+    for key, what in (("process_2", "2 DataLoader worker processes"), ("thread_2", "2 reader threads")):
+        pts = sorted((p for p in points if p.get(key) is not None), key=lambda p: p["mb_per_sample"])
+        if not pts:
+            continue
+        if usable_cores < 2:
+            holds, how = None, f"not testable here: this process may use {usable_cores} CPU core(s), so 2 workers share one core"
+        else:
+            holds, how = _small_scale_worse(pts, key)
+        rank = None
+        if len(pts) >= 3:
+            from scipy.stats import spearmanr
+
+            rank = float(spearmanr([p["mb_per_sample"] for p in pts], [p[key] for p in pts]).statistic)
+        out.append({"finding": f"samples ≤ {SMALL_SAMPLE_MB} MB scale poorly with workers ({what}, all pipelines)", "holds": holds,
+                    "evidence": f"{how}" + ("" if rank is None else f"; Spearman rank correlation of bytes/sample with the ratio {rank:+.2f}")
+                                + "; 2/0-worker throughput by MB/sample: "
+                                + ", ".join(f"{p['pipeline']} {p['where']} {p['mb_per_sample']:.3f} MB {p[key]:.2f}×" for p in pts),
+                    "points": [{"pipeline": p["pipeline"], "where": p["where"], "mb_per_sample": round(p["mb_per_sample"], 4),
+                                "ratio_2_to_0": round(p[key], 3), "sps_0_workers": p["sps_0"]} for p in pts]})
+    return out
+
+
+def axis_observations(rows: list[dict]) -> list[dict]:
+    """Axes the seed states no finding for (format, shard count): one-axis comparisons, reported as measured."""
+    t = {r["strategy"]: r["throughput_sps"] for r in rows}
+    out = []
+    for sid, value in t.items():
+        s = Strategy.parse(sid)
+        if s.materialised and s.format == "safetensors" and sid.replace("-st-", "-npy-") in t:
+            out.append({"axis": "format", "strategy": sid, "vs": sid.replace("-st-", "-npy-"), "ratio": round(value / t[sid.replace("-st-", "-npy-")], 3)})
+        if s.materialised and s.shards == 1 and sid.replace("-s1-", "-s4-") in t:
+            out.append({"axis": "shards", "strategy": sid, "vs": sid.replace("-s1-", "-s4-"), "ratio": round(value / t[sid.replace("-s1-", "-s4-")], 3)})
     return out
 
 
@@ -189,83 +308,159 @@ def side_by_side(pipeline: Pipeline, naive: Strategy, best: Strategy, root: Path
             "median_ratio": statistics.median(ratios)}
 
 
+def estimate_seconds(plan: dict[str, tuple[int, int]], previous: Path) -> tuple[float, str]:
+    """ETA for {pipeline: (samples, strategies)}: a fixed cost per strategy plus a cost per sample learnt from an earlier run."""
+    rates: dict[str, float] = {}
+    source = f"no earlier run: {FIXED_S_PER_STRATEGY} s + {FALLBACK_S_PER_STRATEGY_PER_SAMPLE} s per sample for each strategy (a guess)"
+    try:
+        earlier = json.loads(previous.read_text())
+        for name, p in earlier["pipelines"].items():
+            per_strategy = p["seconds"] / len(p["full_table"])
+            rates[name] = max(0.0, per_strategy - FIXED_S_PER_STRATEGY) / p["samples"]
+        source = (f"{FIXED_S_PER_STRATEGY} s per strategy + seconds per strategy and sample of the run in {previous.name} "
+                  f"({earlier['date']}, load average {earlier['machine'].get('load_average_at_start', ['?'])[0]} at its start)")
+    except (OSError, ValueError, KeyError, ZeroDivisionError, TypeError):
+        pass
+    total = sum(n_strategies * (FIXED_S_PER_STRATEGY + samples * rates.get(name, FALLBACK_S_PER_STRATEGY_PER_SAMPLE))
+                for name, (samples, n_strategies) in plan.items())
+    return total, source
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default=",".join(f"{k}={v}" for k, v in DEFAULT_SIZES.items()))
+    parser.add_argument("--sizes", default=None, help="samples per reference pipeline, e.g. cv=120,nlp=400 (default: "
+                        + ",".join(f"{k}={v}" for k, v in DEFAULT_SIZES.items()) + ")")
     parser.add_argument("--sample-fraction", type=float, default=0.1)
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/trainwise-pipeline-bench"))
     parser.add_argument("--rounds", type=int, default=3, help="side-by-side rounds on CV")
-    parser.add_argument("--output", type=Path, default=RESULTS / "pipeline_strategies.json")
+    parser.add_argument("--output", type=Path, default=None, help=f"default {DEFAULT_OUTPUT} ({QUICK_OUTPUT.name} with --quick)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and a reduced grid: proves the script end to end in minutes")
     parser.add_argument("--reanalyse", action="store_true", help="recompute findings and summary from --output's measured tables")
     args = parser.parse_args()
+    output = args.output or (QUICK_OUTPUT if args.quick else DEFAULT_OUTPUT)
     if args.reanalyse:
-        return reanalyse(args.output)
-    sizes = {k: int(v) for k, v in (part.split("=") for part in args.sizes.split(","))}
+        return reanalyse(output)
+    try:
+        sizes = ({k: int(v) for k, v in (part.split("=") for part in args.sizes.split(","))} if args.sizes
+                 else dict(QUICK_SIZES if args.quick else DEFAULT_SIZES))
+    except ValueError:
+        parser.error(f"--sizes {args.sizes!r}: expected NAME=COUNT pairs, e.g. cv=120,nlp=400")
+    unknown = sorted(set(sizes) - set(REFERENCE_NAMES))
+    if unknown:
+        parser.error(f"--sizes names {unknown[0]!r}: use {', '.join(REFERENCE_NAMES)}")
+    rounds = 1 if args.quick else args.rounds
+    return run(sizes, args.sample_fraction, args.work_dir, rounds, output, args.quick)
+
+
+def run(sizes: dict[str, int], sample_fraction: float, work: Path, rounds: int, output: Path, quick: bool) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    console = Console(stderr=True, markup=False, highlight=False)  # "[cv]" is text, not markup
     started = time.perf_counter()
-    work = args.work_dir
     out_root = work / "strategies"
     if out_root.exists():
         shutil.rmtree(out_root)
     result: dict = {"benchmark": "pipeline_strategies", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "machine": machine(), "method": __doc__.split("Writes")[0].strip()}
-    bandwidth = measure_read_bandwidth(work, 256 << 20)
+                    "machine": machine(), "method": __doc__.split("Writes")[0].strip(), "quick": quick,
+                    "measurement": {"sample": {"min_seconds": SAMPLE_MIN_S, "max_epochs": SAMPLE_MAX_EPOCHS},
+                                    "full": {"min_seconds": FULL_MIN_S, "max_epochs": FULL_MAX_EPOCHS},
+                                    "side_by_side_rounds": rounds, "sample_fraction": sample_fraction}}
+    usable_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    names = [n for n in REFERENCE_NAMES if n in sizes]
+    pipelines_in = {}
+    with console.status("generating the reference data (once per size)"):
+        for name in names:
+            pipelines_in[name] = reference_pipeline(name, work / "data", sizes[name])
+    grids = {name: grid(pipelines_in[name], quick=quick) for name in names}
+    plan = {name: (sizes[name], len(grids[name])) for name in names}
+    eta_s, eta_source = estimate_seconds(plan, DEFAULT_OUTPUT)
+    result["plan"] = {"strategies": {name: len(g) for name, g in grids.items()},
+                      "materialisations": {name: len({s.storage_id for s in g if s.materialised}) for name, g in grids.items()},
+                      "eta_at_start_s": round(eta_s), "eta_source": eta_source}
+    console.print(f"planned: {sum(len(g) for g in grids.values())} strategies ("
+                  + ", ".join(f"{n} {len(g)}" for n, g in grids.items()) + "), each profiled on a "
+                  f"{sample_fraction:.0%} sample and on the full dataset; {usable_cores} usable CPU core(s)")
+    console.print(f"ETA {eta_s / 60:.0f} min ({eta_source})")
+    bandwidth = measure_read_bandwidth(work, (32 if quick else 256) << 20)
     result["bandwidth"] = {"disk_mb_per_s": round(bandwidth.disk_bytes_per_s / 1e6, 1),
                            "page_cache_mb_per_s": round(bandwidth.page_cache_bytes_per_s / 1e6, 1),
                            "file_mb": bandwidth.file_bytes / 1e6, "provenance": "measured here: sequential 1 MiB reads of a "
-                           "256 MiB file, cold (posix_fadvise DONTNEED) then warm"}
-    pipelines, gaps = {}, {}
+                           f"{bandwidth.file_bytes >> 20} MiB file, cold (posix_fadvise DONTNEED) then warm"}
+    pipelines: dict[str, dict] = {}
+    gaps: dict[str, float] = {}
     cv_pipeline = cv_full = None
-    for name in REFERENCE_NAMES:
-        if name not in sizes:
-            continue
-        t0 = time.perf_counter()
-        pipeline = reference_pipeline(name, work / "data", sizes[name])
-        strategies = grid(pipeline)
-        n_sample = max(1, math.ceil(len(pipeline.source) * args.sample_fraction))
-        print(f"[{name}] {len(pipeline.source)} samples, {len(strategies)} strategies; sample {n_sample}", flush=True)
-        sample_profile = profile_pipeline(pipeline, strategies, out_root / "sample", sample_n=n_sample, min_seconds=0.3,
-                                          max_epochs=20, bandwidth=bandwidth)
-        full_profile = profile_pipeline(pipeline, strategies, out_root / "full", min_seconds=0.3, max_epochs=5, bandwidth=bandwidth)
-        picked = select(sample_profile).best
-        full_t = t_of(full_profile)
-        best_full = max(full_profile.results, key=lambda r: r.throughput_sps)
-        gap = 1 - full_t[picked.strategy_id] / best_full.throughput_sps
-        gaps[name] = gap
-        last = pipeline.max_offline_split
-        raw = pipeline.source.storage_bytes() or 1
-        chosen = full_profile.result(picked.strategy_id)
-        place = placement(raw, chosen.storage_bytes_full, chosen.offline_s_full, transfer_usd_per_gb=0.01)
-        pipelines[name] = {
-            "description": pipeline.description, "samples": len(pipeline.source), "source_mb": round(raw / 1e6, 2),
-            "sample_samples": sample_profile.profiled_samples, "extrapolation": sample_profile.extrapolation,
-            "picked_from_sample": picked.strategy_id, "picked_sample_sps": round(picked.throughput_sps, 1),
-            "picked_full_sps": round(full_t[picked.strategy_id], 1), "best_full": best_full.strategy_id,
-            "best_full_sps": round(best_full.throughput_sps, 1), "pick_gap": round(gap, 4),
-            "sample_extrapolated_vs_full": {
-                "storage_ratio": round(chosen.storage_bytes_full and
-                                       sample_profile.result(picked.strategy_id).storage_bytes_full / chosen.storage_bytes_full, 3),
-                "offline_time_ratio": round(sample_profile.result(picked.strategy_id).offline_s_full / max(chosen.offline_s_full, 1e-9), 3)},
-            "placement_of_pick": place.model_dump(), "full_table": table(full_profile), "sample_table": table(sample_profile),
-            "findings": findings(name, table(full_profile), len(os.sched_getaffinity(0))), "seconds": round(time.perf_counter() - t0, 1)}
-        print(f"[{name}] pick {picked.strategy_id} → full {full_t[picked.strategy_id]:.0f}/s; best {best_full.strategy_id} "
-              f"{best_full.throughput_sps:.0f}/s (gap {gap:.1%}); {time.perf_counter() - t0:.0f} s", flush=True)
-        if name == "cv":
-            cv_pipeline, cv_full = pipeline, full_profile
-        result["pipelines"] = pipelines
-        atomic_write_text(args.output, json.dumps(result, indent=1, default=str))  # partial results survive an interrupt
-    speedup = None
-    if cv_pipeline is not None and cv_full is not None:
-        at_two = [r for r in cv_full.results if r.workers == 2 and r.materialised]
-        best_two = max(at_two, key=lambda r: r.throughput_sps)
-        side = side_by_side(cv_pipeline, Strategy.parse("online-w2p-page"), Strategy.parse(best_two.strategy_id), out_root / "full",
-                            args.rounds)
-        result["cv_side_by_side"] = side
-        speedup = side["median_ratio"]
-        print(f"[cv] side by side: {side['best']} vs {side['naive']}: {speedup:.2f}× (rounds {['%.2f' % r for r in side['ratios']]})")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("strategies", total=2 * sum(len(g) for g in grids.values()) + (2 * rounds if "cv" in names else 0))
+
+        def progress_for(label: str) -> Callable[[str], None]:
+            def report_step(message: str) -> None:
+                if message.startswith("measure"):
+                    bar.advance(task)  # called before each measurement: the bar counts strategies started
+                    done, total = bar.tasks[0].completed, bar.tasks[0].total or 1
+                    if not console.is_terminal and done % 20 == 0:  # a log file gets no live bar: a line now and then
+                        elapsed = time.perf_counter() - started
+                        console.print(f"{done:.0f}/{total:.0f} measurements started, {elapsed / 60:.1f} min elapsed, "
+                                      f"about {elapsed / done * (total - done) / 60:.0f} min left at this pace")
+                bar.update(task, description=f"{label}: {message}")
+            return report_step
+
+        for name in names:
+            t0 = time.perf_counter()
+            pipeline, strategies = pipelines_in[name], grids[name]
+            n_sample = max(1, math.ceil(len(pipeline.source) * sample_fraction))
+            bar.console.print(f"[{name}] {len(pipeline.source)} samples, {len(strategies)} strategies; sample {n_sample}")
+            sample_profile = profile_pipeline(pipeline, strategies, out_root / "sample", sample_n=n_sample, min_seconds=SAMPLE_MIN_S,
+                                              max_epochs=SAMPLE_MAX_EPOCHS, bandwidth=bandwidth, progress=progress_for(f"{name} sample"))
+            full_profile = profile_pipeline(pipeline, strategies, out_root / "full", min_seconds=FULL_MIN_S, max_epochs=FULL_MAX_EPOCHS,
+                                            bandwidth=bandwidth, progress=progress_for(f"{name} full"))
+            picked = select(sample_profile).best
+            full_t = t_of(full_profile)
+            best_full = max(full_profile.results, key=lambda r: r.throughput_sps)
+            gap = 1 - full_t[picked.strategy_id] / best_full.throughput_sps
+            gaps[name] = gap
+            raw = pipeline.source.storage_bytes() or 1
+            chosen = full_profile.result(picked.strategy_id)
+            place = placement(raw, chosen.storage_bytes_full, chosen.offline_s_full, transfer_usd_per_gb=0.01)
+            full_table = table(full_profile)
+            seconds = time.perf_counter() - t0
+            pipelines[name] = {
+                "description": pipeline.description, "samples": len(pipeline.source), "source_mb": round(raw / 1e6, 2),
+                "strategies": len(strategies), "sample_samples": sample_profile.profiled_samples,
+                "extrapolation": sample_profile.extrapolation,
+                "picked_from_sample": picked.strategy_id, "picked_sample_sps": round(picked.throughput_sps, 1),
+                "picked_full_sps": round(full_t[picked.strategy_id], 1), "best_full": best_full.strategy_id,
+                "best_full_sps": round(best_full.throughput_sps, 1), "pick_gap": round(gap, 4),
+                "sample_extrapolated_vs_full": {
+                    "storage_ratio": round(chosen.storage_bytes_full and
+                                           sample_profile.result(picked.strategy_id).storage_bytes_full / chosen.storage_bytes_full, 3),
+                    "offline_time_ratio": round(sample_profile.result(picked.strategy_id).offline_s_full / max(chosen.offline_s_full, 1e-9), 3)},
+                "placement_of_pick": place.model_dump(), "full_table": full_table, "sample_table": table(sample_profile),
+                "findings": findings(name, full_table, usable_cores), "axis_observations": axis_observations(full_table),
+                "seconds": round(seconds, 1), "seconds_per_strategy": round(seconds / len(strategies), 2)}
+            bar.console.print(f"[{name}] pick {picked.strategy_id} → full {full_t[picked.strategy_id]:.0f}/s; best {best_full.strategy_id} "
+                              f"{best_full.throughput_sps:.0f}/s (gap {gap:.1%}); {seconds:.0f} s")
+            if name == "cv":
+                cv_pipeline, cv_full = pipeline, full_profile
+            result["pipelines"] = pipelines
+            atomic_write_text(output, json.dumps(result, indent=1, default=str))  # partial results survive an interrupt
+        if cv_pipeline is not None and cv_full is not None:
+            bar.update(task, description="cv side by side")
+            at_two = [r for r in cv_full.results if r.workers == 2 and r.materialised]
+            best_two = max(at_two, key=lambda r: r.throughput_sps)
+            side = side_by_side(cv_pipeline, Strategy.parse("online-w2p-page"), Strategy.parse(best_two.strategy_id), out_root / "full",
+                                rounds)
+            bar.advance(task, 2 * rounds)
+            result["cv_side_by_side"] = side
+            bar.console.print(f"[cv] side by side: {side['best']} vs {side['naive']}: {side['median_ratio']:.2f}× "
+                              f"(rounds {['%.2f' % r for r in side['ratios']]})")
+    result["findings_across_pipelines"] = worker_scaling_across(pipelines, usable_cores)
     result["thesis_chapter5"] = thesis_chapter5()
     result["summary"] = summarise(result, time.perf_counter() - started)
     result["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    atomic_write_text(args.output, json.dumps(result, indent=1, default=str))
+    atomic_write_text(output, json.dumps(result, indent=1, default=str))
     report(result)
     return 0
 
@@ -275,9 +470,13 @@ def summarise(result: dict, seconds: float | None) -> dict:
     gaps = {name: p["pick_gap"] for name, p in pipelines.items()}
     side = result.get("cv_side_by_side")
     every_finding = [(n, f) for n, p in pipelines.items() for f in p["findings"]]
+    every_finding += [("all", f) for f in result.get("findings_across_pipelines", [])]
     cv_t = {row["strategy"]: row["throughput_sps"] for row in pipelines.get("cv", {}).get("full_table", [])}
     process_two = {k: v for k, v in cv_t.items() if k.startswith("m") and "-w2p-" in k}
     previous = result.get("summary", {})
+    scaling = {name: {p["where"]: {"mb_per_sample": round(p["mb_per_sample"], 4), "process_2_to_0": round(p["process_2"], 3),
+                                   "thread_2_to_0": None if p.get("thread_2") is None else round(p["thread_2"], 3)}
+                      for p in worker_scaling_points(pipe["full_table"])} for name, pipe in pipelines.items()}
     return {
         "best_vs_naive_speedup_cv": None if side is None else round(side["median_ratio"], 3),
         "best_vs_naive_target": 3.0,
@@ -288,26 +487,39 @@ def summarise(result: dict, seconds: float | None) -> dict:
         "sample_pick_gap_max": round(max(gaps.values()), 4) if gaps else None,
         "sample_pick_gap_target": 0.10,
         "sample_pick_gap_by_pipeline": {k: round(v, 4) for k, v in gaps.items()},
+        "strategies_per_pipeline": {name: len(p["full_table"]) for name, p in pipelines.items()},
+        "worker_scaling_2_to_0_by_pipeline": scaling,
         "findings_holding": sum(1 for _, f in every_finding if f["holds"] is True),
         "findings_not_testable": sum(1 for _, f in every_finding if f["holds"] is None),
         "findings_not_holding": [f"{n}: {f['finding']} — {f['evidence']}" for n, f in every_finding if f["holds"] is False],
         "disk_mb_per_s": result["bandwidth"]["disk_mb_per_s"], "page_cache_mb_per_s": result["bandwidth"]["page_cache_mb_per_s"],
         "seconds": round(seconds, 1) if seconds is not None else previous.get("seconds"),
-        "provenance": "measured here (shared machine: see machine.load_average_at_start; throughputs are noisy)",
+        "eta_at_start_s": result.get("plan", {}).get("eta_at_start_s"),
+        "provenance": "measured here (see machine.load_average_at_start: throughputs on a loaded machine are noisy)",
     }
 
 
 def reanalyse(path: Path) -> int:
     """Recompute the findings and the summary from a results file's measured tables (no new measurements)."""
-    result = json.loads(path.read_text())
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read results {path}: {exc}; run the benchmark first or pass --output", file=sys.stderr)
+        return 2
     cores = len(result["machine"]["cpu_affinity"] or []) or result["machine"]["logical_cores"]
     for name, p in result["pipelines"].items():
         p["findings"] = findings(name, p["full_table"], cores)
+        p["axis_observations"] = axis_observations(p["full_table"])
+    result["findings_across_pipelines"] = worker_scaling_across(result["pipelines"], cores)
     result["summary"] = summarise(result, None)
     result["reanalysed_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_text(path, json.dumps(result, indent=1, default=str))
     report(result)
     return 0
+
+
+def _verdict(holds: bool | None) -> str:
+    return "holds" if holds else "does not hold" if holds is False else "n/a"
 
 
 def report(result: dict) -> None:
@@ -319,7 +531,9 @@ def report(result: dict) -> None:
             bound = "-" if row["bound_sps"] is None else f"{row['bound_sps']:.0f}"
             print(f"{row['strategy']:34s} {row['throughput_sps']:8.1f} {bound:>9s} {row['storage_mb']:9.2f} {row['offline_s']:7.2f}")
         for f in p["findings"]:
-            print(f"  [{'holds' if f['holds'] else 'does not hold' if f['holds'] is False else 'n/a'}] {f['finding']}: {f['evidence']}")
+            print(f"  [{_verdict(f['holds'])}] {f['finding']}: {f['evidence']}")
+    for f in result.get("findings_across_pipelines", []):
+        print(f"\n[{_verdict(f['holds'])}] {f['finding']}: {f['evidence']}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+"""The pipeline-strategies benchmark's grid, findings and --reanalyse (no timing: that is the benchmark's job)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainwise.pipeline import Pipeline, SequenceSource, Step, Strategy
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "pipeline_strategies.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("pipeline_strategies_benchmark", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pipeline() -> Pipeline:
+    """Three deterministic steps then a random one: splits 0..3 are allowed, 4 is not."""
+    items = [np.arange(i, i + 16, dtype=np.float32) for i in range(6)]
+    keep = lambda sample: sample  # noqa: E731 - the grid only looks at the step list
+    steps = [Step("a", keep), Step("b", keep), Step("c", keep), Step("random", keep, deterministic=False)]
+    return Pipeline("grid-toy", SequenceSource(items, storage_bytes=6 * 64), steps)
+
+
+def test_grid_is_the_full_product_plus_every_other_axis_around_it(bench):
+    pipeline = _pipeline()
+    ids = [s.id for s in bench.grid(pipeline)]
+    assert len(ids) == len(set(ids))
+    last = pipeline.max_offline_split
+    assert last == 3
+    expected = {f"m{m}-npy-{c}-s4-w2p-{k}" for m, c, k in itertools.product(range(last + 1), ("none", "gzip", "zstd", "lz4"),
+                                                                             ("none", "page", "app"))}
+    expected |= {"online-w2p-none", "online-w2p-page"}
+    expected |= {f"m{m}-st-none-s4-w2p-page" for m in range(last + 1)}
+    expected |= {f"m{last}-npy-none-s4-w{w}-{k}" for w in ("0p", "1p", "2p", "2t") for k in ("page", "app")}
+    expected |= {f"online-w{w}p-page" for w in (0, 1, 2)}
+    expected |= {f"m{last}-npy-none-s1-w2p-page"}
+    assert set(ids) == expected
+    assert len(ids) == 4 * 4 * 3 + 2 + 4 + 6 + 2 + 1  # product, online, safetensors, new last-split workers, new online workers, shards
+    assert all(Strategy.parse(i).id == i for i in ids)
+    quick = {s.id for s in bench.grid(pipeline, quick=True)}
+    assert quick < set(ids) and {"online-w0p-page", f"m{last}-npy-none-s4-w2t-app", f"m{last}-npy-none-s1-w2p-page"} <= quick
+
+
+def _row(strategy: str, sps: float, bytes_per_sample: float, fraction: float | None = 0.01, storage_mb: float = 1.0) -> dict:
+    return {"strategy": strategy, "stored_after": "x", "throughput_sps": sps, "storage_mb": storage_mb, "offline_s": 1.0,
+            "bytes_per_sample": bytes_per_sample, "bound_sps": None, "fraction_of_bound": fraction, "cpu_percent": 50.0,
+            "cpu_ms_per_sample": 2.0, "disk_read_mb_per_s": 0.0, "epochs": 1}
+
+
+def _table(online_mb: float, last_mb: float, online_scaling: float, last_scaling: float) -> list[dict]:
+    """A pipeline table with split 2 last; 0-worker throughput 100/s, 2-worker scaled as given."""
+    rows = [_row("online-w0p-page", 100, online_mb * 1e6), _row("online-w2p-page", 100 * online_scaling, online_mb * 1e6),
+            _row("online-w1p-page", 90, online_mb * 1e6),
+            _row("m2-npy-none-s4-w0p-page", 100, last_mb * 1e6), _row("m2-npy-none-s4-w2p-page", 100 * last_scaling, last_mb * 1e6),
+            _row("m2-npy-none-s4-w2t-page", 120, last_mb * 1e6), _row("m2-npy-none-s4-w0p-app", 400, last_mb * 1e6, None),
+            _row("m2-npy-zstd-s4-w2p-page", 50, last_mb * 0.5e6, 0.02, 0.5), _row("m0-npy-none-s4-w2p-page", 60, online_mb * 1e6)]
+    return sorted(rows, key=lambda r: -r["throughput_sps"])
+
+
+def _scaling(found: list[dict]) -> dict:
+    (finding,) = [f for f in found if f["finding"].startswith("samples ≤ 0.08 MB scale poorly")]
+    return finding
+
+
+def test_worker_scaling_finding_holds_does_not_hold_or_is_untestable(bench):
+    small_scales_worse = _table(online_mb=0.002, last_mb=0.5, online_scaling=1.0, last_scaling=1.8)
+    assert _scaling(bench.findings("nlp", small_scales_worse, 2))["holds"] is True
+    small_scales_better = _table(online_mb=0.002, last_mb=0.5, online_scaling=1.8, last_scaling=1.0)
+    finding = _scaling(bench.findings("nlp", small_scales_better, 2))
+    assert finding["holds"] is False and "1.80×" in finding["evidence"] and "0.002 MB/sample" in finding["evidence"]
+    assert _scaling(bench.findings("nlp", small_scales_worse, 1))["holds"] is None  # 2 workers on one core test nothing
+    both_large = _table(online_mb=0.2, last_mb=0.5, online_scaling=1.0, last_scaling=1.8)
+    assert _scaling(bench.findings("cv", both_large, 2))["holds"] is None
+
+    across = {f["finding"]: f for f in bench.worker_scaling_across({"nlp": {"full_table": small_scales_worse},
+                                                                     "cv": {"full_table": both_large}}, 2)}
+    processes = next(f for name, f in across.items() if "processes" in name)
+    assert processes["holds"] is True  # small: 1.0×; larger: median of 1.8×, 1.0×, 1.8× = 1.8×
+    assert [p["mb_per_sample"] for p in processes["points"]] == sorted(p["mb_per_sample"] for p in processes["points"])
+    threads = next(f for name, f in across.items() if "threads" in name)
+    assert threads["holds"] is None  # reader threads only at the last split, where both pipelines' samples are large
+    against = {f["finding"]: f for f in bench.worker_scaling_across({"nlp": {"full_table": small_scales_better}}, 2)}
+    assert next(f for name, f in against.items() if "processes" in name)["holds"] is False
+
+
+def test_other_findings_read_one_axis_twins(bench):
+    found = {f["finding"]: f for f in bench.findings("nlp", _table(0.002, 0.5, 1.0, 1.8), 2)}
+    assert found["fully online is never best"]["holds"] is True
+    app = found["application caching beats page caching (seed: up to 15×)"]
+    assert app["holds"] is True and "m2-npy-none-s4-w0p-app 4.00×" in app["evidence"]
+    compression = found["compression helps only without a CPU bottleneck"]
+    assert compression["holds"] is True and "m2-npy-zstd-s4-w2p-page 0.28×" in compression["evidence"]  # 50 / 180
+    shards = found["concatenating small files into shards helps (seed: 1.4–9× for CV)"]
+    assert shards["holds"] is False and "0.60× at 2 workers" in shards["evidence"]
+
+
+def test_reanalyse_recomputes_findings_and_summary_from_saved_tables(bench, tmp_path, capsys):
+    tables = {"nlp": _table(0.002, 0.5, 1.0, 1.8), "cv": _table(0.2, 0.8, 1.5, 1.5)}
+    result = {"machine": {"cpu_affinity": [0, 1], "logical_cores": 2}, "bandwidth": {"disk_mb_per_s": 1000.0, "page_cache_mb_per_s": 3000.0},
+              "pipelines": {name: {"description": name, "samples": 10, "pick_gap": gap, "full_table": rows, "findings": []}
+                            for (name, rows), gap in zip(tables.items(), (0.02, 0.07))},
+              "summary": {"seconds": 12.5}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(result))
+    assert bench.reanalyse(path) == 0
+    again = json.loads(path.read_text())
+    assert again["summary"]["sample_pick_gap_max"] == 0.07 and again["summary"]["seconds"] == 12.5
+    assert again["summary"]["worker_scaling_2_to_0_by_pipeline"]["nlp"]["fully online"]["process_2_to_0"] == 1.0
+    assert any("all pipelines" in f["finding"] for f in again["findings_across_pipelines"])
+    assert all(p["findings"] for p in again["pipelines"].values())
+    assert "scale poorly with workers" in capsys.readouterr().out
+    assert bench.reanalyse(tmp_path / "missing.json") == 2
+
+
+def test_eta_comes_from_an_earlier_run_scaled_by_size(bench, tmp_path):
+    earlier = {"date": "2026-01-01", "machine": {"load_average_at_start": [0.5]},
+               "pipelines": {"cv": {"seconds": 120.0, "samples": 100, "full_table": [{}] * 10}}}
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(earlier))
+    seconds, source = bench.estimate_seconds({"cv": (200, 20)}, path)
+    assert seconds == pytest.approx(20 * (bench.FIXED_S_PER_STRATEGY + 200 * (12.0 - bench.FIXED_S_PER_STRATEGY) / 100))
+    assert "2026-01-01" in source
+    seconds, source = bench.estimate_seconds({"cv": (200, 20)}, tmp_path / "none.json")
+    assert seconds > 0 and "guess" in source
