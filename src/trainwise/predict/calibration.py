@@ -24,8 +24,8 @@ bounded to (0.02, 1], multipliers to [0.3, 3].
 Software stack: published numbers of the same model on the same GPU differ by up to 1.56x between
 publishers (NVIDIA DeepLearningExamples' DALI/apex/fused-kernel stack vs Lambda's stock PyTorch; the
 benchmark's `noise_floor`). So the model has one multiplicative throughput factor per stack family
-(`stack_of`: the optional `stack` column, else the source prefix — `pytorch-eager` for Lambda,
-`nvidia-dle`, `seed-malta-keras`, `seed-erben`, `seed-kunas-tf`), fitted with a prior centred on 1
+(`stack_of`: the optional `stack` column, else the source prefix — `pytorch-eager` for Lambda's
+PyTorch tables, `nvidia-dle`, `lambda-tf-cnn-benchmarks`, `seed-malta-keras`, `seed-erben`, `seed-kunas-tf`), fitted with a prior centred on 1
 (log sigma STACK_PRIOR_SIGMA); stock PyTorch eager is the reference, fixed at 1, and a user's own profile
 is predicted at the reference stack. This is not leakage: under leave-one-model-out every row of the
 held-out model is removed and its stack's factor is learnt from that publisher's other models (a stack
@@ -80,6 +80,7 @@ ATTENTION_TO_MATMUL = math.log(0.7)  # prior: fused attention efficiency / GEMM 
 STACK_PRIOR_SIGMA = 0.25
 # source prefix -> software stack family (see stack_of); stock PyTorch eager is the reference (factor 1)
 STACK_OF_SOURCE = (("lambdal/", dm.REFERENCE_STACK), ("NVIDIA/DeepLearningExamples", "nvidia-dle"),
+                   ("LambdaColdStorage/lambda-tensorflow-benchmark", "lambda-tf-cnn-benchmarks"),
                    ("seed 002", "seed-malta-keras"), ("seed 003", "seed-erben"), ("seed 000", "seed-kunas-tf"),
                    ("seed 001", "seed-kunas-tf"))
 
@@ -439,7 +440,8 @@ def _predict(d: _Design, lay: _Layout, x: Any) -> Any:
                     + v[lay.index["t_allreduce"]], 0.0)
     comm = np.where(c > 1, np.maximum(ring - v[lay.index["ddp_overlap"]] * backward, 0.1 * ring), 0.0) / r["accum"]
     step = v[lay.index["t_step"]] + r["tf"] * v[lay.index["t_step_tf"]] + r["tpu"] * v[lay.index["t_step_tpu"]]
-    stack_values = np.concatenate([v[[lay.index[f"stack:{s}"] for s in d.stacks]], [1.0]])  # [-1]: reference
+    # [-1]: the reference stack; a stack the layout has no parameter for keeps its prior, 1
+    stack_values = np.array([v[lay.index[f"stack:{s}"]] if f"stack:{s}" in lay.index else 1.0 for s in d.stacks] + [1.0])
     return c * r["batch"] / (compute + comm + step) * stack_values[r["stack"]]
 
 
