@@ -18,18 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
 import statistics
 import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psutil
-import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -39,6 +34,7 @@ from trainwise.profile import stats
 from trainwise.profile.runner import DEFAULT_MIN_ITERATIONS, ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
 from trainwise.workloads import command_for, get_workload
+from _machine import machine
 
 RESULTS = Path(__file__).parent / "results"
 console = Console()
@@ -65,16 +61,6 @@ CONFIGS = [
 THREADS = 1
 SEED_ESTIMATORS = ("eq5.4", "eq5.3", "averaged")
 
-
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "torch_version": torch.__version__, "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "platform": platform.platform(), "gpu": None}
 
 
 def size_run(workload: str, batch: int, epochs: int | None, val_samples: int, train_samples: int | None,
@@ -121,6 +107,89 @@ def k_sweep(full: Profile, epochs: int, ks: list[int]) -> list[dict]:
     return rows
 
 
+def measure(config: tuple, target_s: float) -> tuple[dict, list[str], Profile]:
+    """Size, profile, predict and fully run one (workload, batch) configuration: its results row."""
+    workload, batch, fixed_epochs, val_samples, fixed_train_samples = config
+    epochs, train_samples, pilot_iteration_s = size_run(workload, batch, fixed_epochs, val_samples,
+                                                        fixed_train_samples, target_s)
+    command = command_for(workload, batch_size=batch, epochs=epochs, train_samples=train_samples, val_samples=val_samples,
+                          threads=THREADS)
+    console.print(f"[bold]{workload}[/bold] batch {batch}: {train_samples} samples × {epochs} epochs "
+                  f"(pilot {pilot_iteration_s * 1000:.1f} ms/iteration)")
+    profile = run_profile(command, ProfileOptions(epochs_hint=epochs), workload=workload, quiet=True)
+    predictions = {"trainwise": predict_total(profile, epochs)}
+    for name in SEED_ESTIMATORS:
+        predictions[name] = predict_total(profile, epochs, name)
+    full = full_run(command)
+    actual_s = full.full_run.training_end_s
+    row = {
+        "workload": workload, "data": get_workload(workload).data_kind, "batch_size": batch, "epochs": epochs,
+        "train_samples": train_samples, "val_samples": val_samples,
+        "iterations_per_epoch": profile.dataset.iterations_per_epoch,
+        "profiled_iterations": len(profile.iterations), "profile_stop": profile.steady_state.stop_reason,
+        "profile_wall_s": profile.process_wall_s, "full_run_wall_s": full.process_wall_s, "actual_s": actual_s,
+        "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,
+        "predicted_s": {name: p.total_s for name, p in predictions.items()},
+        "band_s": [predictions["trainwise"].low_s, predictions["trainwise"].high_s],
+        "abs_error": {name: relative_error(actual_s, p.total_s) for name, p in predictions.items()},
+        "malta_error": {name: abs(actual_s - p.total_s) / p.total_s for name, p in predictions.items()},
+        "steady_iteration_profile_s": profile.steady_state.iteration.mean_s,
+        "steady_iteration_full_s": full.steady_state.iteration.mean_s,
+        # Diagnostics: does the full run's iteration time change along the run, or between processes?
+        "full_epoch_mean_iteration_s": [statistics.fmean([it.wall_s for it in full.iterations if it.epoch == e])
+                                        for e in sorted({it.epoch for it in full.iterations})],
+        "full_same_window_mean_iteration_s": statistics.fmean(
+            [it.wall_s for it in full.iterations[1:len(profile.iterations)]] or [0.0]),
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    console.print(f"  predicted {row['predicted_s']['trainwise']:.1f} s, actual {actual_s:.1f} s, "
+                  f"error {row['abs_error']['trainwise']:.1%}, profiling cost {row['profiling_cost_fraction']:.2%}")
+    return row, command, full
+
+
+def summarise(rows: list[dict], overhead: float, noise_floor: float) -> dict:
+    errors = [r["abs_error"]["trainwise"] for r in rows]
+    return {
+        "median_abs_error": statistics.median(errors),
+        "max_abs_error": max(errors),
+        "profiling_cost_fraction": statistics.median(r["profiling_cost_fraction"] for r in rows),
+        "max_profiling_cost_fraction": max(r["profiling_cost_fraction"] for r in rows),
+        "instrumentation_overhead": overhead,
+        "noise_floor": noise_floor,
+        "seed_equations": {name: {"median_abs_error": statistics.median(r["abs_error"][name] for r in rows),
+                                  "max_abs_error": max(r["abs_error"][name] for r in rows)} for name in SEED_ESTIMATORS},
+        "configurations": len(rows),
+        "workloads": sorted({r["workload"] for r in rows}),
+        "error_convention": "|predicted − actual| / actual; actual = launch → end of the last iteration/validation of the --full run",
+    }
+
+
+def rerun(specs: list[str], reason: str, target_s: float) -> None:
+    """Measure some configurations again and replace their rows in the committed results, keeping
+    the replaced rows (and why) in the file: for a run that other work on the machine disturbed."""
+    path = RESULTS / "same_machine_prediction.json"
+    result = json.loads(path.read_text())
+    wanted = []
+    for spec in specs:
+        workload, _, batch = spec.partition(":")
+        match = [c for c in CONFIGS if c[0] == workload and str(c[1]) == batch]
+        if not match:
+            raise SystemExit(f"error: no configuration {spec!r}: use WORKLOAD:BATCH, one of "
+                             + ", ".join(f"{c[0]}:{c[1]}" for c in CONFIGS))
+        wanted.append(match[0])
+    for config in wanted:
+        row, _, _ = measure(config, target_s)
+        index = next(i for i, r in enumerate(result["rows"]) if (r["workload"], r["batch_size"]) == config[:2])
+        old = result["rows"][index]
+        result.setdefault("replaced_rows", []).append({"reason": reason, "row": old})
+        result["rows"][index] = row
+        result["summary"] = summarise(result["rows"], result["summary"]["instrumentation_overhead"],
+                                      result["summary"]["noise_floor"])
+        result.setdefault("reruns", []).append({"configuration": f"{config[0]}:{config[1]}", "target_full_run_s": target_s,
+                                                "measured_at": row["measured_at"], "machine": machine()})
+        atomic_write_text(path, json.dumps(result, indent=1))  # after each: a cut-short rerun keeps what it measured
+
+
 def write_partial(rows: list[dict], target_s: float) -> None:
     """Results so far, in case the run is cut short (the final file replaces it)."""
     errors = [r["abs_error"]["trainwise"] for r in rows]
@@ -139,57 +208,33 @@ def main() -> None:
     parser.add_argument("--overhead-pairs", type=int, default=3)
     parser.add_argument("--cpu", type=int, default=None,
                         help="pin this benchmark and its runs to one CPU (keep other work off it for clean timings)")
+    parser.add_argument("--rerun", action="append", metavar="WORKLOAD:BATCH",
+                        help="measure only this configuration again and replace its row in the results (repeatable)")
+    parser.add_argument("--reason", default="", help="why the rerun replaces the first measurement (kept in the JSON)")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     target_s = 20.0 if args.quick else args.target_minutes * 60
+    if args.rerun:
+        if not args.reason:
+            raise SystemExit("error: --rerun replaces measured rows: say why with --reason")
+        rerun(args.rerun, args.reason, target_s)
+        return
     configs = [CONFIGS[0], CONFIGS[4]] if args.quick else CONFIGS
     rows = []
     sweeps: dict[int, list[float]] = {}
     sweep_costs: dict[int, list[float]] = {}
     first_full_command = None
     started = time.time()
-    for workload, batch, fixed_epochs, val_samples, fixed_train_samples in configs:
-        epochs, train_samples, pilot_iteration_s = size_run(workload, batch, fixed_epochs, val_samples,
-                                                            fixed_train_samples, target_s)
-        command = command_for(workload, batch_size=batch, epochs=epochs, train_samples=train_samples, val_samples=val_samples,
-                              threads=THREADS)
-        console.print(f"[bold]{workload}[/bold] batch {batch}: {train_samples} samples × {epochs} epochs "
-                      f"(pilot {pilot_iteration_s * 1000:.1f} ms/iteration)")
-        profile = run_profile(command, ProfileOptions(epochs_hint=epochs), workload=workload, quiet=True)
-        predictions = {"trainwise": predict_total(profile, epochs)}
-        for name in SEED_ESTIMATORS:
-            predictions[name] = predict_total(profile, epochs, name)
-        full = full_run(command)
+    for config in configs:
+        row, command, full = measure(config, target_s)
         if first_full_command is None:
             first_full_command = (command, full)
-        actual_s = full.full_run.training_end_s
-        row = {
-            "workload": workload, "data": get_workload(workload).data_kind, "batch_size": batch, "epochs": epochs,
-            "train_samples": train_samples, "val_samples": val_samples,
-            "iterations_per_epoch": profile.dataset.iterations_per_epoch,
-            "profiled_iterations": len(profile.iterations), "profile_stop": profile.steady_state.stop_reason,
-            "profile_wall_s": profile.process_wall_s, "full_run_wall_s": full.process_wall_s, "actual_s": actual_s,
-            "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,
-            "predicted_s": {name: p.total_s for name, p in predictions.items()},
-            "band_s": [predictions["trainwise"].low_s, predictions["trainwise"].high_s],
-            "abs_error": {name: relative_error(actual_s, p.total_s) for name, p in predictions.items()},
-            "malta_error": {name: abs(actual_s - p.total_s) / p.total_s for name, p in predictions.items()},
-            "steady_iteration_profile_s": profile.steady_state.iteration.mean_s,
-            "steady_iteration_full_s": full.steady_state.iteration.mean_s,
-            # Diagnostics: does the full run's iteration time change along the run, or between processes?
-            "full_epoch_mean_iteration_s": [statistics.fmean([it.wall_s for it in full.iterations if it.epoch == e])
-                                            for e in sorted({it.epoch for it in full.iterations})],
-            "full_same_window_mean_iteration_s": statistics.fmean(
-                [it.wall_s for it in full.iterations[1:len(profile.iterations)]] or [0.0]),
-        }
         rows.append(row)
-        for entry in k_sweep(full, epochs, [3, 5, 10, 20, 40, 80, 160]):
+        for entry in k_sweep(full, row["epochs"], [3, 5, 10, 20, 40, 80, 160]):
             sweeps.setdefault(entry["k"], []).append(entry["iteration_error"])
             sweep_costs.setdefault(entry["k"], []).append(entry["cost_fraction"])
         write_partial(rows, target_s)
-        console.print(f"  predicted {row['predicted_s']['trainwise']:.1f} s, actual {actual_s:.1f} s, "
-                      f"error {row['abs_error']['trainwise']:.1%}, profiling cost {row['profiling_cost_fraction']:.2%}")
 
     # Noise floor: the same full run again.
     command, first = first_full_command
@@ -214,20 +259,7 @@ def main() -> None:
         console.print(f"  overhead pair {pair}: plain {plain:.2f} s, instrumented {instrumented:.2f} s")
     overhead = statistics.median(ratios) - 1
 
-    errors = [r["abs_error"]["trainwise"] for r in rows]
-    summary = {
-        "median_abs_error": statistics.median(errors),
-        "max_abs_error": max(errors),
-        "profiling_cost_fraction": statistics.median(r["profiling_cost_fraction"] for r in rows),
-        "max_profiling_cost_fraction": max(r["profiling_cost_fraction"] for r in rows),
-        "instrumentation_overhead": overhead,
-        "noise_floor": noise_floor,
-        "seed_equations": {name: {"median_abs_error": statistics.median(r["abs_error"][name] for r in rows),
-                                  "max_abs_error": max(r["abs_error"][name] for r in rows)} for name in SEED_ESTIMATORS},
-        "configurations": len(rows),
-        "workloads": sorted({r["workload"] for r in rows}),
-        "error_convention": "|predicted − actual| / actual; actual = launch → end of the last iteration/validation of the --full run",
-    }
+    summary = summarise(rows, overhead, noise_floor)
     k_rows = [{"k": k, "median_iteration_error": statistics.median(v), "max_iteration_error": max(v),
                "median_cost_fraction": statistics.median(sweep_costs[k]), "configurations": len(v)}
               for k, v in sorted(sweeps.items())]
