@@ -69,10 +69,18 @@ QUICK_SIZES = {"cv": 24, "nlp": 30, "audio": 16, "nilm": 24}  # the reference pi
 # strategies are timed over one epoch either way.
 SAMPLE_MIN_S, SAMPLE_MAX_EPOCHS = 1.0, 100
 FULL_MIN_S, FULL_MAX_EPOCHS = 1.0, 20
-# ETA: worker start-up, warm-up and materialisation set-up cost about this much per strategy whatever the
-# size (measured: 1.6-1.9 s per strategy, sample and full profile together, in --quick runs at 16-30 samples).
-FIXED_S_PER_STRATEGY = 1.5
-FALLBACK_S_PER_STRATEGY_PER_SAMPLE = 0.05  # without an earlier run to learn from (order of magnitude only)
+QUICK_MIN_S = 0.2  # --quick proves the script runs; its throughputs are not results
+# ETA: the two measurement windows plus worker start-up and warm-up cost about this much per strategy
+# whatever the dataset size (start-up measured: ~0.6 s per strategy in --quick runs on one loaded core).
+STARTUP_S_PER_STRATEGY = 0.8
+FIXED_S_PER_STRATEGY = STARTUP_S_PER_STRATEGY + SAMPLE_MIN_S + FULL_MIN_S
+# Seconds per strategy (sample and full profile together) at the default sizes, measured with this grid
+# on 2026-11-22 on this 2-core machine, the benchmark pinned to one core at load average 2-6 (a quiet
+# machine with both cores should be faster): the ETA's basis until a full run has been saved.
+CALIBRATION = {"cv": (120, 6.2), "nlp": (400, 6.52), "audio": (120, 5.52), "nilm": (360, 6.34)}
+SIDE_BY_SIDE_S_PER_ROUND = 10.0  # naive CV epoch (~5 s) + the best strategy's 1 s window + start-up
+CALIBRATION_SOURCE = "calibration runs of this grid (2026-11-22, one core, load average 2-6)"
+FALLBACK_S_PER_STRATEGY_PER_SAMPLE = 0.05  # a pipeline never measured (order of magnitude only)
 SMALL_SAMPLE_MB = 0.08  # the seed's threshold for "small samples" (DIGEST §3)
 warnings.filterwarnings("ignore", message=".*worker processes in total.*")  # 2 workers on a 1-CPU affinity is allowed
 
@@ -308,22 +316,30 @@ def side_by_side(pipeline: Pipeline, naive: Strategy, best: Strategy, root: Path
             "median_ratio": statistics.median(ratios)}
 
 
-def estimate_seconds(plan: dict[str, tuple[int, int]], previous: Path) -> tuple[float, str]:
-    """ETA for {pipeline: (samples, strategies)}: a fixed cost per strategy plus a cost per sample learnt from an earlier run."""
-    rates: dict[str, float] = {}
-    source = f"no earlier run: {FIXED_S_PER_STRATEGY} s + {FALLBACK_S_PER_STRATEGY_PER_SAMPLE} s per sample for each strategy (a guess)"
+def estimate_seconds(plan: dict[str, tuple[int, int]], previous: Path, fixed_s: float = FIXED_S_PER_STRATEGY) -> tuple[float, str]:
+    """ETA for {pipeline: (samples, strategies)}: a fixed cost per strategy plus a cost per sample.
+
+    The per-sample cost comes from the last full run of this grid (its `plan` key marks it) or, before
+    there is one, from the calibration runs in CALIBRATION."""
+    measured: dict[str, tuple[int, float]] = dict(CALIBRATION)
+    source = CALIBRATION_SOURCE
     try:
         earlier = json.loads(previous.read_text())
-        for name, p in earlier["pipelines"].items():
-            per_strategy = p["seconds"] / len(p["full_table"])
-            rates[name] = max(0.0, per_strategy - FIXED_S_PER_STRATEGY) / p["samples"]
-        source = (f"{FIXED_S_PER_STRATEGY} s per strategy + seconds per strategy and sample of the run in {previous.name} "
-                  f"({earlier['date']}, load average {earlier['machine'].get('load_average_at_start', ['?'])[0]} at its start)")
+        if "plan" in earlier and not earlier.get("quick"):
+            measured = {name: (p["samples"], p["seconds"] / len(p["full_table"])) for name, p in earlier["pipelines"].items()}
+            source = (f"the run in {previous.name} ({earlier['date']}, load average "
+                      f"{earlier['machine'].get('load_average_at_start', ['?'])[0]} at its start)")
     except (OSError, ValueError, KeyError, ZeroDivisionError, TypeError):
         pass
-    total = sum(n_strategies * (FIXED_S_PER_STRATEGY + samples * rates.get(name, FALLBACK_S_PER_STRATEGY_PER_SAMPLE))
-                for name, (samples, n_strategies) in plan.items())
-    return total, source
+    total = 0.0
+    for name, (samples, n_strategies) in plan.items():
+        if name in measured:
+            base_samples, per_strategy = measured[name]
+            per_sample = max(0.0, per_strategy - FIXED_S_PER_STRATEGY) / base_samples
+        else:
+            per_sample = FALLBACK_S_PER_STRATEGY_PER_SAMPLE
+        total += n_strategies * (fixed_s + samples * per_sample)
+    return total, f"{fixed_s:.1f} s per strategy + a cost per sample from {source}"
 
 
 def main() -> int:
@@ -358,13 +374,14 @@ def run(sizes: dict[str, int], sample_fraction: float, work: Path, rounds: int, 
 
     console = Console(stderr=True, markup=False, highlight=False)  # "[cv]" is text, not markup
     started = time.perf_counter()
+    sample_min_s, full_min_s = (QUICK_MIN_S, QUICK_MIN_S) if quick else (SAMPLE_MIN_S, FULL_MIN_S)
     out_root = work / "strategies"
     if out_root.exists():
         shutil.rmtree(out_root)
     result: dict = {"benchmark": "pipeline_strategies", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "machine": machine(), "method": __doc__.split("Writes")[0].strip(), "quick": quick,
-                    "measurement": {"sample": {"min_seconds": SAMPLE_MIN_S, "max_epochs": SAMPLE_MAX_EPOCHS},
-                                    "full": {"min_seconds": FULL_MIN_S, "max_epochs": FULL_MAX_EPOCHS},
+                    "measurement": {"sample": {"min_seconds": sample_min_s, "max_epochs": SAMPLE_MAX_EPOCHS},
+                                    "full": {"min_seconds": full_min_s, "max_epochs": FULL_MAX_EPOCHS},
                                     "side_by_side_rounds": rounds, "sample_fraction": sample_fraction}}
     usable_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     names = [n for n in REFERENCE_NAMES if n in sizes]
@@ -374,7 +391,8 @@ def run(sizes: dict[str, int], sample_fraction: float, work: Path, rounds: int, 
             pipelines_in[name] = reference_pipeline(name, work / "data", sizes[name])
     grids = {name: grid(pipelines_in[name], quick=quick) for name in names}
     plan = {name: (sizes[name], len(grids[name])) for name in names}
-    eta_s, eta_source = estimate_seconds(plan, DEFAULT_OUTPUT)
+    eta_s, eta_source = estimate_seconds(plan, DEFAULT_OUTPUT, STARTUP_S_PER_STRATEGY + sample_min_s + full_min_s)
+    eta_s += SIDE_BY_SIDE_S_PER_ROUND * rounds if "cv" in names else 0.0
     result["plan"] = {"strategies": {name: len(g) for name, g in grids.items()},
                       "materialisations": {name: len({s.storage_id for s in g if s.materialised}) for name, g in grids.items()},
                       "eta_at_start_s": round(eta_s), "eta_source": eta_source}
@@ -412,9 +430,9 @@ def run(sizes: dict[str, int], sample_fraction: float, work: Path, rounds: int, 
             pipeline, strategies = pipelines_in[name], grids[name]
             n_sample = max(1, math.ceil(len(pipeline.source) * sample_fraction))
             bar.console.print(f"[{name}] {len(pipeline.source)} samples, {len(strategies)} strategies; sample {n_sample}")
-            sample_profile = profile_pipeline(pipeline, strategies, out_root / "sample", sample_n=n_sample, min_seconds=SAMPLE_MIN_S,
+            sample_profile = profile_pipeline(pipeline, strategies, out_root / "sample", sample_n=n_sample, min_seconds=sample_min_s,
                                               max_epochs=SAMPLE_MAX_EPOCHS, bandwidth=bandwidth, progress=progress_for(f"{name} sample"))
-            full_profile = profile_pipeline(pipeline, strategies, out_root / "full", min_seconds=FULL_MIN_S, max_epochs=FULL_MAX_EPOCHS,
+            full_profile = profile_pipeline(pipeline, strategies, out_root / "full", min_seconds=full_min_s, max_epochs=FULL_MAX_EPOCHS,
                                             bandwidth=bandwidth, progress=progress_for(f"{name} full"))
             picked = select(sample_profile).best
             full_t = t_of(full_profile)

@@ -122,13 +122,19 @@ def test_reanalyse_recomputes_findings_and_summary_from_saved_tables(bench, tmp_
     assert bench.reanalyse(tmp_path / "missing.json") == 2
 
 
-def test_eta_comes_from_an_earlier_run_scaled_by_size(bench, tmp_path):
-    earlier = {"date": "2026-01-01", "machine": {"load_average_at_start": [0.5]},
+def test_eta_comes_from_the_last_run_of_this_grid_or_the_calibration(bench, tmp_path):
+    earlier = {"date": "2026-01-01", "machine": {"load_average_at_start": [0.5]}, "plan": {"strategies": {"cv": 10}},
                "pipelines": {"cv": {"seconds": 120.0, "samples": 100, "full_table": [{}] * 10}}}
     path = tmp_path / "earlier.json"
     path.write_text(json.dumps(earlier))
+    fixed = bench.FIXED_S_PER_STRATEGY
     seconds, source = bench.estimate_seconds({"cv": (200, 20)}, path)
-    assert seconds == pytest.approx(20 * (bench.FIXED_S_PER_STRATEGY + 200 * (12.0 - bench.FIXED_S_PER_STRATEGY) / 100))
+    assert seconds == pytest.approx(20 * (fixed + 200 * (12.0 - fixed) / 100))
     assert "2026-01-01" in source
-    seconds, source = bench.estimate_seconds({"cv": (200, 20)}, tmp_path / "none.json")
-    assert seconds > 0 and "guess" in source
+    del earlier["plan"]  # a run of the older hand-picked grid is not a basis
+    path.write_text(json.dumps(earlier))
+    samples, per_strategy = bench.CALIBRATION["cv"]
+    seconds, source = bench.estimate_seconds({"cv": (samples, 20)}, path)
+    assert seconds == pytest.approx(20 * per_strategy) and "calibration" in source
+    seconds, _ = bench.estimate_seconds({"cv": (samples, 20), "other": (10, 2)}, tmp_path / "none.json")
+    assert seconds == pytest.approx(20 * per_strategy + 2 * (fixed + 10 * bench.FALLBACK_S_PER_STRATEGY_PER_SAMPLE))
