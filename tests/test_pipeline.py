@@ -202,6 +202,9 @@ def test_profile_extrapolates_p_and_s_linearly_from_a_sample(tmp_path):
         assert r.storage_bytes_full == pytest.approx(r.storage_bytes * 4)
         assert r.offline_s_full == pytest.approx(r.offline_s * 4)
         assert r.throughput_sps > 0 and r.measured_epochs >= 1
+        # a full-dataset epoch: the sample's per-epoch start-up once, then its streaming rate
+        assert r.epoch_startup_s > 0 and r.steady_throughput_sps > 0
+        assert r.throughput_sps == pytest.approx(40 / (r.epoch_startup_s + 40 / r.steady_throughput_sps))
     online = profile.result("online-w0p-none")
     assert online.storage_bytes == 10 * 128 and online.offline_s == 0
     assert sample_indices(40, 10) == [0, 4, 9, 13, 17, 22, 26, 30, 35, 39]
