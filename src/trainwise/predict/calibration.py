@@ -3,8 +3,9 @@
 Data (`data/`, every row with its source):
 
 - `calibration.csv`: training throughputs the constants are fitted on (Lambda Labs' PyTorch
-  benchmark tables, 1-8 GPUs; NVIDIA DeepLearningExamples performance tables, 1 GPU; the seeds'
-  Malta K80/V100 runtimes and Erben's T4/A10/RTX8000 throughputs);
+  benchmark tables, 1-8 GPUs; Lambda's TensorFlow tf_cnn_benchmarks tables, 1 GPU; NVIDIA
+  DeepLearningExamples performance tables, 1 GPU; the seeds' Malta K80/V100 runtimes and Erben's
+  T4/A10/RTX8000 throughputs);
 - `validation.csv`: rows never used in the fit — NVIDIA's 8-GPU rows and seed 003's multi-GPU
   rows — checked with the full fit;
 - `ratios.csv`: published speedups without absolute numbers (Künas' P100/V100/TPU ratios, Malta's
@@ -14,7 +15,7 @@ Data (`data/`, every row with its source):
 Columns of a measurements CSV (`validate --dataset`): exactly
 `model,accelerator,count,per_device_batch,precision,samples_per_s,source`, plus optional `seq_len`,
 `image_size`, `task` (hf: heads mlm/clm/qa/cls), `optimizer`, `framework` (pytorch | tensorflow),
-`notes` and any other column (ignored).
+`stack` (software-stack family, see below; default from `source`), `notes` and any other column (ignored).
 
 The fit (`fit`) minimises squared log errors of samples/s (relative errors, symmetric in
 over/under-prediction), plus Gaussian priors that keep every constant near a physically sensible
