@@ -166,7 +166,8 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
             fit = CollectiveFit.model_validate(links["collective"])
             wire = fit.as_link() if config["link"] == "loopback" else fit.over(wire)
         prediction = predict_ddp(compute, int(base["ranks"][0]["gradient_bytes"]), n, wire,
-                                 overlap=0.0)  # gloo on CPU: the all-reduce competes with backward for the cores
+                                 overlap=0.0,  # gloo on CPU: the all-reduce competes with backward for the cores
+                                 concurrent_buckets=True)  # gloo reduces the buckets side by side
         return {"samples_per_s": prediction.samples_per_s, "granularity": prediction.granularity,
                 "allreduce_s": prediction.allreduce_s, "step_s": prediction.step_time_s}
     base = baselines[(workload, "hivemind")]["result"]

@@ -43,3 +43,18 @@ def test_probe_measures_a_real_gloo_allreduce():
 def test_probe_rejects_a_single_process():
     with pytest.raises(TrainwiseError, match="at least 2 processes"):
         probe_allreduce(1)
+
+
+def test_concurrent_buckets_pay_the_latency_once_per_step():
+    from trainwise.predict.data_parallel import WorkerCompute, bucket_sizes, predict_ddp
+
+    link = LinkSpec(bandwidth_bps=100e6, latency_s=0.025)
+    compute = WorkerCompute(step_time_s=0.08, per_worker_batch_size=32)
+    gradient_bytes = 4_800_000
+    buckets = len(bucket_sizes(gradient_bytes))
+    assert buckets == 2
+    serial = predict_ddp(compute, gradient_bytes, 2, link, overlap=0.0)
+    concurrent = predict_ddp(compute, gradient_bytes, 2, link, overlap=0.0, concurrent_buckets=True)
+    one_latency = allreduce_time_s(1, 2, link) - allreduce_time_s(1, 2, LinkSpec(bandwidth_bps=100e6))
+    assert serial.allreduce_s - concurrent.allreduce_s == pytest.approx((buckets - 1) * one_latency, rel=1e-6)
+    assert concurrent.step_time_s < serial.step_time_s

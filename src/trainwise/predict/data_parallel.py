@@ -147,9 +147,16 @@ def allreduce_time_s(nbytes: float, workers: int, link: LinkSpec,
 def predict_ddp(compute: WorkerCompute, gradient_bytes: int, workers: int, link: LinkSpec, *,
                 gradient_accumulation: int = 1, bucket_bytes: int = DDP_BUCKET_BYTES,
                 first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES,
-                algorithm: Literal["ring", "tree", "auto"] = "ring", overlap: float = 1.0) -> DDPPrediction:
+                algorithm: Literal["ring", "tree", "auto"] = "ring", overlap: float = 1.0,
+                concurrent_buckets: bool = False) -> DDPPrediction:
     """Synchronous data-parallel step on `workers` identical workers (weak scaling: the per-worker
     batch is fixed, the global batch grows with N). See the module docstring for the model.
+
+    `concurrent_buckets`: the buckets' all-reduces are in flight together (gloo: each on its own
+    buffers and threads), so they share the bandwidth but pay the latency once per step, not once
+    per bucket (measured here over 100 Mb/s + 50 ms: the buckets' in-flight times summed to 0.73 s
+    against 0.45 s of exposed communication). False: one stream reduces them one after another
+    (NCCL), each paying its latency.
 
     Example — DDP with 2 processes on this CPU, single-process step 0.12 s at batch 32, 1.2 MB of
     fp32 gradients, loopback measured at 8 Gb/s with 20 µs latency:
@@ -168,7 +175,13 @@ def predict_ddp(compute: WorkerCompute, gradient_bytes: int, workers: int, link:
     step = compute.step_time_s
     compute_s = step * gradient_accumulation
     sizes = bucket_sizes(gradient_bytes, bucket_bytes, first_bucket_bytes) if workers > 1 else []
-    times = [allreduce_time_s(b, workers, link, algorithm) for b in sizes]
+    if concurrent_buckets and sizes:
+        wire_only = link.model_copy(update={"latency_s": 0.0})
+        latency = allreduce_time_s(1, workers, link, algorithm) - allreduce_time_s(1, workers, wire_only, algorithm)
+        times = [allreduce_time_s(b, workers, wire_only, algorithm) for b in sizes]
+        times[-1] += latency  # the last bucket's completion waits out the (shared) latency
+    else:
+        times = [allreduce_time_s(b, workers, link, algorithm) for b in sizes]
     total_comm = sum(times)
     # Timeline of the last micro-step (DDP syncs only on it; no_sync before): buckets become ready
     # over backward, one communication stream reduces them in order.
