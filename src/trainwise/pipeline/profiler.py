@@ -210,7 +210,8 @@ def measure_online(pipeline: Pipeline, strategy: Strategy, manifest: Any = None,
     streaming_s = elapsed - sum(startups)
     streamed = count - len(startups)
     steady_sps = streamed / streaming_s if streamed > 0 and streaming_s > 0 else count / elapsed
-    return {"throughput_sps": count / elapsed, "epoch_startup_s": startup_s, "steady_throughput_sps": steady_sps,
+    return {"throughput_sps": count / elapsed, "measured_throughput_sps": count / elapsed,
+            "epoch_startup_s": startup_s, "steady_throughput_sps": steady_sps,
             "warmup_s": warmup_s, "measured_epochs": epochs, "measured_s": elapsed,
             "cpu_percent": float(np.mean(cpu_percent_samples)), "cpu_s_per_sample": cpu_s / max(1, count),
             "disk_read_bytes_per_s": read_bytes / elapsed}
@@ -262,7 +263,6 @@ def profile_pipeline(pipeline: Pipeline, strategies: Sequence[Strategy], root: s
             if progress:
                 progress(f"measure {s.id}")
             online = measure_online(profiled, s, manifest, min_seconds=min_seconds, max_epochs=max_epochs)
-            online["measured_throughput_sps"] = online["throughput_sps"]
             if scale > 1:
                 epoch_samples = samples * scale  # one epoch of the full dataset: start-up once, then streaming
                 online["throughput_sps"] = epoch_samples / (online["epoch_startup_s"]

@@ -283,7 +283,8 @@ def _design(rows: Sequence[Measurement], catalog: Any, stacks: bool = True) -> _
         if f.generation not in gens:
             gens.append(f.generation)
     # stacks=False: every row at the reference stack (the model without the stack term, for comparison)
-    stacks = list(dict.fromkeys(stack_of(m) for m in rows if stack_of(m) != dm.REFERENCE_STACK)) if stacks else []
+    row_stacks = [stack_of(m) for m in rows]
+    stacks = list(dict.fromkeys(s for s in row_stacks if s != dm.REFERENCE_STACK)) if stacks else []
     d = _Design(rows=list(rows), accelerators=accs, generations=gens, stacks=stacks)
     cat = lambda key: np.concatenate([getattr(f, key) for *_, f in feats])  # noqa: E731
     d.arrays = {key: cat(key) for key in ("count", "flops", "bytes", "compute_index", "memory_index", "peak", "fusion",
@@ -307,7 +308,7 @@ def _design(rows: Sequence[Measurement], catalog: Any, stacks: bool = True) -> _
                           for m, c, a, _ in feats]),
         "unsupported": np.array([1.0 if c.unsupported_ops else 0.0 for _, c, *_ in feats]),
         # index into d.stacks; -1: the reference stack (factor fixed at 1)
-        "stack": np.array([stacks.index(stack_of(m)) if stack_of(m) in stacks else -1 for m, *_ in feats], dtype=int),
+        "stack": np.array([stacks.index(s) if s in stacks else -1 for s in row_stacks], dtype=int),
     }
     return d
 

@@ -69,6 +69,7 @@ class CollectiveFit(BaseModel):
 
 
 def _free_port() -> int:
+    # not trainwise.run.launcher.free_port: predict sits upstream of run (profile -> predict -> run)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -131,7 +132,7 @@ def probe_allreduce(world_size: int = 2, sizes_bytes: Sequence[int] = DEFAULT_SI
     points = []
     for nbytes in sizes_bytes:
         q1, median, q3 = statistics.quantiles(results[nbytes], n=4)
-        points.append(AllreducePoint(nbytes=int(nbytes), median_s=statistics.median(results[nbytes]), spread_s=max(0.0, q3 - q1)))
+        points.append(AllreducePoint(nbytes=int(nbytes), median_s=median, spread_s=max(0.0, q3 - q1)))
     x = np.array([p.nbytes for p in points], dtype=float)
     y = np.array([p.median_s for p in points])
     # weights 1/t: relative residuals, so the 4 KiB calls fix the latency as much as the 8 MiB
