@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainwise._io import atomic_write_text
 from trainwise.run.checkpoint import CorruptCheckpoint, NAME_PATTERN, decode
 
 
@@ -61,9 +62,9 @@ def _child_main(script: str, args: list[str], config: dict[str, Any], info_path:
 
         _child.arm(config)
         agent = _child.current()
-        with open(info_path, "w") as handle:
-            json.dump({"resumed_from": agent.resumed_from,
-                       "skipped_corrupt": list(getattr(agent, "skipped_checkpoints", []))}, handle)
+        # Atomic: a kill landing mid-write must leave no file rather than an empty one.
+        atomic_write_text(info_path, json.dumps({"resumed_from": agent.resumed_from,
+                                                 "skipped_corrupt": list(getattr(agent, "skipped_checkpoints", []))}))
         sys.argv = [script, *args]
         try:
             runpy.run_path(script, run_name="__main__")
