@@ -322,3 +322,41 @@ def test_network_override_file(tmp_path):
         load_network(bad)
     with pytest.raises(TrainwiseError, match="net probe"):
         load_network(tmp_path / "missing.json")
+
+
+# ------------------------------------------------------- delayed parameter updates (pipelined rounds)
+
+
+def test_delayed_updates_pipeline_rounds_at_the_matchmaking_period():
+    """With delayed updates an epoch lasts max(T_calc, matchmaking + RTT, averaging): the next group
+    forms one matchmaking time after the last (hivemind's one-group-at-a-time matchmaking lock),
+    whatever the peers compute meanwhile. Without them, T_calc + T_comm as before."""
+    net = same_zone_network(1e10, 0.05)
+    fast = dp.predict_hivemind(peers([500, 500]), 1000, 300, network=net, dpu_overlap=1.0)  # T_calc 0.3 s
+    assert fast.calc_s == pytest.approx(0.3)
+    assert fast.matchmaking_period_s == pytest.approx(5.05)
+    assert fast.epoch_s == pytest.approx(5.05, rel=1e-3)
+    serial = dp.predict_hivemind(peers([500, 500]), 1000, 300, network=net, dpu_overlap=0.0)
+    assert serial.epoch_s == pytest.approx(serial.calc_s + serial.comm_s)
+    assert serial.epoch_s == pytest.approx(5.0 + serial.averaging_s)  # max(T_calc, 5 s) + averaging
+    half = dp.predict_hivemind(peers([500, 500]), 1000, 300, network=net, dpu_overlap=0.5)
+    assert half.epoch_s == pytest.approx((fast.epoch_s + serial.epoch_s) / 2)
+    # compute-bound: T_calc 20 s hides the matchmaking and the averaging
+    slow = dp.predict_hivemind(peers([50, 50]), 1000, 2000, network=net, dpu_overlap=1.0)
+    assert slow.epoch_s == pytest.approx(20.0)
+    # link-bound: 100M fp16 parameters over 100 Mb/s average for ~16 s, longer than both
+    wide = dp.predict_hivemind(peers([500, 500]), 100_000_000, 300, network=same_zone_network(1e8, 0.05),
+                               dpu_overlap=1.0, peer_throughput_cap_bps=None)
+    assert wide.epoch_s == pytest.approx(wide.averaging_s) and wide.averaging_s > 10
+
+
+@settings(max_examples=60, deadline=None)
+@given(rate=st.floats(1, 1e4), tbs=st.integers(1, 100_000), params=st.integers(0, 10**8),
+       bandwidth=st.floats(1e6, 1e11), rtt=st.floats(0, 0.3), overlap=st.floats(0, 1), n=st.integers(2, 8))
+def test_delayed_updates_never_slower_and_within_the_bound(rate, tbs, params, bandwidth, rtt, overlap, n):
+    net = same_zone_network(bandwidth, rtt)
+    serial = dp.predict_hivemind(peers([rate] * n), params, tbs, network=net, dpu_overlap=0.0)
+    pred = dp.predict_hivemind(peers([rate] * n), params, tbs, network=net, dpu_overlap=overlap)
+    assert pred.epoch_s <= serial.epoch_s * (1 + 1e-9) + rtt  # the RTT is the one cost pipelining adds
+    assert pred.epoch_s >= pred.calc_s * (1 - 1e-9)
+    assert pred.samples_per_s <= pred.throughput_bound_samples_per_s * (1 + 1e-9)

@@ -26,9 +26,22 @@ T_calc = TBS / Σ peer samples/s, then average in one round taking
     averaging = max over peer pairs of 2·B/N / (pair bandwidth, one TCP stream: ≤ window/RTT) + 2·RTT,
                 and over peers of 2(N−1)/N·B / min(peer NIC, `peer_throughput_cap_bps`),
 
-with B the parameter bytes after compression (fp16: 2 bytes per parameter). An epoch lasts
-T_calc + T_comm (seed 003 measures the two as additive even with delayed parameter updates);
-`dpu_overlap` in [0, 1] hides that fraction of T_comm behind the next epoch's compute.
+with B the parameter bytes after compression (fp16: 2 bytes per parameter). Without delayed
+parameter updates an epoch lasts T_calc + T_comm = max(T_calc, matchmaking) + averaging (seed 003
+measures the two as additive): the round is pre-scheduled at the epoch's start and averages once
+the TBS is reached. With them (hivemind.Optimizer(delay_optimizer_step=True,
+delay_grad_averaging=True), `dpu_overlap` = 1) the rounds pipeline, and an epoch lasts
+
+    max(T_calc, matchmaking + slowest RTT, averaging):
+
+the all-reduce, optimizer step and state averaging of round k run in the background while the
+peers compute epoch k+1, but an averager looks for one group at a time (hivemind 1.1.12
+`Matchmaking.look_for_group` holds `lock_looking_for_group` until its group is assembled) and
+declares each new group at least `min_matchmaking_time` ahead (`get_request_expiration_time`), so
+groups form no closer than the matchmaking time, plus the round trip in which the followers learn
+that the previous group was assembled. Measured here (benchmarks/data_parallel.py): 2 peers on
+loopback with T_calc ≈ 0.3 s formed a group every 5.03 s with matchmaking_time 5 s. `dpu_overlap`
+between 0 and 1 interpolates linearly between the two.
 Granularity G = T_calc / T_comm; doubling the peers speeds up by at most (G + 1)/(G/2 + 1); the
 throughput can never exceed TBS / T_comm; TBS beyond 64K is past what LAMB is known to train
 (seed 003 §3).
@@ -235,14 +248,18 @@ class HivemindPrediction(_Frozen):
     averaging_s: float = Field(description="all-reduce time of one round over the group's links")
     matchmaking_wait_s: float = Field(description="time the round waits for the 5 s matchmaking minimum")
     comm_s: float = Field(description="T_comm = averaging + matchmaking wait")
-    epoch_s: float = Field(description="one hivemind epoch: T_calc + (1 − dpu_overlap) × T_comm, at least max of the two")
+    matchmaking_period_s: float = Field(default=0.0, description="closest spacing of two groups: matchmaking + slowest RTT")
+    epoch_s: float = Field(description="one hivemind epoch: (1 − dpu_overlap) × (T_calc + T_comm) + dpu_overlap × "
+                                       "max(T_calc, matchmaking period, averaging)")
     samples_per_s: float
     per_peer_samples_per_s: list[float] = Field(description="each peer's contribution to the global rate")
     accumulation_steps_per_round: list[float | None] = Field(
         description="local steps each peer accumulates before a round (TBS share / per-peer batch; None without a batch)")
     granularity: float = Field(description="G = T_calc / T_comm")
     doubling_speedup_bound: float = Field(description="(G + 1) / (G/2 + 1): best speedup from doubling the peers")
-    throughput_bound_samples_per_s: float = Field(description="TBS / T_comm: no number of peers gets past it")
+    throughput_bound_samples_per_s: float = Field(
+        description="TBS / T_comm (seed 003; with delayed updates TBS / max(matchmaking period, averaging)): "
+                    "no number of peers gets past it")
     bytes_sent_per_peer_per_round: float
     rounds_per_hour: float
     slowest_pair: str
@@ -309,11 +326,12 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
     model_bytes = parameter_count * bytes_per_parameter
     notes: list[str] = []
     slowest, slowest_bw = "", math.inf
-    averaging = 0.0
+    averaging = slowest_rtt = 0.0
     if n > 1 and model_bytes > 0:
         for i in range(n):
             for j in range(i + 1, n):
                 link = network.link(peers[i].site, peers[j].site)
+                slowest_rtt = max(slowest_rtt, link.rtt_s)
                 bw = network.effective_bandwidth_bps(link, streams_per_pair)
                 if bw < slowest_bw:
                     slowest, slowest_bw = f"{peers[i].name} - {peers[j].name}", bw
@@ -330,7 +348,11 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
         averaging += round_overhead_s
     wait = max(0.0, matchmaking_min_s - calc_s) if n > 1 else 0.0
     comm_s = averaging + wait
-    epoch_s = max(calc_s + (1.0 - dpu_overlap) * comm_s, calc_s, comm_s)
+    matchmaking_period = matchmaking_min_s + slowest_rtt if n > 1 else 0.0
+    serial = calc_s + comm_s  # = max(T_calc, matchmaking) + averaging
+    pipelined = max(calc_s, matchmaking_period, averaging)  # delayed updates: see the module docstring
+    epoch_s = (1.0 - dpu_overlap) * serial + dpu_overlap * pipelined
+    bound_comm_s = (1.0 - dpu_overlap) * comm_s + dpu_overlap * max(matchmaking_period, averaging)
     samples = target_batch_size / epoch_s
     g = granularity(calc_s, comm_s)
     if n > 1 and g < 1:
@@ -343,12 +365,12 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
     sent = 2.0 * (n - 1) / n * model_bytes if n > 1 else 0.0
     return HivemindPrediction(
         peers=n, target_batch_size=target_batch_size, calc_s=calc_s, averaging_s=averaging, matchmaking_wait_s=wait,
-        comm_s=comm_s, epoch_s=epoch_s, samples_per_s=samples,
+        comm_s=comm_s, matchmaking_period_s=matchmaking_period, epoch_s=epoch_s, samples_per_s=samples,
         per_peer_samples_per_s=[p.samples_per_s * calc_s / epoch_s for p in peers],
         accumulation_steps_per_round=[p.samples_per_s * calc_s / p.per_peer_batch_size if p.per_peer_batch_size else None
                                       for p in peers], granularity=g,
         doubling_speedup_bound=doubling_speedup_bound(g),
-        throughput_bound_samples_per_s=(math.inf if comm_s == 0 else target_batch_size / comm_s),
+        throughput_bound_samples_per_s=(math.inf if bound_comm_s == 0 else target_batch_size / bound_comm_s),
         bytes_sent_per_peer_per_round=sent, rounds_per_hour=3600.0 / epoch_s, slowest_pair=slowest,
         slowest_pair_bandwidth_bps=slowest_bw if math.isfinite(slowest_bw) else 0.0, notes=notes,
         source="modelled (Hivemind: seed 003 paper B granularity model); peers: "
