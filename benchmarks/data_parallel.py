@@ -11,7 +11,19 @@ What is measured (all by `trainwise run`, the scripts unmodified):
   router, `tc tbf` for the rate). The links are measured with `trainwise.predict.net_probe`, and
   gloo's all-reduce among 2 processes here with `trainwise.predict.collective_probe` (its per-call
   latency and bytes/s: on CPU the collective library, not the wire, is most of a small all-reduce).
-- Hivemind throughput is the swarm's progress: target batch size × hivemind epochs ÷ seconds.
+- Hivemind throughput is the swarm's progress in its steady group phase: target batch size ×
+  hivemind epochs ÷ seconds over each peer's epoch transitions made with all configured peers, the
+  join round left out, median over peers (`trainwise.run.hivemind_rounds`). The first peer trains
+  alone until the others have started (6-15 s here), and a join can stall the swarm on a round
+  that waits for its averaging timeout: a whole-run figure mixes those phases in. A run whose peers
+  did not all make 3 transitions with the full group, or that ended blocked, did not measure its
+  configuration: its comparison is kept and flagged invalid (`valid`, `invalid_reasons`, the counts
+  of solo transitions, skipped epochs and stalled rounds), compared apart, at its whole-run figure
+  (`summary.all_configurations`).
+- Noise of a measurement (within-run): the larger of the 95 % interval of the mean step/round
+  period and the rate difference between the steady window's two halves. The ordering is reported
+  over all pairs (`ordering_correct`, the issue's criterion) and over the pairs whose measured gap
+  exceeds the two runs' noise (`ordering_correct_beyond_noise`).
 
 Predictions use only: the ddp1/hm1 measurements, the gradient/parameter bytes, the measured links,
 and the machine's 2 cores: a worker's compute rate is scaled by min(1, cores / processes) when
@@ -21,13 +33,17 @@ CPU, which the models (written for one accelerator per worker) do not capture be
 
 Writes benchmarks/results/data_parallel.json; summary.median_abs_error (fraction, throughput) and
 summary.ordering_correct (the predicted order of configurations by throughput matches the measured
-one, per workload).
+one, per workload), both over the configurations whose runs measured them. Each run keeps its
+per-rank records (steps, Hivemind rounds), so `--repredict` re-derives every measurement and
+prediction from the JSON alone in seconds, running nothing (`--attach-records DIR...` adds the
+records of runs stored before they were kept, from their run directories).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -43,10 +59,11 @@ from trainwise._io import atomic_write_text
 from trainwise.predict.collective_probe import CollectiveFit, probe_allreduce
 from trainwise.predict.data_parallel import HivemindPeer, LinkSpec, WorkerCompute, predict_ddp, predict_hivemind
 from trainwise.predict.topology import Site, uniform_network
+from trainwise.run.hivemind_rounds import MIN_GROUP_INTERVALS, CONFIDENCE_Z, PeerRecord, analyse_rounds, peer_record
 from trainwise.run.launcher import launch, read_records
 from trainwise.run.netem import EmulatedNetwork
 from trainwise.run.options import RunOptions
-from trainwise.run.result import build_result
+from trainwise.run.result import build_result, warmup_count
 from _machine import machine
 
 RESULTS = Path(__file__).parent / "results"
@@ -139,7 +156,34 @@ def run_config(name: str, workload: str, engine: str, workers: int, window_s: fl
     result = build_result(options, command(workload), codes, started, time.time() - started, raws, runs)
     return {"name": name, "workload": workload, "engine": engine, "workers": workers,
             "link": "emulated" if net is not None else "loopback", "window_s": window_s,
-            "wall_s": time.time() - started, "result": json.loads(result.model_dump_json())}
+            "wall_s": time.time() - started, "result": json.loads(result.model_dump_json()),
+            "records": records_of(raws, runs)}
+
+
+def records_of(raws: dict[int, dict], runs: dict[int, dict]) -> list[dict]:
+    """Each rank's steps and Hivemind rounds, kept with the run so that the measurement can be
+    re-derived from the benchmark's JSON alone (`--repredict`)."""
+    return [peer_record(runs[r], raws[r]).model_dump() for r in sorted(raws) if r in runs]
+
+
+def attach_records(runs: list[dict], workdirs: list[Path]) -> list[str]:
+    """Attach the per-rank records of already stored runs from their run directories: a directory
+    belongs to the stored run launched at the same moment (within 10 ms) whose ranks made the same
+    numbers of steps. Returns what was attached."""
+    attached = []
+    for workdir in workdirs:
+        raws, agent_runs = read_records(str(workdir))
+        records = records_of(raws, agent_runs)
+        if not records:
+            continue
+        for run in runs:
+            result = run["result"]
+            steps = sorted((rank["rank"], rank["iterations"]) for rank in result["ranks"])
+            if (abs(result["launch_wall_s"] - records[0]["launch_wall_s"]) < 0.01
+                    and steps == sorted((rec["rank"], len(rec["iterations"])) for rec in records)):
+                run["records"] = records
+                attached.append(f"{run['name']} <- {workdir}")
+    return attached
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -180,20 +224,70 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
     prediction = predict_hivemind(peers, parameters, spec["tbs"], network=network, matchmaking_min_s=MATCHMAKING_S,
                                   dpu_overlap=1.0)  # delay_optimizer_step + delay_grad_averaging are on
     return {"samples_per_s": prediction.samples_per_s, "granularity": prediction.granularity,
-            "calc_s": prediction.calc_s, "comm_s": prediction.comm_s, "notes": prediction.notes}
+            "calc_s": prediction.calc_s, "comm_s": prediction.comm_s, "averaging_s": prediction.averaging_s,
+            "matchmaking_period_s": prediction.matchmaking_period_s, "epoch_s": prediction.epoch_s,
+            "notes": prediction.notes}
 
 
-def measured_throughput(run: dict) -> float | None:
-    """DDP: samples/s of all ranks over their common steady window. Hivemind: the swarm's progress,
-    TBS × epochs advanced ÷ seconds (what hivemind reports and the seed measures; local steps summed
-    over a short common window are distorted by peers starting, blocking and stopping at different
-    moments), falling back to the window rate for runs recorded before it existed."""
+def whole_run_throughput(run: dict) -> float | None:
+    """The figure the benchmark reported before round records were kept: DDP, samples/s of all
+    ranks over their common steady window; Hivemind, the median over peers of TBS × epochs advanced
+    ÷ seconds over the whole run (solo phase, join stalls and catch-up jumps included)."""
     result = run["result"]
     hivemind = result.get("hivemind") or {}
     return hivemind.get("epoch_throughput_samples_per_s") or result["throughput_samples_per_s"]
 
 
+def step_noise(records: list[dict]) -> float | None:
+    """A DDP run's within-run noise: over the ranks' steady steps (after warm-up), the larger of
+    the 95 % interval of the mean step time and the difference between the rates of the steady
+    window's two halves, relative to the rate (as for Hivemind rounds: trainwise.run.hivemind_rounds)."""
+    noises = []
+    for record in records:
+        durations = [end - start for start, end, _ in record["iterations"]]
+        steady = durations[warmup_count(len(durations)):]
+        if len(steady) < 4:
+            continue
+        mean = statistics.fmean(steady)
+        half = len(steady) // 2
+        first, second = statistics.fmean(steady[:half]), statistics.fmean(steady[half:])
+        halves = abs(1.0 / first - 1.0 / second) * mean
+        noises.append(max(CONFIDENCE_Z * statistics.stdev(steady) / math.sqrt(len(steady)) / mean, halves))
+    return max(noises) if noises else None
+
+
+def measure(run: dict) -> dict:
+    """What the run measured of its configuration (see the module docstring): DDP, the common-window
+    throughput; Hivemind, the group phase's epoch progress (trainwise.run.hivemind_rounds), and
+    whether the run reached a steady group at all. Runs stored without records keep their
+    whole-run figure, marked as such."""
+    whole = whole_run_throughput(run)
+    records = run.get("records")
+    if records is None:
+        return {"samples_per_s": whole, "whole_run_samples_per_s": whole, "noise_fraction": None, "valid": True,
+                "invalid_reasons": [], "how": "whole-run figure (the run's per-rank records were not stored)"}
+    if run["engine"] == "ddp":
+        return {"samples_per_s": whole, "whole_run_samples_per_s": whole, "noise_fraction": step_noise(records),
+                "valid": True, "invalid_reasons": [], "how": "samples/s of all ranks over their common steady window"}
+    hivemind = run["result"]["hivemind"]
+    rounds = analyse_rounds([PeerRecord.model_validate(r) for r in records], run["workers"],
+                            int(hivemind["target_batch_size"]), MATCHMAKING_S)
+    return {"samples_per_s": rounds.group_rate_samples_per_s, "whole_run_samples_per_s": whole,
+            "noise_fraction": rounds.noise_fraction, "valid": rounds.valid, "invalid_reasons": rounds.invalid_reasons,
+            "how": (f"TBS × epochs ÷ s over each peer's transitions with all {run['workers']} peers after the join "
+                    f"round, median over peers (at least {MIN_GROUP_INTERVALS} intervals per peer for a valid run)"),
+            "rounds": rounds.model_dump(exclude={"per_peer", "source"})}
+
+
+NOISE_DEFINITION = ("a pair of configurations is ordered beyond noise when their measured throughputs differ by "
+                    "more than the sum of their within-run noise (each the larger of the 95 % interval of the mean "
+                    "step or round period and the rate difference between the steady window's two halves, relative "
+                    "to the rate); within-run noise is a lower bound on run-to-run noise")
+
+
 def ordering(rows: list[dict]) -> dict:
+    """Per workload: the measured and predicted orders, all pairs (the issue's criterion), and the
+    pairs whose measured gap exceeds the measured noise (NOISE_DEFINITION)."""
     by_workload: dict[str, list[dict]] = {}
     for row in rows:
         by_workload.setdefault(row["workload"], []).append(row)
@@ -201,15 +295,26 @@ def ordering(rows: list[dict]) -> dict:
     for workload, items in by_workload.items():
         measured = [r["name"] for r in sorted(items, key=lambda r: -r["measured_samples_per_s"])]
         predicted = [r["name"] for r in sorted(items, key=lambda r: -r["predicted_samples_per_s"])]
-        pairs = concordant = 0
+        pairs = concordant = beyond = beyond_concordant = 0
+        discordant: list[str] = []
         for i in range(len(items)):
             for j in range(i + 1, len(items)):
                 a, b = items[i], items[j]
+                gap = a["measured_samples_per_s"] - b["measured_samples_per_s"]
+                agrees = gap * (a["predicted_samples_per_s"] - b["predicted_samples_per_s"]) > 0
+                noise = sum((r["measured_noise_fraction"] or 0.0) * r["measured_samples_per_s"] for r in (a, b))
                 pairs += 1
-                concordant += ((a["measured_samples_per_s"] - b["measured_samples_per_s"])
-                               * (a["predicted_samples_per_s"] - b["predicted_samples_per_s"]) > 0)
+                concordant += agrees
+                if abs(gap) > noise:
+                    beyond += 1
+                    beyond_concordant += agrees
+                if not agrees:
+                    discordant.append(f"{a['name']} vs {b['name']}" + ("" if abs(gap) > noise else " (within noise)"))
         out[workload] = {"measured": measured, "predicted": predicted, "correct": measured == predicted,
-                         "concordant_pairs": f"{concordant}/{pairs}"}
+                         "concordant_pairs": f"{concordant}/{pairs}",
+                         "correct_beyond_noise": beyond_concordant == beyond,
+                         "concordant_pairs_beyond_noise": f"{beyond_concordant}/{beyond}",
+                         "discordant_pairs": discordant}
     return out
 
 
@@ -221,7 +326,14 @@ def main() -> int:
     parser.add_argument("--hivemind-window-s", type=float, default=40.0)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--resume", action="store_true", help="keep the runs already in --output, run the missing ones")
+    parser.add_argument("--repredict", action="store_true",
+                        help="run nothing: re-derive measurements and predictions from the runs stored in --output")
+    parser.add_argument("--attach-records", type=Path, nargs="*", default=None, metavar="RUN_DIR",
+                        help="with --repredict: attach the per-rank records of the stored runs from their run "
+                             "directories (tw-dp-* under the temp folder)")
     args = parser.parse_args()
+    if args.repredict:
+        return repredict(args.output, args.attach_records or [])
     if os.geteuid() != 0:
         raise SystemExit("error: the link emulation needs root (network namespaces, tc)")
     start = time.time()
@@ -270,40 +382,105 @@ def main() -> int:
     return 0
 
 
-def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start: float, partial: bool) -> None:
+def repredict(path: Path, attach_from: list[Path]) -> int:
+    """Rewrite `path` from the runs it stores, without running anything: measurements re-derived
+    from the stored records, predictions recomputed with the current model."""
+    if not path.exists():
+        raise SystemExit(f"error: {path} does not exist: run the benchmark first (needs root), then --repredict")
+    document = json.loads(path.read_text())
+    runs = document["runs"]
+    for line in attach_records(runs, attach_from):
+        print(f"attached {line}", flush=True)
+    kept = {k: document[k] for k in ("machine", "seconds", "runs_measured") if k in document}
+    kept.setdefault("runs_measured", document.get("written"))
+    notes = [n for n in document.get("notes", []) if not n.startswith("re-derived with --repredict")]
+    if "predictions_note" in document:
+        notes.insert(0, document["predictions_note"])
+    _write(path, runs, document.get("skipped", []), document["links"], time.time(), partial=document.get("partial", False),
+           kept=kept, notes=notes)
+    summary = json.loads(path.read_text())["summary"]
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start: float, partial: bool,
+           kept: dict | None = None, notes: list[str] | None = None) -> None:
     baselines = {(r["workload"], r["engine"]): r for r in runs if r["workers"] == 1}
     rows = []
     for run in runs:
         if run["workers"] == 1 or (run["workload"], run["engine"]) not in baselines:
             continue
-        measured = measured_throughput(run)
-        if not measured:
-            continue
+        measured = measure(run)
         predicted = predict(run, baselines, links)
+        value = measured["samples_per_s"]
+        whole = measured["whole_run_samples_per_s"]
         rows.append({"name": run["name"], "workload": run["workload"], "engine": run["engine"], "workers": run["workers"],
-                     "link": run["link"], "measured_samples_per_s": measured,
+                     "link": run["link"], "valid": measured["valid"], "invalid_reasons": measured["invalid_reasons"],
+                     "measured_samples_per_s": value, "measured_noise_fraction": measured["noise_fraction"],
+                     "measured_how": measured["how"], "whole_run_samples_per_s": whole,
                      "predicted_samples_per_s": predicted["samples_per_s"],
-                     "abs_error": abs(predicted["samples_per_s"] - measured) / measured,
+                     "abs_error": abs(predicted["samples_per_s"] - value) / value if value else None,
+                     "abs_error_vs_whole_run": abs(predicted["samples_per_s"] - whole) / whole if whole else None,
                      "measured_granularity": run["result"]["granularity"],
-                     "predicted_granularity": predicted["granularity"], "prediction": predicted})
-    errors = [r["abs_error"] for r in rows]
-    order = ordering(rows)
+                     "predicted_granularity": predicted["granularity"], "prediction": predicted,
+                     **({"rounds": measured["rounds"]} if "rounds" in measured else {})})
+    valid = [r for r in rows if r["valid"] and r["measured_samples_per_s"]]
+    errors = [r["abs_error"] for r in valid]
+    order = ordering(valid)
+    # the same comparison over every configuration, invalid runs at their whole-run figure
+    all_rows = [{**r, "measured_samples_per_s": r["whole_run_samples_per_s"],
+                 # a Hivemind run's noise is that of its group rate, not of the whole-run figure
+                 "measured_noise_fraction": r["measured_noise_fraction"] if r["engine"] == "ddp" else None}
+                for r in rows if r["whole_run_samples_per_s"]]
+    order_all = ordering(all_rows)
+    errors_all = [r["abs_error_vs_whole_run"] for r in all_rows]
+    correct = bool(order) and all(v["correct"] for v in order.values())
+    median = statistics.median(errors) if errors else None
     summary = {
-        "median_abs_error": statistics.median(errors) if errors else None,
+        "median_abs_error": median,
         "max_abs_error": max(errors) if errors else None,
-        "ordering_correct": bool(order) and all(v["correct"] for v in order.values()),
-        "configurations_compared": len(rows),
+        "ordering_correct": correct,
+        "ordering_correct_beyond_noise": bool(order) and all(v["correct_beyond_noise"] for v in order.values()),
+        "ordering_beyond_noise_definition": NOISE_DEFINITION,
+        "configurations_compared": len(valid),
+        "configurations_invalid": {r["name"]: r["invalid_reasons"] for r in rows if not r["valid"]},
+        "compared_over": ("configurations whose run measured them: every DDP run; Hivemind runs whose peers all made "
+                          f"at least {MIN_GROUP_INTERVALS} epoch transitions with the full group after the join round "
+                          "and none ended blocked (trainwise.run.hivemind_rounds). Invalid runs are listed in "
+                          "configurations_invalid and compared below at their whole-run figure, never dropped silently"),
+        "all_configurations": {
+            "median_abs_error": statistics.median(errors_all) if errors_all else None,
+            "ordering_correct": bool(order_all) and all(v["correct"] for v in order_all.values()),
+            "concordant_pairs": {w: v["concordant_pairs"] for w, v in order_all.items()},
+            "measured_as": "whole-run figure for every configuration (Hivemind: epoch progress over the whole run, "
+                           "solo phase and stalls included), as the benchmark reported before round records"},
         "target": "median |error| <= 15 % on throughput, ordering by throughput correct",
-        "meets_target": bool(errors) and statistics.median(errors) <= 0.15 and all(v["correct"] for v in order.values()),
+        "configurations_total": len(rows),
+        # the issue asks for every configuration measured: a run that did not measure its
+        # configuration leaves the target unmet, however well the others agree
+        "meets_target": bool(errors) and median <= 0.15 and correct and len(valid) == len(rows),
+        "meets_target_over_valid_configurations": bool(errors) and median <= 0.15 and correct,
         "bound_by_this_machine": ("2 cores shared by every training process, Hivemind's p2p daemons and averager "
                                   "processes (and by other work on this machine): with 2-3 processes compute and "
                                   "communication compete for the same CPU, which is all 2 cores can show"),
     }
+    kept = kept or {}
     document = {"benchmark": "data_parallel", "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "partial": partial, "seconds": time.time() - start, "machine": machine(), "summary": summary,
-                "links": links, "ordering": order, "comparisons": rows, "skipped": skipped,
-                "runs": [{k: v for k, v in run.items()} for run in runs]}
-    atomic_write_text(path, json.dumps(document, indent=1, default=str))
+                "partial": partial, "seconds": kept.get("seconds", time.time() - start),
+                "machine": kept.get("machine") or machine(), "summary": summary,
+                **({"runs_measured": kept["runs_measured"], "notes": [*(notes or []),
+                    f"re-derived with --repredict at {datetime.now(timezone.utc).isoformat(timespec='seconds')}: "
+                    "measurements from the stored records, predictions from the current model; no run repeated"]}
+                   if "runs_measured" in kept else {}),
+                "links": links, "ordering": order, "ordering_all_configurations": order_all,
+                "comparisons": rows, "skipped": skipped,
+                "runs": [{k: (f"__records_{i}__" if k == "records" else v) for k, v in run.items()}
+                         for i, run in enumerate(runs)]}
+    text = json.dumps(document, indent=1, default=str)
+    for i, run in enumerate(runs):  # one line per run's records: indented, they would be most of the file
+        if "records" in run:
+            text = text.replace(f'"__records_{i}__"', json.dumps(run["records"], separators=(",", ":")))
+    atomic_write_text(path, text)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,74 @@
+"""The data-parallel benchmark's ordering, noise and --repredict (no runs: that is the benchmark's job)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+RESULTS = BENCHMARKS / "results" / "data_parallel.json"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCHMARKS))  # the benchmark imports its sibling _machine
+    try:
+        spec = importlib.util.spec_from_file_location("data_parallel_benchmark", BENCHMARKS / "data_parallel.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def row(name, measured, predicted, noise=None, workload="w"):
+    return {"name": name, "workload": workload, "measured_samples_per_s": measured,
+            "predicted_samples_per_s": predicted, "measured_noise_fraction": noise}
+
+
+def test_ordering_counts_all_pairs_and_those_beyond_the_measured_noise(bench):
+    rows = [row("a", 100.0, 90.0, 0.02), row("b", 95.0, 99.0, 0.05), row("c", 10.0, 12.0, 0.01)]
+    order = bench.ordering(rows)["w"]
+    # a and b are swapped: the strict order fails; their gap (5) is within their noise (2 + 4.75)
+    assert not order["correct"] and order["concordant_pairs"] == "2/3"
+    assert order["correct_beyond_noise"] and order["concordant_pairs_beyond_noise"] == "2/2"
+    assert order["discordant_pairs"] == ["a vs b (within noise)"]
+    # the same swap beyond the noise counts against the order
+    quiet = bench.ordering([row("a", 100.0, 90.0, 0.001), row("b", 95.0, 99.0, 0.001)])["w"]
+    assert not quiet["correct_beyond_noise"] and quiet["concordant_pairs_beyond_noise"] == "0/1"
+
+
+def test_step_noise_is_the_spread_of_the_steady_steps(bench):
+    steady = [{"iterations": [(0.1 * i, 0.1 * i + 0.01, 32) for i in range(200)]}]
+    assert bench.step_noise(steady) == pytest.approx(0.0, abs=1e-6)
+    drifting = [{"iterations": [(0.1 * i, 0.1 * i + (0.01 if i < 100 else 0.02), 32) for i in range(200)]}]
+    assert bench.step_noise(drifting) > 0.4  # the second half steps at half the rate of the first
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="no stored benchmark results")
+def test_repredict_rederives_the_stored_runs_without_running_anything(bench, tmp_path):
+    copy = tmp_path / "data_parallel.json"
+    shutil.copy(RESULTS, copy)
+    before = json.loads(copy.read_text())
+    assert bench.repredict(copy, []) == 0
+    after = json.loads(copy.read_text())
+    assert [r["name"] for r in after["runs"]] == [r["name"] for r in before["runs"]]
+    assert after["runs"] == before["runs"]  # the runs are kept as measured, records included
+    summary = after["summary"]
+    assert {"median_abs_error", "ordering_correct", "ordering_correct_beyond_noise", "configurations_invalid",
+            "all_configurations", "meets_target"} <= set(summary)
+    invalid = [r for r in after["comparisons"] if not r["valid"]]
+    assert all(r["invalid_reasons"] for r in invalid)
+    assert set(summary["configurations_invalid"]) == {r["name"] for r in invalid}
+    assert summary["configurations_compared"] + len(invalid) == summary["configurations_total"]
+    if invalid:  # a configuration not measured leaves the issue's target unmet
+        assert summary["meets_target"] is False
+    for comparison in after["comparisons"]:
+        if comparison["engine"] == "hivemind" and comparison["valid"]:
+            rounds = comparison["rounds"]
+            assert comparison["measured_samples_per_s"] == pytest.approx(rounds["group_rate_samples_per_s"])
