@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainwise._io import atomic_write_text
+from trainwise.allocator import launch_environment
 from trainwise.predict.same_machine import predict_total, relative_error
 from trainwise.profile import stats
 from trainwise.profile.runner import DEFAULT_MIN_ITERATIONS, ProfileOptions, run_profile
@@ -85,7 +86,9 @@ def full_run(command: list[str]) -> Profile:
 
 def plain_run_s(command: list[str]) -> float:
     start = time.time()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The same allocator settings as the instrumented launch: the pair differs by instrumentation only.
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=launch_environment(os.environ))
     return time.time() - start
 
 

@@ -152,3 +152,23 @@ def test_no_characterise_option_skips_the_trace():
     profile = run_profile(script("mlp_train.py", "--epochs", "5"),
                           ProfileOptions(min_iterations=6, max_iterations=8, characterise=False), quiet=True)
     assert profile.characterisation is None
+
+
+def test_allocator_settings_are_applied_recorded_and_can_be_turned_off(monkeypatch):
+    from trainwise import allocator
+
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    tuned = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
+    plain = run_profile(script("mlp_train.py", "--epochs", "1"),
+                        ProfileOptions(mode="full", characterise=False, tune_allocator=False), quiet=True)
+    if allocator.uses_glibc():
+        assert tuned.environment.allocator_env == allocator.TUNED_VARIABLES
+    assert plain.environment.allocator_env == {}
+    # A setting the user chose wins over trainwise's, and is what the profile records.
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1048576")
+    env = allocator.launch_environment({"MALLOC_TRIM_THRESHOLD_": "1048576"})
+    assert env["MALLOC_TRIM_THRESHOLD_"] == "1048576"
+    assert allocator.recorded_settings(env)["MALLOC_TRIM_THRESHOLD_"] == "1048576"
+    assert "MALLOC_TRIM_THRESHOLD_=1048576" in allocator.describe(allocator.recorded_settings(env))
+    assert allocator.describe({}) == "glibc malloc defaults"

@@ -75,6 +75,7 @@ def profile(
     epochs: Annotated[Optional[int], typer.Option(help="Planned epochs: keeps the whole profile within --budget of the predicted run")] = None,
     budget: Annotated[float, typer.Option(help="With --epochs: the profile, start-up included, may cost at most this fraction of the predicted full run (at least --iterations are always sampled)")] = 0.02,
     characterise: Annotated[bool, typer.Option(help="Trace one training step on the meta device after sampling (per-operator FLOPs/bytes for the device model; a few seconds)")] = True,
+    tune_allocator: Annotated[bool, typer.Option(help="Launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_; faster, steadier CPU steps); profile and run the same way for the prediction to hold")] = True,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) for a few iterations and write its Profile."""
     from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile
@@ -85,7 +86,8 @@ def profile(
     options = ProfileOptions(mode="full" if full else "sampled", min_iterations=iterations, max_iterations=max_iterations,
                              max_profile_seconds=max_seconds, validation_batches=val_batches,
                              epoch2_iterations=epoch2_iterations, target_relative_ci=target_ci, timeout_s=timeout,
-                             epochs_hint=epochs, budget_fraction=budget, characterise=characterise)
+                             epochs_hint=epochs, budget_fraction=budget, characterise=characterise,
+                             tune_allocator=tune_allocator)
     options.validate()
     jobs: list[tuple[Path, list[str]]]
     if batch_sizes:

@@ -37,6 +37,7 @@ import weakref
 import time
 from typing import Any
 
+from trainwise.allocator import recorded_settings as recorded_allocator_settings
 from trainwise.profile import stats
 
 CONFIG_ENV = "TRAINWISE_PROFILE_CONFIG"
@@ -675,6 +676,7 @@ class Recorder:
             "torch_version": getattr(torch, "__version__", None),
             "torch_threads": torch.get_num_threads() if torch is not None else None,
             "device": self.model.get("device", "cpu"), "device_name": None,
+            "allocator_env": recorded_allocator_settings(),
         }
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             env["device_name"] = torch.cuda.get_device_name()

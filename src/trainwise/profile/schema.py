@@ -143,6 +143,9 @@ class Environment(_Model):
     torch_threads: int | None
     device: str
     device_name: str | None
+    # Allocator variables the job ran with (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD): step time
+    # depends on them, so a prediction holds for a launch with the same ones.
+    allocator_env: dict[str, str] = Field(default_factory=dict)
 
 
 class SteadyState(_Model):

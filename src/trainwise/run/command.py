@@ -72,6 +72,7 @@ def run_command(
     keep: Annotated[int, typer.Option(help="Checkpoints to keep")] = 3,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the RunResult JSON here")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Stop the job after this many seconds")] = None,
+    tune_allocator: Annotated[bool, typer.Option(help="Launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_; faster, steadier CPU steps); profile and run the same way for the prediction to hold")] = True,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) locally, under torchrun DDP or as Hivemind
     peers, instrumented like `trainwise profile --full`, with optional checkpoint/resume."""
@@ -99,7 +100,7 @@ def run_command(
                          initial_peers=list(initial_peers or []), host=host, port=port,
                          identity_path=None if identity is None else str(identity.resolve()), run_id=run_id,
                          matchmaking_time_s=matchmaking_time, averaging_timeout_s=averaging_timeout,
-                         checkpoint=checkpoint, timeout_s=timeout)
+                         checkpoint=checkpoint, timeout_s=timeout, tune_allocator=tune_allocator)
     result = run_job(options, passthrough)
     if output is not None:
         result.save(output)

@@ -67,6 +67,8 @@ class RunOptions:
     # A prefix for the launched command (e.g. `ip netns exec NS`) and extra environment (local, ddp).
     prefix: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # trainwise's glibc malloc settings (trainwise.allocator), as `trainwise profile` applies them.
+    tune_allocator: bool = True
     checkpoint: CheckpointOptions | None = None
     timeout_s: float | None = None
     # Benchmarks: SIGTERM the job this many seconds after `expected_ranks` ranks trained a step.

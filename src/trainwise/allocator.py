@@ -1,0 +1,60 @@
+"""glibc malloc settings trainwise applies to the jobs it launches (profile, run), and records.
+
+Why: glibc serves allocations above its mmap threshold (128 KiB at start, raised dynamically as
+mmapped chunks are freed) with fresh mmap/munmap calls, and gives memory at the top of the heap
+back to the kernel past its trim threshold. A CPU training step allocates and frees many tensors of
+a few hundred KiB to a few MiB, so each step pays page faults and zeroing for memory it just
+released, and how much it pays changes as the dynamic threshold creeps up: a slow start, then
+drift. Raising both thresholds keeps freed tensors in the heap for reuse. Measured here
+(benchmarks/results/allocator.json): rnn_sa_lstm at batch 16 runs ~25 % faster and its
+50-iteration window means spread far less; memory held by the process may grow by up to the trim
+threshold.
+
+A prediction is only valid for a launch with the same settings, so the profile records them
+(`Environment.allocator_env`) and `trainwise run` applies the same ones by default. A user who
+launches the job without trainwise sets the printed variables, or profiles with
+`--no-tune-allocator` to predict the plain launch.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Mapping
+
+# 256 MiB: above any single activation/gradient tensor of the reference workloads at their batch
+# sizes, far below this machine's memory.
+TUNED_THRESHOLD_BYTES = 256 * 1024 * 1024
+TUNED_VARIABLES: dict[str, str] = {
+    "MALLOC_MMAP_THRESHOLD_": str(TUNED_THRESHOLD_BYTES),
+    "MALLOC_TRIM_THRESHOLD_": str(TUNED_THRESHOLD_BYTES),
+}
+# Every glibc tunable that changes the allocator's behaviour in ways that matter for step time.
+RECORDED_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD")
+
+
+def uses_glibc() -> bool:
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
+def launch_environment(base: Mapping[str, str], tune: bool = True) -> dict[str, str]:
+    """`base` plus trainwise's allocator settings, when asked and on glibc. A variable the user
+    already set wins: it is their choice, and the profile records it."""
+    env = dict(base)
+    if tune and uses_glibc():
+        for name, value in TUNED_VARIABLES.items():
+            env.setdefault(name, value)
+    return env
+
+
+def recorded_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allocator-related variables a process runs with (kept in its profile)."""
+    environ = os.environ if environ is None else environ
+    return {name: value for name, value in sorted(environ.items())
+            if any(name.startswith(prefix) for prefix in RECORDED_PREFIXES)}
+
+
+def describe(settings: Mapping[str, str]) -> str:
+    if not settings:
+        return "glibc malloc defaults"
+    return " ".join(f"{name}={value}" for name, value in settings.items())
