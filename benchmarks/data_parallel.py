@@ -117,7 +117,8 @@ def probe_emulated(net: EmulatedNetwork) -> dict:
 # ----------------------------------------------------------------------------- runs
 
 
-def run_config(name: str, workload: str, engine: str, workers: int, window_s: float, net: EmulatedNetwork | None) -> dict:
+def run_config(name: str, workload: str, engine: str, workers: int, window_s: float, net: EmulatedNetwork | None,
+               averaging_timeout_s: float = 60.0) -> dict:
     spec = WORKLOADS[workload]
     workdir = tempfile.mkdtemp(prefix=f"tw-dp-{name.replace('/', '-')}-")
     started = time.time()
@@ -146,7 +147,7 @@ def run_config(name: str, workload: str, engine: str, workers: int, window_s: fl
     else:
         options = RunOptions(engine=engine, nproc=workers if engine == "ddp" else 1, peers=workers,
                              target_batch_size=spec["tbs"] if engine == "hivemind" else None,
-                             matchmaking_time_s=MATCHMAKING_S, averaging_timeout_s=60.0,
+                             matchmaking_time_s=MATCHMAKING_S, averaging_timeout_s=averaging_timeout_s,
                              stop_after_started_s=window_s, timeout_s=300, quiet=True)
         if net is not None:
             options.peer_prefix = [net.exec_prefix(i) for i in range(workers)]
@@ -324,6 +325,11 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=840.0, help="stop starting new configurations after this")
     parser.add_argument("--ddp-window-s", type=float, default=8.0)
     parser.add_argument("--hivemind-window-s", type=float, default=40.0)
+    parser.add_argument("--averaging-timeout-s", type=float, default=60.0,
+                        help="Hivemind: how long a stalled averaging round waits before peers give up on it "
+                             "(a join stall shorter than the window leaves a steady group phase to measure)")
+    parser.add_argument("--rerun-invalid", action="store_true",
+                        help="with --resume: drop the stored runs flagged invalid and measure them again")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--resume", action="store_true", help="keep the runs already in --output, run the missing ones")
     parser.add_argument("--repredict", action="store_true",
@@ -351,8 +357,15 @@ def main() -> int:
                  (f"{workload}/hm3-emulated", workload, "hivemind", 3, args.hivemind_window_s, True)]
     runs: list[dict] = []
     skipped: list[str] = []
+    notes: list[str] = []
     if args.resume and args.output.exists():
         runs = json.loads(args.output.read_text())["runs"]
+        if args.rerun_invalid:
+            for run in [r for r in runs if r["workers"] > 1 and not measure(r)["valid"]]:
+                runs.remove(run)
+                notes.append(f"{run['name']}: measured again; the first run (launched "
+                             f"{time.strftime('%H:%M', time.gmtime(run['result']['launch_wall_s']))} UTC, "
+                             f"{run['window_s']:g} s window) was invalid: {'; '.join(measure(run)['invalid_reasons'])}")
         done = {r["name"] for r in runs}
         plan = [p for p in plan if p[0] not in done]
     links = {"loopback": probe_loopback()}
@@ -369,7 +382,8 @@ def main() -> int:
                 continue
             print(f"[{elapsed:6.0f} s] {name} ...", flush=True)
             try:
-                run = run_config(name, workload, engine, workers, window, net if emulated else None)
+                run = run_config(name, workload, engine, workers, window, net if emulated else None,
+                                 averaging_timeout_s=args.averaging_timeout_s)
             except Exception as exc:  # noqa: BLE001 - a failed configuration is recorded, not fatal
                 skipped.append(f"{name}: failed ({exc})")
                 print(f"    failed: {exc}", flush=True)
@@ -377,8 +391,8 @@ def main() -> int:
             runs.append(run)
             r = run["result"]
             print(f"    {r['throughput_samples_per_s']} samples/s, G={r['granularity']}, {run['wall_s']:.0f} s", flush=True)
-            _write(args.output, runs, skipped, links, start, partial=True)
-    _write(args.output, runs, skipped, links, start, partial=False)
+            _write(args.output, runs, skipped, links, start, partial=True, notes=notes)
+    _write(args.output, runs, skipped, links, start, partial=False, notes=notes)
     return 0
 
 
@@ -471,7 +485,7 @@ def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start:
                 **({"runs_measured": kept["runs_measured"], "notes": [*(notes or []),
                     f"re-derived with --repredict at {datetime.now(timezone.utc).isoformat(timespec='seconds')}: "
                     "measurements from the stored records, predictions from the current model; no run repeated"]}
-                   if "runs_measured" in kept else {}),
+                   if "runs_measured" in kept else ({"notes": notes} if notes else {})),
                 "links": links, "ordering": order, "ordering_all_configurations": order_all,
                 "comparisons": rows, "skipped": skipped,
                 "runs": [{k: (f"__records_{i}__" if k == "records" else v) for k, v in run.items()}

@@ -6,9 +6,9 @@ back to the kernel past its trim threshold. A CPU training step allocates and fr
 a few hundred KiB to a few MiB, so each step pays page faults and zeroing for memory it just
 released, and how much it pays changes as the dynamic threshold creeps up: a slow start, then
 drift. Raising both thresholds keeps freed tensors in the heap for reuse. Measured here
-(benchmarks/results/allocator.json): rnn_sa_lstm at batch 16 runs ~25 % faster and its
-50-iteration window means spread far less; memory held by the process may grow by up to the trim
-threshold.
+(benchmarks/results/allocator.json, interleaved A/B pairs): rnn_sa_lstm at batch 16 runs ~24 %
+faster in every pair (peak RSS +11 %), nn_twins_mlp ~20 % faster; mnist_cnn and seismic_fcn within
+this host's noise. Memory held by the process may grow by up to the trim threshold.
 
 A prediction is only valid for a launch with the same settings, so the profile records them
 (`Environment.allocator_env`) and `trainwise run` applies the same ones by default. A user who
