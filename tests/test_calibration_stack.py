@@ -93,3 +93,43 @@ def test_a_stack_seen_only_in_the_held_out_model_keeps_its_prior(catalog):
     loo = cal.loo(rows, (), "model", catalog)
     # rows 2 and 4: same model/accelerator, one at the reference stack, one at a stack no other model has
     assert loo.predictions[4] == pytest.approx(loo.predictions[2], rel=1e-9)
+
+
+def test_stack_fusion_speeds_up_only_the_fusable_memory_bound_operators(catalog):
+    char = characterise_named("resnet50", 64, "amp_fp16")
+    acc = catalog.accelerator("V100")
+    plain = dm.predict_iteration(char, acc, params=dm.DeviceModelParams(), stack="lab")
+    fused = dm.predict_iteration(char, acc, params=dm.DeviceModelParams(stack_fusion={"lab": 2.0}), stack="lab")
+    assert fused.iteration_s < plain.iteration_s
+    for category in ("conv", "matmul", "embedding"):  # compute-bound kernels and embeddings are not fused
+        assert fused.breakdown_s.get(category) == plain.breakdown_s.get(category)
+    # the memory-bound normalisation/elementwise kernels run at (about) half the time: launches stay
+    for category in ("normalisation", "elementwise"):
+        assert fused.breakdown_s[category] < 0.6 * plain.breakdown_s[category]
+    # the reference stack and stacks without a fitted fusion factor are untouched
+    assert dm.predict_iteration(char, acc, params=dm.DeviceModelParams(stack_fusion={"lab": 2.0})).iteration_s == \
+        plain.iteration_s
+
+
+def test_vectorised_model_applies_the_stack_fusion_like_predict_iteration(catalog):
+    params = dm.DeviceModelParams(stack_factors={"nvidia-dle": 1.1}, stack_fusion={"nvidia-dle": 1.8, "seed-malta-keras": 0.4})
+    rows = [_row("resnet50_cifar10", "V100", 1000, "NVIDIA/DeepLearningExamples:x"),
+            _row("resnet50_cifar10", "V100", 1000, "lambdal/deeplearning-benchmark:x"),
+            _row("seismic_fcn", "K80", 1000, "seed 002 (Malta)", framework="tensorflow")]
+    design = cal._design(rows, catalog)
+    layout = cal._Layout(design.accelerators, design.generations, design.stacks)
+    vector = cal._predict(design, layout, layout.from_params(params))
+    assert list(vector) == pytest.approx(cal.predict_rows(params, rows, catalog), rel=1e-6)
+    assert vector[0] > 1.1 * vector[1]  # fused and faster than the reference
+
+
+def test_no_shared_tensorflow_efficiency_and_no_stack_term_on_a_bound():
+    layout = cal._Layout(["V100"], ["volta"], ["seed-malta-keras", "lambda-tf-cnn-benchmarks"])
+    # TensorFlow rows are carried by their stacks' factors; a TF-wide multiplier fought them
+    assert "tf_eff" not in layout.index
+    assert layout.to_params(layout.prior).tensorflow_efficiency == 1.0
+    packaged = dm.load_params()
+    for name, values, (low, high) in (("stack_factors", packaged.stack_factors, cal.STACK_FACTOR_BOUNDS),
+                                      ("stack_fusion", packaged.stack_fusion, cal.STACK_FUSION_BOUNDS)):
+        for stack, value in values.items():
+            assert low * 1.02 < value < high / 1.02, (name, stack, value)

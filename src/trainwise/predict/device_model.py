@@ -34,8 +34,11 @@ the backward pass as DDP does (at most `ddp_overlap` of the backward hides commu
 
 Software stack: the whole iteration is divided by a per-stack throughput factor
 (`stack_factors[stack]`, fitted per publisher family of the calibration data; stock PyTorch eager,
-`REFERENCE_STACK`, is 1 by definition). Predictions are made at the reference stack unless a stack is
-named: the same model on the same GPU is published up to 1.56x apart by different software stacks.
+`REFERENCE_STACK`, is 1 by definition), and the memory-bound time of the fusable operators
+(`FUSABLE_CATEGORIES`) by a per-stack fusion factor (`stack_fusion[stack]`: a stack with fused layer
+norms, bias+activation kernels and multi-tensor optimizers moves fewer bytes than the eager trace).
+Predictions are made at the reference stack unless a stack is named: the same model on the same GPU is
+published up to 1.56x apart by different software stacks.
 
 The efficiencies e_compute/e_memory, the per-accelerator and per-generation multipliers and the
 overhead constants are fitted on published measurements (`calibration.py`,
@@ -98,9 +101,11 @@ class DeviceModelParams(BaseModel):
                                     description="efficiency falls as (peak / 100 TFLOP/s)^-alpha: the larger the peak, "
                                                 "the harder a category's kernels fill it")
     g_grouped: float = Field(default=0.5, description="efficiency multiplier of grouped (not depthwise) convolutions")
-    nchw_penalty: float = Field(default=0.5, description="layout-transpose passes per byte of a 16-bit NCHW convolution")
+    nchw_penalty: float = Field(default=1.0, description="layout-transpose passes per byte of a 16-bit NCHW convolution "
+                                "(prior 1: cuDNN transposes each activation in and out, one read + one write per byte)")
     tensorflow_efficiency: float = Field(default=1.0, description="efficiency multiplier for Keras/TensorFlow "
-                                         "measurements (the seeds' rows); PyTorch predictions use 1")
+                                         "measurements; not fitted (1): TensorFlow rows belong to TensorFlow "
+                                         "stacks, whose stack_factors/stack_fusion carry it")
     t_step_tpu_s: float = Field(default=0.02, description="per-step host<->TPU cost (infeed, outfeed, dispatch)")
     link_efficiency: float = Field(default=1.0, description="achieved fraction of the all-reduce link bandwidth")
     t_allreduce_s: float = Field(default=1e-3, description="fixed cost of a data-parallel step's gradient synchronisation")
@@ -110,6 +115,10 @@ class DeviceModelParams(BaseModel):
         "throughput multiplier per software stack (source family) of the calibration data; the reference stack, "
         f"{REFERENCE_STACK!r} (stock PyTorch eager, Lambda's benchmarks), is 1 by definition and so is any stack not "
         "listed: a user's own profile is predicted at the reference stack unless told otherwise"))
+    stack_fusion: dict[str, float] = Field(default_factory=dict, description=(
+        "per software stack: how much faster it runs the fusable memory-bound operators (FUSABLE_CATEGORIES: "
+        "fused layer norm, bias+activation, multi-tensor optimizers) than the eager trace; 1 for the reference "
+        "and any stack not listed"))
     bands: dict[str, Any] = Field(default_factory=dict, description="expected |relative error| by accelerator/generation/kind")
     fitted_on: dict[str, Any] = Field(default_factory=dict)
 
@@ -276,6 +285,9 @@ _CLASS_INDEX = {c: i for i, c in enumerate(COMPUTE_CLASSES)}
 _CAT_INDEX = {c: i for i, c in enumerate(COMPUTE_CATEGORIES)}
 _MEM_INDEX = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
 _FUSED_ON_TPU = ("elementwise", "normalisation", "copy", "reduction")
+# memory-bound categories a software stack can fuse (depthwise convolutions and embeddings are
+# kernels of their own, not chains of eager elementwise launches)
+FUSABLE_CATEGORIES = ("elementwise", "normalisation", "copy", "reduction", "optimizer")
 
 
 @dataclass
@@ -297,6 +309,7 @@ class OpFeatures:
     conv: Any           # 1 for convolution records
     grouped: Any        # 1 for grouped (groups > 1) convolutions
     nchw_bytes: Any     # bytes of 16-bit tensor-core convolutions in NCHW layout (transposed by cuDNN)
+    fusable: Any        # 1 for memory-bound records a software stack can fuse (FUSABLE_CATEGORIES)
     category: list[str]
     bandwidth: float
     launch: float       # 1 = pays t_launch per kernel, 0 = TPU
@@ -322,6 +335,7 @@ def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpF
     conv = np.zeros(n)
     grouped = np.zeros(n)
     nchw = np.zeros(n)
+    fusable = np.zeros(n)
     nchw_layout = getattr(char, "memory_format", "nchw") == "nchw" and not peaks.is_tpu
     cats = []
     for i, r in enumerate(char.records):
@@ -345,9 +359,10 @@ def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpF
         else:
             midx[i] = _MEM_INDEX.get(r.category, _MEM_INDEX["other"])
             fusion[i] = 1.0 if (peaks.is_tpu and r.category in _FUSED_ON_TPU) else 0.0
+            fusable[i] = 1.0 if r.category in FUSABLE_CATEGORIES else 0.0
     return OpFeatures(count=count, flops=flops, bytes=nbytes, compute_index=cidx, memory_index=midx, peak=peak,
                       fusion=fusion, backward=backward, conv=conv, grouped=grouped,
-                      nchw_bytes=nchw, category=cats, bandwidth=peaks.bandwidth,
+                      nchw_bytes=nchw, fusable=fusable, category=cats, bandwidth=peaks.bandwidth,
                       launch=0.0 if peaks.is_tpu else 1.0, kernels=int(count.sum()), accelerator=acc.name,
                       generation=generation_of(acc), is_tpu=peaks.is_tpu)
 
@@ -362,8 +377,8 @@ def param_arrays(params: DeviceModelParams) -> tuple[Any, Any]:
 
 
 def time_of(f: OpFeatures, ec: Any, em: Any, g_acc: float, g_mem: float, t_launch: float, tpu_fusion: float,
-            g_grouped: float = 1.0, nchw_penalty: float = 0.0, alpha: Sequence[float] | None = None
-            ) -> tuple[Any, Any]:
+            g_grouped: float = 1.0, nchw_penalty: float = 0.0, alpha: Sequence[float] | None = None,
+            stack_fusion: float = 1.0) -> tuple[Any, Any]:
     """Per-record seconds (count included) and whether each record is compute-bound."""
     import numpy as np
 
@@ -375,13 +390,15 @@ def time_of(f: OpFeatures, ec: Any, em: Any, g_acc: float, g_mem: float, t_launc
         e_c = e_c * np.where(is_compute, (f.peak / PEAK_REF) ** (-np.asarray(alpha)[cat_of]), 1.0)
     t_c = np.where(is_compute, f.flops / (f.peak * e_c), 0.0)
     fuse = np.where(f.fusion > 0, tpu_fusion, 1.0)
+    fuse = fuse / np.where(f.fusable > 0, stack_fusion, 1.0)
     t_m = fuse * f.bytes / (f.bandwidth * em[f.memory_index] * g_mem)
     t = np.maximum(t_c, t_m) + nchw_penalty * f.nchw_bytes / (f.bandwidth * em[_MEM_INDEX["copy"]] * g_mem)
     return f.count * (t + t_launch * f.launch), is_compute & (t_c >= t_m)
 
 
 def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelParams, precision: str,
-                 framework: str = "pytorch") -> tuple[float, dict[str, float], float, float, int]:
+                 framework: str = "pytorch", stack: str | None = None
+                 ) -> tuple[float, dict[str, float], float, float, int]:
     """(device seconds, per-category seconds, compute-bound seconds, backward seconds, kernels)."""
     f = op_features(char, acc, precision)
     ec, em = param_arrays(params)
@@ -389,7 +406,8 @@ def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelPa
     g_acc = params.g_compute.get(acc.name, 1.0) * params.g_generation.get(f.generation, 1.0) * g_fw
     g_mem = params.g_memory.get(f.generation, 1.0) * g_fw
     per, bound = time_of(f, ec, em, g_acc, g_mem, params.t_launch_s, params.tpu_fusion, params.g_grouped,
-                         params.nchw_penalty, [params.alpha[c] for c in COMPUTE_CATEGORIES])
+                         params.nchw_penalty, [params.alpha[c] for c in COMPUTE_CATEGORIES],
+                         params.stack_fusion.get(stack, 1.0) if stack else 1.0)
     by_cat: dict[str, float] = {}
     for cat, t in zip(f.category, per):
         by_cat[cat] = by_cat.get(cat, 0.0) + float(t)
@@ -446,7 +464,7 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
         raise TrainwiseError(f"the characterisation was traced at {characterisation.precision}; "
                              f"re-characterise at {prec} (AMP changes the operators' dtypes)")
     device_s, by_cat, compute_s, backward_s, kernels = _device_time(characterisation, accelerator, params, prec,
-                                                                    framework.lower())
+                                                                    framework.lower(), stack)
     is_tpu = getattr(accelerator, "kind", "") == "tpu"
     host_s = 0.0 if is_tpu else kernels * params.t_host_op_s
     step = params.t_step_s + (params.t_step_tensorflow_s if framework.lower() in ("tensorflow", "keras", "tf") else 0.0)
