@@ -172,3 +172,20 @@ def test_allocator_settings_are_applied_recorded_and_can_be_turned_off(monkeypat
     assert allocator.recorded_settings(env)["MALLOC_TRIM_THRESHOLD_"] == "1048576"
     assert "MALLOC_TRIM_THRESHOLD_=1048576" in allocator.describe(allocator.recorded_settings(env))
     assert allocator.describe({}) == "glibc malloc defaults"
+
+
+def test_stability_verdict_waits_for_the_minimum_sampling_time():
+    # Millisecond iterations are "stable" after a handful; the verdict must still wait min_profile_seconds.
+    command = script("mlp_train.py", "--epochs", "3", "--train-samples", "160000")
+    quick = run_profile(command, ProfileOptions(min_iterations=10, min_profile_seconds=0.0, validation_batches=0,
+                                                epoch2_iterations=0, characterise=False, target_relative_ci=0.5),
+                        quiet=True)
+    waited = run_profile(command, ProfileOptions(min_iterations=10, min_profile_seconds=1.5, validation_batches=0,
+                                                 epoch2_iterations=0, characterise=False, target_relative_ci=0.5),
+                         quiet=True)
+    def sampled_s(profile):
+        return profile.iterations[-1].start_s + profile.iterations[-1].wall_s - profile.iterations[0].start_s
+    assert sampled_s(waited) >= 1.5 > sampled_s(quick)
+    assert len(waited.iterations) > len(quick.iterations)
+    with pytest.raises(TrainwiseError, match="--min-seconds"):
+        ProfileOptions(min_profile_seconds=-1).validate()

@@ -63,7 +63,8 @@ def profile(
     ctx: typer.Context,
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write")] = Path("trainwise-profile.json"),
     iterations: Annotated[int, typer.Option("--iterations", "-k", help="Minimum epoch-1 iterations before the stability test may stop sampling")] = 20,
-    max_iterations: Annotated[int, typer.Option(help="Stop sampling epoch 1 after this many iterations even if not stable")] = 400,
+    max_iterations: Annotated[int, typer.Option(help="Stop sampling epoch 1 after this many iterations even if not stable")] = 5000,
+    min_seconds: Annotated[float, typer.Option(help="Sample at least this many seconds of iterations before the stability test may stop (the cost budget may stop sooner)")] = 3.0,
     max_seconds: Annotated[float, typer.Option(help="Stop sampling epoch 1 after this many seconds of iterations")] = 60.0,
     val_batches: Annotated[int, typer.Option(help="Validation batches to time (0: stop before validation)")] = 10,
     epoch2_iterations: Annotated[int, typer.Option(help="Iterations of epoch 2 to time (epoch-start cost)")] = 5,
@@ -84,7 +85,8 @@ def profile(
     if _passthrough is None or ctx.args:
         raise TrainwiseError("missing `--` before the training command: use `trainwise profile [OPTIONS] -- python train.py ARGS`")
     options = ProfileOptions(mode="full" if full else "sampled", min_iterations=iterations, max_iterations=max_iterations,
-                             max_profile_seconds=max_seconds, validation_batches=val_batches,
+                             max_profile_seconds=max_seconds, min_profile_seconds=min_seconds,
+                             validation_batches=val_batches,
                              epoch2_iterations=epoch2_iterations, target_relative_ci=target_ci, timeout_s=timeout,
                              epochs_hint=epochs, budget_fraction=budget, characterise=characterise,
                              tune_allocator=tune_allocator)

@@ -184,6 +184,7 @@ class Recorder:
         self.min_iterations = int(config.get("min_iterations", 20))
         self.max_iterations = int(config.get("max_iterations", 500))
         self.max_seconds = float(config.get("max_profile_seconds", 120.0))
+        self.min_seconds = float(config.get("min_profile_seconds", 0.0))
         self.target_relative_ci = float(config.get("target_relative_ci", 0.02))
         self.max_relative_drift = float(config.get("max_relative_drift", 0.05))
         self.validation_batches = int(config.get("validation_batches", 10))
@@ -594,7 +595,7 @@ class Recorder:
         verdict = stats.stability(times, target_relative_ci=self.target_relative_ci,
                                   max_relative_drift=self.max_relative_drift)
         reason = None
-        if verdict.stable and n >= self.min_iterations:
+        if verdict.stable and n >= self.min_iterations and elapsed >= self.min_seconds:
             reason = "stable"
         elif n >= self.max_iterations:
             reason = "max_iterations"

@@ -27,14 +27,21 @@ PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 # CPU workloads still moves by more than the noise floor; above it the profile costs more without
 # getting closer to the full run's mean. The stopping rule adds iterations while the estimate drifts.
 DEFAULT_MIN_ITERATIONS = 20
+DEFAULT_MIN_PROFILE_SECONDS = 3.0
+DEFAULT_MAX_ITERATIONS = 5000
 
 
 @dataclass(frozen=True)
 class ProfileOptions:
     mode: Literal["sampled", "full"] = "sampled"
     min_iterations: int = DEFAULT_MIN_ITERATIONS
-    max_iterations: int = 400
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
     max_profile_seconds: float = 60.0
+    # The stability verdict counts only after this much sampling: this host's step time switches
+    # between levels over fractions of a second to seconds (a Keras MLP step measured 3.7 ms in one
+    # 100-step window and 6.7 ms in the next), so 20 iterations of a few milliseconds see one
+    # level. The cost budget (--epochs/--budget) still stops sampling sooner.
+    min_profile_seconds: float = DEFAULT_MIN_PROFILE_SECONDS
     target_relative_ci: float = 0.02
     max_relative_drift: float = 0.05
     validation_batches: int = 10
@@ -63,6 +70,8 @@ class ProfileOptions:
             raise TrainwiseError(f"--epochs must be a positive whole number (got {self.epochs_hint})")
         if not 0 < self.budget_fraction <= 1:
             raise TrainwiseError(f"--budget must be a fraction in (0, 1] (got {self.budget_fraction})")
+        if self.min_profile_seconds < 0:
+            raise TrainwiseError(f"--min-seconds must be ≥ 0 (got {self.min_profile_seconds})")
         if self.max_profile_seconds <= 0:
             raise TrainwiseError(f"--max-seconds must be positive (got {self.max_profile_seconds})")
 
