@@ -367,11 +367,14 @@ def main() -> int:
         # in two sessions), which would move the old runs' predictions without any new measurement.
         stored_links = stored.get("links")
         if args.rerun_invalid:
-            for run in [r for r in runs if r["workers"] > 1 and not measure(r)["valid"]]:
+            for run in [r for r in runs if r["workers"] > 1]:
+                reasons = measure(run)["invalid_reasons"]  # measured once: it re-derives from all records
+                if not reasons:
+                    continue
                 runs.remove(run)
                 notes.append(f"{run['name']}: measured again; the first run (launched "
                              f"{time.strftime('%H:%M', time.gmtime(run['result']['launch_wall_s']))} UTC, "
-                             f"{run['window_s']:g} s window) was invalid: {'; '.join(measure(run)['invalid_reasons'])}")
+                             f"{run['window_s']:g} s window) was invalid: {'; '.join(reasons)}")
         done = {r["name"] for r in runs}
         plan = [p for p in plan if p[0] not in done]
     links = {"loopback": probe_loopback()}
