@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     all_rows = cal.load_measurements(cal.CALIBRATION_CSV, catalog)
     rows, excluded = cal.plausible_rows(all_rows, catalog)
     ratios = cal.load_ratios()
-    console.print(f"calibration rows {len(all_rows)} ({len(excluded)} excluded as > 100 % of peak), ratio rows {len(ratios)}")
+    console.print(f"calibration rows {len(all_rows)} ({len(excluded)} excluded: > 100 % of peak or superlinear scaling), ratio rows {len(ratios)}")
 
     loo_model = cal.loo(rows, ratios, "model", catalog)
     loo_no_stack = cal.loo(rows, ratios, "model", catalog, stacks=False)
@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     within_band = []
     for m, e in zip(rows, loo_model.errors):
         band = dm.predict_iteration(cal.characterise_row(m), catalog.accelerator(m.accelerator), m.count, m.precision,
-                                    params=params, framework=m.framework, stack=cal.stack_of(m)).relative_error
+                                    params=params, framework=m.framework, stack=cal.stack_of(m),
+                                    link=m.link).relative_error
         within_band.append(abs((1 + e) - 1) <= band)
 
     summary = {

@@ -74,7 +74,12 @@ def test_fit_learns_a_publishers_factor_from_its_other_models(catalog):
         rows.append(_row(model, acc, truth * 1.4, "lab-b:x", stack="lab-b"))
     res = cal.fit(rows, (), catalog)
     assert set(res.params.stack_factors) == {"lab-b"}
-    assert res.params.stack_factors["lab-b"] == pytest.approx(1.4, rel=0.08)
+    # the 1.4x is carried by the throughput factor and the fusion factor together (with a wide fusion
+    # prior the split between them is not identified by uniform data); what matters is the prediction
+    assert res.params.stack_factors["lab-b"] > 1.1
+    fitted = cal.predict_rows(res.params, rows, catalog)
+    for i in range(0, len(rows), 2):
+        assert fitted[i + 1] / fitted[i] == pytest.approx(1.4, rel=0.08)
     # leave-one-model-out: the held-out model's lab-b rows are predicted with the factor learnt from
     # lab-b's other models, so they come out ~1.4x the held-out reference rows
     loo = cal.loo(rows, (), "model", catalog)

@@ -173,7 +173,7 @@ def test_packaged_params_and_calibration_consistency(catalog):
             cal.Measurement(model="seismic_fcn", accelerator="K80", count=1, per_device_batch=128, precision="fp32",
                             samples_per_s=1000, source="test", framework="tensorflow")]
     design = cal._design(rows, catalog)
-    layout = cal._Layout(design.accelerators, design.generations)
+    layout = cal._Layout(design.accelerators, design.generations, twin_names=design.twin_names)
     vector = cal._predict(design, layout, layout.from_params(params))
     direct = cal.predict_rows(params, rows, catalog)
     assert list(vector) == pytest.approx(direct, rel=1e-6)
@@ -248,3 +248,51 @@ def test_packaged_datasets_parse_and_cite_sources(catalog):
     assert any(r.count > 1 for r in cal.load_measurements(cal.VALIDATION_CSV, catalog))
     ratios = cal.load_ratios()
     assert any(r.accelerator.startswith("TPU") for r in ratios)
+
+
+def test_links_no_nvlink_is_not_nvlink_and_host_path_is_pcie(catalog):
+    # "PCIe Gen3 x16 (low-profile); no NVLink" once read as NVLink (130 GB/s for a T4)
+    assert dm.link_bandwidth_gbs(catalog.accelerator("T4")) == 10.0
+    assert dm.link_bandwidth_gbs(catalog.accelerator("A10")) == 20.0
+    v100 = catalog.accelerator("V100")
+    assert dm.link_bandwidth_gbs(v100) == 130.0
+    # NCCL_P2P_DISABLE=1: through host memory over the V100's PCIe Gen3, whatever NVLink it has
+    assert dm.link_bandwidth_gbs(v100, "host") == dm.link_bandwidth_gbs(v100, "pcie") == 10.0
+    with pytest.raises(TrainwiseError, match="unknown link"):
+        dm.link_bandwidth_gbs(v100, "infiniband")
+    char = characterise_named("hf:bert-base-uncased", 16, "fp32", seq_len=128)
+    fast = dm.predict_iteration(char, v100, count=8)
+    slow = dm.predict_iteration(char, v100, count=8, link="host")
+    assert slow.communication_s > fast.communication_s and slow.iteration_s > fast.iteration_s
+    with pytest.raises(ValueError, match="link"):
+        cal.Measurement(model="resnet50", accelerator="V100", count=2, per_device_batch=8, precision="fp32",
+                        samples_per_s=1, source="x", link="carrier-pigeon")
+
+
+def test_compute_twins_share_the_fitted_multiplier(catalog):
+    v16, v32, a100 = (catalog.accelerator(n) for n in ("V100", "V100-32GB", "A100"))
+    assert dm.compute_twin_key(v16) == dm.compute_twin_key(v32) != dm.compute_twin_key(a100)
+    params = dm.DeviceModelParams(g_compute={"V100": 0.9}, g_compute_twin={dm.compute_twin_key(v16): 0.9})
+    assert dm.compute_multiplier(params, v32) == 0.9  # V100-32GB has no entry of its own: its twin's
+    assert dm.compute_multiplier(params, a100) == 1.0
+    rows = [cal.Measurement(model="mnist_cnn", accelerator=n, count=1, per_device_batch=64, precision="fp32",
+                            samples_per_s=1000, source="t") for n in ("V100", "V100-32GB")]
+    design = cal._design(rows, catalog)
+    assert len(design.accelerators) == 1 and sorted(design.twin_names[design.accelerators[0]]) == ["V100", "V100-32GB"]
+
+
+def test_superlinear_multi_device_rows_are_excluded_and_ties_are_right_picks(catalog):
+    def row(acc, count, sps, source="pub:x"):
+        return cal.Measurement(model="resnet50", accelerator=acc, count=count, per_device_batch=64, precision="fp32",
+                               samples_per_s=sps, source=source)
+
+    rows = [row("V100", 1, 300), row("V100", 8, 2200), row("V100", 8, 3000), row("V100", 8, 3000, "other:y")]
+    kept, dropped = cal.plausible_rows(rows, catalog)
+    assert [m.samples_per_s for m in kept] == [300, 2200, 3000]  # another publisher's 8-GPU row has no 1-GPU row
+    assert len(dropped) == 1 and dropped[0]["reason"].startswith("superlinear") and dropped[0]["scaling_efficiency"] == 1.25
+    # two accelerators published at the same throughput: either pick is right
+    tie = [row("V100", 1, 300), row("A100", 1, 300)]
+    for predicted in ([310.0, 290.0], [290.0, 310.0]):
+        assert cal.best_choice(tie, predicted, catalog)["groups"][0]["fastest_correct"]
+    assert not cal.best_choice([row("V100", 1, 300), row("A100", 1, 600)], [310.0, 290.0], catalog)["groups"][0][
+        "fastest_correct"]

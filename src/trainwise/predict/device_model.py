@@ -91,6 +91,10 @@ class DeviceModelParams(BaseModel):
         "elementwise": 0.7, "reduction": 0.5, "normalisation": 0.5, "embedding": 0.3, "optimizer": 0.7,
         "copy": 0.6, "other": 0.5, "depthwise": 0.3})
     g_compute: dict[str, float] = Field(default_factory=dict, description="per accelerator (canonical name), default 1")
+    g_compute_twin: dict[str, float] = Field(default_factory=dict, description=(
+        "per compute twin (`compute_twin_key`: same die, peaks and power limit, e.g. V100 16/32 GB, A100 40/80 GB, "
+        "RTX 6000/8000): the fit shares one compute multiplier between twins, and an accelerator without its own "
+        "entry in g_compute takes its twin's"))
     g_generation: dict[str, float] = Field(default_factory=dict, description="compute multiplier per generation, default 1")
     g_memory: dict[str, float] = Field(default_factory=dict, description="memory-efficiency multiplier per generation")
     t_launch_s: float = 4e-6
@@ -110,6 +114,9 @@ class DeviceModelParams(BaseModel):
     link_efficiency: float = Field(default=1.0, description="achieved fraction of the all-reduce link bandwidth")
     t_allreduce_s: float = Field(default=1e-3, description="fixed cost of a data-parallel step's gradient synchronisation")
     ddp_overlap: float = 0.7
+    ddp_overlap_host: float = Field(default=0.7, description=(
+        "`ddp_overlap` when gradients go through host memory (link 'host': peer-to-peer disabled); fitted on "
+        "Lambda's multi-GPU rows, which all ran with NCCL_P2P_DISABLE=1"))
     tpu_fusion: float = 0.5
     stack_factors: dict[str, float] = Field(default_factory=dict, description=(
         "throughput multiplier per software stack (source family) of the calibration data; the reference stack, "
@@ -161,17 +168,16 @@ def generation_of(acc: Any) -> str:
     return "unknown"
 
 
-def link_bandwidth_gbs(acc: Any) -> float:
-    """Effective per-device all-reduce bandwidth (GB/s) between devices of one machine."""
-    text = (getattr(acc, "interconnect", None) or "").lower()
-    name = getattr(acc, "name", "").lower()
-    gen = generation_of(acc)
-    if gen.startswith("tpu"):
-        return {"tpu_v2": 60.0, "tpu_v3": 80.0, "tpu_v4": 120.0, "tpu_v5": 180.0, "tpu_v6": 300.0}.get(gen, 80.0)
-    if "nvlink" in text and "pcie" not in name and "bridge" not in text:
-        m = re.search(r"nvlink (\d)", text)
-        version = int(m.group(1)) if m else 2
-        return {1: 60.0, 2: 130.0, 3: 230.0, 4: 360.0, 5: 700.0}.get(version, 130.0)
+# How gradients travel between the devices of one machine (`link`): "auto" uses the fastest path the
+# accelerator has (NVLink where present, else peer-to-peer over PCIe); "nvlink" and "pcie" force one;
+# "host" is the path NCCL takes with peer-to-peer disabled (NCCL_P2P_DISABLE=1, as every Lambda PyTorch
+# benchmark exports, or GPUs without P2P): each byte goes device -> host memory -> device over PCIe,
+# whatever NVLink the machine has, and it hides behind the backward pass less (`ddp_overlap_host`).
+LINKS = ("auto", "nvlink", "pcie", "host")
+
+
+def _pcie_bandwidth_gbs(text: str, acc: Any) -> float:
+    """Effective per-device all-reduce GB/s over PCIe (through host memory), by PCIe generation."""
     if "gen5" in text:
         return 40.0
     if "gen4" in text:
@@ -179,6 +185,45 @@ def link_bandwidth_gbs(acc: Any) -> float:
     if getattr(acc, "granularity", "") == "per_die":
         return 6.0  # two dies share one Gen3 slot
     return 10.0
+
+
+def compute_twin_key(acc: Any) -> str:
+    """Accelerators with one key have the same silicon at the same clocks and power limit (they differ
+    in memory only, which the model prices separately), so they share one fitted compute multiplier:
+    a per-accelerator multiplier would otherwise absorb which publisher happened to measure which twin."""
+    fields = ("kind", "granularity", "architecture", "fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "tdp_w")
+    return "|".join(str(getattr(acc, f, None)) for f in fields)
+
+
+def compute_multiplier(params: "DeviceModelParams", acc: Any) -> float:
+    """The fitted per-accelerator compute multiplier: its own, else its compute twin's, else 1."""
+    if acc.name in params.g_compute:
+        return params.g_compute[acc.name]
+    return params.g_compute_twin.get(compute_twin_key(acc), 1.0)
+
+
+def link_bandwidth_gbs(acc: Any, link: str | None = None) -> float:
+    """Effective per-device all-reduce bandwidth (GB/s) between devices of one machine.
+
+    `link`: None/"auto" (NVLink where the accelerator has it, else PCIe), "nvlink", "pcie", or "host"
+    (peer-to-peer disabled: through host memory over PCIe; see LINKS)."""
+    link = (link or "auto").lower()
+    if link not in LINKS:
+        raise TrainwiseError(f"unknown link {link!r}: use one of {', '.join(LINKS)}")
+    text = (getattr(acc, "interconnect", None) or "").lower()
+    name = getattr(acc, "name", "").lower()
+    gen = generation_of(acc)
+    if gen.startswith("tpu"):
+        return {"tpu_v2": 60.0, "tpu_v3": 80.0, "tpu_v4": 120.0, "tpu_v5": 180.0, "tpu_v6": 300.0}.get(gen, 80.0)
+    if link in ("pcie", "host"):
+        return _pcie_bandwidth_gbs(text, acc)
+    # "no NVLink" (T4, A10, L4 ...) must not read as NVLink; a 2-way bridge joins pairs only
+    has_nvlink = "nvlink" in text and "no nvlink" not in text and "pcie" not in name and "bridge" not in text
+    if has_nvlink:
+        m = re.search(r"nvlink (\d)", text)
+        version = int(m.group(1)) if m else 2
+        return {1: 60.0, 2: 130.0, 3: 230.0, 4: 360.0, 5: 700.0}.get(version, 130.0)
+    return _pcie_bandwidth_gbs(text, acc)
 
 
 @dataclass(frozen=True)
@@ -403,7 +448,7 @@ def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelPa
     f = op_features(char, acc, precision)
     ec, em = param_arrays(params)
     g_fw = params.tensorflow_efficiency if framework in ("tensorflow", "keras", "tf") else 1.0
-    g_acc = params.g_compute.get(acc.name, 1.0) * params.g_generation.get(f.generation, 1.0) * g_fw
+    g_acc = compute_multiplier(params, acc) * params.g_generation.get(f.generation, 1.0) * g_fw
     g_mem = params.g_memory.get(f.generation, 1.0) * g_fw
     per, bound = time_of(f, ec, em, g_acc, g_mem, params.t_launch_s, params.tpu_fusion, params.g_grouped,
                          params.nchw_penalty, [params.alpha[c] for c in COMPUTE_CATEGORIES],
@@ -444,7 +489,8 @@ def _band(params: DeviceModelParams, acc: Any, compute_fraction: float, unsuppor
 def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: Any, count: int = 1,
                       precision: str | None = None, host_overhead_s: float = 0.0, *,
                       params: DeviceModelParams | None = None, framework: str = "pytorch",
-                      gradient_accumulation: int = 1, stack: str | None = None) -> DevicePrediction:
+                      gradient_accumulation: int = 1, stack: str | None = None,
+                      link: str | None = None) -> DevicePrediction:
     """Model one training iteration of `characterisation` on `count` x `accelerator` (data parallel).
 
     `accelerator` is a catalog `Accelerator` (resolve names with `resolve_accelerator`). `precision`
@@ -452,7 +498,8 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
     (dtypes change), but fp32 <-> tf32 only changes the peak used. `host_overhead_s` is per-iteration
     host time that does not overlap the device (e.g. the data wait measured in a profile). `stack`
     names the software stack (a key of `params.stack_factors`, e.g. "nvidia-dle"); None or an unknown
-    stack predicts at the reference stack (stock PyTorch eager).
+    stack predicts at the reference stack (stock PyTorch eager). `link` is how gradients travel between
+    the devices ("auto", "nvlink", "pcie": see `LINKS`).
     """
     params = params or load_params()
     count = int(count)
@@ -474,9 +521,10 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
     compute_time = _smooth_max(device_s, host_s)
     comm_exposed = 0.0
     if count > 1:
-        link = link_bandwidth_gbs(accelerator) * 1e9 * params.link_efficiency
-        ring = 2.0 * (count - 1) / count * characterisation.gradient_bytes / link + params.t_allreduce_s
-        comm_exposed = max(ring - params.ddp_overlap * backward_s, 0.1 * ring) / max(1, int(gradient_accumulation))
+        link_bps = link_bandwidth_gbs(accelerator, link) * 1e9 * params.link_efficiency
+        ring = 2.0 * (count - 1) / count * characterisation.gradient_bytes / link_bps + params.t_allreduce_s
+        overlap = params.ddp_overlap_host if (link or "").lower() == "host" else params.ddp_overlap
+        comm_exposed = max(ring - overlap * backward_s, 0.1 * ring) / max(1, int(gradient_accumulation))
     iteration = compute_time + comm_exposed + overhead
     if stack:  # a faster (fused) or slower stack scales the whole step
         iteration /= params.stack_factors.get(stack, 1.0)

@@ -76,7 +76,7 @@ def validate_dataset(path: str | Path, *, params: dm.DeviceModelParams | None = 
             raise TrainwiseError(f"dataset {path} line {m.line}: {exc}") from None
         acc = catalog.accelerator(m.accelerator)
         p = dm.predict_iteration(char, acc, m.count, m.precision, params=params, framework=m.framework,
-                                 gradient_accumulation=m.grad_accumulation, stack=cal.stack_of(m))
+                                 gradient_accumulation=m.grad_accumulation, stack=cal.stack_of(m), link=m.link)
         err = (p.samples_per_s - m.samples_per_s) / m.samples_per_s
         # the band is on iteration time: measured / predicted time - 1 = predicted / measured samples/s - 1
         time_err = p.samples_per_s / m.samples_per_s - 1.0
