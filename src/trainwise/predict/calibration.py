@@ -15,7 +15,8 @@ Data (`data/`, every row with its source):
 Columns of a measurements CSV (`validate --dataset`): exactly
 `model,accelerator,count,per_device_batch,precision,samples_per_s,source`, plus optional `seq_len`,
 `image_size`, `task` (hf: heads mlm/clm/qa/cls), `optimizer`, `framework` (pytorch | tensorflow),
-`stack` (software-stack family, see below; default from `source`), `notes` and any other column (ignored).
+`stack` (software-stack family, see below; default from `source`), `link` (multi-GPU: how gradients
+travelled, `dm.LINKS`; `host` for NCCL_P2P_DISABLE=1 runs), `notes` and any other column (ignored).
 
 The fit (`fit`) minimises squared log errors of samples/s (relative errors, symmetric in
 over/under-prediction), plus Gaussian priors that keep every constant near a physically sensible

@@ -30,7 +30,9 @@ kernel from Python (`t_host_op` per kernel), so a small model is CPU-bound whate
 
 Data parallel over `count` devices (per-device batch fixed): the gradients (fp32, see
 `gradient_bytes`) are all-reduced with a ring, 2(n-1)/n x bytes / link bandwidth, overlapped with
-the backward pass as DDP does (at most `ddp_overlap` of the backward hides communication).
+the backward pass as DDP does (at most `ddp_overlap` of the backward hides communication). The link
+is NVLink where the accelerator has it, else PCIe peer-to-peer; `link="host"` (NCCL_P2P_DISABLE=1)
+goes through host memory over PCIe and hides less (`ddp_overlap_host`, fitted on such rows).
 
 Software stack: the whole iteration is divided by a per-stack throughput factor
 (`stack_factors[stack]`, fitted per publisher family of the calibration data; stock PyTorch eager,
