@@ -171,7 +171,9 @@ def test_packaged_params_and_calibration_consistency(catalog):
             cal.Measurement(model="resnet50", accelerator="A100", count=2, per_device_batch=64, precision="amp_fp16",
                             samples_per_s=1000, source="test", memory_format="nhwc"),
             cal.Measurement(model="seismic_fcn", accelerator="K80", count=1, per_device_batch=128, precision="fp32",
-                            samples_per_s=1000, source="test", framework="tensorflow")]
+                            samples_per_s=1000, source="test", framework="tensorflow"),
+            cal.Measurement(model="resnet50", accelerator="V100", count=8, per_device_batch=64, precision="amp_fp16",
+                            samples_per_s=1000, source="test", link="host")]
     design = cal._design(rows, catalog)
     layout = cal._Layout(design.accelerators, design.generations, twin_names=design.twin_names)
     vector = cal._predict(design, layout, layout.from_params(params))

@@ -402,8 +402,9 @@ class _Layout:
         self._add("link_eff", base.link_efficiency, 0.7, 0.05, 2.0)
         self._add("t_allreduce", base.t_allreduce_s, 1.0, 1e-5, 0.2)
         self._add("ddp_overlap", base.ddp_overlap, 0.4, 0.05, 1.0)
-        # through host memory (peer-to-peer disabled) little is known a priori: a wide, unscaled prior
-        self._add("ddp_overlap_host", base.ddp_overlap_host, 1.0, 0.01, 1.0, scaled=False)
+        # through host memory (peer-to-peer disabled): the fraction of the exchange that hides; little
+        # is known a priori, so a wide, unscaled prior
+        self._add("ddp_overlap_host", base.ddp_overlap_host, 1.0, 0.01, 0.95, scaled=False)
         self.stacks = [s for s in stacks if s != dm.REFERENCE_STACK]
         for s in self.stacks:
             self._add(f"stack:{s}", 1.0, STACK_PRIOR_SIGMA, STACK_FACTOR_BOUNDS[0], STACK_FACTOR_BOUNDS[1], scaled=False)
@@ -507,8 +508,9 @@ def _predict(d: _Design, lay: _Layout, x: Any) -> Any:
     c = r["count"]
     ring = np.where(c > 1, 2 * (c - 1) / c * r["grad_bytes"] / (r["link"] * v[lay.index["link_eff"]])
                     + v[lay.index["t_allreduce"]], 0.0)
-    overlap = np.where(r["host"] > 0, v[lay.index["ddp_overlap_host"]], v[lay.index["ddp_overlap"]])
-    comm = np.where(c > 1, np.maximum(ring - overlap * backward, 0.1 * ring), 0.0) / r["accum"]
+    device_path = np.maximum(ring - v[lay.index["ddp_overlap"]] * backward, 0.1 * ring)
+    host_path = ring * (1.0 - v[lay.index["ddp_overlap_host"]])
+    comm = np.where(c > 1, np.where(r["host"] > 0, host_path, device_path), 0.0) / r["accum"]
     step = v[lay.index["t_step"]] + r["tf"] * v[lay.index["t_step_tf"]] + r["tpu"] * v[lay.index["t_step_tpu"]]
     # [-1]: the reference stack; a stack the layout has no parameter for keeps its prior, 1
     stack_values = np.array([v[lay.index[f"stack:{s}"]] if f"stack:{s}" in lay.index else 1.0 for s in d.stacks] + [1.0])
