@@ -298,3 +298,17 @@ def test_superlinear_multi_device_rows_are_excluded_and_ties_are_right_picks(cat
         assert cal.best_choice(tie, predicted, catalog)["groups"][0]["fastest_correct"]
     assert not cal.best_choice([row("V100", 1, 300), row("A100", 1, 600)], [310.0, 290.0], catalog)["groups"][0][
         "fastest_correct"]
+
+
+def test_device_predict_cli_link_option(capsys):
+    from trainwise.cli import main
+
+    args = ["device", "predict", "resnet50", "--batch", "64", "-a", "V100", "-n", "8", "--json"]
+    assert main(args) == 0
+    auto = json.loads(capsys.readouterr().out)[0]
+    assert main(args + ["--link", "host"]) == 0
+    host = json.loads(capsys.readouterr().out)[0]
+    assert host["communication_s"] > auto["communication_s"] and host["samples_per_s"] < auto["samples_per_s"]
+    assert main(args + ["--link", "carrier-pigeon"]) != 0
+    err = capsys.readouterr().err
+    assert "unknown --link" in err and "host" in err and "Traceback" not in err

@@ -115,6 +115,7 @@ def predict(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the predictions as JSON")] = None,
     accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Predict an iteration on this catalog accelerator instead (device model), e.g. V100")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="With --accelerator: number of accelerators (data parallel)")] = 1,
+    link: Annotated[Optional[str], typer.Option("--link", help="With --accelerator and --count > 1: auto, nvlink, pcie, or host (peer-to-peer disabled: through host memory)")] = None,
 ) -> None:
     """Predict the full training time on the machine each profile was taken on (or, with --accelerator,
     an iteration on another accelerator from the device model)."""
@@ -124,7 +125,7 @@ def predict(
         if count < 1:
             raise TrainwiseError(f"--count must be at least 1 (got {count})")
         for path in profiles:
-            predict_from_profile(path, accelerator, count, console)
+            predict_from_profile(path, accelerator, count, console, link=link)
         return
     from trainwise._io import atomic_write_text
     from trainwise.predict.same_machine import ESTIMATORS, epochs_to_converge, predict_total

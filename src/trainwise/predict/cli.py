@@ -114,6 +114,10 @@ def characterise_command(
         console.print(f"characterisation written to [bold]{output}[/bold]")
 
 
+LINK_HELP = ("With --count > 1: how gradients travel between the devices: auto (NVLink where the accelerator has it, "
+             "else PCIe), nvlink, pcie, or host (peer-to-peer disabled, e.g. NCCL_P2P_DISABLE=1: through host memory)")
+
+
 def render_device_predictions(preds: list[Any], title: str, out: Console | None = None) -> None:
     from rich.table import Table
 
@@ -131,7 +135,7 @@ def render_device_predictions(preds: list[Any], title: str, out: Console | None 
 
 
 def predict_from_profile(profile_path: Path, accelerator: str | None, count: int = 1, out: Console | None = None,
-                         json_out: bool = False) -> list[Any]:
+                         json_out: bool = False, link: str | None = None) -> list[Any]:
     """What `trainwise predict PROFILE --accelerator V100 --count 1` runs (one accelerator, or all)."""
     from trainwise.predict.device_model import host_overhead_from_profile
     from trainwise.predict.offerings import characterisation_of, characterisation_or_none, device_predictions
@@ -139,7 +143,7 @@ def predict_from_profile(profile_path: Path, accelerator: str | None, count: int
 
     profile = load_profile(profile_path)
     char = characterisation_or_none(profile) or characterisation_of(profile)
-    preds = device_predictions(char, accelerator, count, host_overhead_from_profile(profile))
+    preds = device_predictions(char, accelerator, count, host_overhead_from_profile(profile), link=link)
     if json_out:
         typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
     else:
@@ -161,6 +165,7 @@ def predict_command(
     accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Catalog accelerator (any alias); default: all")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="Accelerators (data parallel, per-device batch fixed)")] = 1,
     host_overhead: Annotated[float, typer.Option(help="Per-iteration host seconds not hidden by the device (data wait)")] = 0.0,
+    link: Annotated[Optional[str], typer.Option("--link", help=LINK_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the predictions as JSON")] = False,
 ) -> None:
     """Predict one training iteration of a model (or a profile) on catalog accelerators."""
@@ -173,7 +178,7 @@ def predict_command(
     else:
         raise TrainwiseError("give MODEL and --batch (e.g. `trainwise device predict resnet50 --batch 256 -a V100`) "
                              "or --from a characterisation/profile JSON")
-    preds = device_predictions(char, accelerator, count, host_overhead)
+    preds = device_predictions(char, accelerator, count, host_overhead, link=link)
     if json_out:
         typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
         return

@@ -572,8 +572,9 @@ def resolve_accelerator(name: str, catalog: Any = None) -> Any:
 
 
 def predict_all(characterisation: WorkloadCharacterisation, catalog: Any = None, count: int = 1,
-                host_overhead_s: float = 0.0, params: DeviceModelParams | None = None) -> list[DevicePrediction]:
-    """Predictions for every catalog accelerator the model can handle, fastest first."""
+                host_overhead_s: float = 0.0, params: DeviceModelParams | None = None,
+                link: str | None = None) -> list[DevicePrediction]:
+    """Predictions for every catalog accelerator the model can handle, fastest first (`link`: see LINKS)."""
     if catalog is None:
         from trainwise.catalog import load_catalog
 
@@ -582,7 +583,7 @@ def predict_all(characterisation: WorkloadCharacterisation, catalog: Any = None,
     out = []
     for acc in catalog.accelerators.values():
         try:
-            out.append(predict_iteration(characterisation, acc, count, None, host_overhead_s, params=params))
+            out.append(predict_iteration(characterisation, acc, count, None, host_overhead_s, params=params, link=link))
         except TrainwiseError:
             continue
     return sorted(out, key=lambda p: p.iteration_s)

@@ -51,15 +51,19 @@ def characterisation_or_none(profile: Any) -> WorkloadCharacterisation | None:
 
 def device_predictions(char: WorkloadCharacterisation, accelerator: str | None = None, count: int = 1,
                        host_overhead_s: float = 0.0, catalog: Any = None,
-                       params: dm.DeviceModelParams | None = None) -> list[dm.DevicePrediction]:
+                       params: dm.DeviceModelParams | None = None, link: str | None = None) -> list[dm.DevicePrediction]:
+    """One accelerator's prediction, or every catalog accelerator's (`link`: how gradients travel, dm.LINKS)."""
+    if link is not None and link.lower() not in dm.LINKS:
+        raise TrainwiseError(f"unknown --link {link!r}: use one of {', '.join(dm.LINKS)} "
+                             "(host: peer-to-peer disabled, e.g. NCCL_P2P_DISABLE=1)")
     if catalog is None:
         from trainwise.catalog import load_catalog
 
         catalog = load_catalog()
     if accelerator is not None:
         acc = catalog.accelerator(accelerator)  # unknown names raise with the nearest catalog names
-        return [dm.predict_iteration(char, acc, count, None, host_overhead_s, params=params)]
-    return dm.predict_all(char, catalog, count, host_overhead_s, params)
+        return [dm.predict_iteration(char, acc, count, None, host_overhead_s, params=params, link=link)]
+    return dm.predict_all(char, catalog, count, host_overhead_s, params, link=link)
 
 
 def modelled_offerings(char: WorkloadCharacterisation, catalog: Any = None, *, host_overhead_s: float = 0.0,
