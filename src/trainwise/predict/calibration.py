@@ -143,12 +143,12 @@ class Measurement(BaseModel):
     @field_validator("link")
     @classmethod
     def _link(cls, v: str | None) -> str | None:
-        v = (v or "").strip().lower()
-        if not v:
+        if not (v or "").strip():
             return None
-        if v not in dm.LINKS:
-            raise ValueError(f"must be one of {', '.join(dm.LINKS)}")
-        return v
+        try:
+            return dm.normalise_link(v)
+        except TrainwiseError:
+            raise ValueError(f"must be one of {', '.join(dm.LINKS)}") from None
 
     @field_validator("precision")
     @classmethod
@@ -314,7 +314,7 @@ def _design(rows: Sequence[Measurement], catalog: Any, stacks: bool = True) -> _
     import numpy as np
 
     feats = []
-    accs, gens = [], []
+    accs, gens, keys = [], [], []
     twin_names: dict[str, list[str]] = {}
     for m in rows:
         char = characterise_row(m)
@@ -322,6 +322,7 @@ def _design(rows: Sequence[Measurement], catalog: Any, stacks: bool = True) -> _
         f = dm.op_features(char, acc, m.precision)
         feats.append((m, char, acc, f))
         key = dm.compute_twin_key(acc)
+        keys.append(key)
         if key not in accs:
             accs.append(key)
         if acc.name not in twin_names.setdefault(key, []):
@@ -338,7 +339,7 @@ def _design(rows: Sequence[Measurement], catalog: Any, stacks: bool = True) -> _
     d.arrays["row"] = np.concatenate([np.full(len(f.count), i) for i, (*_, f) in enumerate(feats)])
     d.arrays["bandwidth"] = np.concatenate([np.full(len(f.count), f.bandwidth) for *_, f in feats])
     d.arrays["launch"] = np.concatenate([np.full(len(f.count), f.launch) for *_, f in feats])
-    d.arrays["acc"] = np.concatenate([np.full(len(f.count), accs.index(dm.compute_twin_key(a))) for _, _, a, f in feats])
+    d.arrays["acc"] = np.concatenate([np.full(len(f.count), accs.index(k)) for k, (*_, f) in zip(keys, feats)])
     d.arrays["gen"] = np.concatenate([np.full(len(f.count), gens.index(f.generation)) for *_, f in feats])
     d.per_row = {
         "kernels": np.array([f.kernels for *_, f in feats], dtype=float),

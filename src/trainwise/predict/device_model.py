@@ -181,6 +181,15 @@ def generation_of(acc: Any) -> str:
 LINKS = ("auto", "nvlink", "pcie", "host")
 
 
+def normalise_link(link: str | None, what: str = "link") -> str:
+    """`link` lower-cased, "auto" for None/empty; an unknown one raises naming `what` (e.g. "--link")."""
+    value = (link or "auto").strip().lower()
+    if value not in LINKS:
+        raise TrainwiseError(f"unknown {what} {link!r}: use one of {', '.join(LINKS)} "
+                             "(host: peer-to-peer disabled, e.g. NCCL_P2P_DISABLE=1)")
+    return value
+
+
 def _pcie_bandwidth_gbs(text: str, acc: Any) -> float:
     """Effective per-device all-reduce GB/s over PCIe (through host memory), by PCIe generation."""
     if "gen5" in text:
@@ -212,9 +221,7 @@ def link_bandwidth_gbs(acc: Any, link: str | None = None) -> float:
 
     `link`: None/"auto" (NVLink where the accelerator has it, else PCIe), "nvlink", "pcie", or "host"
     (peer-to-peer disabled: through host memory over PCIe; see LINKS)."""
-    link = (link or "auto").lower()
-    if link not in LINKS:
-        raise TrainwiseError(f"unknown link {link!r}: use one of {', '.join(LINKS)}")
+    link = normalise_link(link)
     text = (getattr(acc, "interconnect", None) or "").lower()
     name = getattr(acc, "name", "").lower()
     gen = generation_of(acc)
@@ -504,9 +511,10 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
     host time that does not overlap the device (e.g. the data wait measured in a profile). `stack`
     names the software stack (a key of `params.stack_factors`, e.g. "nvidia-dle"); None or an unknown
     stack predicts at the reference stack (stock PyTorch eager). `link` is how gradients travel between
-    the devices ("auto", "nvlink", "pcie": see `LINKS`).
+    the devices ("auto", "nvlink", "pcie", "host": see `LINKS`).
     """
     params = params or load_params()
+    link = normalise_link(link)
     count = int(count)
     if count < 1:
         raise TrainwiseError(f"accelerator count must be at least 1 (got {count})")
@@ -528,7 +536,7 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
     if count > 1:
         link_bps = link_bandwidth_gbs(accelerator, link) * 1e9 * params.link_efficiency
         ring = 2.0 * (count - 1) / count * characterisation.gradient_bytes / link_bps + params.t_allreduce_s
-        if (link or "").lower() == "host":
+        if link == "host":
             # staged through host memory: a fitted fraction of the exchange hides, whatever the backward
             exposed = ring * (1.0 - params.ddp_overlap_host)
         else:  # device-to-device: DDP's buckets hide behind up to ddp_overlap of the backward pass
@@ -580,6 +588,7 @@ def predict_all(characterisation: WorkloadCharacterisation, catalog: Any = None,
 
         catalog = load_catalog()
     params = params or load_params()
+    link = normalise_link(link)  # before the loop: its per-accelerator errors are skipped
     out = []
     for acc in catalog.accelerators.values():
         try:

@@ -53,9 +53,7 @@ def device_predictions(char: WorkloadCharacterisation, accelerator: str | None =
                        host_overhead_s: float = 0.0, catalog: Any = None,
                        params: dm.DeviceModelParams | None = None, link: str | None = None) -> list[dm.DevicePrediction]:
     """One accelerator's prediction, or every catalog accelerator's (`link`: how gradients travel, dm.LINKS)."""
-    if link is not None and link.lower() not in dm.LINKS:
-        raise TrainwiseError(f"unknown --link {link!r}: use one of {', '.join(dm.LINKS)} "
-                             "(host: peer-to-peer disabled, e.g. NCCL_P2P_DISABLE=1)")
+    link = dm.normalise_link(link, "--link")
     if catalog is None:
         from trainwise.catalog import load_catalog
 
