@@ -181,3 +181,45 @@ def test_a_forward_needing_real_values_is_traced_on_the_cpu_instead_of_meta():
     assert char is not None and char.trace_device == "cpu"
     assert any("traced on the CPU" in note for note in char.notes)
     assert char.by_category()["matmul"]["flops"] > 0
+
+
+class _InPlaceReshaper(nn.Module):
+    """A forward with in-place operators that keep their argument's metadata (relu_, mul_) and ones
+    that change it (unsqueeze_, squeeze_): only the former may be replayed from the dispatch cache."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x):
+        for _ in range(3):
+            x = self.linear(x).relu_().mul_(0.5)
+            x.unsqueeze_(0)
+            x = x.squeeze_(0)
+        return x
+
+
+@pytest.mark.parametrize("build,inputs,precision", [
+    (lambda: nn.LSTM(32, 64, num_layers=2, batch_first=True), lambda: torch.randn(4, 40, 32), "fp32"),
+    (lambda: nn.GRU(32, 48), lambda: torch.randn(30, 4, 32), "amp_fp16"),
+    (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 3),
+     lambda: torch.randn(2, 16, 64), "amp_bf16"),
+    (_InPlaceReshaper, lambda: torch.randn(8, 16), "fp32"),
+])
+def test_dispatch_cache_replays_exactly_what_a_fresh_trace_records(monkeypatch, build, inputs, precision):
+    import trainwise.predict.characterise as characterise
+
+    traced = {}
+    for cached in (False, True):
+        monkeypatch.setattr(characterise, "DISPATCH_CACHE", cached)
+        torch.manual_seed(0)
+        char = characterise_model(build(), inputs(), optimizer_name="adam", precision=precision, model_name="m",
+                                  loss_fn=lambda out: (out[0] if isinstance(out, tuple) else out).float().mean())
+        data = json.loads(char.model_dump_json())
+        data.pop("trace_seconds")
+        traced[cached] = data
+    assert traced[True]["records"], "nothing was traced"
+    assert traced[True] == traced[False]
+    # A recurrent layer repeats the same operator per step: the records carry those repeats as counts.
+    if isinstance(build(), nn.LSTM):
+        assert max(r["count"] for r in traced[True]["records"]) >= 40

@@ -246,6 +246,8 @@ class Recorder:
         self._shape_hook = None
         self._optimizer_ref: Any = None
         self.characterisation: dict[str, Any] | None = None
+        self._characterise_tried = False
+        self.characterise_s = 0.0
 
     # ---- time -------------------------------------------------------------------------------
     def now(self) -> float:
@@ -395,9 +397,18 @@ class Recorder:
             self._seen_modules.clear()
 
     def _characterise(self) -> None:
-        """Trace one training step of the captured model on the meta device (seconds; after sampling)."""
-        if not self.characterise or self.characterisation is not None:
+        """Trace one training step of the captured model on the meta device: once, after the first
+        iteration of a sampled profile, at the end of a --full run."""
+        if not self.characterise or self._characterise_tried:
             return
+        self._characterise_tried = True
+        started = time.perf_counter()
+        try:
+            self._trace_workload()
+        finally:
+            self.characterise_s = time.perf_counter() - started
+
+    def _trace_workload(self) -> None:
         self._stop_capturing()
         model = self._model_ref() if self._model_ref is not None else None
         if model is None or self._model_inputs is None:
@@ -567,6 +578,13 @@ class Recorder:
         if self.epochs:
             self.epochs[-1]["iterations"] += 1
         self._reset_iteration()
+        if self.sampled and len(self.iterations) == 1:
+            # Trace the workload now rather than at the end: its cost (up to seconds for a large or
+            # recurrent model) is then part of the elapsed time the cost budget sees, so the profile
+            # samples fewer iterations instead of overrunning the budget. Its time is observer time
+            # (below): it is in no iteration. A --full run keeps it for the end, outside the
+            # training time it measures.
+            self._characterise()
         if self.sampled:
             self._check_stop(epoch)
         # The next iteration starts after trainwise's own bookkeeping, which an uninstrumented run
@@ -583,7 +601,9 @@ class Recorder:
                 self._finish("sampled")
             return
         n = len(self.iterations)
-        elapsed = self.now() - self.marks["first_iteration_start"]
+        # Seconds of sampling: the trace done after the first iteration is not sampling time (the cost
+        # budget below still counts it).
+        elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s
         if n < self.min_iterations and elapsed < self.max_seconds:
             return
         # The stability test costs O(n log n): run it on a geometric schedule (about every 5 % more
