@@ -312,3 +312,26 @@ def test_device_predict_cli_link_option(capsys):
     assert main(args + ["--link", "carrier-pigeon"]) != 0
     err = capsys.readouterr().err
     assert "unknown --link" in err and "host" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0, 2.0])
+def test_priors_stay_gaussian_under_the_soft_l1_loss(scale):
+    import numpy as np
+
+    r = np.linspace(-25.0, 25.0, 101)
+    transformed = cal.gaussian_under_soft_l1(r, scale)
+    # least_squares' soft-L1 cost of a residual f: scale**2 * 2 (sqrt(1 + (f/scale)**2) - 1)
+    cost = scale ** 2 * 2.0 * (np.sqrt(1.0 + (transformed / scale) ** 2) - 1.0)
+    assert np.allclose(cost, r ** 2, rtol=1e-9, atol=1e-9)
+    assert np.all(np.sign(transformed) == np.sign(r))
+
+
+def test_channels_last_16_bit_batch_norm_streams_once_nchw_does_not():
+    acc = load_catalog().accelerator("V100")
+    elementwise, normalisation = dm._MEM_INDEX["elementwise"], dm._MEM_INDEX["normalisation"]
+    for layout, expected in (("nhwc", elementwise), ("nchw", normalisation)):
+        char = characterise_named("resnet50", 8, "amp_fp16", image_size=64, memory_format=layout)
+        features = dm.op_features(char, acc, "amp_fp16")
+        bn = [i for i, r in enumerate(char.records) if "batch_norm" in r.op and r.dtype == "float16"]
+        assert bn, "resnet50 under AMP has 16-bit batch-norm records"
+        assert {int(features.memory_index[i]) for i in bn} == {expected}, layout
