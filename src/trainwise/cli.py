@@ -21,7 +21,7 @@ from trainwise.catalog.cli import catalog_app  # noqa: E402 - light: pandas is i
 
 app.add_typer(catalog_app, name="catalog")
 
-from trainwise.predict.cli import device_app, validate_command  # noqa: E402
+from trainwise.predict.cli import LINK_HELP, device_app, validate_command  # noqa: E402
 
 app.add_typer(device_app, name="device")
 app.command("validate")(validate_command)
@@ -115,7 +115,7 @@ def predict(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the predictions as JSON")] = None,
     accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Predict an iteration on this catalog accelerator instead (device model), e.g. V100")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="With --accelerator: number of accelerators (data parallel)")] = 1,
-    link: Annotated[Optional[str], typer.Option("--link", help="With --accelerator and --count > 1: auto, nvlink, pcie, or host (peer-to-peer disabled: through host memory)")] = None,
+    link: Annotated[Optional[str], typer.Option("--link", help=LINK_HELP)] = None,
 ) -> None:
     """Predict the full training time on the machine each profile was taken on (or, with --accelerator,
     an iteration on another accelerator from the device model)."""

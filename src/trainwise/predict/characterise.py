@@ -477,7 +477,8 @@ def _make_mode(tracer: _Tracer):
                 out_spec, added = hit
                 self._replay(added)
                 return args[0] if kind == "inplace" else rebuild(out_spec)
-            before = (key[1][1][0], args[0].storage_offset()) if kind == "inplace" and key is not None else None
+            # An in-place operator's argument, before the call (to check it kept its metadata).
+            before = (describe(args[0]), args[0].storage_offset()) if kind == "inplace" and key is not None else None
             out = func(*args, **kwargs)
             added: list[tuple] = []
             try:
