@@ -154,6 +154,7 @@ def main() -> None:
             "iterations_per_epoch": profile.dataset.iterations_per_epoch,
             "batches_per_iteration": profile.dataset.batches_per_iteration,
             "profiled_iterations": len(profile.iterations), "profile_stop": profile.stop_reason,
+            "profile_sampling_stopped_by": profile.steady_state.sampling_stopped_by,
             "profile_validation_batches_timed": sum(v.batches_timed for v in profile.validations),
             "profile_wall_s": profile.process_wall_s, "full_run_wall_s": full.process_wall_s,
             "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,

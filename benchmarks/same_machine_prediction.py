@@ -130,6 +130,7 @@ def measure(config: tuple, target_s: float) -> tuple[dict, list[str], Profile]:
         "train_samples": train_samples, "val_samples": val_samples,
         "iterations_per_epoch": profile.dataset.iterations_per_epoch,
         "profiled_iterations": len(profile.iterations), "profile_stop": profile.steady_state.stop_reason,
+        "profile_sampling_stopped_by": profile.steady_state.sampling_stopped_by,
         "profile_wall_s": profile.process_wall_s, "full_run_wall_s": full.process_wall_s, "actual_s": actual_s,
         "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,
         "predicted_s": {name: p.total_s for name, p in predictions.items()},

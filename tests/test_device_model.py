@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -335,3 +336,37 @@ def test_channels_last_16_bit_batch_norm_streams_once_nchw_does_not():
         bn = [i for i, r in enumerate(char.records) if "batch_norm" in r.op and r.dtype == "float16"]
         assert bn, "resnet50 under AMP has 16-bit batch-norm records"
         assert {int(features.memory_index[i]) for i in bn} == {expected}, layout
+
+
+def _gemm(m: int, k: int, n: int, nbytes: float | None = None) -> OpRecord:
+    return OpRecord(op="aten.mm.default", category="matmul", phase="forward", count=1, flops=2.0 * m * k * n,
+                    bytes_read=2.0 * (m * k + k * n) if nbytes is None else nbytes,
+                    bytes_written=2.0 * m * n if nbytes is None else 0.0, dtype="float16", shapes=[[m, k], [k, n]])
+
+
+def test_small_operators_run_below_peak_by_wave_quantisation(catalog):
+    a100, tpu = catalog.accelerator("A100"), catalog.accelerator("TPU-v3")  # 108 SMs
+    tile = dm.WAVE_TILE
+    # 108 tiles fill one wave exactly; 109 need a second, almost empty one
+    assert dm.wave_utilisation(_gemm(108 * tile, 64, tile), a100.cores) == pytest.approx(1.0)
+    assert dm.wave_utilisation(_gemm(109 * tile, 64, tile), a100.cores) == pytest.approx(109 / 216)
+    # a short reduction cannot be split: 4 tiles keep 4 of 108 SMs busy
+    assert dm.wave_utilisation(_gemm(2 * tile, 256, 2 * tile), a100.cores) == pytest.approx(4 / 108)
+    # a long one is (split-K): the weight gradient of a large batch fills the GPU
+    assert dm.wave_utilisation(_gemm(2 * tile, 5_000_000, 2 * tile), a100.cores) == pytest.approx(1.0)
+    # convolutions tile batch x output pixels by output channels (implicit GEMM)
+    conv = OpRecord(op="aten.convolution.default", category="conv", phase="forward", count=1,
+                    flops=2.0 * (8 * 7 * 7) * 512 * (512 * 9), bytes_read=1e6, bytes_written=1e6, dtype="float16",
+                    shapes=[[8, 512, 7, 7], [512, 512, 3, 3]])
+    assert dm.work_units(conv) == (math.ceil(8 * 49 / tile) * 4, 512 * 9)
+    # unknown layouts and TPUs are not quantised
+    assert dm.wave_utilisation(_mm(1e9, 1e6), a100.cores) == 1.0
+    assert dm.op_features(_char([_gemm(2 * tile, 256, 2 * tile)], precision="amp_fp16"), tpu, "amp_fp16").wave[0] == 1.0
+    # end to end (compute-bound): with the full quantisation the 109-tile GEMM takes two waves' time
+    # for 1 % more work; with none it takes 1 % longer
+    for exponent, expected in ((1.0, 2.0), (0.0, 109 / 108)):
+        params = dm.DeviceModelParams(wave_exponent=exponent, t_launch_s=0.0)
+        full, tail = (dm.predict_iteration(_char([_gemm(tiles * tile, 4096, tile, nbytes=1.0)], precision="amp_fp16"),
+                                           a100, params=params) for tiles in (108, 109))
+        assert full.compute_bound_fraction == 1.0
+        assert tail.device_s / full.device_s == pytest.approx(expected, rel=1e-6)

@@ -189,3 +189,19 @@ def test_stability_verdict_waits_for_the_minimum_sampling_time():
     assert len(waited.iterations) > len(quick.iterations)
     with pytest.raises(TrainwiseError, match="--min-seconds"):
         ProfileOptions(min_profile_seconds=-1).validate()
+
+
+def test_cost_budget_stops_sampling_but_not_before_its_floor():
+    # A short planned run: start-up alone exceeds 2 % of it, so the cost budget ends sampling at once —
+    # at the minimum iterations without a floor, after min_budget_seconds of iterations with one.
+    command = script("mlp_train.py", "--epochs", "1", "--train-samples", "32000")
+    common = dict(min_iterations=10, validation_batches=0, epoch2_iterations=0, characterise=False, epochs_hint=1)
+    bare = run_profile(command, ProfileOptions(min_budget_seconds=0.0, **common), quiet=True)
+    floored = run_profile(command, ProfileOptions(min_budget_seconds=0.8, **common), quiet=True)
+    def sampled_s(profile):
+        return profile.iterations[-1].start_s + profile.iterations[-1].wall_s - profile.iterations[0].start_s
+    assert bare.steady_state.sampling_stopped_by == floored.steady_state.sampling_stopped_by == "cost_budget"
+    assert len(bare.iterations) < 30 and sampled_s(bare) < 0.8
+    assert sampled_s(floored) >= 0.8 and len(floored.iterations) > len(bare.iterations)
+    with pytest.raises(TrainwiseError, match="--min-budget-seconds"):
+        ProfileOptions(min_budget_seconds=-1).validate()

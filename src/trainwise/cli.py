@@ -74,7 +74,8 @@ def profile(
     batch_sizes: Annotated[Optional[str], typer.Option(help="Profile once per batch size, e.g. 64,128,256; the command must contain {batch}")] = None,
     workload: Annotated[Optional[str], typer.Option(help="A name for the job, kept in the profile")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Planned epochs: keeps the whole profile within --budget of the predicted run")] = None,
-    budget: Annotated[float, typer.Option(help="With --epochs: the profile, start-up included, may cost at most this fraction of the predicted full run (at least --iterations are always sampled)")] = 0.02,
+    budget: Annotated[float, typer.Option(help="With --epochs: the profile, start-up included, may cost at most this fraction of the predicted full run (at least --iterations and --min-budget-seconds are always sampled)")] = 0.02,
+    min_budget_seconds: Annotated[float, typer.Option(help="With --epochs: sample at least this many seconds of iterations even when --budget would stop sooner")] = 1.0,
     characterise: Annotated[bool, typer.Option(help="Trace one training step on the meta device after sampling (per-operator FLOPs/bytes for the device model; a few seconds)")] = True,
     tune_allocator: Annotated[bool, typer.Option(help="Launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_; faster, steadier CPU steps); profile and run the same way for the prediction to hold")] = True,
 ) -> None:
@@ -88,7 +89,8 @@ def profile(
                              max_profile_seconds=max_seconds, min_profile_seconds=min_seconds,
                              validation_batches=val_batches,
                              epoch2_iterations=epoch2_iterations, target_relative_ci=target_ci, timeout_s=timeout,
-                             epochs_hint=epochs, budget_fraction=budget, characterise=characterise,
+                             epochs_hint=epochs, budget_fraction=budget, min_budget_seconds=min_budget_seconds,
+                             characterise=characterise,
                              tune_allocator=tune_allocator)
     options.validate()
     jobs: list[tuple[Path, list[str]]]

@@ -3,7 +3,7 @@
 For every operator record of a `WorkloadCharacterisation` (see `characterise.py`):
 
     t_op = max( FLOPs / (peak x e_compute[class, category] x (peak / 100 TFLOP/s)^-alpha[category]
-                         x g_acc[accelerator] x g_grouped^[grouped conv]),
+                         x wave_utilisation^wave_exponent x g_acc[accelerator] x g_grouped^[grouped conv]),
                 bytes / (bandwidth x e_memory[category] x g_mem[generation]) )
            + nchw_penalty x bytes / (bandwidth x e_memory[copy])   [16-bit NCHW convolutions only]
            + t_launch
@@ -14,7 +14,11 @@ with >= 4 channels per group), TF32 for fp32 operands under `tf32` — and for c
 plain `fp32` too, because PyTorch enables TF32 for cuDNN by default on Ampere and later — and the
 FP32 (or FP16 non-tensor) vector peak otherwise: misaligned shapes and depthwise convolutions run
 off the tensor cores. The efficiency falls with the size of the peak (`alpha`: a bigger GPU is
-harder to fill — Habitat's "wave scaling" observation, as one fitted exponent per category), and a
+harder to fill — Habitat's "wave scaling" observation, as one fitted exponent per category) and with
+the size of the operator (`wave_utilisation`: a GEMM, convolution or attention kernel is split into
+128x128 output tiles, one per SM at a time; the last wave leaves SMs idle, so 1.1 waves of tiles take
+as long as 2 — small operators run far below peak; `wave_exponent`, fitted, says how much of that
+quantisation survives cuBLAS/cuDNN picking smaller tiles or split-K for small problems), and a
 per-accelerator multiplier absorbs what the spec sheet misses (clocks under power limits, memory
 subsystem). cuDNN transposes NCHW tensors for tensor-core convolutions (`memory_format`); NHWC
 (channels_last) avoids it. TPUs use their per-chip (or per-board) MXU peak for every
@@ -107,6 +111,9 @@ class DeviceModelParams(BaseModel):
     alpha: dict[str, float] = Field(default_factory=lambda: {"matmul": 0.1, "conv": 0.2, "attention": 0.1},
                                     description="efficiency falls as (peak / 100 TFLOP/s)^-alpha: the larger the peak, "
                                                 "the harder a category's kernels fill it")
+    wave_exponent: float = Field(default=0.5, description=(
+        "compute efficiency x wave_utilisation^this: 1 = the full tail-wave quantisation of 128x128 output tiles "
+        "over the SMs, 0 = none (libraries shrink tiles or split K for small problems, which softens it)"))
     g_grouped: float = Field(default=0.5, description="efficiency multiplier of grouped (not depthwise) convolutions")
     nchw_penalty: float = Field(default=2.0, description="layout-transpose passes per byte of a 16-bit NCHW convolution "
                                 "(prior 2: cuDNN transposes each activation in and out, one read + one write per byte)")
@@ -338,6 +345,62 @@ def _smooth_max(a: float, b: float, p: float = 6.0) -> float:
     return m * ((a / m) ** p + (b / m) ** p) ** (1 / p)
 
 
+WAVE_TILE = 128  # output tile edge of a large GEMM/implicit-GEMM kernel (cuBLAS/cuDNN/CUTLASS 128x128 class)
+# A library splits a long reduction over several thread blocks when the output has too few tiles to
+# fill the GPU (split-K / stream-K: a weight gradient of [256 x 5M] x [5M x 256] has 4 output tiles
+# but runs near peak); each split keeps at least this much of the reduction.
+SPLIT_K_MIN = 512
+
+
+def work_units(record: Any) -> tuple[int, int] | None:
+    """(output tiles, reduction length) of a compute operator, from its shapes; None when its layout
+    is not one this knows.
+
+    GEMMs: M x N output tiles of `WAVE_TILE` (mm, addmm, bmm: per batch entry), reduction K.
+    Convolutions run as implicit GEMMs with M = batch x output pixels, N = output channels and
+    K = input channels per group x kernel (the backward record holds the data- and weight-gradient
+    kernels, approximated by the forward's tiling). Fused attention: one tile per 128 queries of each
+    (batch, head), no split."""
+    shapes, op = record.shapes, record.op
+    tile = lambda n: max(1, math.ceil(n / WAVE_TILE))  # noqa: E731
+    try:
+        if op == "aten.mm.default" and len(shapes) >= 2:
+            return tile(shapes[0][-2]) * tile(shapes[1][-1]), shapes[0][-1]
+        if op == "aten.addmm.default" and len(shapes) >= 3:
+            return tile(shapes[1][-2]) * tile(shapes[2][-1]), shapes[1][-1]
+        if op in ("aten.bmm.default", "aten.baddbmm.default"):
+            a, b = (shapes[0], shapes[1]) if op == "aten.bmm.default" else (shapes[1], shapes[2])
+            return a[0] * tile(a[-2]) * tile(b[-1]), a[-1]
+        if "scaled_dot_product_attention" in op:
+            q = shapes[0]
+            return math.prod(q[:-2]) * tile(q[-2]), 1
+        if op == "aten.convolution.default" and len(shapes) >= 2:
+            out_channels = shapes[1][0]
+            reduction = math.prod(shapes[1][1:])  # input channels per group x kernel
+            pixels = record.flops / (2.0 * out_channels * reduction)  # batch x output pixels
+            return tile(pixels) * tile(out_channels), reduction
+        if op == "aten.convolution_backward.default" and len(shapes) >= 3:
+            grad_out = shapes[0]  # [N, C_out, *spatial]
+            return tile(grad_out[0] * math.prod(grad_out[2:])) * tile(grad_out[1]), math.prod(shapes[2][1:])
+    except (IndexError, TypeError, ZeroDivisionError):
+        return None
+    return None
+
+
+def wave_utilisation(record: Any, slots: int | None) -> float:
+    """Fraction of the SMs busy over a kernel's waves, units / (waves x SMs), where the units are the
+    output tiles times the reduction splits a library would use to fill the SMs; 1 when unknown."""
+    if not slots or record.category not in COMPUTE_CATEGORIES:
+        return 1.0
+    work = work_units(record)
+    if not work:
+        return 1.0
+    tiles, reduction = work
+    splits = max(1, min(slots // tiles, int(reduction) // SPLIT_K_MIN)) if tiles < slots else 1
+    units = tiles * splits
+    return units / (math.ceil(units / slots) * slots)
+
+
 _CLASS_INDEX = {c: i for i, c in enumerate(COMPUTE_CLASSES)}
 _CAT_INDEX = {c: i for i, c in enumerate(COMPUTE_CATEGORIES)}
 _MEM_INDEX = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
@@ -367,6 +430,7 @@ class OpFeatures:
     grouped: Any        # 1 for grouped (groups > 1) convolutions
     nchw_bytes: Any     # bytes of 16-bit tensor-core convolutions in NCHW layout (transposed by cuDNN)
     fusable: Any        # 1 for memory-bound records a software stack can fuse (FUSABLE_CATEGORIES)
+    wave: Any           # wave utilisation of compute records (wave_utilisation; 1 elsewhere, and on TPUs)
     category: list[str]
     bandwidth: float
     launch: float       # 1 = pays t_launch per kernel, 0 = TPU
@@ -393,6 +457,9 @@ def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpF
     grouped = np.zeros(n)
     nchw = np.zeros(n)
     fusable = np.zeros(n)
+    wave = np.ones(n)
+    # SMs of a GPU; TPUs (systolic MXUs fed by XLA's own tiling) and unknown counts: no quantisation
+    slots = None if peaks.is_tpu else getattr(acc, "cores", None)
     nchw_layout = getattr(char, "memory_format", "nchw") == "nchw" and not peaks.is_tpu
     # Channels-last training batch norm runs cuDNN's persistent kernel (PyTorch picks
     # CUDNN_BATCHNORM_SPATIAL_PERSISTENT for channels-last inputs): the activation is read once, kept on
@@ -413,6 +480,7 @@ def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpF
             peak[i] = pk
             cidx[i] = _CLASS_INDEX[cls] * len(COMPUTE_CATEGORIES) + _CAT_INDEX[r.category]
             midx[i] = _MEM_INDEX["elementwise"]
+            wave[i] = wave_utilisation(r, slots)
             if r.category == "conv":
                 grouped[i] = 1.0 if r.groups > 1 else 0.0
                 if r.groups > 1 and r.align < 4:  # depthwise: its own (poor) memory efficiency
@@ -427,7 +495,7 @@ def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpF
             fusable[i] = 1.0 if r.category in FUSABLE_CATEGORIES else 0.0
     return OpFeatures(count=count, flops=flops, bytes=nbytes, compute_index=cidx, memory_index=midx, peak=peak,
                       fusion=fusion, backward=backward, conv=conv, grouped=grouped,
-                      nchw_bytes=nchw, fusable=fusable, category=cats, bandwidth=peaks.bandwidth,
+                      nchw_bytes=nchw, fusable=fusable, wave=wave, category=cats, bandwidth=peaks.bandwidth,
                       launch=0.0 if peaks.is_tpu else 1.0, kernels=int(count.sum()), accelerator=acc.name,
                       generation=generation_of(acc), is_tpu=peaks.is_tpu)
 
@@ -443,7 +511,7 @@ def param_arrays(params: DeviceModelParams) -> tuple[Any, Any]:
 
 def time_of(f: OpFeatures, ec: Any, em: Any, g_acc: float, g_mem: float, t_launch: float, tpu_fusion: float,
             g_grouped: float = 1.0, nchw_penalty: float = 0.0, alpha: Sequence[float] | None = None,
-            stack_fusion: float = 1.0) -> tuple[Any, Any]:
+            stack_fusion: float = 1.0, wave_exponent: float = 0.0) -> tuple[Any, Any]:
     """Per-record seconds (count included) and whether each record is compute-bound."""
     import numpy as np
 
@@ -453,6 +521,8 @@ def time_of(f: OpFeatures, ec: Any, em: Any, g_acc: float, g_mem: float, t_launc
     if alpha is not None:
         cat_of = np.maximum(f.compute_index, 0) % len(COMPUTE_CATEGORIES)
         e_c = e_c * np.where(is_compute, (f.peak / PEAK_REF) ** (-np.asarray(alpha)[cat_of]), 1.0)
+    if wave_exponent:
+        e_c = e_c * np.where(is_compute, f.wave ** wave_exponent, 1.0)
     t_c = np.where(is_compute, f.flops / (f.peak * e_c), 0.0)
     fuse = np.where(f.fusion > 0, tpu_fusion, 1.0)
     fuse = fuse / np.where(f.fusable > 0, stack_fusion, 1.0)
@@ -472,7 +542,7 @@ def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelPa
     g_mem = params.g_memory.get(f.generation, 1.0) * g_fw
     per, bound = time_of(f, ec, em, g_acc, g_mem, params.t_launch_s, params.tpu_fusion, params.g_grouped,
                          params.nchw_penalty, [params.alpha[c] for c in COMPUTE_CATEGORIES],
-                         params.stack_fusion.get(stack, 1.0) if stack else 1.0)
+                         params.stack_fusion.get(stack, 1.0) if stack else 1.0, params.wave_exponent)
     by_cat: dict[str, float] = {}
     for cat, t in zip(f.category, per):
         by_cat[cat] = by_cat.get(cat, 0.0) + float(t)

@@ -185,6 +185,7 @@ class Recorder:
         self.max_iterations = int(config.get("max_iterations", 500))
         self.max_seconds = float(config.get("max_profile_seconds", 120.0))
         self.min_seconds = float(config.get("min_profile_seconds", 0.0))
+        self.min_budget_seconds = float(config.get("min_budget_seconds", 0.0))
         self.target_relative_ci = float(config.get("target_relative_ci", 0.02))
         self.max_relative_drift = float(config.get("max_relative_drift", 0.05))
         self.validation_batches = int(config.get("validation_batches", 10))
@@ -621,7 +622,7 @@ class Recorder:
             reason = "max_iterations"
         elif elapsed >= self.max_seconds:
             reason = "time_budget"
-        elif self._over_budget(times, elapsed):
+        elif elapsed >= self.min_budget_seconds and self._over_budget(times, elapsed):
             reason = "cost_budget"
         if reason is None:
             return

@@ -29,6 +29,7 @@ PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 DEFAULT_MIN_ITERATIONS = 20
 DEFAULT_MIN_PROFILE_SECONDS = 3.0
 DEFAULT_MAX_ITERATIONS = 5000
+DEFAULT_MIN_BUDGET_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class ProfileOptions:
     # 100-step window and 6.7 ms in the next), so 20 iterations of a few milliseconds see one
     # level. The cost budget (--epochs/--budget) still stops sampling sooner.
     min_profile_seconds: float = DEFAULT_MIN_PROFILE_SECONDS
+    # The cost budget never stops sampling before this many seconds of iterations: 20 iterations of a
+    # millisecond step last 0.02 s, one level of this host's wandering step time, and a Keras MLP's
+    # first ~25 steps ran 1.4x slower than the rest (benchmarks/integrations_prediction.py). One second
+    # costs at most 1/30 of the cost of profiling anything whose start-up (~3-10 s) already has to be paid.
+    min_budget_seconds: float = DEFAULT_MIN_BUDGET_SECONDS
     target_relative_ci: float = 0.02
     max_relative_drift: float = 0.05
     validation_batches: int = 10
@@ -70,6 +76,8 @@ class ProfileOptions:
             raise TrainwiseError(f"--epochs must be a positive whole number (got {self.epochs_hint})")
         if not 0 < self.budget_fraction <= 1:
             raise TrainwiseError(f"--budget must be a fraction in (0, 1] (got {self.budget_fraction})")
+        if self.min_budget_seconds < 0:
+            raise TrainwiseError(f"--min-budget-seconds must be ≥ 0 (got {self.min_budget_seconds})")
         if self.min_profile_seconds < 0:
             raise TrainwiseError(f"--min-seconds must be ≥ 0 (got {self.min_profile_seconds})")
         if self.max_profile_seconds <= 0:

@@ -160,6 +160,9 @@ class SteadyState(_Model):
     stop_reason: str
     stabilised_after: int | None = Field(default=None, description="epoch-1 iterations sampled when the estimate was judged stable")
     relative_drift: float | None = None
+    sampling_stopped_by: str | None = Field(default=None, description=(
+        "what ended epoch-1 sampling of a sampled profile: stable, max_iterations, time_budget (--max-seconds) "
+        "or cost_budget (--epochs/--budget); None for --full and for profiles written before it was recorded"))
 
 
 class FullRun(_Model):
@@ -295,6 +298,7 @@ def steady_state_of(iterations: list[Iteration], stop_reason: str, stability: di
         stop_reason=stop_reason,
         stabilised_after=stability.get("iterations") if stability.get("stable") else None,
         relative_drift=stability.get("relative_drift") if stability else None,
+        sampling_stopped_by=stability.get("reason"),
     )
 
 
