@@ -18,6 +18,11 @@ def script(name: str, *args: str) -> list[str]:
     return [sys.executable, str(SCRIPTS / name), *args]
 
 
+def sampled_s(profile) -> float:
+    """Seconds from the first sampled iteration's start to the last one's end."""
+    return profile.iterations[-1].start_s + profile.iterations[-1].wall_s - profile.iterations[0].start_s
+
+
 def test_sampled_profile_stops_early_and_times_validation_and_epoch2(tmp_path):
     done = tmp_path / "done"
     options = ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2)
@@ -183,8 +188,6 @@ def test_stability_verdict_waits_for_the_minimum_sampling_time():
     waited = run_profile(command, ProfileOptions(min_iterations=10, min_profile_seconds=1.5, validation_batches=0,
                                                  epoch2_iterations=0, characterise=False, target_relative_ci=0.5),
                          quiet=True)
-    def sampled_s(profile):
-        return profile.iterations[-1].start_s + profile.iterations[-1].wall_s - profile.iterations[0].start_s
     assert sampled_s(waited) >= 1.5 > sampled_s(quick)
     assert len(waited.iterations) > len(quick.iterations)
     with pytest.raises(TrainwiseError, match="--min-seconds"):
@@ -198,8 +201,6 @@ def test_cost_budget_stops_sampling_but_not_before_its_floor():
     common = dict(min_iterations=10, validation_batches=0, epoch2_iterations=0, characterise=False, epochs_hint=1)
     bare = run_profile(command, ProfileOptions(min_budget_seconds=0.0, **common), quiet=True)
     floored = run_profile(command, ProfileOptions(min_budget_seconds=0.8, **common), quiet=True)
-    def sampled_s(profile):
-        return profile.iterations[-1].start_s + profile.iterations[-1].wall_s - profile.iterations[0].start_s
     assert bare.steady_state.sampling_stopped_by == floored.steady_state.sampling_stopped_by == "cost_budget"
     assert len(bare.iterations) < 30 and sampled_s(bare) < 0.8
     assert sampled_s(floored) >= 0.8 and len(floored.iterations) > len(bare.iterations)
