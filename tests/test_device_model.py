@@ -344,6 +344,28 @@ def _gemm(m: int, k: int, n: int, nbytes: float | None = None) -> OpRecord:
                     bytes_written=2.0 * m * n if nbytes is None else 0.0, dtype="float16", shapes=[[m, k], [k, n]])
 
 
+def test_padded_tiles_waste_the_padding_of_small_or_odd_dimensions(catalog):
+    a100 = catalog.accelerator("A100")
+    tile = dm.WAVE_TILE
+    # N (output channels) pads to the 128-wide tile, K to the 32-deep main-loop step; M is not padded
+    assert dm.padding_utilisation(_gemm(1000, 256, 256)) == 1.0
+    assert dm.padding_utilisation(_gemm(1000, 256, 64)) == pytest.approx(0.5)
+    assert dm.padding_utilisation(_gemm(1000, 256, 192)) == pytest.approx(0.75)
+    assert dm.padding_utilisation(_gemm(1000, 48, 256)) == pytest.approx(0.75)
+    assert dm.padding_utilisation(_gemm(1001, 256, 256)) == 1.0
+    # a 1x1 convolution with 64 output channels over 16 input channels: N half a tile, K half a step
+    conv = OpRecord(op="aten.convolution.default", category="conv", phase="forward", count=1,
+                    flops=2.0 * (8 * 56 * 56) * 64 * 16, bytes_read=1e6, bytes_written=1e6, dtype="float16",
+                    shapes=[[8, 16, 56, 56], [64, 16, 1, 1]])
+    assert dm.padding_utilisation(conv) == pytest.approx(0.25)
+    # grouped convolutions keep their own efficiency (g_grouped); unknown layouts are not padded
+    grouped = conv.model_copy(update={"groups": 2, "shapes": [[8, 16, 56, 56], [64, 8, 1, 1]]})
+    assert dm.padding_utilisation(grouped) == 1.0
+    assert dm.padding_utilisation(_mm(1e9, 1e6)) == 1.0
+    # the wave utilisation carries it: a full wave of half-used tiles is half used
+    assert dm.wave_utilisation(_gemm(108 * tile, 256, 64), a100.cores) == pytest.approx(0.5)
+
+
 def test_small_operators_run_below_peak_by_wave_quantisation(catalog):
     a100, tpu = catalog.accelerator("A100"), catalog.accelerator("TPU-v3")  # 108 SMs
     tile = dm.WAVE_TILE

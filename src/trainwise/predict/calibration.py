@@ -55,6 +55,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -483,28 +484,20 @@ def _predict(d: _Design, lay: _Layout, x: Any) -> Any:
     import numpy as np
 
     v = np.exp(np.asarray(x))
-    nc = len(COMPUTE_CATEGORIES)
     ec = v[[lay.index[f"ec:{c}:{k}"] for c in dm.COMPUTE_CLASSES for k in COMPUTE_CATEGORIES]]
     em = v[[lay.index[f"em:{k}"] for k in dm.MEMORY_CATEGORIES]]
     gacc = v[[lay.index[f"gacc:{a}"] for a in d.accelerators]] if d.accelerators else np.ones(1)
     gmem = v[[lay.index[f"gmem:{g}"] for g in d.generations]] if d.generations else np.ones(1)
     alpha = np.array([v[lay.index[f"alpha:{k}"]] - 0.05 for k in COMPUTE_CATEGORIES])
     a = d.arrays
-    is_c = a["compute_index"] >= 0
-    cat_of = np.maximum(a["compute_index"], 0) % nc
-    conv_mult = np.where(is_c, (a["peak"] / dm.PEAK_REF) ** (-alpha[cat_of]), 1.0)
-    g_fw = 1.0  # TensorFlow's efficiency is its stacks' throughput factor (a shared one fought them)
-    e_c = np.where(is_c, ec[np.maximum(a["compute_index"], 0)], 1.0) * gacc[a["acc"]] * conv_mult * np.where(
-        a["grouped"] > 0, v[lay.index["g_grouped"]], 1.0) * g_fw
-    e_c = e_c * np.where(is_c, a["wave"] ** (v[lay.index["wave"]] - 0.05), 1.0)
-    t_c = np.where(is_c, a["flops"] / (a["peak"] * e_c), 0.0)
-    fuse = np.where(a["fusion"] > 0, v[lay.index["tpu_fusion"]], 1.0)
     # [-1]: the reference stack; a stack the layout has no parameter for keeps its prior, 1
     stack_fusion = np.array([v[lay.index[f"fusion:{s}"]] if f"fusion:{s}" in lay.index else 1.0 for s in d.stacks] + [1.0])
-    fusable = np.where(a["fusable"] > 0, stack_fusion[d.per_row["stack"][a["row"]]], 1.0)
-    t_m = fuse * a["bytes"] / (a["bandwidth"] * em[a["memory_index"]] * gmem[a["gen"]] * g_fw * fusable)
-    t_nchw = v[lay.index["nchw"]] * a["nchw_bytes"] / (a["bandwidth"] * em[dm.MEMORY_CATEGORIES.index("copy")] * gmem[a["gen"]])
-    per = a["count"] * (np.maximum(t_c, t_m) + t_nchw + v[lay.index["t_launch"]] * a["launch"])
+    # the per-operator times are the device model's own formula (dm.time_of) over every row's records at
+    # once, the per-row constants indexed out per record; TensorFlow's efficiency is its stacks' throughput
+    # factor here (a shared one fought them), so the fit evaluates g_fw = 1
+    per, _ = dm.time_of(SimpleNamespace(**a), ec, em, gacc[a["acc"]], gmem[a["gen"]], v[lay.index["t_launch"]],
+                        v[lay.index["tpu_fusion"]], v[lay.index["g_grouped"]], v[lay.index["nchw"]], alpha,
+                        stack_fusion[d.per_row["stack"][a["row"]]], v[lay.index["wave"]] - 0.05)
     n = len(d.rows)
     device = np.bincount(a["row"], weights=per, minlength=n)
     backward = np.bincount(a["row"], weights=per * a["backward"], minlength=n)
