@@ -354,39 +354,54 @@ WAVE_TILE = 128  # output tile edge of a large GEMM/implicit-GEMM kernel (cuBLAS
 SPLIT_K_MIN = 512
 
 
-def work_units(record: Any) -> tuple[int, int] | None:
-    """(output tiles, reduction length) of a compute operator, from its shapes; None when its layout
-    is not one this knows.
+def gemm_dims(record: Any) -> tuple[int, float, int, int] | None:
+    """(batch, M, N, K) of the GEMM a matmul or convolution record runs, from its shapes; None for
+    other operators and for layouts this does not know.
 
-    GEMMs: M x N output tiles of `WAVE_TILE` (mm, addmm, bmm: per batch entry), reduction K.
-    Convolutions run as implicit GEMMs with M = batch x output pixels, N = output channels and
-    K = input channels per group x kernel (the backward record holds the data- and weight-gradient
-    kernels, approximated by the forward's tiling). Fused attention: one tile per 128 queries of each
-    (batch, head), no split."""
+    mm, addmm: one [M x K] x [K x N]; bmm, baddbmm: `batch` of them. Convolutions run as implicit
+    GEMMs with M = batch x output pixels, N = output channels and K = input channels per group x
+    kernel (the backward record holds the data- and weight-gradient kernels, approximated by the
+    forward's GEMM)."""
     shapes, op = record.shapes, record.op
-    tile = lambda n: max(1, math.ceil(n / WAVE_TILE))  # noqa: E731
     try:
-        if op == "aten.mm.default" and len(shapes) >= 2:
-            return tile(shapes[0][-2]) * tile(shapes[1][-1]), shapes[0][-1]
-        if op == "aten.addmm.default" and len(shapes) >= 3:
-            return tile(shapes[1][-2]) * tile(shapes[2][-1]), shapes[1][-1]
+        if op == "aten.mm.default":
+            a, b = shapes[0], shapes[1]
+            return 1, a[-2], b[-1], a[-1]
+        if op == "aten.addmm.default":
+            a, b = shapes[1], shapes[2]
+            return 1, a[-2], b[-1], a[-1]
         if op in ("aten.bmm.default", "aten.baddbmm.default"):
             a, b = (shapes[0], shapes[1]) if op == "aten.bmm.default" else (shapes[1], shapes[2])
-            return a[0] * tile(a[-2]) * tile(b[-1]), a[-1]
-        if "scaled_dot_product_attention" in op:
-            q = shapes[0]
-            return math.prod(q[:-2]) * tile(q[-2]), 1
-        if op == "aten.convolution.default" and len(shapes) >= 2:
+            return a[0], a[-2], b[-1], a[-1]
+        if op == "aten.convolution.default":
             out_channels = shapes[1][0]
             reduction = math.prod(shapes[1][1:])  # input channels per group x kernel
-            pixels = record.flops / (2.0 * out_channels * reduction)  # batch x output pixels
-            return tile(pixels) * tile(out_channels), reduction
-        if op == "aten.convolution_backward.default" and len(shapes) >= 3:
+            return 1, record.flops / (2.0 * out_channels * reduction), out_channels, reduction
+        if op == "aten.convolution_backward.default":
             grad_out = shapes[0]  # [N, C_out, *spatial]
-            return tile(grad_out[0] * math.prod(grad_out[2:])) * tile(grad_out[1]), math.prod(shapes[2][1:])
+            return 1, grad_out[0] * math.prod(grad_out[2:]), grad_out[1], math.prod(shapes[2][1:])
     except (IndexError, TypeError, ZeroDivisionError):
         return None
     return None
+
+
+def work_units(record: Any) -> tuple[int, int] | None:
+    """(output tiles, reduction length) of a compute operator, from its shapes (`gemm_dims`); None
+    when its layout is not one this knows. GEMMs and convolutions: M x N output tiles of
+    `WAVE_TILE` per batch entry, reduction K. Fused attention: one tile per 128 queries of each
+    (batch, head), no split."""
+    tile = lambda n: max(1, math.ceil(n / WAVE_TILE))  # noqa: E731
+    if "scaled_dot_product_attention" in record.op:
+        try:
+            q = record.shapes[0]
+            return math.prod(q[:-2]) * tile(q[-2]), 1
+        except (IndexError, TypeError):
+            return None
+    dims = gemm_dims(record)
+    if dims is None:
+        return None
+    batch, m, n, k = dims
+    return batch * tile(m) * tile(n), k
 
 
 # Tile padding (NVIDIA's "tile quantization"): a tile computes its whole 128-wide N and a main-loop step its
@@ -406,28 +421,14 @@ def _padded(n: int, tile: int) -> float:
 def padding_utilisation(record: Any) -> float:
     """Useful fraction of the padded tiles: N padded to `PAD_N`, K to `PAD_K` (NVIDIA's "tile
     quantization"); 1 for grouped convolutions (their own efficiency), attention and unknown shapes."""
-    shapes, op = record.shapes, record.op
-    try:
-        if op == "aten.mm.default":
-            n, k = shapes[1][-1], shapes[0][-1]
-        elif op == "aten.addmm.default":
-            n, k = shapes[2][-1], shapes[1][-1]
-        elif op == "aten.bmm.default":
-            n, k = shapes[1][-1], shapes[0][-1]
-        elif op == "aten.baddbmm.default":
-            n, k = shapes[2][-1], shapes[1][-1]
-        elif op == "aten.convolution.default" and getattr(record, "groups", 1) == 1:
-            n, k = shapes[1][0], math.prod(shapes[1][1:])
-        elif op == "aten.convolution_backward.default" and getattr(record, "groups", 1) == 1:
-            n, k = shapes[2][0], math.prod(shapes[2][1:])
-        else:
-            return 1.0
-        n, k = int(n), int(k)
-        if n <= 0 or k <= 0:
-            return 1.0
-        return _padded(n, PAD_N) * _padded(k, PAD_K)
-    except (IndexError, TypeError, ZeroDivisionError):
+    dims = None if getattr(record, "groups", 1) != 1 else gemm_dims(record)
+    if dims is None:
         return 1.0
+    _, _, n, k = dims
+    n, k = int(n), int(k)
+    if n <= 0 or k <= 0:
+        return 1.0
+    return _padded(n, PAD_N) * _padded(k, PAD_K)
 
 
 def wave_utilisation(record: Any, slots: int | None) -> float:
