@@ -206,3 +206,16 @@ def test_cost_budget_stops_sampling_but_not_before_its_floor():
     assert sampled_s(floored) >= 0.8 and len(floored.iterations) > len(bare.iterations)
     with pytest.raises(TrainwiseError, match="--min-budget-seconds"):
         ProfileOptions(min_budget_seconds=-1).validate()
+
+
+def test_steady_state_with_an_unmeasurable_drift_reads_back_the_same():
+    # too few steady iterations: the stopping rule's drift is inf, which JSON cannot hold (it writes null)
+    from trainwise.profile.schema import Measurement, SteadyState
+
+    spread = Measurement.of([0.1, 0.2, 0.3])
+    state = SteadyState(warmup_iterations=6, iteration=spread, data_wait=spread, compute=spread, first_iteration_s=1.0,
+                        stop_reason="sampled", relative_drift=float("inf"))
+    assert state.relative_drift is None
+    assert SteadyState.model_validate_json(state.model_dump_json()) == state
+    assert SteadyState(warmup_iterations=1, iteration=spread, data_wait=spread, compute=spread, first_iteration_s=1.0,
+                       stop_reason="sampled", relative_drift=0.03).relative_drift == 0.03

@@ -8,12 +8,13 @@ profile from another machine say so (provenance lives with the number's consumer
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trainwise import __version__
 from trainwise._io import atomic_write_text
@@ -159,10 +160,19 @@ class SteadyState(_Model):
     epoch_start_extra_s: float | None = Field(default=None, description="first iteration of a later epoch minus the steady mean")
     stop_reason: str
     stabilised_after: int | None = Field(default=None, description="epoch-1 iterations sampled when the estimate was judged stable")
-    relative_drift: float | None = None
+    relative_drift: float | None = Field(default=None, description=(
+        "relative gap between the medians of the steady sample's two halves; None when too few steady "
+        "iterations were sampled to measure it"))
     sampling_stopped_by: str | None = Field(default=None, description=(
         "what ended epoch-1 sampling of a sampled profile: stable, max_iterations, time_budget (--max-seconds) "
         "or cost_budget (--epochs/--budget); None for --full and for profiles written before it was recorded"))
+
+    @field_validator("relative_drift", mode="before")
+    @classmethod
+    def _unmeasured_drift_is_none(cls, value: Any) -> Any:
+        # the stopping rule reports an unmeasurable drift as inf; JSON has no inf (it is written as null),
+        # so keeping it would make a saved profile read back different from the one in memory
+        return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 class FullRun(_Model):
