@@ -34,7 +34,7 @@ def test_stack_of_maps_sources_to_families():
 
 def test_every_packaged_row_has_a_known_stack(catalog):
     known = {family for _, family in cal.STACK_OF_SOURCE}
-    for path in (cal.CALIBRATION_CSV, cal.VALIDATION_CSV):
+    for path in (cal.CALIBRATION_CSV, cal.VALIDATION_CSV, cal.MEASURED_H100_CSV):
         for m in cal.load_measurements(path, catalog):
             assert cal.stack_of(m) in known, (path.name, m.line, m.source)
 

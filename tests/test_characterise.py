@@ -223,3 +223,85 @@ def test_dispatch_cache_replays_exactly_what_a_fresh_trace_records(monkeypatch, 
     # A recurrent layer repeats the same operator per step: the records carry those repeats as counts.
     if isinstance(build(), nn.LSTM):
         assert max(r["count"] for r in traced[True]["records"]) >= 40
+
+
+class _AttentionBlock(nn.Module):
+    """nn.MultiheadAttention as ViT / DETR use it (F.multi_head_attention_forward is Python)."""
+
+    def __init__(self, dim: int = 64, heads: int = 4, classes: int = 10) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.attention(x, x, x, need_weights=False)
+        return self.head(out.mean(dim=1))
+
+
+@pytest.mark.parametrize("precision, dtype", [("amp_bf16", "bfloat16"), ("amp_fp16", "float16"), ("fp32", "float32")])
+def test_multihead_attention_traces_in_the_autocast_dtype_with_fused_attention(precision, dtype):
+    batch, tokens, dim, heads = 8, 32, 64, 4
+    char = characterise_model(_AttentionBlock(dim, heads), ((batch, tokens, dim), "float32"), precision=precision)
+    compute = [r for r in char.records if r.category in ("matmul", "attention")]
+    # autocast runs the projections and the attention in the low dtype (before: fp32 under AMP)
+    assert {r.dtype for r in compute} == {dtype}
+    # SDPA inside MultiheadAttention is the fused kernel a GPU runs, not the unfused bmm/softmax fallback
+    fused = [r for r in char.records if "scaled_dot_product_attention" in r.op]
+    assert {r.phase for r in fused} == {"forward", "backward"}
+    assert not [r for r in char.records if r.op.startswith("aten.bmm")]
+    head_dim = dim // heads
+    assert sum(r.flops * r.count for r in fused if r.phase == "forward") == 4.0 * batch * heads * tokens * tokens * head_dim
+    if precision != "fp32":
+        assert char.amp_weight_copy_bytes > 0  # the in/out projection weights' low-precision copies
+
+
+def _rnn_forward_flops(gates: int, layers: int, directions: int, steps: int, batch: int, inputs: int, hidden: int) -> float:
+    total, size = 0.0, inputs
+    for _ in range(layers):
+        total += directions * 2.0 * steps * batch * gates * hidden * (size + hidden)
+        size = directions * hidden
+    return total
+
+
+class _Recurrent(nn.Module):
+    def __init__(self, kind: str, inputs: int, hidden: int, layers: int, bidirectional: bool) -> None:
+        super().__init__()
+        self.rnn = getattr(nn, kind)(inputs, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional)
+        self.head = nn.Linear(hidden * (2 if bidirectional else 1), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1]).squeeze(-1)
+
+
+@pytest.mark.parametrize("kind, gates, layers, bidirectional", [("LSTM", 4, 2, False), ("GRU", 3, 1, True), ("RNN", 1, 1, False)])
+def test_recurrent_layers_trace_as_cudnn_runs_them(kind, gates, layers, bidirectional):
+    steps, batch, inputs, hidden = 50, 8, 32, 64
+    directions = 2 if bidirectional else 1
+    char = characterise_model(_Recurrent(kind, inputs, hidden, layers, bidirectional), ((batch, steps, inputs), "float32"),
+                              loss_fn=lambda out: out.float().mean(), optimizer_name="adam")
+    rnn = [r for r in char.records if r.op == "fused.rnn_gemm"]
+    forward = sum(r.flops * r.count for r in rnn if r.phase == "forward")
+    assert forward == pytest.approx(_rnn_forward_flops(gates, layers, directions, steps, batch, inputs, hidden))
+    assert sum(r.flops * r.count for r in rnn if r.phase == "backward") == pytest.approx(2 * forward)
+    # one input GEMM and one fused recurrent step per time step and layer-direction, not the
+    # per-time-step decomposition into thousands of small kernels
+    groups = layers * directions
+    assert sum(r.count for r in rnn if r.phase == "forward") == groups * (steps + 1)
+    assert sum(r.count for r in char.records) < 4 * groups * steps + 100
+    # the weight-gradient GEMMs are there (the optimizer steps every parameter of the recurrent layers)
+    assert char.trainable_parameters == sum(p.numel() for p in _Recurrent(kind, inputs, hidden, layers, bidirectional).parameters())
+
+
+def test_the_characterisation_cache_is_keyed_by_the_tracer_source(monkeypatch, tmp_path):
+    from trainwise.predict import characterise as ch
+
+    monkeypatch.delenv("TRAINWISE_NO_CACHE", raising=False)
+    monkeypatch.setenv("TRAINWISE_CACHE_DIR", str(tmp_path))
+    args = ("mnist_cnn", 8, "fp32", None, None, None, None, None, "nchw")
+    current = ch._disk_cache_path(args)
+    assert current is not None and current.parent.parent == tmp_path
+    assert len(ch._tracer_digest()) == 16
+    # a changed tracer (or model builder) never reads an entry traced by the old one
+    monkeypatch.setattr(ch, "_tracer_digest", lambda: "0123456789abcdef")
+    assert ch._disk_cache_path(args) != current

@@ -73,6 +73,10 @@ from trainwise.predict.characterise import (
 DATA_DIR = Path(__file__).with_name("data")
 CALIBRATION_CSV = DATA_DIR / "calibration.csv"
 VALIDATION_CSV = DATA_DIR / "validation.csv"
+# Training throughputs trainwise measured itself on a lent H100 (benchmarks/gpu_throughput.py): never fitted.
+MEASURED_H100_CSV = DATA_DIR / "measured_h100.csv"
+# `trainwise validate --dataset NAME` accepts these names for the packaged files.
+PACKAGED_DATASETS = {"validation": VALIDATION_CSV, "calibration": CALIBRATION_CSV, "measured-h100": MEASURED_H100_CSV}
 RATIOS_CSV = DATA_DIR / "ratios.csv"
 REQUIRED_COLUMNS = ("model", "accelerator", "count", "per_device_batch", "precision", "samples_per_s", "source")
 RATIO_COLUMNS = ("model", "accelerator", "count", "per_device_batch", "reference_accelerator", "reference_count",
@@ -111,7 +115,9 @@ STACK_FUSION_BOUNDS = (0.1, 5.0)
 STACK_OF_SOURCE = (("lambdal/", dm.REFERENCE_STACK), ("NVIDIA/DeepLearningExamples", "nvidia-dle"),
                    ("LambdaColdStorage/lambda-tensorflow-benchmark", "lambda-tf-cnn-benchmarks"),
                    ("seed 002", "seed-malta-keras"), ("seed 003", "seed-erben"), ("seed 000", "seed-kunas-tf"),
-                   ("seed 001", "seed-kunas-tf"))
+                   ("seed 001", "seed-kunas-tf"),
+                   # stock PyTorch eager, what trainwise.predict.measure runs
+                   ("measured by trainwise", dm.REFERENCE_STACK))
 
 
 class Measurement(BaseModel):

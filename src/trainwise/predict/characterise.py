@@ -46,6 +46,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -575,7 +576,28 @@ def _make_function_mode(tracer: _Tracer, fused_attention: bool):
                     args, kwargs = tree_map(lambda t: self._cast(t, torch.float32), (args, kwargs))
             if fused_attention and func is F.scaled_dot_product_attention:
                 return _fused_attention(tracer, *args, **kwargs)
+            if fused_attention and name in _FUSED_RNNS and _is_padded_rnn_call(args):
+                return _fused_rnn(tracer, name, *args)
+            if name == "multi_head_attention_forward":
+                return self._multi_head_attention(func, args, kwargs)
             return func(*args, **kwargs)
+
+        def _multi_head_attention(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+            # F.multi_head_attention_forward (nn.MultiheadAttention: ViT, DETR, ...) is Python, and a
+            # mode never sees the calls nested in a call it handles: its projections would trace in
+            # fp32 under AMP and its SDPA as the unfused math fallback. Autocast would run those
+            # projections and the attention in the low dtype, so its inputs are cast here (the weight
+            # copies are counted once, as for linear), and its SDPA is routed to the fused operator.
+            if low is not None:
+                args, kwargs = tree_map(lambda t: self._cast(t, low), (args, kwargs))
+            if not fused_attention:
+                return func(*args, **kwargs)
+            saved = F.scaled_dot_product_attention
+            F.scaled_dot_product_attention = lambda *a, **k: _fused_attention(tracer, *a, **k)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                F.scaled_dot_product_attention = saved
 
         def _cast(self, t: Any, dtype: Any) -> Any:
             if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dtype == dtype:
@@ -634,6 +656,85 @@ def _fused_attention(tracer: _Tracer, query: Any, key: Any, value: Any, attn_mas
             return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
     return _Attention.apply(query, key, value)
+
+
+# Recurrent layers cuDNN runs whole (nn.LSTM / nn.GRU / nn.RNN on a GPU): gates per hidden unit.
+_FUSED_RNNS = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+def _is_padded_rnn_call(args: Sequence[Any]) -> bool:
+    """`_VF.lstm(input, hx, weights, has_biases, layers, dropout, train, bidirectional, batch_first)`
+    (and gru/rnn_*), not the packed-sequence overload (input, batch_sizes, hx, weights, ...)."""
+    return len(args) >= 9 and isinstance(args[2], (list, tuple)) and isinstance(args[3], bool)
+
+
+def _fused_rnn(tracer: _Tracer, name: str, input: Any, hx: Any, weights: Sequence[Any], has_biases: bool,
+               num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> Any:
+    """A whole recurrent layer stack as cuDNN runs it on a GPU, instead of the per-time-step ATen
+    decomposition the meta device traces (an LSTM over 300 steps decomposed into ~10,000 small
+    kernels: a host-bound step no GPU runs).
+
+    Per layer and direction, forward: one GEMM projecting the inputs of all T steps
+    ([T*B x I] x [I x G*H], G gates), then T recurrent steps, each a [B x H] x [H x G*H] GEMM with
+    the gate nonlinearities and the cell update fused into it (the gates are kept for backward).
+    Backward: T recurrent data-gradient GEMMs, one input data-gradient GEMM and the two weight
+    gradient GEMMs over all steps. Dropout between layers is left out.
+    """
+    import torch
+
+    gates = _FUSED_RNNS[name]
+    directions = 2 if bidirectional else 1
+    groups = max(1, num_layers * directions)
+    per_group = len(weights) // groups
+    unbatched = input.dim() == 2
+    steps = int(input.shape[1 if batch_first and not unbatched else 0])
+    batch = 1 if unbatched else int(input.shape[0 if batch_first else 1])
+    es = float(input.element_size())
+    dtype = str(input.dtype).replace("torch.", "")
+    plan: list[tuple[int, int, int]] = []  # (gates x hidden, input size, recurrent size) per layer-direction
+    for g in range(groups):
+        w_ih, w_hh = weights[g * per_group], weights[g * per_group + 1]
+        plan.append((int(w_ih.shape[0]), int(w_ih.shape[1]), int(w_hh.shape[1])))
+    hidden_out = plan[0][2]
+    state = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+
+    def gemm(op_phase: str, m: int, k: int, n: int, count: int = 1, extra_read: float = 0.0, extra_written: float = 0.0) -> None:
+        for _ in range(count):
+            tracer.add("fused.rnn_gemm", "matmul", 2.0 * m * k * n, (m * k + k * n) * es + extra_read,
+                       m * n * es + extra_written, dtype, [[m, k], [k, n]], _align_of(m, k, n), phase=op_phase)
+
+    def record(op_phase: str) -> None:
+        for gh, i, h in plan:
+            hidden = gh // gates
+            cell = 4.0 * batch * hidden  # the fp32 cell state read and written each step
+            if op_phase == "forward":
+                gemm("forward", steps * batch, i, gh)
+                gemm("forward", batch, h, gh, steps, extra_read=batch * gh * es + cell, extra_written=batch * gh * es + cell)
+            else:
+                gemm("backward", batch, gh, h, steps, extra_read=2 * batch * gh * es + cell, extra_written=batch * gh * es + cell)
+                gemm("backward", steps * batch, gh, i)
+                gemm("backward", i, steps * batch, gh)
+                gemm("backward", h, steps * batch, gh)
+
+    out_shape = (*input.shape[:-1], directions * hidden_out)
+    n_state = len(state)
+
+    class _Rnn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, *tensors):  # noqa: D401 - autograd protocol
+            record("forward")
+            ctx.shapes = [t.shape for t in tensors]
+            ctx.dtypes = [t.dtype for t in tensors]
+            outs = [x.new_empty(out_shape)] + [t.new_empty(t.shape) for t in tensors[:n_state]]
+            return tuple(outs)
+
+        @staticmethod
+        def backward(ctx, *grads):  # noqa: D401 - autograd protocol
+            record("backward")
+            return (torch.empty(input.shape, dtype=input.dtype, device=input.device),
+                    *[torch.empty(s, dtype=d, device=input.device) for s, d in zip(ctx.shapes, ctx.dtypes)])
+
+    return _Rnn.apply(input, *state, *weights)
 
 
 def _conv_flops(name: str, args: Sequence[Any], outputs: list[Any]) -> float:
@@ -1127,11 +1228,25 @@ def _disk_cache_path(args: tuple) -> Path | None:
     except Exception:  # pragma: no cover
         return None
     root = Path(os.environ.get("TRAINWISE_CACHE_DIR") or Path.home() / ".cache" / "trainwise") / "characterisations"
-    key = json.dumps([list(map(str, args)), torch.__version__, __version__, _CACHE_REVISION])
+    key = json.dumps([list(map(str, args)), torch.__version__, __version__, _tracer_digest()])
     return root / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
 
 
-_CACHE_REVISION = 2  # bump when the tracer's accounting changes
+@lru_cache(maxsize=1)
+def _tracer_digest() -> str:
+    """A digest of the tracer's and the model builders' source: any change to how a step is traced
+    or built invalidates the cache (a hand-bumped revision number was forgotten once)."""
+    import hashlib
+
+    from trainwise.predict import hf_models
+
+    digest = hashlib.sha256()
+    for module_file in (__file__, hf_models.__file__):
+        try:
+            digest.update(Path(module_file).read_bytes())
+        except OSError:
+            digest.update(str(module_file).encode())
+    return digest.hexdigest()[:16]
 
 
 @lru_cache(maxsize=64)
@@ -1142,11 +1257,29 @@ def _characterise_named_cached(model_name: str, batch: int, precision: str, seq_
     return char.model_copy(update={"memory_format": memory_format}) if memory_format != char.memory_format else char
 
 
-def _characterise_named_uncached(model_name: str, batch: int, precision: str, seq_len: int | None,
-                                 image_size: int | None, optimizer: str | None, task: str | None,
-                                 num_classes: int | None) -> WorkloadCharacterisation:
-    import torch
+@dataclass(frozen=True)
+class NamedStep:
+    """One training step of a named model, described once for both tracing and measuring it.
 
+    `build()` returns the nn.Module (call it under `torch.device("meta")` to allocate nothing),
+    `inputs` is the per-device batch as `_materialise_inputs` specs, `loss` maps the output to a
+    scalar (None: `_default_loss`), `optimizer` is an OPTIMIZER_STATE key. The characteriser traces
+    exactly this step on meta; `trainwise.predict.measure` runs exactly this step on a real device.
+    """
+
+    model_name: str
+    per_device_batch: int
+    build: Callable[[], Any]
+    inputs: Any
+    loss: Callable[[Any], Any] | None
+    optimizer: str
+    seq_len: int | None = None
+    image_size: int | None = None
+
+
+def named_step(model_name: str, batch: int, seq_len: int | None = None, image_size: int | None = None,
+               optimizer: str | None = None, task: str | None = None) -> NamedStep:
+    """The training step of a torchvision builder, an hf: config or a trainwise reference workload."""
     if batch <= 0:
         raise TrainwiseError(f"per-device batch must be positive (got {batch})")
     if model_name.startswith("hf:"):
@@ -1154,44 +1287,27 @@ def _characterise_named_uncached(model_name: str, batch: int, precision: str, se
 
         config = hf_models.load_config(model_name[3:])
         seq = int(seq_len or 512)
-        with torch.device("meta"):
-            model = hf_models.build(config, task=task)
         inputs = ((batch, seq), "int64", "index", int(config.get("vocab_size", 30522)))
-        return characterise_model(model, inputs, hf_models.loss_for(task or hf_models.default_task(config)),
-                                  optimizer or "adamw", precision, model_name=model_name, per_device_batch=batch,
-                                  seq_len=seq, copy_model=False)
+        return NamedStep(model_name, batch, lambda: hf_models.build(config, task=task), inputs,
+                         hf_models.loss_for(task or hf_models.default_task(config)), optimizer or "adamw", seq_len=seq)
     from trainwise.workloads import WORKLOADS
 
     if model_name in _EXTRA_MODELS:
         builder, inputs_of, loss, default_opt = _EXTRA_MODELS[model_name]
-        with torch.device("meta"):
-            model = builder()
-        return characterise_model(model, inputs_of(batch), loss, optimizer or default_opt, precision, model_name=model_name,
-                                  per_device_batch=batch, copy_model=False)
+        return NamedStep(model_name, batch, builder, inputs_of(batch), loss, optimizer or default_opt)
     if model_name in WORKLOADS:
         spec = WORKLOADS[model_name]
-        module = importlib.import_module(spec.module)
-        with torch.device("meta"):
-            model = module.build_model()
         shape, dtype, high = _WORKLOAD_INPUTS.get(model_name, (tuple(spec.hyperparameters.get("input_shape", ())), "float32", 0))
         if not shape:
             raise TrainwiseError(f"workload {model_name} does not declare its input shape")
-        inputs = ((batch, *shape), dtype, "index", high)
-        loss = _workload_loss(model_name)
-        return characterise_model(model, inputs, loss, optimizer or _WORKLOAD_OPTIMIZERS.get(model_name, "sgd_momentum"),
-                                  precision, model_name=model_name, per_device_batch=batch,
-                                  image_size=shape[-1] if len(shape) == 3 else None, copy_model=False)
-    with torch.device("meta"):
-        try:
-            model = _build_torchvision(model_name)
-        except Exception as exc:
-            raise TrainwiseError(f"building torchvision model {model_name!r} failed: {exc}") from None
-        if model is not None and num_classes is not None:
-            pass
-    if model is None:
-        import difflib
+        return NamedStep(model_name, batch, lambda: importlib.import_module(spec.module).build_model(),
+                         ((batch, *shape), dtype, "index", high), _workload_loss(model_name),
+                         optimizer or _WORKLOAD_OPTIMIZERS.get(model_name, "sgd_momentum"),
+                         image_size=shape[-1] if len(shape) == 3 else None)
+    import torchvision
 
-        import torchvision
+    if model_name not in _EXTRA_BUILDERS and model_name not in torchvision.models.list_models(module=torchvision.models):
+        import difflib
 
         from trainwise.predict import hf_models
         from trainwise.workloads import workload_names
@@ -1202,10 +1318,26 @@ def _characterise_named_uncached(model_name: str, batch: int, precision: str, se
         hint = f"did you mean {', '.join(near)}?" if near else "use a torchvision builder name, hf:<config> or a trainwise workload"
         raise TrainwiseError(f"unknown model {model_name!r}: {hint}")
     size = int(image_size or _TORCHVISION_SIZES.get(model_name, 224))
-    inputs = ((batch, 3, size, size), "float32")
     loss = _inception_loss if model_name == "inception_v3" else None
-    return characterise_model(model, inputs, loss, optimizer or "sgd_momentum", precision, model_name=model_name,
-                              per_device_batch=batch, image_size=size, copy_model=False)
+    return NamedStep(model_name, batch, lambda: _build_torchvision(model_name), ((batch, 3, size, size), "float32"), loss,
+                     optimizer or "sgd_momentum", image_size=size)
+
+
+def _characterise_named_uncached(model_name: str, batch: int, precision: str, seq_len: int | None,
+                                 image_size: int | None, optimizer: str | None, task: str | None,
+                                 num_classes: int | None) -> WorkloadCharacterisation:
+    import torch
+
+    step = named_step(model_name, batch, seq_len, image_size, optimizer, task)
+    with torch.device("meta"):
+        try:
+            model = step.build()
+        except TrainwiseError:
+            raise
+        except Exception as exc:
+            raise TrainwiseError(f"building model {model_name!r} failed: {exc}") from None
+    return characterise_model(model, step.inputs, step.loss, step.optimizer, precision, model_name=model_name,
+                              per_device_batch=batch, seq_len=step.seq_len, image_size=step.image_size, copy_model=False)
 
 
 def _inception_loss(output: Any) -> Any:
@@ -1227,6 +1359,8 @@ def _workload_loss(name: str) -> Callable[[Any], Any] | None:
             import torch
 
             target = torch.empty((out.shape[0], *out.shape[2:]), dtype=torch.long, device=out.device)
+            if target.device.type != "meta":
+                target.zero_()  # a real step (trainwise.predict.measure) needs valid class indices
             return F.cross_entropy(out, target)
         return seg_loss
     return None

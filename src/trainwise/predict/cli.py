@@ -203,7 +203,7 @@ def calibrate_command(
 
 
 def validate_command(
-    dataset: Annotated[Optional[Path], typer.Option("--dataset", help="CSV: model,accelerator,count,per_device_batch,precision,samples_per_s,source (+ optional columns); default: the packaged validation set")] = None,
+    dataset: Annotated[Optional[Path], typer.Option("--dataset", help="CSV: model,accelerator,count,per_device_batch,precision,samples_per_s,source (+ optional columns), or a packaged set: validation (default), calibration, measured-h100")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report (summary + per-row results) as JSON")] = False,
     params: Annotated[Optional[Path], typer.Option(help="Device-model parameters JSON (default: the packaged fit)")] = None,
 ) -> None:
@@ -213,6 +213,8 @@ def validate_command(
     from trainwise.predict.validate import report_table, summary_lines, validate_dataset
 
     path = dataset or cal.VALIDATION_CSV
+    if dataset is not None and not dataset.exists() and str(dataset) in cal.PACKAGED_DATASETS:
+        path = cal.PACKAGED_DATASETS[str(dataset)]
     report = validate_dataset(path, params=dm.load_params(params) if params else None)
     if json_out:
         typer.echo(json.dumps(report.model_dump(mode="json"), indent=1))

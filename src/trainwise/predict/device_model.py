@@ -364,7 +364,7 @@ def gemm_dims(record: Any) -> tuple[int, float, int, int] | None:
     forward's GEMM)."""
     shapes, op = record.shapes, record.op
     try:
-        if op == "aten.mm.default":
+        if op in ("aten.mm.default", "fused.rnn_gemm"):
             a, b = shapes[0], shapes[1]
             return 1, a[-2], b[-1], a[-1]
         if op == "aten.addmm.default":

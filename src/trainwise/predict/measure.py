@@ -1,0 +1,228 @@
+"""Measure a named model's training throughput on a real device: the device model's ground truth.
+
+`measure_throughput("resnet50", 256, "amp_fp16", device="cuda")` runs exactly the training step the
+characteriser traces on the meta device (`characterise.named_step`: same model builder, inputs,
+loss and optimizer), for real, on synthetic inputs that live on the device (so the input pipeline
+is not measured, as in the published benchmarks the device model is calibrated on), and times it
+with `torch.utils.benchmark.Timer.blocked_autorange` (which synchronises CUDA around each block):
+the result carries the median step time and its spread, not a bare number.
+
+`to_validation_row` turns a measurement into a row of the validation CSV (`trainwise validate`),
+so a user with a GPU can check the device model on their own hardware and keep the rows.
+
+Precision, with the device model's meaning of each label: `fp32` is PyTorch's default, which is
+TF32 for cuDNN convolutions and full FP32 for matmuls (`cudnn.allow_tf32=True`,
+`cuda.matmul.allow_tf32=False`), `tf32` turns TF32 on for both, `amp_fp16` runs the step under
+`torch.autocast(float16)` with a `GradScaler`, `amp_bf16` under `torch.autocast(bfloat16)` (the
+AMP modes use the `fp32` switches for what stays in fp32). cuDNN's autotuner is on
+(`cudnn.benchmark`), as in the calibration sources. Every switch is restored after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from trainwise.errors import TrainwiseError
+from trainwise.predict import characterise as ch
+
+TIMER = "torch.utils.benchmark.Timer.blocked_autorange"
+
+
+class ThroughputMeasurement(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    per_device_batch: int
+    precision: str
+    optimizer: str
+    seq_len: int | None = None
+    image_size: int | None = None
+    task: str | None = None
+    memory_format: str = "nchw"
+    device: str
+    device_name: str
+    samples_per_s: float
+    step_time_s_median: float
+    step_time_s_iqr: float
+    step_time_s_blocks: list[float]  # the mean step time of each timed block
+    steps_per_block: int
+    warmup_steps: int
+    warmup_s: float
+    peak_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated over warm-up and timing
+    torch_version: str
+    cuda_version: str | None = None
+    timer: str = TIMER
+    loss_finite: bool
+
+
+def make_optimizer(name: str, parameters: Any) -> Any:
+    """A real torch.optim optimizer for an OPTIMIZER_STATE name (the kind the characteriser costs)."""
+    import torch
+
+    key = ch.normalise_optimizer(name)
+    params = list(parameters)
+    makers = {
+        "sgd": lambda: torch.optim.SGD(params, lr=0.01),
+        "sgd_momentum": lambda: torch.optim.SGD(params, lr=0.01, momentum=0.9),
+        "adam": lambda: torch.optim.Adam(params, lr=1e-4),
+        "adamw": lambda: torch.optim.AdamW(params, lr=1e-4),
+        "adadelta": lambda: torch.optim.Adadelta(params),
+        "rmsprop": lambda: torch.optim.RMSprop(params, lr=1e-4),
+        "rmsprop_momentum": lambda: torch.optim.RMSprop(params, lr=1e-4, momentum=0.9),
+        "adagrad": lambda: torch.optim.Adagrad(params, lr=0.01),
+    }
+    if key not in makers:
+        raise TrainwiseError(f"optimizer {name!r} has no torch.optim class to measure with: use one of {', '.join(makers)}")
+    return makers[key]()
+
+
+@contextlib.contextmanager
+def _precision_switches(precision: str, device_type: str) -> Iterator[None]:
+    import torch
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = True
+        if device_type == "cuda":
+            torch.backends.cudnn.benchmark = True
+        yield
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark) = saved
+
+
+def _to_device(value: Any, device: Any, channels_last: bool) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        value = value.to(device)
+        if channels_last and value.dim() == 4 and value.is_floating_point():
+            value = value.contiguous(memory_format=torch.channels_last)
+        return value
+    if isinstance(value, dict):
+        return {k: _to_device(v, device, channels_last) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_device(v, device, channels_last) for v in value)
+    return value
+
+
+def measure_throughput(model_name: str, per_device_batch: int, precision: str = "fp32", *, seq_len: int | None = None,
+                       image_size: int | None = None, optimizer: str | None = None, task: str | None = None,
+                       memory_format: str = "nchw", device: str = "cuda", warmup_steps: int = 10,
+                       min_run_time_s: float = 3.0, seed: int = 0) -> ThroughputMeasurement:
+    """Train `model_name` for real on `device` and return its steady-state samples/s with spread."""
+    import torch
+    import torch.utils.benchmark as benchmark
+
+    precision = ch.normalise_precision(precision)
+    if warmup_steps < 1 or min_run_time_s <= 0:
+        raise TrainwiseError("warm-up steps must be ≥ 1 and the timed run > 0 s")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise TrainwiseError(f"device {device!r} asked for but torch.cuda.is_available() is False: pass --device cpu")
+    channels_last = str(memory_format).lower() in ("nhwc", "channels_last")
+    step_spec = ch.named_step(model_name, per_device_batch, seq_len, image_size, optimizer, task)
+    torch.manual_seed(seed)
+    model = step_spec.build().to(dev)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    inputs = _to_device(ch._materialise_inputs(step_spec.inputs, "cpu"), dev, channels_last)
+    args, kwargs = ((), inputs) if isinstance(inputs, dict) else (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,), {})
+    loss_fn = step_spec.loss or ch._default_loss
+    opt = make_optimizer(step_spec.optimizer, [p for p in model.parameters() if p.requires_grad])
+    amp_dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(precision)
+    scaler = torch.amp.GradScaler(dev.type) if precision == "amp_fp16" else None
+    last_loss: list[Any] = [None]
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        autocast = torch.autocast(dev.type, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
+        with autocast:
+            loss = loss_fn(model(*args, **kwargs))
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        last_loss[0] = loss
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    with _precision_switches(precision, dev.type):
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        started = time.perf_counter()
+        try:
+            for _ in range(warmup_steps):  # cuDNN autotuning, allocator growth, lazy optimizer state
+                step()
+            sync()
+        except torch.OutOfMemoryError:
+            raise TrainwiseError(f"{model_name} at per-device batch {per_device_batch} ({precision}) does not fit "
+                                 f"on {device}: lower the batch") from None
+        warmup_s = time.perf_counter() - started
+        timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
+        result = timer.blocked_autorange(min_run_time=min_run_time_s)
+        sync()
+    loss_value = float(last_loss[0].detach().float().cpu()) if last_loss[0] is not None else float("nan")
+    blocks = [float(t) for t in result.times]
+    median = float(statistics.median(blocks))
+    return ThroughputMeasurement(
+        model=model_name, per_device_batch=per_device_batch, precision=precision, optimizer=step_spec.optimizer,
+        seq_len=step_spec.seq_len, image_size=step_spec.image_size, task=task,
+        memory_format="nhwc" if channels_last else "nchw", device=str(dev),
+        device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        samples_per_s=per_device_batch / median, step_time_s_median=median, step_time_s_iqr=float(result.iqr),
+        step_time_s_blocks=blocks, steps_per_block=int(result.number_per_run), warmup_steps=warmup_steps,
+        warmup_s=warmup_s, peak_memory_bytes=int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda" else None,
+        torch_version=torch.__version__, cuda_version=torch.version.cuda if dev.type == "cuda" else None,
+        loss_finite=bool(loss_value == loss_value and abs(loss_value) != float("inf")))
+
+
+def accelerator_of_device_name(device_name: str, catalog: Any) -> str:
+    """The catalog accelerator for a CUDA device name (`NVIDIA H100 80GB HBM3` -> `H100`)."""
+    rest = re.sub(r"^(NVIDIA|Tesla|GeForce|Quadro)\s+", "", device_name.strip(), flags=re.I)
+    family = re.split(r"[\s\-]+", rest)[0]
+    memory = re.search(r"(\d+)\s*GB", rest, flags=re.I)
+    candidates = [rest, rest.replace(" ", "-")]
+    if re.search(r"pcie", rest, flags=re.I):
+        candidates.append(f"{family}-PCIe")
+    if memory:
+        candidates.append(f"{family}-{memory.group(1)}GB")
+    candidates.append(family)
+    for name in candidates:
+        try:
+            return catalog.accelerator(name).name
+        except TrainwiseError:
+            continue
+    raise TrainwiseError(f"no catalog accelerator matches the device {device_name!r}: pass its catalog name "
+                         "(`trainwise catalog accelerators`)")
+
+
+VALIDATION_COLUMNS = ("model", "accelerator", "count", "per_device_batch", "precision", "samples_per_s", "source",
+                      "seq_len", "image_size", "task", "optimizer", "grad_accumulation", "memory_format", "framework",
+                      "notes")
+
+
+def to_validation_row(m: ThroughputMeasurement, accelerator: str, source: str) -> dict[str, Any]:
+    """A row of the validation CSV (`trainwise validate --dataset`) for one measurement."""
+    spread = m.step_time_s_iqr / m.step_time_s_median if m.step_time_s_median else 0.0
+    notes = (f"{m.device_name}; torch {m.torch_version}, CUDA {m.cuda_version}; synthetic inputs on the device; "
+             f"median of {len(m.step_time_s_blocks)} blocks of {m.steps_per_block} steps (IQR {spread:.1%}) after "
+             f"{m.warmup_steps} warm-up steps")
+    return {"model": m.model, "accelerator": accelerator, "count": 1, "per_device_batch": m.per_device_batch,
+            "precision": m.precision, "samples_per_s": round(m.samples_per_s, 3), "source": source,
+            "seq_len": m.seq_len or "", "image_size": m.image_size or "", "task": m.task or "",
+            "optimizer": m.optimizer, "grad_accumulation": "", "memory_format": m.memory_format, "framework": "pytorch",
+            "notes": notes}

@@ -1,0 +1,125 @@
+"""Measured training throughput (trainwise.predict.measure): the real step the characteriser traces."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import pytest
+import torch
+
+from trainwise.catalog import load_catalog
+from trainwise.errors import TrainwiseError
+from trainwise.predict import calibration as cal
+from trainwise.predict import characterise as ch
+from trainwise.predict import measure as me
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_cache(monkeypatch):
+    monkeypatch.setenv("TRAINWISE_NO_CACHE", "1")
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def test_a_measurement_trains_the_traced_step_and_becomes_a_validation_row(tmp_path, catalog):
+    m = me.measure_throughput("mnist_cnn", 16, "fp32", device="cpu", warmup_steps=2, min_run_time_s=0.3)
+    # the reference workload's own optimizer, as the characteriser costs it
+    assert m.optimizer == ch.characterise_named("mnist_cnn", 16).optimizer == "adadelta"
+    assert m.samples_per_s > 0 and m.step_time_s_median > 0 and m.step_time_s_iqr >= 0
+    assert m.step_time_s_blocks and m.steps_per_block >= 1
+    assert m.samples_per_s == pytest.approx(16 / m.step_time_s_median)
+    assert min(m.step_time_s_blocks) <= m.step_time_s_median <= max(m.step_time_s_blocks)
+    assert m.loss_finite and m.peak_memory_bytes is None and m.cuda_version is None and m.device == "cpu"
+    # the row reads back as a measurement the validation command predicts
+    row = me.to_validation_row(m, "T4", "measured by trainwise tests")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(me.VALIDATION_COLUMNS))
+    writer.writeheader()
+    writer.writerow(row)
+    path = tmp_path / "rows.csv"
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    [loaded] = cal.load_measurements(path, catalog)
+    assert (loaded.model, loaded.accelerator, loaded.per_device_batch, loaded.precision) == ("mnist_cnn", "T4", 16, "fp32")
+    assert loaded.samples_per_s == pytest.approx(m.samples_per_s, rel=1e-3)
+    assert cal.stack_of(loaded) == "pytorch-eager"  # stock PyTorch eager: the reference stack
+    assert cal.characterise_row(loaded).optimizer == "adadelta"
+
+
+def test_precision_switches_are_restored_after_a_measurement():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    me.measure_throughput("nn_twins_mlp", 32, "tf32", device="cpu", warmup_steps=1, min_run_time_s=0.1)
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark) == before
+
+
+def test_amp_measurement_runs_under_autocast_on_cpu():
+    m = me.measure_throughput("nn_twins_mlp", 32, "amp_bf16", device="cpu", warmup_steps=1, min_run_time_s=0.1)
+    assert m.precision == "amp_bf16" and m.loss_finite and math.isfinite(m.samples_per_s)
+
+
+@pytest.mark.parametrize("device_name, accelerator", [
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100-PCIe"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100"), ("Tesla T4", "T4"), ("NVIDIA A10G", "A10G"), ("Tesla V100-SXM2-16GB", "V100"),
+    ("NVIDIA L4", "L4"),
+])
+def test_cuda_device_names_map_to_catalog_accelerators(catalog, device_name, accelerator):
+    assert me.accelerator_of_device_name(device_name, catalog) == accelerator
+
+
+def test_bad_input_is_a_clear_error(catalog):
+    with pytest.raises(TrainwiseError, match="no catalog accelerator"):
+        me.accelerator_of_device_name("Imaginary Accelerator 9000", catalog)
+    with pytest.raises(TrainwiseError, match="batch must be positive"):
+        me.measure_throughput("mnist_cnn", 0, device="cpu")
+    with pytest.raises(TrainwiseError, match="no torch.optim class"):
+        me.make_optimizer("lamb", [torch.nn.Parameter(torch.zeros(2))])
+    with pytest.raises(TrainwiseError, match="unknown model"):
+        me.measure_throughput("resnet5O", 2, device="cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(TrainwiseError, match="cuda"):
+            me.measure_throughput("mnist_cnn", 2, device="cuda")
+
+
+@pytest.mark.parametrize("name, cls, momentum", [("sgd", torch.optim.SGD, 0), ("sgd_momentum", torch.optim.SGD, 0.9),
+                                                 ("adam", torch.optim.Adam, None), ("adamw", torch.optim.AdamW, None),
+                                                 ("rmsprop_momentum", torch.optim.RMSprop, 0.9)])
+def test_optimizers_are_the_ones_the_characteriser_costs(name, cls, momentum):
+    opt = me.make_optimizer(name, [torch.nn.Parameter(torch.zeros(2))])
+    assert type(opt) is cls
+    assert ch.optimizer_name_of(opt) == name
+    if momentum is not None:
+        assert opt.param_groups[0]["momentum"] == momentum
+
+
+def test_packaged_h100_measurements_are_a_validation_set(catalog):
+    rows = cal.load_measurements(cal.MEASURED_H100_CSV, catalog)
+    assert len(rows) >= 25 and {r.accelerator for r in rows} == {"H100"}
+    assert all(r.source.startswith("measured by trainwise") and cal.stack_of(r) == "pytorch-eager" for r in rows)
+    assert {r.precision for r in rows} == {"fp32", "tf32", "amp_fp16", "amp_bf16"}
+    # never fitted: no calibration row comes from this source
+    assert not any(r.source.startswith("measured by trainwise") for r in cal.load_measurements(cal.CALIBRATION_CSV, catalog))
+    assert cal.PACKAGED_DATASETS["measured-h100"] == cal.MEASURED_H100_CSV
+
+
+def test_validate_takes_a_packaged_dataset_by_name(tmp_path, monkeypatch):
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from trainwise.predict.cli import validate_command
+
+    small = tmp_path / "small.csv"
+    small.write_text("model,accelerator,count,per_device_batch,precision,samples_per_s,source\n"
+                     "mnist_cnn,V100,1,256,fp32,60000,measured by trainwise tests\n", encoding="utf-8")
+    monkeypatch.setitem(cal.PACKAGED_DATASETS, "measured-h100", small)
+    app = typer.Typer()
+    app.command("validate")(validate_command)
+    app.command("noop")(lambda: None)
+    result = CliRunner().invoke(app, ["validate", "--dataset", "measured-h100", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["dataset"] == str(small)
