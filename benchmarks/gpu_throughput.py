@@ -22,8 +22,6 @@ median, p90, max |error|) and benchmarks/results/gpu_measured_<accelerator>.csv.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import shutil
 import statistics
@@ -89,13 +87,9 @@ def _nvidia_smi() -> dict[str, str]:
 
 
 def _write(out: Path, rows: list[dict[str, Any]], payload: dict[str, Any]) -> None:
-    from trainwise.predict.measure import VALIDATION_COLUMNS
+    from trainwise.predict.measure import validation_csv_text
 
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(VALIDATION_COLUMNS), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(out / "gpu_measured.csv", buffer.getvalue())
+    atomic_write_text(out / "gpu_measured.csv", validation_csv_text(rows))
     atomic_write_text(out / "gpu_measured.json", json.dumps(payload, indent=1))
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 
 import pytest
@@ -37,12 +35,8 @@ def test_a_measurement_trains_the_traced_step_and_becomes_a_validation_row(tmp_p
     assert m.loss_finite and m.peak_memory_bytes is None and m.cuda_version is None and m.device == "cpu"
     # the row reads back as a measurement the validation command predicts
     row = me.to_validation_row(m, "T4", "measured by trainwise tests")
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(me.VALIDATION_COLUMNS))
-    writer.writeheader()
-    writer.writerow(row)
     path = tmp_path / "rows.csv"
-    path.write_text(buffer.getvalue(), encoding="utf-8")
+    path.write_text(me.validation_csv_text([row]), encoding="utf-8")
     [loaded] = cal.load_measurements(path, catalog)
     assert (loaded.model, loaded.accelerator, loaded.per_device_batch, loaded.precision) == ("mnist_cnn", "T4", 16, "fp32")
     assert loaded.samples_per_s == pytest.approx(m.samples_per_s, rel=1e-3)
@@ -123,3 +117,33 @@ def test_validate_takes_a_packaged_dataset_by_name(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["validate", "--dataset", "measured-h100", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["dataset"] == str(small)
+
+
+def test_device_measure_command_appends_validation_rows(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainwise.cli import app
+
+    out = tmp_path / "mine.csv"
+    args = ["device", "measure", "nn_twins_mlp", "--batch", "64", "--device", "cpu", "--accelerator", "T4",
+            "--seconds", "0.2", "--warmup", "1", "--csv", str(out)]
+    first = CliRunner().invoke(app, args + ["--json"])
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output)["model"] == "nn_twins_mlp"
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert "samples/s" in second.output and "measured here" in second.output
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == ",".join(me.VALIDATION_COLUMNS) and len(lines) == 3
+    assert len(cal.load_measurements(out, load_catalog())) == 2
+    # a CSV with other columns is refused, and left as it was
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n", encoding="utf-8")
+    refused = CliRunner().invoke(app, args[:-1] + [str(other)])
+    assert refused.exit_code != 0 and "other columns" in str(refused.exception or refused.output)
+    assert other.read_text(encoding="utf-8") == "a,b\n1,2\n"
+    cpu_only = CliRunner().invoke(app, ["device", "measure", "nn_twins_mlp", "--batch", "8", "--device", "cpu",
+                                        "--seconds", "0.1", "--warmup", "1", "--csv", str(tmp_path / "x.csv")])
+    assert cpu_only.exit_code != 0 and not (tmp_path / "x.csv").exists()

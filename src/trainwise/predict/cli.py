@@ -1,7 +1,7 @@
 """CLI of the device model, as typer commands for the main `trainwise` app to register.
 
     from trainwise.predict.cli import device_app, validate_command
-    app.add_typer(device_app, name="device")      # trainwise device characterise|predict|calibrate
+    app.add_typer(device_app, name="device")      # trainwise device characterise|predict|calibrate|measure
     app.command("validate")(validate_command)     # trainwise validate [--dataset FILE.csv] [--json]
 
 `render_device_predictions(...)` prints the table `trainwise predict --accelerator V100 --count 1`
@@ -112,6 +112,54 @@ def characterise_command(
         console.print(f"[yellow]no cost rule for: {', '.join(char.unsupported_ops)} (modelled as memory-bound)[/yellow]")
     if output is not None:
         console.print(f"characterisation written to [bold]{output}[/bold]")
+
+
+@device_app.command("measure")
+def measure_command(
+    model: ModelArg = None,
+    batch: BatchOpt = None,
+    precision: PrecisionOpt = "fp32",
+    seq_len: SeqOpt = None,
+    image_size: ImageOpt = None,
+    task: TaskOpt = None,
+    optimizer: OptimOpt = None,
+    memory_format: LayoutOpt = "nchw",
+    device: Annotated[str, typer.Option(help="torch device to train on: cuda (default), cuda:1, cpu")] = "cuda",
+    accelerator: Annotated[Optional[str], typer.Option(help="Catalog name of the device (default: from its CUDA name)")] = None,
+    seconds: Annotated[float, typer.Option(help="Seconds of timed steps (after the warm-up)")] = 3.0,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps (cuDNN autotuning, allocator growth)")] = 10,
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Append the measurement as a row of a validation CSV (created with its header)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the measurement as JSON")] = False,
+) -> None:
+    """Train MODEL for real on this machine's GPU (the step the device model traces) and report samples/s with spread."""
+    from trainwise.predict import measure as me
+
+    if model is None or batch is None:
+        raise TrainwiseError("give a model and --batch, e.g. `trainwise device measure resnet50 --batch 256 --precision amp_fp16`")
+    if csv_out is not None and csv_out.exists() and csv_out.is_dir():
+        raise TrainwiseError(f"--csv {csv_out} is a directory: give a file path")
+    m = me.measure_throughput(model, batch, precision, seq_len=seq_len, image_size=image_size, optimizer=optimizer,
+                              task=task, memory_format=memory_format, device=device, warmup_steps=warmup,
+                              min_run_time_s=seconds)
+    if csv_out is not None:
+        from trainwise.catalog import load_catalog
+
+        catalog = load_catalog()
+        name = catalog.accelerator(accelerator).name if accelerator else (
+            me.accelerator_of_device_name(m.device_name, catalog) if m.device_name != "cpu" else None)
+        if name is None:
+            raise TrainwiseError("a CPU measurement has no catalog accelerator: pass --accelerator NAME")
+        me.append_validation_row(csv_out, me.to_validation_row(m, name, f"measured by trainwise device measure on a {m.device_name}"))
+    if json_out:
+        typer.echo(json.dumps(m.model_dump(), indent=1))
+        return
+    spread = m.step_time_s_iqr / m.step_time_s_median if m.step_time_s_median else 0.0
+    memory = f", peak {m.peak_memory_bytes / 2**30:.1f} GiB" if m.peak_memory_bytes else ""
+    console.print(f"{m.model} batch {m.per_device_batch} {m.precision} on {m.device_name}: "
+                  f"[bold]{m.samples_per_s:,.1f} samples/s[/bold] (step {m.step_time_s_median * 1e3:.2f} ms, IQR {spread:.1%}, "
+                  f"{len(m.step_time_s_blocks)} blocks of {m.steps_per_block}{memory}; source: measured here)")
+    if csv_out is not None:
+        console.print(f"row appended to [bold]{csv_out}[/bold] (check it with `trainwise validate --dataset {csv_out}`)")
 
 
 LINK_HELP = ("With --count > 1: how gradients travel between the devices: auto (NVLink where the accelerator has it, "

@@ -25,6 +25,7 @@ import re
 import statistics
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -118,7 +119,12 @@ def measure_throughput(model_name: str, per_device_batch: int, precision: str = 
                        memory_format: str = "nchw", device: str = "cuda", warmup_steps: int = 10,
                        min_run_time_s: float = 3.0, seed: int = 0) -> ThroughputMeasurement:
     """Train `model_name` for real on `device` and return its steady-state samples/s with spread."""
+    import logging
+
     import torch
+
+    # torch.utils.benchmark imports cpp_extension, which warns on a machine without a CUDA toolkit
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     import torch.utils.benchmark as benchmark
 
     precision = ch.normalise_precision(precision)
@@ -226,3 +232,39 @@ def to_validation_row(m: ThroughputMeasurement, accelerator: str, source: str) -
             "seq_len": m.seq_len or "", "image_size": m.image_size or "", "task": m.task or "",
             "optimizer": m.optimizer, "grad_accumulation": "", "memory_format": m.memory_format, "framework": "pytorch",
             "notes": notes}
+
+
+def append_validation_row(path: str | Path, row: dict[str, Any]) -> Path:
+    """Append `row` to the validation CSV at `path` (written whole, atomically; a new file gets the header).
+
+    An existing file must have the validation columns' header, so rows never land under other columns."""
+    import csv
+
+    from trainwise._io import atomic_write_text
+
+    path = Path(path)
+    existing = ""
+    if path.exists():
+        existing = path.read_text(encoding="utf-8")
+        header = next(csv.reader([existing.splitlines()[0]])) if existing.strip() else []
+        if header and header != list(VALIDATION_COLUMNS):
+            raise TrainwiseError(f"{path} has other columns ({', '.join(header[:7])}...): append to a file written by "
+                                 "`trainwise device measure --csv`, or give a new path")
+    if not existing.strip():
+        existing = ""
+    elif not existing.endswith("\n"):
+        existing += "\n"
+    return atomic_write_text(path, existing + validation_csv_text([row], header=not existing.strip()))
+
+
+def validation_csv_text(rows: list[dict[str, Any]], header: bool = True) -> str:
+    """Rows of the validation CSV (`VALIDATION_COLUMNS`), as text."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(VALIDATION_COLUMNS), lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
