@@ -280,7 +280,7 @@ def test_recurrent_layers_trace_as_cudnn_runs_them(kind, gates, layers, bidirect
     directions = 2 if bidirectional else 1
     char = characterise_model(_Recurrent(kind, inputs, hidden, layers, bidirectional), ((batch, steps, inputs), "float32"),
                               loss_fn=lambda out: out.float().mean(), optimizer_name="adam")
-    rnn = [r for r in char.records if r.op == "fused.rnn_gemm"]
+    rnn = [r for r in char.records if r.op in ("fused.rnn_gemm", "fused.rnn_step")]
     forward = sum(r.flops * r.count for r in rnn if r.phase == "forward")
     assert forward == pytest.approx(_rnn_forward_flops(gates, layers, directions, steps, batch, inputs, hidden))
     assert sum(r.flops * r.count for r in rnn if r.phase == "backward") == pytest.approx(2 * forward)
@@ -289,6 +289,12 @@ def test_recurrent_layers_trace_as_cudnn_runs_them(kind, gates, layers, bidirect
     groups = layers * directions
     assert sum(r.count for r in rnn if r.phase == "forward") == groups * (steps + 1)
     assert sum(r.count for r in char.records) < 4 * groups * steps + 100
+    # cuDNN launches the time steps from C++: the host dispatches only the whole-sequence kernels
+    from trainwise.predict import device_model as dm
+
+    steps_launched = sum(r.count for r in rnn if r.op == "fused.rnn_step")
+    assert steps_launched == 2 * groups * steps
+    assert dm.host_dispatched_kernels(char.records) == char.kernel_launches - steps_launched
     # the weight-gradient GEMMs are there (the optimizer steps every parameter of the recurrent layers)
     assert char.trainable_parameters == sum(p.numel() for p in _Recurrent(kind, inputs, hidden, layers, bidirectional).parameters())
 

@@ -699,8 +699,10 @@ def _fused_rnn(tracer: _Tracer, name: str, input: Any, hx: Any, weights: Sequenc
     state = list(hx) if isinstance(hx, (list, tuple)) else [hx]
 
     def gemm(op_phase: str, m: int, k: int, n: int, count: int = 1, extra_read: float = 0.0, extra_written: float = 0.0) -> None:
+        # the per-time-step kernels are launched by cuDNN from C++ ("fused.rnn_step": no host dispatch each)
+        op = "fused.rnn_step" if count > 1 else "fused.rnn_gemm"
         for _ in range(count):
-            tracer.add("fused.rnn_gemm", "matmul", 2.0 * m * k * n, (m * k + k * n) * es + extra_read,
+            tracer.add(op, "matmul", 2.0 * m * k * n, (m * k + k * n) * es + extra_read,
                        m * n * es + extra_written, dtype, [[m, k], [k, n]], _align_of(m, k, n), phase=op_phase)
 
     def record(op_phase: str) -> None:

@@ -364,7 +364,7 @@ def gemm_dims(record: Any) -> tuple[int, float, int, int] | None:
     forward's GEMM)."""
     shapes, op = record.shapes, record.op
     try:
-        if op in ("aten.mm.default", "fused.rnn_gemm"):
+        if op in ("aten.mm.default", "fused.rnn_gemm", "fused.rnn_step"):
             a, b = shapes[0], shapes[1]
             return 1, a[-2], b[-1], a[-1]
         if op == "aten.addmm.default":
@@ -541,8 +541,18 @@ def op_features(char: WorkloadCharacterisation, acc: Any, precision: str) -> OpF
     return OpFeatures(count=count, flops=flops, bytes=nbytes, compute_index=cidx, memory_index=midx, peak=peak,
                       fusion=fusion, backward=backward, conv=conv, grouped=grouped,
                       nchw_bytes=nchw, fusable=fusable, wave=wave, category=cats, bandwidth=peaks.bandwidth,
-                      launch=0.0 if peaks.is_tpu else 1.0, kernels=int(count.sum()), accelerator=acc.name,
+                      launch=0.0 if peaks.is_tpu else 1.0, kernels=host_dispatched_kernels(char.records), accelerator=acc.name,
                       generation=generation_of(acc), is_tpu=peaks.is_tpu)
+
+
+# Kernels a library launches from C++ inside one Python-dispatched call (cuDNN's recurrent time
+# steps): they cost device launch time like any kernel, but no host (Python/dispatcher) time each.
+LIBRARY_INTERNAL_OPS = frozenset({"fused.rnn_step"})
+
+
+def host_dispatched_kernels(records: Sequence[Any]) -> int:
+    """Kernels the host dispatches one by one (the host-bound floor counts these)."""
+    return int(sum(r.count for r in records if r.op not in LIBRARY_INTERNAL_OPS))
 
 
 def param_arrays(params: DeviceModelParams) -> tuple[Any, Any]:
