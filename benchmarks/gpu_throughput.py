@@ -10,8 +10,9 @@ the exact step the characteriser traces, synthetic inputs on the device, median 
 their spread) and writes DIR/gpu_measured.csv (the validation CSV format of `trainwise validate`) and
 DIR/gpu_measured.json (every measurement with its spread, peak memory, the GPU's clocks and power
 limit). It writes both after every configuration, so a run cut short keeps what it measured. Then it
-checks issue 2's same-machine estimator on the GPU: `trainwise profile` of a reference workload with
-`--device cuda`, the predicted full run, and the full run itself (`SAME_MACHINE`).
+checks issue 2's same-machine estimator on the GPU: `trainwise profile` of reference workloads with
+`--device cuda` (plain PyTorch, Lightning, Hugging Face Trainer), the predicted full run, and the full
+run itself (`SAME_MACHINE`).
 
 `compare` predicts every measured row with the packaged device model (fitted only on the published
 calibration set: none of these rows is in it, so the errors are out-of-sample), compares the
@@ -71,9 +72,16 @@ CONFIGS: list[tuple[str, int, str, dict[str, Any]]] = [
     ("ncf", 1_048_576, "tf32", {}),
 ]
 
-# The same-machine check on the GPU (issue 2's estimator on a CUDA job): profile, predict, run in full.
-SAME_MACHINE = {"workload": "resnet50_cifar10", "batch_size": 256, "epochs": 10, "train_samples": 50_000,
-                "val_samples": 10_000, "num_workers": 4, "device": "cuda"}
+# The same-machine checks on the GPU (issue 2's estimator on CUDA jobs, plain PyTorch and through the
+# Lightning and Hugging Face Trainer integrations): profile, predict, run in full.
+SAME_MACHINE = [
+    {"workload": "resnet50_cifar10", "batch_size": 256, "epochs": 10, "train_samples": 50_000,
+     "val_samples": 10_000, "num_workers": 4, "device": "cuda"},
+    {"workload": "lightning_rnn_sa", "batch_size": 64, "epochs": 3, "train_samples": 12_000, "val_samples": 1_000,
+     "accumulate": 2, "device": "cuda"},
+    {"workload": "hf_tiny_bert", "batch_size": 64, "epochs": 3, "train_samples": 12_000, "val_samples": 1_000,
+     "accumulate": 2, "device": "cuda"},
+]
 
 
 def _nvidia_smi() -> dict[str, str]:
@@ -133,20 +141,30 @@ def measure(out: Path, only: list[str], min_run_time_s: float, same_machine: boo
         _write(out, rows, payload)
     _write(out, rows, payload)
     if same_machine:
-        payload["same_machine_cuda"] = same_machine_check()
-        _write(out, rows, payload)
+        payload["same_machine_cuda"] = []
+        for config in SAME_MACHINE:
+            try:
+                payload["same_machine_cuda"].append(same_machine_check(config))
+            except Exception as exc:  # noqa: BLE001 - one failed check must not lose the others
+                payload["same_machine_cuda"].append({"workload": config["workload"], "error": str(exc)[:300]})
+            _write(out, rows, payload)
     return 0 if rows else 1
 
 
-def same_machine_check() -> dict[str, Any]:
+def same_machine_check(same_machine: dict[str, Any]) -> dict[str, Any]:
     """Profile a reference workload on the GPU, predict its full run, run it in full: the error."""
     from trainwise.predict.same_machine import predict_total, relative_error
     from trainwise.profile.runner import ProfileOptions, run_profile
-    from trainwise.workloads import command_for
+    from trainwise.workloads import WORKLOADS, command_for
 
-    config = dict(SAME_MACHINE)
+    config = dict(same_machine)
     workload, epochs = config.pop("workload"), config["epochs"]
-    command = command_for(workload, **config)
+    if workload in WORKLOADS:
+        command = command_for(workload, **config)
+    else:  # an integration example (trainwise.workloads.lightning_rnn_sa, hf_tiny_bert): same options
+        command = [sys.executable, "-m", f"trainwise.workloads.{workload}"]
+        for key, value in config.items():
+            command += [f"--{key.replace('_', '-')}", str(value)]
     profile = run_profile(command, ProfileOptions(epochs_hint=epochs), workload=workload, quiet=True)
     predicted = predict_total(profile, epochs)
     full = run_profile(command, ProfileOptions(mode="full"), quiet=True)
@@ -157,7 +175,7 @@ def same_machine_check() -> dict[str, Any]:
               "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,
               "profiled_iterations": len(profile.iterations), "peak_device_bytes": profile.memory.peak_device_bytes,
               "device_name": profile.environment.device_name}
-    print(f"same machine (CUDA): {workload} b{config['batch_size']} x {epochs} epochs: predicted "
+    print(f"same machine ({config['device']}): {workload} b{config['batch_size']} x {epochs} epochs: predicted "
           f"{predicted.total_s:.1f} s, actual {actual_s:.1f} s ({result['abs_error']:.1%}), profiling cost "
           f"{result['profiling_cost_fraction']:.1%}", flush=True)
     return result
@@ -207,7 +225,7 @@ def compare(folder: Path) -> int:
                "provenance": ("measured on a lent GPU (samples/s: median of timed blocks) vs modelled by the packaged "
                               "device model fitted on the published calibration set only: out-of-sample"),
                "failed_configs": len(raw.get("failed", [])),
-               "same_machine_cuda_abs_error": (raw.get("same_machine_cuda") or {}).get("abs_error")}
+               "same_machine_cuda_abs_error": _same_machine_errors(raw.get("same_machine_cuda"))}
     result = {"summary": summary, "rows": per_row, "failed": raw.get("failed", []), "measured_on": raw["machine"],
               "nvidia_smi": raw["nvidia_smi"], "source": raw["source"], "min_run_time_s": raw.get("min_run_time_s"),
               "same_machine_cuda": raw.get("same_machine_cuda"), "compared_on": machine()}
@@ -221,6 +239,14 @@ def compare(folder: Path) -> int:
               f"{r['predicted_memory_gib']:.1f}/{r['measured_peak_memory_gib']:.1f} GiB")
     print(json.dumps(summary, indent=1))
     return 0
+
+
+def _same_machine_errors(checks: Any) -> dict[str, float] | None:
+    if not checks:
+        return None
+    if isinstance(checks, dict):  # a measure run before the checks became a list
+        checks = [checks]
+    return {c["workload"]: round(c["abs_error"], 4) for c in checks if "abs_error" in c}
 
 
 def main(argv: list[str] | None = None) -> int:
