@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainwise.catalog import load_catalog
 from trainwise.predict import calibration as cal
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog()
 
 
 def _rows(path, catalog):

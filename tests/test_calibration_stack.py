@@ -6,15 +6,9 @@ import math
 
 import pytest
 
-from trainwise.catalog import load_catalog
 from trainwise.predict import calibration as cal
 from trainwise.predict import device_model as dm
 from trainwise.predict.characterise import characterise_named
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog()
 
 
 def _row(model: str, accelerator: str, samples_per_s: float, source: str, **extra) -> cal.Measurement:

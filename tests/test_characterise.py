@@ -21,9 +21,7 @@ from trainwise.predict.characterise import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_disk_cache(monkeypatch):
-    monkeypatch.setenv("TRAINWISE_NO_CACHE", "1")
+pytestmark = pytest.mark.usefixtures("no_disk_cache")
 
 
 def _flops(char: WorkloadCharacterisation, category: str, phase: str) -> float:

@@ -20,14 +20,7 @@ from trainwise.predict.characterise import OpRecord, WorkloadCharacterisation, c
 HEADER = "model,accelerator,count,per_device_batch,precision,samples_per_s,source"
 
 
-@pytest.fixture(autouse=True)
-def _no_disk_cache(monkeypatch):
-    monkeypatch.setenv("TRAINWISE_NO_CACHE", "1")
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog()
+pytestmark = pytest.mark.usefixtures("no_disk_cache")
 
 
 def _char(records: list[OpRecord], batch: int = 1, precision: str = "fp32", **extra) -> WorkloadCharacterisation:

@@ -14,14 +14,7 @@ from trainwise.predict import characterise as ch
 from trainwise.predict import measure as me
 
 
-@pytest.fixture(autouse=True)
-def _no_disk_cache(monkeypatch):
-    monkeypatch.setenv("TRAINWISE_NO_CACHE", "1")
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog()
+pytestmark = pytest.mark.usefixtures("no_disk_cache")
 
 
 def test_a_measurement_trains_the_traced_step_and_becomes_a_validation_row(tmp_path, catalog):
