@@ -72,6 +72,20 @@ CONFIGS: list[tuple[str, int, str, dict[str, Any]]] = [
     ("ncf", 1_048_576, "tf32", {}),
 ]
 
+# Where the device time goes (torch.profiler, per operator category), for the configurations whose
+# errors have different causes: channels-last AMP, a host-bound small step, transformers, depthwise.
+BREAKDOWN_CONFIGS: list[tuple[str, int, str, dict[str, Any]]] = [
+    ("resnet50", 256, "amp_fp16", {"memory_format": "nhwc"}),
+    ("resnet50", 256, "amp_fp16", {}),
+    ("resnet50", 64, "amp_bf16", {"memory_format": "nhwc"}),
+    ("resnet50_cifar10", 256, "amp_fp16", {}),
+    ("vit_b_16", 128, "amp_bf16", {}),
+    ("hf:bert-base-uncased", 32, "tf32", {"seq_len": 512}),
+    ("hf:gpt2", 8, "amp_bf16", {"seq_len": 1024}),
+    ("mobilenet_v3_large", 256, "amp_fp16", {}),
+    ("inception_v3", 128, "amp_fp16", {}),
+]
+
 # The same-machine checks on the GPU (issue 2's estimator on CUDA jobs, plain PyTorch and through the
 # Lightning and Hugging Face Trainer integrations): profile, predict, run in full.
 SAME_MACHINE = [
@@ -101,7 +115,8 @@ def _write(out: Path, rows: list[dict[str, Any]], payload: dict[str, Any]) -> No
     atomic_write_text(out / "gpu_measured.json", json.dumps(payload, indent=1))
 
 
-def measure(out: Path, only: list[str], min_run_time_s: float, same_machine: bool = True) -> int:
+def measure(out: Path, only: list[str], min_run_time_s: float, same_machine: bool = True,
+            breakdown_only: bool = False) -> int:
     import torch
 
     from trainwise.catalog import load_catalog
@@ -116,7 +131,7 @@ def measure(out: Path, only: list[str], min_run_time_s: float, same_machine: boo
     accelerator = me.accelerator_of_device_name(device_name, load_catalog())
     source = (f"measured by trainwise benchmarks/gpu_throughput.py on a {device_name} ({accelerator}), "
               f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
-    configs = [c for c in CONFIGS if not only or c[0] in only]
+    configs = [c for c in CONFIGS if (not only or c[0] in only) and not breakdown_only]
     payload: dict[str, Any] = {"accelerator": accelerator, "source": source, "nvidia_smi": _nvidia_smi(),
                                "machine": machine(), "min_run_time_s": min_run_time_s, "measurements": [], "failed": []}
     rows: list[dict[str, Any]] = []
@@ -140,7 +155,22 @@ def measure(out: Path, only: list[str], min_run_time_s: float, same_machine: boo
         payload["seconds"] = round(time.perf_counter() - started, 1)
         _write(out, rows, payload)
     _write(out, rows, payload)
-    if same_machine:
+    payload["breakdowns"] = []
+    for model, batch, precision, extra in [c for c in BREAKDOWN_CONFIGS if not only or c[0] in only]:
+        try:
+            b = me.measure_breakdown(model, batch, precision, **extra)
+        except (TrainwiseError, RuntimeError) as exc:
+            payload["breakdowns"].append({"model": model, "per_device_batch": batch, "precision": precision,
+                                          "error": str(exc).splitlines()[0][:300]})
+            continue
+        finally:
+            torch.cuda.empty_cache()
+        payload["breakdowns"].append(b.model_dump())
+        print(f"breakdown {model} b{batch} {precision} {extra or ''}: wall {b.step_wall_s * 1e3:.1f} ms, device busy "
+              f"{b.device_busy_s * 1e3:.1f} ms (idle {b.idle_fraction:.0%}): "
+              + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in b.by_category_s.items()), flush=True)
+        _write(out, rows, payload)
+    if same_machine and not breakdown_only:
         payload["same_machine_cuda"] = []
         for config in SAME_MACHINE:
             try:
@@ -148,7 +178,7 @@ def measure(out: Path, only: list[str], min_run_time_s: float, same_machine: boo
             except Exception as exc:  # noqa: BLE001 - one failed check must not lose the others
                 payload["same_machine_cuda"].append({"workload": config["workload"], "error": str(exc)[:300]})
             _write(out, rows, payload)
-    return 0 if rows else 1
+    return 0 if rows or payload["breakdowns"] else 1
 
 
 def same_machine_check(same_machine: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +211,7 @@ def same_machine_check(same_machine: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def compare(folder: Path) -> int:
+def compare(folder: Path, breakdowns_json: Path | None = None) -> int:
     from trainwise.catalog import load_catalog
     from trainwise.predict import calibration as cal
     from trainwise.predict import device_model as dm
@@ -226,7 +256,27 @@ def compare(folder: Path) -> int:
                               "device model fitted on the published calibration set only: out-of-sample"),
                "failed_configs": len(raw.get("failed", [])),
                "same_machine_cuda_abs_error": _same_machine_errors(raw.get("same_machine_cuda"))}
+    breakdowns = raw.get("breakdowns") or []
+    if breakdowns_json is not None:
+        breakdowns = json.loads(breakdowns_json.read_text(encoding="utf-8")).get("breakdowns") or []
+    compared_breakdowns = [_compare_breakdown(b, catalog.accelerator(accelerator), params) for b in breakdowns if "error" not in b]
+    if compared_breakdowns:
+        categories = sorted({c for b in compared_breakdowns for c in b["modelled"]["breakdown_s"]})
+        pooled = {}
+        for category in categories:
+            measured_s = sum(b["measured"]["by_category_s"].get(category, 0.0) for b in compared_breakdowns)
+            modelled_s = sum(b["modelled"]["breakdown_s"].get(category, 0.0) for b in compared_breakdowns)
+            if modelled_s > 0 and measured_s > 0:
+                pooled[category] = round(measured_s / modelled_s, 3)
+        # device time per category, measured (torch.profiler kernel time) / modelled, pooled over the breakdowns
+        summary["breakdown_measured_to_modelled"] = pooled
+        summary["breakdown_note"] = ("kernel time per category from torch.profiler (self device time of each ATen "
+                                     "operator) while profiling 5 steps; the profiler slows the host, so idle "
+                                     "fractions (1 - device busy / wall) are upper bounds")
+        summary["breakdown_idle_fraction"] = {f"{b['model']} b{b['per_device_batch']} {b['precision']} {b['memory_format']}":
+                                              b["measured"]["idle_fraction"] for b in compared_breakdowns}
     result = {"summary": summary, "rows": per_row, "failed": raw.get("failed", []), "measured_on": raw["machine"],
+              "breakdowns": compared_breakdowns,
               "nvidia_smi": raw["nvidia_smi"], "source": raw["source"], "min_run_time_s": raw.get("min_run_time_s"),
               "same_machine_cuda": raw.get("same_machine_cuda"), "compared_on": machine()}
     RESULTS.mkdir(exist_ok=True)
@@ -237,8 +287,58 @@ def compare(folder: Path) -> int:
         print(f"{r['model'][:24]:24} {r['per_device_batch']:>7} {r['precision']:9} {r['memory_format']:4} "
               f"{r['measured_samples_per_s']:>12,.1f} {r['predicted_samples_per_s']:>12,.1f} {r['error']:>+7.1%}  "
               f"{r['predicted_memory_gib']:.1f}/{r['measured_peak_memory_gib']:.1f} GiB")
+    for b in compared_breakdowns:
+        m, p = b["measured"], b["modelled"]
+        print(f"\n{b['model']} b{b['per_device_batch']} {b['precision']} {b['memory_format']}: wall {m['step_wall_s'] * 1e3:.1f} ms "
+              f"(device busy {m['device_busy_s'] * 1e3:.1f} ms, idle {m['idle_fraction']:.0%}) vs modelled "
+              f"{p['iteration_s'] * 1e3:.1f} ms (device {p['device_s'] * 1e3:.1f}, host floor {p['host_bound_s'] * 1e3:.1f})")
+        for category in sorted(set(m["by_category_s"]) | set(p["breakdown_s"]), key=lambda c: -m["by_category_s"].get(c, 0.0)):
+            print(f"   {category:14} measured {m['by_category_s'].get(category, 0.0) * 1e3:8.2f} ms   "
+                  f"modelled {p['breakdown_s'].get(category, 0.0) * 1e3:8.2f} ms")
     print(json.dumps(summary, indent=1))
     return 0
+
+
+def _recategorised(measured: dict[str, Any]) -> dict[str, Any]:
+    """The breakdown with each listed operator in the category `category_of_aten` gives it now (a run
+    before aten::add/mul/div were classed elementwise listed them as other; only its 15 largest
+    operators were kept then, `top_ops`, which held all but a few microseconds of "other")."""
+    from trainwise.predict.measure import category_of_aten
+
+    ops = measured.get("ops") or measured.get("top_ops") or []
+    by_category = dict(measured["by_category_s"])
+    for name, old, seconds in ops:
+        new = category_of_aten(name)
+        if new != old:
+            by_category[old] = by_category.get(old, 0.0) - seconds
+            by_category[new] = by_category.get(new, 0.0) + seconds
+    by_category = {k: round(v, 9) for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v > 1e-9}
+    return {**measured, "by_category_s": by_category}
+
+
+def _compare_breakdown(measured: dict[str, Any], accelerator: Any, params: Any) -> dict[str, Any]:
+    """A measured per-category breakdown beside the device model's for the same step."""
+    from trainwise.predict import device_model as dm
+    from trainwise.predict.characterise import characterise_named
+
+    measured = _recategorised(measured)
+
+    char = characterise_named(measured["model"], measured["per_device_batch"], measured["precision"],
+                              _seq_len_of(measured["model"]), memory_format=measured["memory_format"])
+    p = dm.predict_iteration(char, accelerator, 1, measured["precision"], params=params)
+    return {"model": measured["model"], "per_device_batch": measured["per_device_batch"],
+            "precision": measured["precision"], "memory_format": measured["memory_format"],
+            "kernels_traced": char.kernel_launches, "host_dispatched_kernels": dm.host_dispatched_kernels(char.records),
+            "measured": measured,
+            "modelled": {"iteration_s": p.iteration_s, "device_s": p.device_s, "host_bound_s": p.host_bound_s,
+                         "breakdown_s": p.breakdown_s}}
+
+
+def _seq_len_of(model: str) -> int | None:
+    for name, _, _, extra in BREAKDOWN_CONFIGS:
+        if name == model and "seq_len" in extra:
+            return int(extra["seq_len"])
+    return None
 
 
 def _same_machine_errors(checks: Any) -> dict[str, float] | None:
@@ -257,12 +357,15 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--only", nargs="*", default=[], help="model names to measure (default: all)")
     m.add_argument("--min-run-time", type=float, default=2.0, help="seconds of timed steps per configuration")
     m.add_argument("--no-same-machine", action="store_true", help="skip the profile/predict/full-run check on the GPU")
+    m.add_argument("--breakdown-only", action="store_true", help="only the per-category device-time breakdowns")
     c = sub.add_parser("compare", help="predict the measured rows and write benchmarks/results/gpu_throughput.json")
     c.add_argument("folder", type=Path)
+    c.add_argument("--breakdowns", type=Path, default=None,
+                   help="gpu_measured.json of a `measure --breakdown-only` run (default: the folder's own)")
     args = parser.parse_args(argv)
     if args.command == "measure":
-        return measure(args.out, args.only, args.min_run_time, not args.no_same_machine)
-    return compare(args.folder)
+        return measure(args.out, args.only, args.min_run_time, not args.no_same_machine, args.breakdown_only)
+    return compare(args.folder, args.breakdowns)
 
 
 if __name__ == "__main__":

@@ -140,3 +140,25 @@ def test_device_measure_command_appends_validation_rows(tmp_path):
     cpu_only = CliRunner().invoke(app, ["device", "measure", "nn_twins_mlp", "--batch", "8", "--device", "cpu",
                                         "--seconds", "0.1", "--warmup", "1", "--csv", str(tmp_path / "x.csv")])
     assert cpu_only.exit_code != 0 and not (tmp_path / "x.csv").exists()
+
+
+def test_a_breakdown_splits_a_real_step_by_the_characterisers_categories():
+    b = me.measure_breakdown("mnist_cnn", 16, "fp32", device="cpu", warmup_steps=1, profiled_steps=2)
+    assert b.step_wall_s > 0 and 0.0 <= b.idle_fraction <= 1.0
+    assert set(b.by_category_s) <= set(ch.Category.__args__)
+    assert b.by_category_s.get("conv", 0) > 0 and b.by_category_s.get("elementwise", 0) > 0  # (CPU optimizers loop: elementwise)
+    assert sum(b.by_category_s.values()) == pytest.approx(b.attributed_s)
+    assert [s for *_, s in b.ops] == sorted((s for *_, s in b.ops), reverse=True)
+    # on the CPU the operators' own time stands in for kernel time: about the whole step
+    assert b.attributed_s <= b.step_wall_s * 1.05
+
+
+@pytest.mark.parametrize("event, category", [
+    ("aten::add_", "elementwise"), ("aten::mul", "elementwise"), ("aten::cudnn_convolution", "conv"),
+    ("aten::convolution_backward", "conv"), ("aten::cudnn_batch_norm_backward", "normalisation"),
+    ("aten::mm", "matmul"), ("aten::_efficient_attention_backward", "attention"), ("aten::_foreach_addcdiv_", "optimizer"),
+    ("aten::_amp_foreach_non_finite_check_and_unscale_", "optimizer"), ("aten::_cudnn_rnn", "matmul"),
+    ("aten::copy_", "copy"), ("aten::sum", "reduction"), ("aten::not_an_operator", "other"),
+])
+def test_profiler_events_map_to_the_characterisers_categories(event, category):
+    assert me.category_of_aten(event) == category

@@ -24,11 +24,12 @@ import contextlib
 import re
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict import characterise as ch
@@ -114,22 +115,24 @@ def _to_device(value: Any, device: Any, channels_last: bool) -> Any:
     return value
 
 
-def measure_throughput(model_name: str, per_device_batch: int, precision: str = "fp32", *, seq_len: int | None = None,
-                       image_size: int | None = None, optimizer: str | None = None, task: str | None = None,
-                       memory_format: str = "nchw", device: str = "cuda", warmup_steps: int = 10,
-                       min_run_time_s: float = 3.0, seed: int = 0) -> ThroughputMeasurement:
-    """Train `model_name` for real on `device` and return its steady-state samples/s with spread."""
-    import logging
+@dataclass
+class _RealStep:
+    """The named step built on a real device: `run()` trains one step, `sync()` waits for the device."""
 
+    spec: ch.NamedStep
+    device: Any
+    precision: str
+    run: Callable[[], None]
+    sync: Callable[[], None]
+    last_loss: list[Any]
+
+
+def _build_real_step(model_name: str, per_device_batch: int, precision: str, *, seq_len: int | None,
+                     image_size: int | None, optimizer: str | None, task: str | None, memory_format: str,
+                     device: str, seed: int) -> _RealStep:
     import torch
 
-    # torch.utils.benchmark imports cpp_extension, which warns on a machine without a CUDA toolkit
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    import torch.utils.benchmark as benchmark
-
     precision = ch.normalise_precision(precision)
-    if warmup_steps < 1 or min_run_time_s <= 0:
-        raise TrainwiseError("warm-up steps must be ≥ 1 and the timed run > 0 s")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TrainwiseError(f"device {device!r} asked for but torch.cuda.is_available() is False: pass --device cpu")
@@ -165,6 +168,29 @@ def measure_throughput(model_name: str, per_device_batch: int, precision: str = 
     def sync() -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
+
+    return _RealStep(step_spec, dev, precision, step, sync, last_loss)
+
+
+def measure_throughput(model_name: str, per_device_batch: int, precision: str = "fp32", *, seq_len: int | None = None,
+                       image_size: int | None = None, optimizer: str | None = None, task: str | None = None,
+                       memory_format: str = "nchw", device: str = "cuda", warmup_steps: int = 10,
+                       min_run_time_s: float = 3.0, seed: int = 0) -> ThroughputMeasurement:
+    """Train `model_name` for real on `device` and return its steady-state samples/s with spread."""
+    import logging
+
+    import torch
+
+    # torch.utils.benchmark imports cpp_extension, which warns on a machine without a CUDA toolkit
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    import torch.utils.benchmark as benchmark
+
+    if warmup_steps < 1 or min_run_time_s <= 0:
+        raise TrainwiseError("warm-up steps must be ≥ 1 and the timed run > 0 s")
+    real = _build_real_step(model_name, per_device_batch, precision, seq_len=seq_len, image_size=image_size,
+                            optimizer=optimizer, task=task, memory_format=memory_format, device=device, seed=seed)
+    dev, precision, step, sync, last_loss, step_spec = real.device, real.precision, real.run, real.sync, real.last_loss, real.spec
+    channels_last = str(memory_format).lower() in ("nhwc", "channels_last")
 
     with _precision_switches(precision, dev.type):
         if dev.type == "cuda":
@@ -268,3 +294,106 @@ def validation_csv_text(rows: list[dict[str, Any]], header: bool = True) -> str:
         writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
+
+
+class DeviceTimeBreakdown(BaseModel):
+    """Where a real training step's device time goes, per operator category (torch.profiler).
+
+    Each ATen operator's self device time (the kernels it launched itself) is put in the category the
+    characteriser gives that operator, so it reads side by side with the device model's breakdown."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    per_device_batch: int
+    precision: str
+    memory_format: str
+    device_name: str
+    profiled_steps: int
+    step_wall_s: float = Field(description="wall time per step while profiled (the profiler adds a little)")
+    device_busy_s: float = Field(description="kernel time per step, all kernels")
+    attributed_s: float = Field(description="kernel time per step attributed to an ATen operator")
+    idle_fraction: float = Field(description="1 - device busy / wall: the share of the step the device waits (host-bound)")
+    by_category_s: dict[str, float]
+    ops: list[tuple[str, str, float]] = Field(description="every operator: (name, category, seconds per step), largest first")
+
+
+_OPTIMIZER_PREFIXES = ("_foreach_", "_fused_adam", "_fused_adamw", "_fused_sgd", "_amp_foreach_non_finite_check_and_unscale",
+                       "_amp_update_scale")
+_RNN_OPS = ("_cudnn_rnn", "_cudnn_rnn_backward", "miopen_rnn", "miopen_rnn_backward")
+
+
+def category_of_aten(name: str) -> str:
+    """The characteriser's category for a profiler event name such as `aten::cudnn_convolution`."""
+    import torch
+
+    short = name.split("::", 1)[-1]
+    if short.startswith(_OPTIMIZER_PREFIXES):
+        return "optimizer"
+    if short in _RNN_OPS:
+        return "matmul"
+    if short.startswith(("_flash_attention", "_efficient_attention", "_scaled_dot_product", "_cudnn_attention")):
+        return "attention"
+    packet = getattr(torch.ops.aten, short, None)
+    func = None
+    if packet is not None:  # add, mul, div have no .default overload: take one that carries the pointwise tag
+        candidates = [getattr(packet, name) for name in packet.overloads()]
+        tagged = [f for f in candidates if torch.Tag.pointwise in getattr(f, "tags", ())]
+        func = (tagged or candidates or [None])[0]
+    return ch._category_of(short, func)
+
+
+def measure_breakdown(model_name: str, per_device_batch: int, precision: str = "fp32", *, seq_len: int | None = None,
+                      image_size: int | None = None, optimizer: str | None = None, task: str | None = None,
+                      memory_format: str = "nchw", device: str = "cuda", warmup_steps: int = 10,
+                      profiled_steps: int = 5, seed: int = 0) -> DeviceTimeBreakdown:
+    """Profile `profiled_steps` real training steps and split their device time by operator category.
+
+    On a CPU device the operators' self CPU time stands in for kernel time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if warmup_steps < 1 or profiled_steps < 1:
+        raise TrainwiseError("warm-up and profiled steps must be ≥ 1")
+    real = _build_real_step(model_name, per_device_batch, precision, seq_len=seq_len, image_size=image_size,
+                            optimizer=optimizer, task=task, memory_format=memory_format, device=device, seed=seed)
+    on_cuda = real.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    with _precision_switches(real.precision, real.device.type):
+        for _ in range(warmup_steps):
+            real.run()
+        real.sync()
+        with profile(activities=activities) as prof:
+            started = time.perf_counter()
+            for _ in range(profiled_steps):
+                real.run()
+            real.sync()
+            wall = (time.perf_counter() - started) / profiled_steps
+    by_category: dict[str, float] = {}
+    ops: list[tuple[str, str, float]] = []
+    busy_us = 0.0
+    for event in prof.key_averages():
+        if on_cuda:
+            self_us = float(getattr(event, "self_device_time_total", 0.0) or 0.0)
+            is_kernel = str(getattr(event, "device_type", "")).endswith("CUDA")
+            if is_kernel:
+                busy_us += float(getattr(event, "device_time_total", 0.0) or 0.0)
+        else:
+            self_us = float(event.self_cpu_time_total or 0.0)
+        if not event.key.startswith("aten::") or self_us <= 0:
+            continue
+        seconds = self_us * 1e-6 / profiled_steps
+        category = category_of_aten(event.key)
+        by_category[category] = by_category.get(category, 0.0) + seconds
+        ops.append((event.key, category, seconds))
+    attributed = sum(by_category.values())
+    busy = busy_us * 1e-6 / profiled_steps if on_cuda else attributed
+    ops.sort(key=lambda op: -op[2])
+    return DeviceTimeBreakdown(
+        model=model_name, per_device_batch=per_device_batch, precision=real.precision,
+        memory_format="nhwc" if str(memory_format).lower() in ("nhwc", "channels_last") else "nchw",
+        device_name=torch.cuda.get_device_name(real.device) if on_cuda else "cpu", profiled_steps=profiled_steps,
+        step_wall_s=wall, device_busy_s=busy, attributed_s=attributed,
+        idle_fraction=max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0,
+        by_category_s={k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1])},
+        ops=ops)
