@@ -349,6 +349,46 @@ def _same_machine_errors(checks: Any) -> dict[str, float] | None:
     return {c["workload"]: round(c["abs_error"], 4) for c in checks if "abs_error" in c}
 
 
+def own_fit(folder: Path | None) -> int:
+    """Fold the measured rows into the calibration set and hold each model out: how well a device model
+    calibrated with a stack's own measurements predicts a model it has never seen on that GPU."""
+    from trainwise.catalog import load_catalog
+    from trainwise.predict import calibration as cal
+
+    catalog = load_catalog()
+    measured_csv = folder / "gpu_measured.csv" if folder else cal.MEASURED_H100_CSV
+    started = time.perf_counter()
+    published, _ = cal.plausible_rows(cal.load_measurements(cal.CALIBRATION_CSV, catalog), catalog)
+    measured = cal.load_measurements(measured_csv, catalog)
+    rows = published + measured
+    ratios = cal.load_ratios(cal.RATIOS_CSV)
+    result: dict[str, Any] = {"measured": str(measured_csv), "calibration_rows": len(published), "measured_rows": len(measured)}
+    for group in ("model", "model_accelerator"):
+        res = cal.loo(rows, ratios, group, catalog)
+        errors = res.errors[len(published):]
+        published_errors = res.errors[:len(published)]
+        result[group] = {
+            "measured_rows": cal.summarise_errors(errors),
+            "published_rows": cal.summarise_errors(published_errors),
+            "per_row": [{"model": m.model, "per_device_batch": m.per_device_batch, "precision": m.precision,
+                         "memory_format": m.memory_format, "error": round(e, 4)} for m, e in zip(measured, errors)]}
+        print(f"{group}: measured rows median {result[group]['measured_rows']['median_abs_error']:.1%} p90 "
+              f"{result[group]['measured_rows']['p90_abs_error']:.1%}; published rows median "
+              f"{result[group]['published_rows']['median_abs_error']:.1%} p90 "
+              f"{result[group]['published_rows']['p90_abs_error']:.1%}", flush=True)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    result["note"] = ("leave-one-group-out over the published calibration rows plus the measured rows: `model` holds a model "
+                      "out everywhere (published and measured rows), `model_accelerator` holds it out on one accelerator "
+                      "only (Habitat's setting: the model is known from other GPUs)")
+    summary = {"loo_model_measured_median_abs_error": result["model"]["measured_rows"]["median_abs_error"],
+               "loo_model_measured_p90_abs_error": result["model"]["measured_rows"]["p90_abs_error"],
+               "loo_model_accelerator_measured_median_abs_error": result["model_accelerator"]["measured_rows"]["median_abs_error"],
+               "loo_model_published_median_abs_error": result["model"]["published_rows"]["median_abs_error"],
+               "loo_model_published_p90_abs_error": result["model"]["published_rows"]["p90_abs_error"]}
+    atomic_write_text(RESULTS / "gpu_own_fit.json", json.dumps({"summary": summary, **result, "machine": machine()}, indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -362,7 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("folder", type=Path)
     c.add_argument("--breakdowns", type=Path, default=None,
                    help="gpu_measured.json of a `measure --breakdown-only` run (default: the folder's own)")
+    o = sub.add_parser("own-fit", help="leave-one-model-out with the measured rows folded into the calibration set")
+    o.add_argument("folder", type=Path, nargs="?", default=None, help="a measure --out folder (default: the packaged H100 rows)")
     args = parser.parse_args(argv)
+    if args.command == "own-fit":
+        return own_fit(args.folder)
     if args.command == "measure":
         return measure(args.out, args.only, args.min_run_time, not args.no_same_machine, args.breakdown_only)
     return compare(args.folder, args.breakdowns)

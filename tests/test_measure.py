@@ -162,3 +162,43 @@ def test_a_breakdown_splits_a_real_step_by_the_characterisers_categories():
 ])
 def test_profiler_events_map_to_the_characterisers_categories(event, category):
     assert me.category_of_aten(event) == category
+
+
+def test_own_measurements_make_an_own_fit_that_every_command_can_use(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainwise.cli import app
+    from trainwise.predict import device_model as dm
+
+    # a small published set keeps the fit fast: ResNet-50 and BERT-base rows of the packaged calibration set
+    lines = cal.CALIBRATION_CSV.read_text(encoding="utf-8").splitlines()
+    keep = [lines[0]] + [line for line in lines[1:] if line.startswith(("resnet50,", "hf:bert-base-uncased,"))
+                         and ",1," in line][:12]
+    published = tmp_path / "published.csv"
+    published.write_text("\n".join(keep) + "\n", encoding="utf-8")
+    monkeypatch.setattr(cal, "CALIBRATION_CSV", published)
+    mine = tmp_path / "mine.csv"
+    h100 = cal.MEASURED_H100_CSV.read_text(encoding="utf-8").splitlines()
+    mine.write_text("\n".join([h100[0]] + [line for line in h100[1:] if line.startswith("resnet50,")]) + "\n", encoding="utf-8")
+    out = tmp_path / "fit" / "params.json"
+
+    refused = CliRunner().invoke(app, ["device", "calibrate", "--add", str(mine)])
+    assert refused.exit_code != 0 and not out.exists()
+    result = CliRunner().invoke(app, ["device", "calibrate", "--add", str(mine), "--output", str(out), "--no-loo", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["written"] == str(out) and report["added"] == [str(mine)]
+    own = dm.load_params(out)
+    assert own.fitted_on["added"] == [str(mine)] and own.fitted_on["calibration_rows"] > len(keep) - 1
+    assert own.bands == dm.load_params(dm.PARAMS_PATH).bands  # no LOO: the packaged bands are kept
+    # TRAINWISE_DEVICE_PARAMS makes it the fit every command uses
+    monkeypatch.setenv(dm.PARAMS_ENV, str(out))
+    assert dm.load_params() == own
+    monkeypatch.setenv(dm.PARAMS_ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(TrainwiseError, match="do not exist"):
+        dm.load_params()
+    (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(TrainwiseError, match="not a trainwise fit"):
+        dm.load_params(tmp_path / "broken.json")

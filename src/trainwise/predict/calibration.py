@@ -848,17 +848,24 @@ def plausible_rows(rows: Sequence[Measurement], catalog: Any = None, limit: floa
     return kept, dropped
 
 
-def fit_packaged(write: bool = True, catalog: Any = None) -> tuple[dm.DeviceModelParams, LooResult]:
-    """Fit on the packaged calibration set, derive the bands from its LOO residuals, save the JSON."""
-    import json
-
-    from trainwise._io import atomic_write_text
-
+def fit_calibration(extra: Sequence[str | Path] = (), *, with_loo: bool = True,
+                    catalog: Any = None) -> tuple[dm.DeviceModelParams, LooResult | None]:
+    """Fit on the packaged calibration set plus the rows of `extra` CSVs (a user's own measurements,
+    e.g. `trainwise device measure --csv`), with error bands from the leave-one-model-out residuals
+    (`with_loo=False`: a single fit, the packaged fit's bands kept)."""
     catalog = catalog or _catalog()
-    rows, _ = plausible_rows(load_measurements(CALIBRATION_CSV, catalog), catalog)
+    rows = load_measurements(CALIBRATION_CSV, catalog)
+    for path in extra:
+        rows = rows + load_measurements(path, catalog)
+    rows, _ = plausible_rows(rows, catalog)
     ratios = load_ratios(RATIOS_CSV)
-    loo_res = loo(rows, ratios, "model", catalog)
     res = fit(rows, ratios, catalog)
+    fitted_on: dict[str, Any] = {"calibration_rows": len(rows), "ratio_rows": len(ratios), "loo_group": "model",
+                                 "added": [str(p) for p in extra]}
+    if not with_loo:
+        fitted_on["bands"] = "kept from the packaged fit (no leave-one-model-out run)"
+        return res.params.model_copy(update={"bands": load_params_packaged().bands, "fitted_on": fitted_on}), None
+    loo_res = loo(rows, ratios, "model", catalog)
     bands = bands_from_residuals(rows, loo_res.errors, catalog)
     kinds: dict[str, list[float]] = {"compute": [], "memory": []}
     for m, e in zip(rows, loo_res.errors):
@@ -868,15 +875,33 @@ def fit_packaged(write: bool = True, catalog: Any = None) -> tuple[dm.DeviceMode
                                  stack=stack_of(m), link=m.link)
         kinds["compute" if p.compute_bound_fraction >= 0.5 else "memory"].append(abs(e))
     bands["by_kind"] = {k: round(quantile(v, bands["quantile"]), 4) for k, v in kinds.items() if v}
-    params = res.params.model_copy(update={"bands": bands, "fitted_on": {
-        "calibration_rows": len(rows), "ratio_rows": len(ratios), "loo_group": "model",
-        "loo_median_abs_error": summarise_errors(loo_res.errors)["median_abs_error"]}})
-    if write:
-        import os
+    fitted_on["loo_median_abs_error"] = summarise_errors(loo_res.errors)["median_abs_error"]
+    return res.params.model_copy(update={"bands": bands, "fitted_on": fitted_on}), loo_res
 
-        atomic_write_text(dm.PARAMS_PATH, json.dumps(params.model_dump(mode="json"), indent=1, sort_keys=True))
-        os.chmod(dm.PARAMS_PATH, 0o644)
-        dm._load_params_cached.cache_clear()
+
+def load_params_packaged() -> dm.DeviceModelParams:
+    return dm.load_params(dm.PARAMS_PATH) if dm.PARAMS_PATH.is_file() else dm.DeviceModelParams()
+
+
+def save_params(params: dm.DeviceModelParams, path: str | Path) -> Path:
+    """Write a fit atomically (readable by everyone: the packaged file is installed data)."""
+    import json
+    import os
+
+    from trainwise._io import atomic_write_text
+
+    target = atomic_write_text(path, json.dumps(params.model_dump(mode="json"), indent=1, sort_keys=True))
+    os.chmod(target, 0o644)
+    dm._load_params_cached.cache_clear()
+    return target
+
+
+def fit_packaged(write: bool = True, catalog: Any = None) -> tuple[dm.DeviceModelParams, LooResult]:
+    """Fit on the packaged calibration set, derive the bands from its LOO residuals, save the JSON."""
+    params, loo_res = fit_calibration(catalog=catalog)
+    assert loo_res is not None
+    if write:
+        save_params(params, dm.PARAMS_PATH)
     return params, loo_res
 
 

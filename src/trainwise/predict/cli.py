@@ -235,19 +235,42 @@ def predict_command(
 
 @device_app.command("calibrate")
 def calibrate_command(
-    write: Annotated[bool, typer.Option(help="Write the fit to the packaged device_model_params.json")] = True,
+    add: Annotated[Optional[list[Path]], typer.Option("--add", help="Also fit these measurement CSVs (e.g. rows from `trainwise device measure --csv`); repeatable")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the fit here (required with --add: the packaged fit stays the published one); use it with TRAINWISE_DEVICE_PARAMS=PATH")] = None,
+    loo: Annotated[bool, typer.Option("--loo/--no-loo", help="Leave-one-model-out: honest errors and the bands (slow: one fit per model)")] = True,
+    write: Annotated[bool, typer.Option(help="Without --output: write the fit to the packaged device_model_params.json")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print the leave-one-model-out summary as JSON")] = False,
 ) -> None:
-    """Re-fit the device model on the packaged calibration set (leave-one-model-out error reported)."""
+    """Re-fit the device model on the packaged calibration set, plus your own measurements (--add)."""
     from trainwise.predict import calibration as cal
+    from trainwise.predict import device_model as dm
 
-    params, loo = cal.fit_packaged(write=write)
-    summary = cal.summarise_errors(loo.errors)
+    added = list(add or [])
+    if added and output is None:
+        raise TrainwiseError("--add needs --output PATH: your rows make your own fit, the packaged one stays as published")
+    for path in added:
+        if not path.is_file():
+            raise TrainwiseError(f"--add {path}: no such file")
+    if output is not None and output.is_dir():
+        raise TrainwiseError(f"--output {output} is a directory: give a file path, e.g. {output / 'device_params.json'}")
+    params, loo_res = cal.fit_calibration(added, with_loo=loo)
+    target = output if output is not None else (dm.PARAMS_PATH if write else None)
+    if target is not None:
+        cal.save_params(params, target)
+    summary = cal.summarise_errors(loo_res.errors) if loo_res is not None else None
     if json_out:
-        typer.echo(json.dumps({"loo_group": "model", **summary}, indent=1))
+        typer.echo(json.dumps({"loo_group": "model" if summary else None, **(summary or {}),
+                               "rows": params.fitted_on.get("calibration_rows"), "added": [str(p) for p in added],
+                               "written": str(target) if target else None}, indent=1))
         return
-    console.print(f"leave-one-model-out over {summary['rows']} rows: median |error| {summary['median_abs_error']:.1%}, "
-                  f"90th percentile {summary['p90_abs_error']:.1%}" + (" — parameters written" if write else ""))
+    if summary:
+        console.print(f"leave-one-model-out over {summary['rows']} rows: median |error| {summary['median_abs_error']:.1%}, "
+                      f"90th percentile {summary['p90_abs_error']:.1%}")
+    else:
+        console.print(f"fitted on {params.fitted_on.get('calibration_rows')} rows (no leave-one-model-out: bands kept from the packaged fit)")
+    if target is not None:
+        console.print(f"parameters written to [bold]{target}[/bold]" +
+                      (f"; use them with {dm.PARAMS_ENV}={target}" if output is not None else ""))
 
 
 def validate_command(

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -149,14 +150,25 @@ def _load_params_cached(path: str, mtime: float) -> DeviceModelParams:
     return DeviceModelParams.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
+PARAMS_ENV = "TRAINWISE_DEVICE_PARAMS"
+
+
 def load_params(path: str | Path | None = None) -> DeviceModelParams:
-    """The packaged fit, or defaults (uncalibrated priors) when it is missing."""
+    """The fit at `path`; else the one $TRAINWISE_DEVICE_PARAMS names (a user's own fit, `trainwise device
+    calibrate --add`); else the packaged fit, or defaults (uncalibrated priors) when it is missing."""
+    if path is None and os.environ.get(PARAMS_ENV):
+        path = os.environ[PARAMS_ENV]
     p = Path(path) if path is not None else PARAMS_PATH
     if not p.is_file():
         if path is not None:
-            raise TrainwiseError(f"device-model parameters {p} do not exist: run `python benchmarks/device_model.py` to fit them")
+            raise TrainwiseError(f"device-model parameters {p} do not exist: fit them with `trainwise device calibrate "
+                                 f"--add MY_ROWS.csv --output {p}` (or unset {PARAMS_ENV})")
         return DeviceModelParams()
-    return _load_params_cached(str(p), p.stat().st_mtime)
+    try:
+        return _load_params_cached(str(p), p.stat().st_mtime)
+    except (ValueError, OSError) as exc:
+        raise TrainwiseError(f"device-model parameters {p} are not a trainwise fit ({type(exc).__name__}): "
+                             "write them with `trainwise device calibrate --output`") from None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ here; the honest numbers for those are the leave-one-model-out ones of `benchmar
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,9 @@ def validate_dataset(path: str | Path, *, params: dm.DeviceModelParams | None = 
                     "fastest_accuracy": choice["fastest_accuracy"], "cheapest_accuracy": choice["cheapest_accuracy"],
                     "best_choice_groups": len(choice["groups"]),
                     "best_choice_within_5pct_accuracy": choice["within_5pct_accuracy"],
-                    "params": "packaged fit" if params is dm.load_params() else "custom",
+                    "params": ("custom" if params is not dm.load_params() else
+                               f"${dm.PARAMS_ENV} ({os.environ[dm.PARAMS_ENV]})" if os.environ.get(dm.PARAMS_ENV)
+                               else "packaged fit"),
                     "note": "rows of the packaged calibration set are in-sample here; see benchmarks/results/device_model.json "
                             "for leave-one-model-out errors"})
     return ValidationReport(dataset=str(path), summary=summary, predictions=results, best_choice=choice["groups"])
