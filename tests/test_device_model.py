@@ -385,3 +385,13 @@ def test_small_operators_run_below_peak_by_wave_quantisation(catalog):
                                            a100, params=params) for tiles in (108, 109))
         assert full.compute_bound_fraction == 1.0
         assert tail.device_s / full.device_s == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_host_sensitive_step_says_so(catalog):
+    h100 = catalog.accelerator("H100")
+    small = dm.predict_iteration(characterise_named("resnet50_cifar10", 256, "amp_fp16"), h100, precision="amp_fp16")
+    assert small.host_bound_s > dm.HOST_SENSITIVE_SHARE * small.device_s
+    assert any(n.startswith("host-sensitive") and "trainwise device measure" in n for n in small.notes)
+    large = dm.predict_iteration(characterise_named("resnet50", 256, "amp_fp16"), h100, precision="amp_fp16")
+    assert large.host_bound_s < dm.HOST_SENSITIVE_SHARE * large.device_s
+    assert not any(n.startswith("host-sensitive") for n in large.notes)
