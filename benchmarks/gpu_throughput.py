@@ -349,6 +349,125 @@ def _same_machine_errors(checks: Any) -> dict[str, float] | None:
     return {c["workload"]: round(c["abs_error"], 4) for c in checks if "abs_error" in c}
 
 
+def microbench(out: Path, device: str = "cuda", scale: int = 1) -> int:
+    """Per-category ground truth the whole-step rows cannot give: GEMM throughput by size and precision,
+    batch norm and convolution in both layouts, elementwise bandwidth, and the host's dispatch cost per
+    eager operator (a 1-element add, timed in a loop): DIR/gpu_microbench.json. `scale` divides the
+    sizes (a CPU smoke test)."""
+    import torch
+    import torch.utils.benchmark as benchmark
+
+    dev = torch.device(device)
+    results: dict[str, Any] = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+                               "torch": torch.__version__, "gemm": [], "batch_norm": [], "conv": [], "elementwise": []}
+
+    def timed(fn: Any, seconds: float = 0.3) -> float:
+        fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return float(benchmark.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=seconds).median)
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    torch.backends.cudnn.benchmark = dev.type == "cuda"
+    try:
+        for label, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                                   ("fp16", torch.float16, False), ("bf16", torch.bfloat16, False)):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            for m, k, n in [(s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192)] + [(16384, 768, 768), (16384, 768, 3072),
+                                                                                    (16384, 3072, 768), (2048, 64, 2048)]:
+                m, k, n = max(8, m // scale), max(8, k // scale), max(8, n // scale)
+                a = torch.randn(m, k, device=dev, dtype=dtype)
+                b = torch.randn(k, n, device=dev, dtype=dtype)
+                t = timed(lambda: a @ b)
+                results["gemm"].append({"precision": label, "m": m, "k": k, "n": n, "seconds": t,
+                                        "tflops": round(2.0 * m * k * n / t / 1e12, 2)})
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = True
+        for shape in ((256, 64, 56, 56), (256, 256, 14, 14), (256, 32, 112, 112)):
+            n_, c_, h_, w_ = shape
+            shape = (max(2, n_ // scale), c_, max(4, h_ // scale), max(4, w_ // scale))
+            for layout in ("nchw", "nhwc"):
+                fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+                bn = torch.nn.BatchNorm2d(shape[1]).to(dev).to(memory_format=fmt)
+                x = torch.randn(shape, device=dev, dtype=torch.float16).contiguous(memory_format=fmt).requires_grad_()
+
+                def bn_step() -> None:
+                    with torch.autocast(dev.type, dtype=torch.float16):
+                        y = bn(x)
+                    y.backward(torch.ones_like(y))
+
+                t = timed(bn_step)
+                moved = 5 * x.numel() * 2  # forward read + write, backward reads x, dy and writes dx (16-bit)
+                results["batch_norm"].append({"shape": list(shape), "layout": layout, "seconds": t,
+                                              "effective_gb_per_s": round(moved / t / 1e9, 1)})
+                conv = torch.nn.Conv2d(shape[1], shape[1], 3, padding=1, bias=False).to(dev).to(memory_format=fmt)
+
+                def conv_step() -> None:
+                    with torch.autocast(dev.type, dtype=torch.float16):
+                        y = conv(x)
+                    y.backward(torch.ones_like(y))
+
+                t = timed(conv_step)
+                flops = 3 * 2 * x.numel() * shape[1] * 9
+                results["conv"].append({"shape": list(shape), "kernel": 3, "layout": layout, "seconds": t,
+                                        "tflops": round(flops / t / 1e12, 2)})
+        big = torch.randn(max(1024, 256 * 2**20 // scale), device=dev, dtype=torch.float16)
+        other = torch.randn_like(big)
+        for name, fn, passes in (("relu", lambda: torch.relu(big), 2), ("add", lambda: big + other, 3),
+                                 ("copy_fp32", lambda: big.float(), 3)):
+            t = timed(fn)
+            results["elementwise"].append({"op": name, "elements": big.numel(), "seconds": t,
+                                           "effective_gb_per_s": round(passes * big.numel() * 2 / t / 1e9, 1)})
+        tiny, one = torch.zeros(1, device=dev), torch.ones(1, device=dev)
+
+        def hundred_adds() -> None:
+            for _ in range(100):
+                tiny.add_(one)
+
+        results["host_dispatch_us_per_op"] = round(timed(hundred_adds, 0.5) / 100 * 1e6, 2)
+        w = torch.nn.Linear(64, 64).to(dev)
+        xs = torch.randn(8, 64, device=dev, requires_grad=True)
+
+        def tiny_training_ops() -> None:  # forward + backward of a tiny layer: ~6 eager operators with autograd
+            w(xs).sum().backward()
+
+        results["host_tiny_linear_step_us"] = round(timed(tiny_training_ops, 0.5) * 1e6, 2)
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark) = saved
+    out.mkdir(parents=True, exist_ok=True)
+    summary = microbench_summary(results)
+    atomic_write_text(out / "gpu_microbench.json", json.dumps({"summary": summary, "machine": machine(), **results}, indent=1))
+    print(json.dumps(summary, indent=1), flush=True)
+    return 0
+
+
+def microbench_summary(results: dict[str, Any]) -> dict[str, Any]:
+    """Headline figures of a microbench run, against the catalog's peaks for the device (when it has one)."""
+    from trainwise.catalog import load_catalog
+    from trainwise.errors import TrainwiseError
+    from trainwise.predict import measure as me
+
+    best = {p: max(g["tflops"] for g in results["gemm"] if g["precision"] == p) for p in ("fp32", "tf32", "fp16", "bf16")}
+    summary: dict[str, Any] = {"best_gemm_tflops": best, "host_dispatch_us_per_op": results["host_dispatch_us_per_op"],
+                               "host_tiny_linear_step_us": results["host_tiny_linear_step_us"]}
+    try:
+        acc = load_catalog().accelerator(me.accelerator_of_device_name(results["device"], load_catalog()))
+        peaks = {"fp32": acc.fp32_tflops, "tf32": acc.tf32_tflops, "fp16": acc.fp16_tflops, "bf16": acc.bf16_tflops}
+        summary["accelerator"] = acc.name
+        summary["best_gemm_fraction_of_peak"] = {p: round(best[p] / peaks[p], 3) for p in best if peaks.get(p)}
+        summary["elementwise_fraction_of_bandwidth"] = round(
+            max(e["effective_gb_per_s"] for e in results["elementwise"]) / acc.memory_bw_gbs, 3)
+    except (TrainwiseError, AttributeError, KeyError):
+        summary["accelerator"] = None
+    for kind in ("batch_norm", "conv"):
+        pairs = {}
+        for entry in results[kind]:
+            pairs.setdefault(tuple(entry["shape"]), {})[entry["layout"]] = entry["seconds"]
+        summary[f"{kind}_nchw_over_nhwc_time"] = {"x".join(map(str, k)): round(v["nchw"] / v["nhwc"], 2)
+                                                  for k, v in pairs.items() if "nchw" in v and "nhwc" in v}
+    return summary
+
+
 def own_fit(folder: Path | None) -> int:
     """Fold the measured rows into the calibration set and hold each model out: how well a device model
     calibrated with a stack's own measurements predicts a model it has never seen on that GPU."""
@@ -404,7 +523,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="gpu_measured.json of a `measure --breakdown-only` run (default: the folder's own)")
     o = sub.add_parser("own-fit", help="leave-one-model-out with the measured rows folded into the calibration set")
     o.add_argument("folder", type=Path, nargs="?", default=None, help="a measure --out folder (default: the packaged H100 rows)")
+    b = sub.add_parser("microbench", help="GEMM / batch norm / conv / elementwise / host-dispatch ground truth")
+    b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--device", default="cuda")
+    b.add_argument("--scale", type=int, default=1, help="divide the sizes (a quick CPU check)")
     args = parser.parse_args(argv)
+    if args.command == "microbench":
+        return microbench(args.out, args.device, args.scale)
     if args.command == "own-fit":
         return own_fit(args.folder)
     if args.command == "measure":
