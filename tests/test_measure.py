@@ -124,10 +124,12 @@ def test_device_measure_command_appends_validation_rows(tmp_path):
             "--seconds", "0.2", "--warmup", "1", "--csv", str(out)]
     first = CliRunner().invoke(app, args + ["--json"])
     assert first.exit_code == 0, first.output
-    assert json.loads(first.output)["model"] == "nn_twins_mlp"
+    payload = json.loads(first.output)
+    assert payload["model"] == "nn_twins_mlp"
+    assert "modelled" not in payload  # a CPU measurement is not compared with a GPU's model
     second = CliRunner().invoke(app, args)
     assert second.exit_code == 0, second.output
-    assert "samples/s" in second.output and "measured here" in second.output
+    assert "samples/s" in second.output and "measured here" in second.output and "device model" not in second.output
     lines = out.read_text(encoding="utf-8").splitlines()
     assert lines[0] == ",".join(me.VALIDATION_COLUMNS) and len(lines) == 3
     assert len(cal.load_measurements(out, load_catalog())) == 2
@@ -202,3 +204,28 @@ def test_own_measurements_make_an_own_fit_that_every_command_can_use(tmp_path, m
     (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(TrainwiseError, match="not a trainwise fit"):
         dm.load_params(tmp_path / "broken.json")
+
+
+def test_device_measure_on_a_gpu_shows_the_device_models_prediction_beside_it(monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainwise.cli import app
+
+    measured = me.ThroughputMeasurement(
+        model="resnet50", per_device_batch=256, precision="amp_fp16", optimizer="sgd_momentum", image_size=224,
+        memory_format="nhwc", device="cuda:0", device_name="NVIDIA H100 80GB HBM3", samples_per_s=4690.5,
+        step_time_s_median=256 / 4690.5, step_time_s_iqr=0.0003, step_time_s_blocks=[256 / 4690.5], steps_per_block=1,
+        warmup_steps=10, warmup_s=20.0, peak_memory_bytes=11 * 2**30, torch_version="2.11.0", cuda_version="13.0",
+        loss_finite=True)
+    monkeypatch.setattr(me, "measure_throughput", lambda *a, **k: measured)
+    args = ["device", "measure", "resnet50", "--batch", "256", "--precision", "amp_fp16", "--memory-format", "nhwc"]
+    result = CliRunner().invoke(app, args + ["--json"])
+    assert result.exit_code == 0, result.output
+    modelled = json.loads(result.output)["modelled"]
+    assert modelled["accelerator"] == "H100" and modelled["samples_per_s"] > 0
+    assert modelled["error"] == pytest.approx(modelled["samples_per_s"] / 4690.5 - 1)
+    text = CliRunner().invoke(app, args)
+    flat = " ".join(text.output.split())  # rich wraps at the terminal width
+    assert text.exit_code == 0 and "device model for H100" in flat and "from the measurement" in flat

@@ -141,23 +141,38 @@ def measure_command(
     m = me.measure_throughput(model, batch, precision, seq_len=seq_len, image_size=image_size, optimizer=optimizer,
                               task=task, memory_format=memory_format, device=device, warmup_steps=warmup,
                               min_run_time_s=seconds)
-    if csv_out is not None:
-        from trainwise.catalog import load_catalog
+    from trainwise.catalog import load_catalog
 
-        catalog = load_catalog()
-        name = catalog.accelerator(accelerator).name if accelerator else (
-            me.accelerator_of_device_name(m.device_name, catalog) if m.device_name != "cpu" else None)
+    catalog = load_catalog()
+    name = catalog.accelerator(accelerator).name if accelerator else (
+        me.accelerator_of_device_name(m.device_name, catalog) if m.device_name != "cpu" else None)
+    if csv_out is not None:
         if name is None:
             raise TrainwiseError("a CPU measurement has no catalog accelerator: pass --accelerator NAME")
         me.append_validation_row(csv_out, me.to_validation_row(m, name, f"measured by trainwise device measure on a {m.device_name}"))
+    modelled = None
+    if name is not None and m.device != "cpu":  # the device model's prediction for the same step, beside the measurement
+        from trainwise.predict import device_model as dm
+
+        char = _characterise(model, batch, precision, seq_len, image_size, task, optimizer, memory_format)
+        modelled = dm.predict_iteration(char, catalog.accelerator(name), 1, m.precision)
     if json_out:
-        typer.echo(json.dumps(m.model_dump(), indent=1))
+        payload = m.model_dump()
+        if modelled is not None:
+            payload["modelled"] = {"accelerator": name, "samples_per_s": modelled.samples_per_s,
+                                   "relative_error_band": modelled.relative_error,
+                                   "error": modelled.samples_per_s / m.samples_per_s - 1, "notes": modelled.notes}
+        typer.echo(json.dumps(payload, indent=1))
         return
     spread = m.step_time_s_iqr / m.step_time_s_median if m.step_time_s_median else 0.0
     memory = f", peak {m.peak_memory_bytes / 2**30:.1f} GiB" if m.peak_memory_bytes else ""
     console.print(f"{m.model} batch {m.per_device_batch} {m.precision} on {m.device_name}: "
                   f"[bold]{m.samples_per_s:,.1f} samples/s[/bold] (step {m.step_time_s_median * 1e3:.2f} ms, IQR {spread:.1%}, "
                   f"{len(m.step_time_s_blocks)} blocks of {m.steps_per_block}{memory}; source: measured here)")
+    if modelled is not None:
+        console.print(f"device model for {name}: {modelled.samples_per_s:,.1f} samples/s (modelled ±{modelled.relative_error:.0%}), "
+                      f"{modelled.samples_per_s / m.samples_per_s - 1:+.1%} from the measurement"
+                      + (f"; {modelled.notes[0]}" if modelled.notes else ""))
     if csv_out is not None:
         console.print(f"row appended to [bold]{csv_out}[/bold] (check it with `trainwise validate --dataset {csv_out}`)")
 
