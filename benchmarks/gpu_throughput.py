@@ -229,8 +229,6 @@ def compare(folder: Path, breakdowns_json: Path | None = None) -> int:
     params = dm.load_params()
     per_row = []
     for r, m, meas in zip(report.predictions, rows, raw["measurements"]):
-        p = dm.predict_iteration(cal.characterise_row(m), catalog.accelerator(m.accelerator), 1, m.precision,
-                                 params=params, framework=m.framework, stack=cal.stack_of(m), link=m.link)
         peak_gib = (meas.get("peak_memory_bytes") or 0) / 2**30
         per_row.append({"model": r.model, "per_device_batch": r.per_device_batch, "precision": r.precision,
                         "memory_format": m.memory_format, "seq_len": m.seq_len,
@@ -239,8 +237,8 @@ def compare(folder: Path, breakdowns_json: Path | None = None) -> int:
                         "predicted_samples_per_s": r.predicted_samples_per_s, "error": r.error, "band": r.band,
                         "within_band": r.within_band,
                         "measured_peak_memory_gib": round(peak_gib, 2),
-                        "predicted_memory_gib": round(p.memory_required_gib, 2),
-                        "memory_ratio_predicted_to_measured": round(p.memory_required_gib / peak_gib, 3) if peak_gib else None})
+                        "predicted_memory_gib": round(r.memory_required_gib, 2),
+                        "memory_ratio_predicted_to_measured": round(r.memory_required_gib / peak_gib, 3) if peak_gib else None})
     errors = [abs(r["error"]) for r in per_row]
     memory_ratios = [r["memory_ratio_predicted_to_measured"] for r in per_row if r["memory_ratio_predicted_to_measured"]]
     accelerator = raw["accelerator"]
@@ -323,8 +321,10 @@ def _compare_breakdown(measured: dict[str, Any], accelerator: Any, params: Any) 
 
     measured = _recategorised(measured)
 
-    char = characterise_named(measured["model"], measured["per_device_batch"], measured["precision"],
-                              _seq_len_of(measured["model"]), memory_format=measured["memory_format"])
+    # breakdowns written before they recorded their sequence length take it from BREAKDOWN_CONFIGS
+    seq_len = measured.get("seq_len") or _seq_len_of(measured["model"])
+    char = characterise_named(measured["model"], measured["per_device_batch"], measured["precision"], seq_len,
+                              memory_format=measured["memory_format"])
     p = dm.predict_iteration(char, accelerator, 1, measured["precision"], params=params)
     return {"model": measured["model"], "per_device_batch": measured["per_device_batch"],
             "precision": measured["precision"], "memory_format": measured["memory_format"],
@@ -451,7 +451,8 @@ def microbench_summary(results: dict[str, Any]) -> dict[str, Any]:
     summary: dict[str, Any] = {"best_gemm_tflops": best, "host_dispatch_us_per_op": results["host_dispatch_us_per_op"],
                                "host_tiny_linear_step_us": results["host_tiny_linear_step_us"]}
     try:
-        acc = load_catalog().accelerator(me.accelerator_of_device_name(results["device"], load_catalog()))
+        catalog = load_catalog()
+        acc = catalog.accelerator(me.accelerator_of_device_name(results["device"], catalog))
         peaks = {"fp32": acc.fp32_tflops, "tf32": acc.tf32_tflops, "fp16": acc.fp16_tflops, "bf16": acc.bf16_tflops}
         summary["accelerator"] = acc.name
         summary["best_gemm_fraction_of_peak"] = {p: round(best[p] / peaks[p], 3) for p in best if peaks.get(p)}

@@ -134,21 +134,23 @@ def measure_command(
     """Train MODEL for real on this machine's GPU (the step the device model traces) and report samples/s with spread."""
     from trainwise.predict import measure as me
 
+    from trainwise.catalog import load_catalog
+
     if model is None or batch is None:
         raise TrainwiseError("give a model and --batch, e.g. `trainwise device measure resnet50 --batch 256 --precision amp_fp16`")
-    if csv_out is not None and csv_out.exists() and csv_out.is_dir():
-        raise TrainwiseError(f"--csv {csv_out} is a directory: give a file path")
+    # everything that can be refused is refused before minutes of measuring
+    catalog = load_catalog()
+    name = catalog.accelerator(accelerator).name if accelerator else None
+    if csv_out is not None:
+        if name is None and device == "cpu":
+            raise TrainwiseError("a CPU measurement has no catalog accelerator: pass --accelerator NAME")
+        me.check_validation_csv(csv_out)
     m = me.measure_throughput(model, batch, precision, seq_len=seq_len, image_size=image_size, optimizer=optimizer,
                               task=task, memory_format=memory_format, device=device, warmup_steps=warmup,
                               min_run_time_s=seconds)
-    from trainwise.catalog import load_catalog
-
-    catalog = load_catalog()
-    name = catalog.accelerator(accelerator).name if accelerator else (
-        me.accelerator_of_device_name(m.device_name, catalog) if m.device_name != "cpu" else None)
+    if name is None and m.device_name != "cpu":
+        name = me.accelerator_of_device_name(m.device_name, catalog)
     if csv_out is not None:
-        if name is None:
-            raise TrainwiseError("a CPU measurement has no catalog accelerator: pass --accelerator NAME")
         me.append_validation_row(csv_out, me.to_validation_row(m, name, f"measured by trainwise device measure on a {m.device_name}"))
     modelled = None
     if name is not None and m.device != "cpu":  # the device model's prediction for the same step, beside the measurement

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainwise.errors import TrainwiseError
+from trainwise.predict import calibration as cal
 from trainwise.predict import characterise as ch
 
 TIMER = "torch.utils.benchmark.Timer.blocked_autorange"
@@ -122,9 +123,16 @@ class _RealStep:
     spec: ch.NamedStep
     device: Any
     precision: str
+    memory_format: str  # nchw | nhwc
     run: Callable[[], None]
     sync: Callable[[], None]
     last_loss: list[Any]
+
+    @property
+    def device_name(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
 
 
 def _build_real_step(model_name: str, per_device_batch: int, precision: str, *, seq_len: int | None,
@@ -169,7 +177,7 @@ def _build_real_step(model_name: str, per_device_batch: int, precision: str, *, 
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
-    return _RealStep(step_spec, dev, precision, step, sync, last_loss)
+    return _RealStep(step_spec, dev, precision, "nhwc" if channels_last else "nchw", step, sync, last_loss)
 
 
 def measure_throughput(model_name: str, per_device_batch: int, precision: str = "fp32", *, seq_len: int | None = None,
@@ -190,7 +198,6 @@ def measure_throughput(model_name: str, per_device_batch: int, precision: str = 
     real = _build_real_step(model_name, per_device_batch, precision, seq_len=seq_len, image_size=image_size,
                             optimizer=optimizer, task=task, memory_format=memory_format, device=device, seed=seed)
     dev, precision, step, sync, last_loss, step_spec = real.device, real.precision, real.run, real.sync, real.last_loss, real.spec
-    channels_last = str(memory_format).lower() in ("nhwc", "channels_last")
 
     with _precision_switches(precision, dev.type):
         if dev.type == "cuda":
@@ -213,8 +220,7 @@ def measure_throughput(model_name: str, per_device_batch: int, precision: str = 
     return ThroughputMeasurement(
         model=model_name, per_device_batch=per_device_batch, precision=precision, optimizer=step_spec.optimizer,
         seq_len=step_spec.seq_len, image_size=step_spec.image_size, task=task,
-        memory_format="nhwc" if channels_last else "nchw", device=str(dev),
-        device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        memory_format=real.memory_format, device=str(dev), device_name=real.device_name,
         samples_per_s=per_device_batch / median, step_time_s_median=median, step_time_s_iqr=float(result.iqr),
         step_time_s_blocks=blocks, steps_per_block=int(result.number_per_run), warmup_steps=warmup_steps,
         warmup_s=warmup_s, peak_memory_bytes=int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda" else None,
@@ -242,9 +248,9 @@ def accelerator_of_device_name(device_name: str, catalog: Any) -> str:
                          "(`trainwise catalog accelerators`)")
 
 
-VALIDATION_COLUMNS = ("model", "accelerator", "count", "per_device_batch", "precision", "samples_per_s", "source",
-                      "seq_len", "image_size", "task", "optimizer", "grad_accumulation", "memory_format", "framework",
-                      "notes")
+# The calibration reader's required columns, then the optional ones a measurement fills.
+VALIDATION_COLUMNS = (*cal.REQUIRED_COLUMNS, "seq_len", "image_size", "task", "optimizer", "grad_accumulation",
+                      "memory_format", "framework", "notes")
 
 
 def to_validation_row(m: ThroughputMeasurement, accelerator: str, source: str) -> dict[str, Any]:
@@ -264,23 +270,32 @@ def append_validation_row(path: str | Path, row: dict[str, Any]) -> Path:
     """Append `row` to the validation CSV at `path` (written whole, atomically; a new file gets the header).
 
     An existing file must have the validation columns' header, so rows never land under other columns."""
-    import csv
-
     from trainwise._io import atomic_write_text
 
-    path = Path(path)
-    existing = ""
-    if path.exists():
-        existing = path.read_text(encoding="utf-8")
-        header = next(csv.reader([existing.splitlines()[0]])) if existing.strip() else []
-        if header and header != list(VALIDATION_COLUMNS):
-            raise TrainwiseError(f"{path} has other columns ({', '.join(header[:7])}...): append to a file written by "
-                                 "`trainwise device measure --csv`, or give a new path")
+    existing = check_validation_csv(path)
     if not existing.strip():
         existing = ""
     elif not existing.endswith("\n"):
         existing += "\n"
     return atomic_write_text(path, existing + validation_csv_text([row], header=not existing.strip()))
+
+
+def check_validation_csv(path: str | Path) -> str:
+    """The text of an existing validation CSV ("" when there is none), or an error when its header is not
+    `VALIDATION_COLUMNS` (so rows never land under other columns)."""
+    import csv
+
+    path = Path(path)
+    if path.is_dir():
+        raise TrainwiseError(f"{path} is a directory: give a file path")
+    if not path.exists():
+        return ""
+    existing = path.read_text(encoding="utf-8")
+    header = next(csv.reader([existing.splitlines()[0]])) if existing.strip() else []
+    if header and header != list(VALIDATION_COLUMNS):
+        raise TrainwiseError(f"{path} has other columns ({', '.join(header[:7])}...): append to a file written by "
+                             "`trainwise device measure --csv`, or give a new path")
+    return existing
 
 
 def validation_csv_text(rows: list[dict[str, Any]], header: bool = True) -> str:
@@ -307,6 +322,7 @@ class DeviceTimeBreakdown(BaseModel):
     model: str
     per_device_batch: int
     precision: str
+    seq_len: int | None = None
     memory_format: str
     device_name: str
     profiled_steps: int
@@ -390,9 +406,8 @@ def measure_breakdown(model_name: str, per_device_batch: int, precision: str = "
     busy = busy_us * 1e-6 / profiled_steps if on_cuda else attributed
     ops.sort(key=lambda op: -op[2])
     return DeviceTimeBreakdown(
-        model=model_name, per_device_batch=per_device_batch, precision=real.precision,
-        memory_format="nhwc" if str(memory_format).lower() in ("nhwc", "channels_last") else "nchw",
-        device_name=torch.cuda.get_device_name(real.device) if on_cuda else "cpu", profiled_steps=profiled_steps,
+        model=model_name, per_device_batch=per_device_batch, precision=real.precision, seq_len=real.spec.seq_len,
+        memory_format=real.memory_format, device_name=real.device_name, profiled_steps=profiled_steps,
         step_wall_s=wall, device_busy_s=busy, attributed_s=attributed,
         idle_fraction=max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0,
         by_category_s={k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1])},

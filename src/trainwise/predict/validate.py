@@ -44,6 +44,7 @@ class RowResult(BaseModel):
     band: float
     within_band: bool
     fits_memory: bool
+    memory_required_gib: float
     source: str
     notes: list[str] = []
 
@@ -87,7 +88,8 @@ def validate_dataset(path: str | Path, *, params: dm.DeviceModelParams | None = 
                                  per_device_batch=m.per_device_batch, precision=m.precision,
                                  measured_samples_per_s=m.samples_per_s, predicted_samples_per_s=round(p.samples_per_s, 3),
                                  error=round(err, 4), band=p.relative_error, within_band=bool(within),
-                                 fits_memory=p.fits_memory, source=m.source, notes=p.notes))
+                                 fits_memory=p.fits_memory, memory_required_gib=round(p.memory_required_gib, 3),
+                                 source=m.source, notes=p.notes))
     errors = [r.error for r in results]
     summary = cal.summarise_errors(errors)
     choice = cal.best_choice(rows, predicted, catalog)
