@@ -84,10 +84,25 @@ def full_run(command: list[str]) -> Profile:
     return run_profile(command, ProfileOptions(mode="full"), quiet=True)
 
 
+# The uninstrumented launch flushes denormals as trainwise's launches do (trainwise.denormals: there
+# the recorder applies it right after the script's `import torch`); torch is imported first here.
+_FLUSHED_MODULE_PRELUDE = ("import runpy, sys, torch; torch.set_flush_denormal(True); sys.argv = sys.argv[1:]; "
+                           "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+
+
+def plain_command(command: list[str]) -> list[str]:
+    """`python -m MODULE ARGS` (a workload's command) launched with denormals flushed, uninstrumented."""
+    python, flag, module, *rest = command
+    if flag != "-m":
+        raise ValueError(f"expected a `python -m MODULE` command, got {command[:3]}")
+    return [python, "-c", _FLUSHED_MODULE_PRELUDE, module, *rest]
+
+
 def plain_run_s(command: list[str]) -> float:
     start = time.time()
-    # The same allocator settings as the instrumented launch: the pair differs by instrumentation only.
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    # The same launch settings as the instrumented launch (allocator, denormals): the pair differs by
+    # instrumentation only.
+    subprocess.run(plain_command(command), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    env=launch_environment(os.environ))
     return time.time() - start
 

@@ -265,6 +265,29 @@ def test_links_no_nvlink_is_not_nvlink_and_host_path_is_pcie(catalog):
                         samples_per_s=1, source="x", link="carrier-pigeon")
 
 
+def test_host_path_beyond_one_socket_runs_at_the_cross_socket_pace(catalog):
+    v100 = catalog.accelerator("V100")
+    char = characterise_named("hf:bert-base-uncased", 16, "fp32", seq_len=128)
+    assert not dm.crosses_sockets("host", dm.HOST_PATH_GPUS_PER_SOCKET) and dm.crosses_sockets("host", 8)
+    assert not dm.crosses_sockets("nvlink", 8) and not dm.crosses_sockets("auto", 8)
+    same = dm.DeviceModelParams(ddp_overlap_host=0.01, t_allreduce_s=1e-12, host_cross_socket=1.0)
+    half = same.model_copy(update={"host_cross_socket": 0.5})
+    # ring bytes 2(n-1)/n x gradients at half the bandwidth: exactly twice the exposed exchange at 8
+    assert dm.predict_iteration(char, v100, count=8, link="host", params=half).communication_s == pytest.approx(
+        2 * dm.predict_iteration(char, v100, count=8, link="host", params=same).communication_s)
+    # within one socket, and off the host path, the parameter does nothing
+    for count, link in ((4, "host"), (8, "nvlink")):
+        assert dm.predict_iteration(char, v100, count=count, link=link, params=half).communication_s == pytest.approx(
+            dm.predict_iteration(char, v100, count=count, link=link, params=same).communication_s)
+    # the vectorised fit path agrees with the public predict path on a cross-socket row
+    row = cal.Measurement(model="hf:bert-base-uncased", accelerator="V100", count=8, per_device_batch=16,
+                          precision="fp32", samples_per_s=100, source="t", seq_len=128, link="host")
+    design = cal._design([row], catalog)
+    lay = cal._Layout(design.accelerators, design.generations, design.stacks, design.twin_names)
+    vectorised = cal._predict(design, lay, lay.from_params(half))[0]
+    assert vectorised == pytest.approx(cal.predict_rows(half, [row], catalog)[0], rel=1e-6)
+
+
 def test_compute_twins_share_the_fitted_multiplier(catalog):
     v16, v32, a100 = (catalog.accelerator(n) for n in ("V100", "V100-32GB", "A100"))
     assert dm.compute_twin_key(v16) == dm.compute_twin_key(v32) != dm.compute_twin_key(a100)

@@ -179,6 +179,24 @@ def test_allocator_settings_are_applied_recorded_and_can_be_turned_off(monkeypat
     assert allocator.describe({}) == "glibc malloc defaults"
 
 
+def test_denormals_are_flushed_in_the_job_recorded_and_can_be_kept(tmp_path):
+    from trainwise import denormals
+
+    probe = tmp_path / "denormal.txt"
+    flushed = run_profile(script("mlp_train.py", "--epochs", "1", "--denormal-file", str(probe)),
+                          ProfileOptions(mode="full", characterise=False), quiet=True)
+    assert probe.read_text() == "flushed"  # the script's own arithmetic, not just the flag
+    assert flushed.environment.flush_denormal is True
+    kept = run_profile(script("mlp_train.py", "--epochs", "1", "--denormal-file", str(probe)),
+                       ProfileOptions(mode="full", characterise=False, flush_denormal=False), quiet=True)
+    assert probe.read_text() == "kept"
+    assert kept.environment.flush_denormal is False
+    # An outer launcher's choice wins; a process no trainwise launcher started is left alone.
+    assert denormals.launch_environment({denormals.FLUSH_ENV: "0"}, flush=True)[denormals.FLUSH_ENV] == "0"
+    assert denormals.apply_in_process(None, {}) is None
+    assert "not recorded" in denormals.describe(None)
+
+
 def test_stability_verdict_waits_for_the_minimum_sampling_time():
     # Millisecond iterations are "stable" after a handful; the verdict must still wait min_profile_seconds.
     command = script("mlp_train.py", "--epochs", "3", "--train-samples", "160000")

@@ -164,6 +164,17 @@ def test_local_run_checkpoints_on_sigterm_and_resumes_to_the_same_weights(tmp_pa
 
 
 @pytest.mark.slow
+def test_run_flushes_denormals_like_profile_unless_told_not_to(tmp_path):
+    from trainwise.run.launcher import run_job
+
+    probe = tmp_path / "denormal.txt"
+    command = [sys.executable, str(SCRIPTS / "mlp_train.py"), "--epochs", "1", "--denormal-file", str(probe)]
+    run_job(RunOptions(engine="local", quiet=True, timeout_s=300), command)
+    assert probe.read_text() == "flushed"  # the same launch the profile predicted
+    run_job(RunOptions(engine="local", quiet=True, timeout_s=300, flush_denormal=False), command)
+    assert probe.read_text() == "kept"
+
+
 def test_ddp_two_processes_measure_compute_communication_and_idle(tmp_path):
     from trainwise.run.launcher import run_job
 

@@ -78,6 +78,7 @@ def profile(
     min_budget_seconds: Annotated[float, typer.Option(help="With --epochs: sample at least this many seconds of iterations even when --budget would stop sooner")] = 1.0,
     characterise: Annotated[bool, typer.Option(help="Trace one training step on the meta device after sampling (per-operator FLOPs/bytes for the device model; a few seconds)")] = True,
     tune_allocator: Annotated[bool, typer.Option(help="Launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_; faster, steadier CPU steps); profile and run the same way for the prediction to hold")] = True,
+    flush_denormal: Annotated[bool, typer.Option(help="Flush denormal floats to zero in the job (torch.set_flush_denormal; much faster, steadier CPU steps for models that produce them); profile and run the same way for the prediction to hold")] = True,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) for a few iterations and write its Profile."""
     from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile
@@ -91,7 +92,7 @@ def profile(
                              epoch2_iterations=epoch2_iterations, target_relative_ci=target_ci, timeout_s=timeout,
                              epochs_hint=epochs, budget_fraction=budget, min_budget_seconds=min_budget_seconds,
                              characterise=characterise,
-                             tune_allocator=tune_allocator)
+                             tune_allocator=tune_allocator, flush_denormal=flush_denormal)
     options.validate()
     jobs: list[tuple[Path, list[str]]]
     if batch_sizes:

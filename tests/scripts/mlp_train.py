@@ -12,6 +12,7 @@ parser.add_argument("--train-samples", type=int, default=640)
 parser.add_argument("--val-samples", type=int, default=320)
 parser.add_argument("--accumulate", type=int, default=1)
 parser.add_argument("--done-file", default="")
+parser.add_argument("--denormal-file", default="", help="write whether denormal floats are flushed to zero here")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -38,3 +39,7 @@ for epoch in range(args.epochs):
     print(f"epoch {epoch} accuracy {correct / args.val_samples:.3f}", flush=True)
 if args.done_file:
     pathlib.Path(args.done_file).write_text("trained")
+if args.denormal_file:
+    # 1e-40 is a float32 denormal: with denormals flushed (DAZ) it reads as zero.
+    flushed = (torch.tensor([1e-40]) * 2.0).item() == 0.0
+    pathlib.Path(args.denormal_file).write_text("flushed" if flushed else "kept")

@@ -359,6 +359,7 @@ def _design(rows: Sequence[Measurement], catalog: Any, stacks: bool = True) -> _
         "grad_bytes": np.array([c.gradient_bytes for _, c, *_ in feats], dtype=float),
         "link": np.array([dm.link_bandwidth_gbs(a, m.link) * 1e9 for m, _, a, _ in feats]),
         "host": np.array([1.0 if m.link == "host" else 0.0 for m, *_ in feats]),
+        "cross_socket": np.array([1.0 if dm.crosses_sockets(m.link, m.count) else 0.0 for m, *_ in feats]),
         "fits": np.array([1.0 if dm.memory_required_gib(c, m.count)[0] <= (dm.usable_memory_gib(a) or 1e9) else 0.0
                           for m, c, a, _ in feats]),
         "unsupported": np.array([1.0 if c.unsupported_ops else 0.0 for _, c, *_ in feats]),
@@ -417,6 +418,9 @@ class _Layout:
         # through host memory (peer-to-peer disabled): the fraction of the exchange that hides; little
         # is known a priori, so a wide, unscaled prior
         self._add("ddp_overlap_host", base.ddp_overlap_host, 1.0, 0.01, 0.95, scaled=False)
+        # the socket-crossing hop's share of the host-path bandwidth: at most 1 (no faster than PCIe), a
+        # wide, unscaled prior (only the 8-GPU P2P-disabled rows inform it)
+        self._add("host_cross_socket", base.host_cross_socket, 1.0, 0.05, 1.0, scaled=False)
         self.stacks = [s for s in stacks if s != dm.REFERENCE_STACK]
         for s in self.stacks:
             self._add(f"stack:{s}", 1.0, STACK_PRIOR_SIGMA, STACK_FACTOR_BOUNDS[0], STACK_FACTOR_BOUNDS[1], scaled=False)
@@ -450,7 +454,7 @@ class _Layout:
             stack_fusion={s: round(v[f"fusion:{s}"], 5) for s in self.stacks},
             tensorflow_efficiency=1.0, t_step_tpu_s=v["t_step_tpu"],
             link_efficiency=round(v["link_eff"], 5), t_allreduce_s=v["t_allreduce"], ddp_overlap=round(v["ddp_overlap"], 5),
-            ddp_overlap_host=round(v["ddp_overlap_host"], 5),
+            ddp_overlap_host=round(v["ddp_overlap_host"], 5), host_cross_socket=round(v["host_cross_socket"], 5),
             bands=bands or {}, fitted_on=fitted_on or {})
 
     def from_params(self, params: dm.DeviceModelParams) -> list[float]:
@@ -478,7 +482,7 @@ class _Layout:
                    "g_grouped": params.g_grouped, "nchw": params.nchw_penalty,
                    "t_step_tpu": params.t_step_tpu_s, "link_eff": params.link_efficiency,
                    "t_allreduce": params.t_allreduce_s, "ddp_overlap": params.ddp_overlap,
-                   "ddp_overlap_host": params.ddp_overlap_host}
+                   "ddp_overlap_host": params.ddp_overlap_host, "host_cross_socket": params.host_cross_socket}
         for name, value in scalars.items():
             x[self.index[name]] = math.log(value)
         x[self.index["wave"]] = math.log(params.wave_exponent + 0.05)
@@ -513,7 +517,8 @@ def _predict(d: _Design, lay: _Layout, x: Any) -> Any:
     m = np.maximum(np.maximum(device, host), 1e-12)
     compute = m * ((device / m) ** p + (host / m) ** p) ** (1 / p)
     c = r["count"]
-    ring = np.where(c > 1, 2 * (c - 1) / c * r["grad_bytes"] / (r["link"] * v[lay.index["link_eff"]])
+    link = r["link"] * v[lay.index["link_eff"]] * np.where(r["cross_socket"] > 0, v[lay.index["host_cross_socket"]], 1.0)
+    ring = np.where(c > 1, 2 * (c - 1) / c * r["grad_bytes"] / link
                     + v[lay.index["t_allreduce"]], 0.0)
     device_path = np.maximum(ring - v[lay.index["ddp_overlap"]] * backward, 0.1 * ring)
     host_path = ring * (1.0 - v[lay.index["ddp_overlap_host"]])

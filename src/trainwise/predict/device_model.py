@@ -39,7 +39,11 @@ Data parallel over `count` devices (per-device batch fixed): the gradients (fp32
 the backward pass as DDP does (at most `ddp_overlap` of the backward hides communication). The link
 is NVLink where the accelerator has it, else PCIe peer-to-peer; `link="host"` (NCCL_P2P_DISABLE=1)
 goes through host memory over PCIe and a fitted fraction of it hides (`ddp_overlap_host`), whatever the
-backward pass (Lambda's P2P-disabled rows: 8x V100 BERT-large FP32 exposes all of its exchange).
+backward pass (Lambda's P2P-disabled rows: 8x V100 BERT-large FP32 exposes all of its exchange). More
+than `HOST_PATH_GPUS_PER_SOCKET` devices on that path span two CPU sockets (8-GPU servers are
+dual-socket): the ring's socket-crossing hop runs over the inter-socket link and the remote socket's
+memory, and the whole ring moves at that hop's pace, a fitted fraction of the PCIe figure
+(`host_cross_socket`).
 
 Software stack: the whole iteration is divided by a per-stack throughput factor
 (`stack_factors[stack]`, fitted per publisher family of the calibration data; stock PyTorch eager,
@@ -132,6 +136,10 @@ class DeviceModelParams(BaseModel):
         "disabled; the exposed time is ring x (1 - this)); fitted on Lambda's multi-GPU rows, which all ran "
         "with NCCL_P2P_DISABLE=1: their exposed exchange does not shrink with a longer backward pass (8x V100 "
         "BERT-large FP32 exposes all of it, AMP about half)"))
+    host_cross_socket: float = Field(default=1.0, description=(
+        "fraction of the host-path all-reduce bandwidth left when the devices span two CPU sockets (link 'host', "
+        "count > HOST_PATH_GPUS_PER_SOCKET): the ring's socket-crossing hop sets its pace; fitted on Lambda's "
+        "8-GPU P2P-disabled rows (8x A100 80GB BERT-large exposes ~2.5x the exchange of 4x)"))
     tpu_fusion: float = 0.5
     stack_factors: dict[str, float] = Field(default_factory=dict, description=(
         "throughput multiplier per software stack (source family) of the calibration data; the reference stack, "
@@ -203,6 +211,14 @@ def generation_of(acc: Any) -> str:
 # benchmark exports, or GPUs without P2P): each byte goes device -> host memory -> device over PCIe,
 # whatever NVLink the machine has, and it hides behind the backward pass less (`ddp_overlap_host`).
 LINKS = ("auto", "nvlink", "pcie", "host")
+# Devices one CPU socket hosts in the servers the calibration data ran on (8-GPU servers: two sockets,
+# four GPUs each); more than this on the host path crosses sockets (`host_cross_socket`).
+HOST_PATH_GPUS_PER_SOCKET = 4
+
+
+def crosses_sockets(link: str | None, count: int) -> bool:
+    """Whether a host-path (peer-to-peer disabled) all-reduce over `count` devices crosses CPU sockets."""
+    return link == "host" and count > HOST_PATH_GPUS_PER_SOCKET
 
 
 def normalise_link(link: str | None, what: str = "link") -> str:
@@ -683,6 +699,8 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
     comm_exposed = 0.0
     if count > 1:
         link_bps = link_bandwidth_gbs(accelerator, link) * 1e9 * params.link_efficiency
+        if crosses_sockets(link, count):
+            link_bps *= params.host_cross_socket
         ring = 2.0 * (count - 1) / count * characterisation.gradient_bytes / link_bps + params.t_allreduce_s
         if link == "host":
             # staged through host memory: a fitted fraction of the exchange hides, whatever the backward

@@ -37,6 +37,7 @@ import weakref
 import time
 from typing import Any
 
+from trainwise import denormals
 from trainwise.allocator import recorded_settings as recorded_allocator_settings
 from trainwise.profile import stats
 
@@ -198,6 +199,7 @@ class Recorder:
         self.out_path = config["out_path"]
 
         self.marks: dict[str, float] = {"bootstrap": self.now()}
+        self.flush_denormal: bool | None = None  # set once torch is imported
         self.iterations: list[dict[str, Any]] = []
         self.validations: list[dict[str, Any]] = []
         self.epochs: list[dict[str, Any]] = []
@@ -266,6 +268,9 @@ class Recorder:
 
         self._torch = torch
         self.mark("torch_imported")
+        # Before the script computes anything: denormal arithmetic makes CPU steps slow and drifting
+        # (trainwise.denormals); `trainwise run` applies the same setting, so the prediction holds.
+        self.flush_denormal = denormals.apply_in_process(torch, os.environ)
         recorder = self
 
         optimizer_module.register_optimizer_step_post_hook(self._on_optimizer_step)
@@ -699,6 +704,7 @@ class Recorder:
             "torch_threads": torch.get_num_threads() if torch is not None else None,
             "device": self.model.get("device", "cpu"), "device_name": None,
             "allocator_env": recorded_allocator_settings(),
+            "flush_denormal": self.flush_denormal,
         }
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             env["device_name"] = torch.cuda.get_device_name()

@@ -147,6 +147,9 @@ class Environment(_Model):
     # Allocator variables the job ran with (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD): step time
     # depends on them, so a prediction holds for a launch with the same ones.
     allocator_env: dict[str, str] = Field(default_factory=dict)
+    # Whether denormal floats were flushed to zero (trainwise.denormals): CPU step time depends on
+    # it; None in profiles made before trainwise recorded it.
+    flush_denormal: bool | None = None
 
 
 class SteadyState(_Model):

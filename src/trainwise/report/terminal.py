@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainwise.allocator import describe as describe_allocator
+from trainwise.denormals import describe as describe_denormals
 from trainwise.predict.same_machine import Prediction
 from trainwise.profile.schema import Profile
 
@@ -58,6 +59,8 @@ def profile_table(profile: Profile) -> Table:
                   "" if profile.memory.peak_device_bytes is None else f"device peak {profile.memory.peak_device_bytes / 2**20:.0f} MiB")
     table.add_row("allocator", describe_allocator(profile.environment.allocator_env),
                   "launch the full run with the same settings (trainwise run does)")
+    table.add_row("denormals", describe_denormals(profile.environment.flush_denormal),
+                  "CPU step time depends on it; trainwise run applies the same")
     table.add_row("profiling stopped", s.stop_reason, f"stable after {s.stabilised_after} iterations" if s.stabilised_after else "")
     table.add_row("profiling cost", format_duration(profile.process_wall_s), "launch → exit")
     return table
@@ -68,9 +71,10 @@ def prediction_table(rows: Sequence[tuple[str, Profile, Prediction]], title: str
     divided by the smallest for the same estimator and epoch count."""
     sources = sorted({provenance_of(profile) for _, profile, _ in rows})
     allocators = sorted({describe_allocator(profile.environment.allocator_env) for _, profile, _ in rows})
+    flushed = sorted({describe_denormals(profile.environment.flush_denormal) for _, profile, _ in rows})
     table = Table(title=title, caption="source: modelled from profiles " + "; ".join(sources)
                   + " (trainwise rows: 95% band from the steady-state spread); valid for a launch with "
-                  + " / ".join(allocators))
+                  + " / ".join(allocators) + "; denormals " + " / ".join(flushed))
     for column in ("profile", "estimator", "epochs", "predicted", "95% band", "×min"):
         table.add_column(column, justify="left" if column in ("profile", "estimator") else "right")
     minimum: dict[tuple[str, int], float] = {}

@@ -73,6 +73,7 @@ def run_command(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the RunResult JSON here")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Stop the job after this many seconds")] = None,
     tune_allocator: Annotated[bool, typer.Option(help="Launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_; faster, steadier CPU steps); profile and run the same way for the prediction to hold")] = True,
+    flush_denormal: Annotated[bool, typer.Option(help="Flush denormal floats to zero in the job (torch.set_flush_denormal; much faster, steadier CPU steps for models that produce them); profile and run the same way for the prediction to hold")] = True,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) locally, under torchrun DDP or as Hivemind
     peers, instrumented like `trainwise profile --full`, with optional checkpoint/resume."""
@@ -100,7 +101,8 @@ def run_command(
                          initial_peers=list(initial_peers or []), host=host, port=port,
                          identity_path=None if identity is None else str(identity.resolve()), run_id=run_id,
                          matchmaking_time_s=matchmaking_time, averaging_timeout_s=averaging_timeout,
-                         checkpoint=checkpoint, timeout_s=timeout, tune_allocator=tune_allocator)
+                         checkpoint=checkpoint, timeout_s=timeout, tune_allocator=tune_allocator,
+                         flush_denormal=flush_denormal)
     result = run_job(options, passthrough)
     if output is not None:
         result.save(output)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainwise import denormals
 from trainwise.allocator import launch_environment
 from trainwise.errors import TrainwiseError
 from trainwise.profile.runner import PACKAGE_PARENT, resolve_command
@@ -76,7 +77,8 @@ class _Launch:
 
     def popen(self, argv: list[str], config: dict[str, Any], log_name: str | None = None,
               extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-        env = launch_environment(_environment(config), tune=self.options.tune_allocator)
+        env = denormals.launch_environment(launch_environment(_environment(config), tune=self.options.tune_allocator),
+                                           flush=self.options.flush_denormal)
         env.update(self.options.extra_env)
         env.update(extra_env or {})
         output = None

@@ -69,6 +69,8 @@ class RunOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     # trainwise's glibc malloc settings (trainwise.allocator), as `trainwise profile` applies them.
     tune_allocator: bool = True
+    # Denormals flushed to zero (trainwise.denormals), as `trainwise profile` does.
+    flush_denormal: bool = True
     checkpoint: CheckpointOptions | None = None
     timeout_s: float | None = None
     # Benchmarks: SIGTERM the job this many seconds after `expected_ranks` ranks trained a step.
