@@ -191,8 +191,8 @@ def test_denormals_are_flushed_in_the_job_recorded_and_can_be_kept(tmp_path):
                        ProfileOptions(mode="full", characterise=False, flush_denormal=False), quiet=True)
     assert probe.read_text() == "kept"
     assert kept.environment.flush_denormal is False
-    # An outer launcher's choice wins; a process no trainwise launcher started is left alone.
-    assert denormals.launch_environment({denormals.FLUSH_ENV: "0"}, flush=True)[denormals.FLUSH_ENV] == "0"
+    # The option decides, not a leftover variable; a process no trainwise launcher started is left alone.
+    assert denormals.launch_environment({denormals.FLUSH_ENV: "1"}, flush=False)[denormals.FLUSH_ENV] == "0"
     assert denormals.apply_in_process(None, {}) is None
     assert "not recorded" in denormals.describe(None)
 

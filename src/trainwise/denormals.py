@@ -29,10 +29,10 @@ FLUSH_ENV = "TRAINWISE_FLUSH_DENORMAL"
 
 
 def launch_environment(base: Mapping[str, str], flush: bool = True) -> dict[str, str]:
-    """`base` plus the request to flush denormals (or not). A value already set wins: a launch
-    nested in another trainwise launch keeps the outer choice."""
+    """`base` plus the request to flush denormals (or not). The option decides, whatever the
+    variable was in `base` (a shell's leftover must not override `--no-flush-denormal`)."""
     env = dict(base)
-    env.setdefault(FLUSH_ENV, "1" if flush else "0")
+    env[FLUSH_ENV] = "1" if flush else "0"
     return env
 
 
