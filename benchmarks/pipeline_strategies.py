@@ -26,10 +26,20 @@ of every axis is covered, and the cache, compression, worker, format and shard c
 twins that differ in that one axis. Storage variants are materialised once and shared by the
 strategies that differ only in how they are read (workers, cache).
 
+--full-product: the whole cross product instead (every split, format, compression, shard count (1, 4),
+worker count (0, 1, 2) and kind (process, thread), cache mode; 0 workers is one strategy, not one per kind),
+each strategy on the sample and on the full dataset as above, the pick from the sample looked up in the
+full table. ~960 strategies on CV, ~2,700 over the four pipelines: hours here, so it runs in chunks of
+storage variants, saves benchmarks/results/pipeline_strategies_full_product.json after each chunk, and a
+rerun resumes a pipeline's finished chunks when they were measured on the same CPU model (else that
+pipeline starts over); `--pipelines cv,nlp` picks pipelines, `--stop-after-minutes` ends cleanly between
+chunks.
+
 Writes benchmarks/results/pipeline_strategies.json (--quick: tiny sizes and a reduced grid, to
 benchmarks/results/pipeline_strategies_quick.json, not committed).
 Run: .venv/bin/python benchmarks/pipeline_strategies.py [--sizes cv=120,nlp=400,audio=120,nilm=360] [--quick]
      .venv/bin/python benchmarks/pipeline_strategies.py --reanalyse   # findings and summary from the saved tables
+     .venv/bin/python benchmarks/pipeline_strategies.py --full-product [--pipelines cv] [--stop-after-minutes 90]
 """
 
 from __future__ import annotations
@@ -53,14 +63,16 @@ import psutil
 from trainwise._io import atomic_write_text
 from trainwise.pipeline.materialise import materialise
 from trainwise.pipeline.placement import placement, thesis_chapter5
-from trainwise.pipeline.profiler import PipelineProfile, measure_online, measure_read_bandwidth, profile_pipeline
+from trainwise.pipeline.profiler import (PipelineProfile, StrategyResult, measure_online, measure_read_bandwidth,
+                                        profile_pipeline)
 from trainwise.pipeline.reference import REFERENCE_NAMES, reference_pipeline
 from trainwise.pipeline.select import select
 from trainwise.pipeline.spec import Pipeline
-from trainwise.pipeline.strategy import CACHE_MODES, COMPRESSIONS, Strategy, enumerate_strategies
+from trainwise.pipeline.strategy import CACHE_MODES, COMPRESSIONS, FORMATS, Strategy, enumerate_strategies
 
 RESULTS = Path(__file__).parent / "results"
 DEFAULT_OUTPUT = RESULTS / "pipeline_strategies.json"
+FULL_PRODUCT_OUTPUT = RESULTS / "pipeline_strategies_full_product.json"
 QUICK_OUTPUT = RESULTS / "pipeline_strategies_quick.json"
 DEFAULT_SIZES = {"cv": 120, "nlp": 400, "audio": 120, "nilm": 360}
 QUICK_SIZES = {"cv": 24, "nlp": 30, "audio": 16, "nilm": 24}  # the reference pipelines' "tiny" sizes
@@ -122,6 +134,13 @@ def grid(pipeline: Pipeline, *, quick: bool = False) -> list[Strategy]:
     strategies += enumerate_strategies(pipeline, splits=[last], compressions=("none",), shards=(1,), workers=(2,),
                                        worker_kinds=("process",), caches=("page",), include_online=False)
     return list(dict.fromkeys(strategies))  # the axes overlap at the centre point (m_last, npy, none, s4, w2p)
+
+
+def full_product_grid(pipeline: Pipeline) -> list[Strategy]:
+    """Every strategy: the product of every axis (0 workers once: a main-process read has no worker kind)."""
+    strategies = enumerate_strategies(pipeline, formats=FORMATS, compressions=COMPRESSIONS, shards=(1, 4), workers=(0, 1, 2),
+                                      worker_kinds=("process", "thread"), caches=CACHE_MODES, include_online=True)
+    return list(dict.fromkeys(s for s in strategies if not (s.workers == 0 and s.worker_kind == "thread")))
 
 
 def table(profile: PipelineProfile) -> list[dict]:
@@ -354,6 +373,11 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=None, help=f"default {DEFAULT_OUTPUT} ({QUICK_OUTPUT.name} with --quick)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and a reduced grid: proves the script end to end in minutes")
     parser.add_argument("--reanalyse", action="store_true", help="recompute findings and summary from --output's measured tables")
+    parser.add_argument("--full-product", action="store_true", help="profile every strategy (the whole cross product), resumable")
+    parser.add_argument("--pipelines", default=None, help="with --full-product: which pipelines, e.g. cv,nlp (default: all)")
+    parser.add_argument("--stop-after-minutes", type=float, default=None,
+                        help="with --full-product: stop cleanly between chunks after this long (rerun to resume)")
+    parser.add_argument("--chunk", type=int, default=4, help="with --full-product: storage variants per saved chunk")
     args = parser.parse_args()
     output = args.output or (QUICK_OUTPUT if args.quick else DEFAULT_OUTPUT)
     if args.reanalyse:
@@ -366,6 +390,13 @@ def main() -> int:
     unknown = sorted(set(sizes) - set(REFERENCE_NAMES))
     if unknown:
         parser.error(f"--sizes names {unknown[0]!r}: use {', '.join(REFERENCE_NAMES)}")
+    if args.full_product:
+        names = args.pipelines.split(",") if args.pipelines else list(REFERENCE_NAMES)
+        bad = [n for n in names if n not in REFERENCE_NAMES]
+        if bad:
+            parser.error(f"--pipelines names {bad[0]!r}: use {', '.join(REFERENCE_NAMES)}")
+        return run_full_product(names, sizes, args.sample_fraction, args.work_dir, args.output or FULL_PRODUCT_OUTPUT,
+                                None if args.stop_after_minutes is None else args.stop_after_minutes * 60, max(1, args.chunk))
     rounds = 1 if args.quick else args.rounds
     return run(sizes, args.sample_fraction, args.work_dir, rounds, output, args.quick)
 
@@ -483,6 +514,121 @@ def run(sizes: dict[str, int], sample_fraction: float, work: Path, rounds: int, 
     atomic_write_text(output, json.dumps(result, indent=1, default=str))
     report(result)
     return 0
+
+
+def run_full_product(names: Sequence[str], sizes: dict[str, int], sample_fraction: float, work: Path, output: Path,
+                     stop_after_s: float | None, chunk: int) -> int:
+    """The whole cross product of each pipeline in `names`, resumable chunk by chunk (see the module docstring)."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    console = Console(stderr=True, markup=False, highlight=False)
+    started = time.perf_counter()
+    here = machine()
+    try:
+        saved = json.loads(output.read_text()) if output.exists() else {}
+    except ValueError:
+        console.print(f"{output} is not valid JSON: starting over (the old file is replaced at the first save)")
+        saved = {}
+    result: dict = {"benchmark": "pipeline_strategies_full_product", "method": __doc__.split("Writes")[0].strip(),
+                    "measurement": {"sample": {"min_seconds": SAMPLE_MIN_S, "max_epochs": SAMPLE_MAX_EPOCHS},
+                                    "full": {"min_seconds": FULL_MIN_S, "max_epochs": FULL_MAX_EPOCHS},
+                                    "sample_fraction": sample_fraction, "storage_variants_per_chunk": chunk},
+                    "pipelines": saved.get("pipelines", {})}
+    bandwidth = measure_read_bandwidth(work, 256 << 20)
+    out_root = work / "full-product"
+
+    def save() -> None:
+        result["summary"] = summarise_full_product(result)
+        atomic_write_text(output, json.dumps(result, indent=1, default=str))
+
+    for name in names:
+        pipeline = reference_pipeline(name, work / "data", sizes[name])
+        strategies = full_product_grid(pipeline)
+        groups: dict[str, list[Strategy]] = {}
+        for strategy in strategies:
+            groups.setdefault(strategy.storage_id, []).append(strategy)
+        state = result["pipelines"].get(name)
+        if state and (state.get("cpu") != here["cpu"] or state.get("samples") != len(pipeline.source)
+                      or state.get("strategies") != len(strategies)):
+            console.print(f"[{name}] saved chunks were measured on {state.get('cpu')!r} with {state.get('samples')} samples: "
+                          "starting this pipeline over")
+            state = None
+        if state is None:
+            state = {"cpu": here["cpu"], "samples": len(pipeline.source), "strategies": len(strategies),
+                     "storage_variants": len(groups), "done_storage": [], "sample_results": [], "full_results": [],
+                     "chunks": [], "complete": False}
+            result["pipelines"][name] = state
+        if state["complete"]:
+            console.print(f"[{name}] complete in {output.name}: skipped")
+            continue
+        todo = [sid for sid in groups if sid not in state["done_storage"]]
+        n_sample = max(1, math.ceil(len(pipeline.source) * sample_fraction))
+        console.print(f"[{name}] {len(strategies)} strategies in {len(groups)} storage variants; {len(todo)} variants to go")
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                   TimeRemainingColumn())
+        with Progress(*columns, console=console) as bar:
+            task = bar.add_task(name, total=sum(len(groups[sid]) for sid in todo))
+            for start in range(0, len(todo), chunk):
+                ids = todo[start:start + chunk]
+                members = [s for sid in ids for s in groups[sid]]
+                chunk_started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                sample = profile_pipeline(pipeline, members, out_root / "sample", sample_n=n_sample, min_seconds=SAMPLE_MIN_S,
+                                          max_epochs=SAMPLE_MAX_EPOCHS, bandwidth=bandwidth)
+                full = profile_pipeline(pipeline, members, out_root / "full", min_seconds=FULL_MIN_S, max_epochs=FULL_MAX_EPOCHS,
+                                        bandwidth=bandwidth)
+                state["sample_results"] += [r.model_dump() for r in sample.results]
+                state["full_results"] += [r.model_dump() for r in full.results]
+                state["done_storage"] += ids
+                state["chunks"].append({"started": chunk_started, "storage_variants": ids, "strategies": len(members),
+                                        "load_average": [round(x, 2) for x in os.getloadavg()]})
+                bar.advance(task, len(members))
+                save()
+                if stop_after_s is not None and time.perf_counter() - started > stop_after_s and start + chunk < len(todo):
+                    console.print(f"[{name}] stopping after {stop_after_s / 60:.1f} min: {len(state['done_storage'])}/"
+                                  f"{len(groups)} storage variants saved; rerun to resume")
+                    return 0
+        sample_results = [StrategyResult.model_validate(r) for r in state["sample_results"]]
+        full_results = [StrategyResult.model_validate(r) for r in state["full_results"]]
+        picked = select(sample_results).best
+        full_t = {r.strategy_id: r.throughput_sps for r in full_results}
+        best = max(full_results, key=lambda r: r.throughput_sps)
+        full_table = table(SimpleNamespace(results=full_results))
+        state.update({"complete": True, "description": pipeline.description, "source_mb": round((pipeline.source.storage_bytes() or 0) / 1e6, 2),
+                      "picked_from_sample": picked.strategy_id, "picked_full_sps": round(full_t[picked.strategy_id], 1),
+                      "best_full": best.strategy_id, "best_full_sps": round(best.throughput_sps, 1),
+                      "pick_gap": round(1 - full_t[picked.strategy_id] / best.throughput_sps, 4),
+                      "full_table": full_table, "sample_table": table(SimpleNamespace(results=sample_results)),
+                      "findings": findings(name, full_table, len(os.sched_getaffinity(0))),
+                      "bandwidth": {"disk_mb_per_s": round(bandwidth.disk_bytes_per_s / 1e6, 1),
+                                    "page_cache_mb_per_s": round(bandwidth.page_cache_bytes_per_s / 1e6, 1)}})
+        del state["sample_results"], state["full_results"]  # the tables keep what a reader needs, a fraction of the size
+        console.print(f"[{name}] pick {picked.strategy_id} -> full {full_t[picked.strategy_id]:.0f}/s; best {best.strategy_id} "
+                      f"{best.throughput_sps:.0f}/s (gap {state['pick_gap']:.1%})")
+        save()
+    result["machine"] = here
+    save()
+    print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
+def summarise_full_product(result: dict) -> dict:
+    pipelines = result["pipelines"]
+    complete = {n: p for n, p in pipelines.items() if p.get("complete")}
+    return {
+        "complete": sorted(complete) == sorted(REFERENCE_NAMES),
+        "pipelines_complete": sorted(complete),
+        "strategies_profiled": {n: len(p["full_results"]) if "full_results" in p else len(p.get("full_table", []))
+                                for n, p in pipelines.items()},
+        "strategies_total": {n: p["strategies"] for n, p in pipelines.items()},
+        "sample_pick_gap_by_pipeline": {n: p["pick_gap"] for n, p in complete.items()},
+        "sample_pick_gap_max": max((p["pick_gap"] for p in complete.values()), default=None),
+        "sample_pick_gap_target": 0.10,
+        "best_full_by_pipeline": {n: f"{p['best_full']} {p['best_full_sps']}/s" for n, p in complete.items()},
+        "provenance": "measured here, pipeline by pipeline (see each pipeline's chunks: start times and load)",
+    }
 
 
 def summarise(result: dict, seconds: float | None) -> dict:

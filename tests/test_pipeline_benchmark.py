@@ -138,3 +138,53 @@ def test_eta_comes_from_the_last_run_of_this_grid_or_the_calibration(bench, tmp_
     assert seconds == pytest.approx(20 * per_strategy) and "calibration" in source
     seconds, _ = bench.estimate_seconds({"cv": (samples, 20), "other": (10, 2)}, tmp_path / "none.json")
     assert seconds == pytest.approx(20 * per_strategy + 2 * (fixed + 10 * bench.FALLBACK_S_PER_STRATEGY_PER_SAMPLE))
+
+
+def test_full_product_grid_is_every_combination_once(bench):
+    pipeline = _pipeline()
+    ids = [s.id for s in bench.full_product_grid(pipeline)]
+    assert len(ids) == len(set(ids))
+    # splits 0..3 x formats 2 x compressions 4 x shards 2 x (w0, w1p, w2p, w1t, w2t) x caches 3, + online (w0-2 x none/page)
+    assert len(ids) == 4 * 2 * 4 * 2 * 5 * 3 + 6
+    assert not any("-w0t-" in i for i in ids)  # a main-process read has no worker kind: one strategy, not two
+    assert {"m3-st-lz4-s1-w1t-none", "m0-npy-gzip-s4-w2p-app", "online-w1p-none"} <= set(ids)
+    assert set(s.id for s in bench.grid(pipeline)) <= set(ids)
+
+
+def _tiny_reference(name, root, size):
+    items = [np.arange(i, i + 32, dtype=np.float32) for i in range(size)]
+    steps = [Step("double", lambda s: {"__key__": s["__key__"], "x": s["data"] * 2}), Step("shift", lambda s: {**s, "x": s["x"] + 1})]
+    return Pipeline(f"tiny-{name}", SequenceSource(items, storage_bytes=size * 128), steps)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, tmp_path, monkeypatch):
+    real_bandwidth = bench.measure_read_bandwidth
+    full_grid = bench.full_product_grid
+    monkeypatch.setattr(bench, "reference_pipeline", _tiny_reference)
+    # three storage variants (online, m0 none s1, m0 none s4 at npy) keep the test short
+    monkeypatch.setattr(bench, "full_product_grid",
+                        lambda p: [s for s in full_grid(p) if s.storage_id in ("online", "m0-npy-none-s1", "m0-npy-none-s4")])
+    monkeypatch.setattr(bench, "measure_read_bandwidth", lambda work, n: real_bandwidth(work, 1 << 20))
+    monkeypatch.setattr(bench, "SAMPLE_MIN_S", 0.0)
+    monkeypatch.setattr(bench, "FULL_MIN_S", 0.0)
+    monkeypatch.setattr(bench, "SAMPLE_MAX_EPOCHS", 1)
+    monkeypatch.setattr(bench, "FULL_MAX_EPOCHS", 1)
+    monkeypatch.setattr(bench, "machine", lambda: {"cpu": "cpu A"})
+    out = tmp_path / "full.json"
+    args = (["nilm"], {"nilm": 20}, 0.1, tmp_path / "work", out)
+    assert bench.run_full_product(*args, stop_after_s=0.0, chunk=1) == 0  # one chunk, then a clean stop
+    state = json.loads(out.read_text())["pipelines"]["nilm"]
+    assert not state["complete"] and len(state["done_storage"]) == 1 and len(state["chunks"]) == 1
+    first = state["done_storage"][0]
+    assert bench.run_full_product(*args, stop_after_s=None, chunk=1) == 0  # resumes: the saved chunk is not redone
+    saved = json.loads(out.read_text())
+    state = saved["pipelines"]["nilm"]
+    assert state["complete"] and state["done_storage"][0] == first and len(state["chunks"]) == 3
+    assert len(state["full_table"]) == state["strategies"] == len(state["sample_table"])
+    assert 0.0 <= state["pick_gap"] < 1.0 and state["best_full"] == state["full_table"][0]["strategy"]
+    assert saved["summary"]["pipelines_complete"] == ["nilm"] and saved["summary"]["complete"] is False  # 1 of 4 pipelines
+    monkeypatch.setattr(bench, "machine", lambda: {"cpu": "cpu B"})
+    assert bench.run_full_product(*args, stop_after_s=0.0, chunk=1) == 0  # another CPU: that pipeline starts over
+    state = json.loads(out.read_text())["pipelines"]["nilm"]
+    assert state["cpu"] == "cpu B" and not state["complete"] and len(state["chunks"]) == 1
