@@ -237,3 +237,16 @@ def test_steady_state_with_an_unmeasurable_drift_reads_back_the_same():
     assert SteadyState.model_validate_json(state.model_dump_json()) == state
     assert SteadyState(warmup_iterations=1, iteration=spread, data_wait=spread, compute=spread, first_iteration_s=1.0,
                        stop_reason="sampled", relative_drift=0.03).relative_drift == 0.03
+
+
+def test_zeros_in_adams_state_are_counted_and_their_square_root_timed():
+    profile = run_profile(script("embedding_adam.py"), ProfileOptions(mode="full", characterise=False), quiet=True)
+    zeros = profile.optimizer_state_zeros
+    assert zeros is not None and zeros.optimizer == "Adam" and zeros.state == "exp_avg_sq"
+    assert zeros.elements == 200_000 * 8 + 8 + 1  # embedding, linear weight and bias
+    assert zeros.zero_fraction > 0.99  # 500 of 200,000 rows touched
+    assert zeros.sqrt_state_ns_per_element > 0 and zeros.sqrt_normal_ns_per_element > 0
+    assert zeros.step_time_at_stake_s is not None and zeros.step_time_at_stake_s >= 0
+    # a model whose state has no zeros to speak of is counted, not timed
+    plain = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
+    assert plain.optimizer_state_zeros is not None and plain.optimizer_state_zeros.step_time_at_stake_s is None

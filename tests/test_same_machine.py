@@ -161,3 +161,23 @@ def test_profile_roundtrip_and_bad_files(tmp_path):
     (tmp_path / "other.json").write_text("[1, 2]")
     with pytest.raises(TrainwiseError, match="not a trainwise profile"):
         load_profile(tmp_path / "other.json")
+
+
+def test_zeros_in_the_optimizer_state_widen_the_band_downwards_only():
+    from trainwise.profile.schema import OptimizerStateZeros
+
+    base = make([0.1] * 30)
+    plain = trainwise_estimate(base, 3)
+    stake = OptimizerStateZeros(optimizer="Adam", state="exp_avg_sq", elements=2_560_000, zeros=1_480_000,
+                                sqrt_state_ns_per_element=2.7, sqrt_zero_ns_per_element=3.8,
+                                sqrt_normal_ns_per_element=0.3, step_time_at_stake_s=0.012)
+    zeroed = trainwise_estimate(base.model_copy(update={"optimizer_state_zeros": stake}), 3)
+    assert zeroed.total_s == pytest.approx(plain.total_s) and zeroed.high_s == pytest.approx(plain.high_s)
+    assert zeroed.low_s == pytest.approx(plain.low_s - plain.breakdown_s["iterations_s"] * 0.12)
+    assert "58% zeros" in zeroed.note and "up to 12% of each step" in zeroed.note and "9.0x" in zeroed.note
+    # below 2 % of the step the zeros are inside the steady-state spread: no note, no wider band
+    small = stake.model_copy(update={"step_time_at_stake_s": 0.001})
+    same = trainwise_estimate(base.model_copy(update={"optimizer_state_zeros": small}), 3)
+    assert same.low_s == pytest.approx(plain.low_s) and "zeros" not in same.note
+    # the profile keeps the record through a save and a load
+    assert OptimizerStateZeros.model_validate(stake.model_dump()).zero_fraction == pytest.approx(1_480_000 / 2_560_000)

@@ -133,7 +133,7 @@ def predict(
     from trainwise._io import atomic_write_text
     from trainwise.predict.same_machine import ESTIMATORS, epochs_to_converge, predict_total
     from trainwise.profile.schema import load_profile
-    from trainwise.report.terminal import prediction_table, print_flips
+    from trainwise.report.terminal import prediction_table, print_flips, print_notes
 
     loaded = [(path, load_profile(path)) for path in profiles]
     if epochs is not None:
@@ -157,6 +157,7 @@ def predict(
                     skipped.append(f"{name}: {exc}")
                     break
     console.print(prediction_table(rows))
+    print_notes(console, rows)
     print_flips(console, rows)
     for line in sorted(set(skipped)):
         console.print(f"[dim]skipped {line}[/dim]")

@@ -178,6 +178,31 @@ class SteadyState(_Model):
         return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+class OptimizerStateZeros(_Model):
+    """Zeros in the optimizer state the step takes a square root of (Adam's exp_avg_sq, RMSprop's
+    square_avg, Adagrad's sum), counted when sampling stopped, and what a square root of a zero costs
+    on this CPU: torch's CPU sqrt of a zero can cost an order of magnitude more than of a normal float
+    (benchmarks/results/sqrt_zeros.json: 13.5x here), and an embedding's rows stay zero until a batch
+    touches them, so such a job's steps get faster as training fills the state in, after a short
+    profile has ended."""
+
+    optimizer: str
+    state: str = Field(description="the state entries counted (names joined by '+')")
+    elements: int = Field(ge=0, description="CPU floating-point elements of those entries")
+    zeros: int = Field(ge=0)
+    sqrt_state_ns_per_element: float | None = Field(default=None, ge=0, description=(
+        "torch.sqrt of the state as it was when sampling stopped, measured here"))
+    sqrt_zero_ns_per_element: float | None = Field(default=None, ge=0, description="torch.sqrt of zeros, measured here")
+    sqrt_normal_ns_per_element: float | None = Field(default=None, ge=0, description="torch.sqrt of ones, measured here")
+    step_time_at_stake_s: float | None = Field(default=None, ge=0, description=(
+        "elements x (state - normal) sqrt time: how much shorter each step gets once no zero is left (the "
+        "speed-up still to come, at most); None when there were too few zeros to time"))
+
+    @property
+    def zero_fraction(self) -> float:
+        return self.zeros / self.elements if self.elements else 0.0
+
+
 class FullRun(_Model):
     """Recorded only with `--full`: the real totals the prediction is judged against."""
 
@@ -209,6 +234,8 @@ class Profile(_Model):
     # parameters, memory): what the device model predicts other accelerators from. None when the
     # model could not be traced or `--no-characterise` was given.
     characterisation: WorkloadCharacterisation | None = None
+    # None when the optimizer keeps no such state, or in profiles made before trainwise counted it
+    optimizer_state_zeros: OptimizerStateZeros | None = None
     notes: list[str] = []
 
     # ---- persistence ----
@@ -366,5 +393,5 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         memory=Memory(**raw["memory"]), model=ModelShape(**raw["model"]) if raw["model"] else ModelShape(),
         steady_state=steady_state_of(iterations, raw["stop_reason"], raw.get("stability") or {}),
         full_run=full_run, notes=list(raw.get("notes", [])),
-        characterisation=raw.get("characterisation"),
+        characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
     )

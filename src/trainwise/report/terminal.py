@@ -61,6 +61,13 @@ def profile_table(profile: Profile) -> Table:
                   "launch the full run with the same settings (trainwise run does)")
     table.add_row("denormals", describe_denormals(profile.environment.flush_denormal),
                   "CPU step time depends on it; trainwise run applies the same")
+    zeros = profile.optimizer_state_zeros
+    if zeros is not None and zeros.elements:
+        stake = ("" if zeros.step_time_at_stake_s is None else
+                 f"sqrt {zeros.sqrt_state_ns_per_element:.2f} ns/element (normal values {zeros.sqrt_normal_ns_per_element:.2f}, "
+                 f"zeros {zeros.sqrt_zero_ns_per_element:.2f}): "
+                 f"up to {format_duration(zeros.step_time_at_stake_s)} of each step goes away as it fills in")
+        table.add_row(f"{zeros.optimizer} {zeros.state} zeros", f"{zeros.zero_fraction:.1%}", stake)
     table.add_row("profiling stopped", s.stop_reason, f"stable after {s.stabilised_after} iterations" if s.stabilised_after else "")
     table.add_row("profiling cost", format_duration(profile.process_wall_s), "launch → exit")
     return table
@@ -86,6 +93,12 @@ def prediction_table(rows: Sequence[tuple[str, Profile, Prediction]], title: str
         table.add_row(label, p.estimator, str(p.epochs), format_duration(p.total_s), band,
                       f"{p.total_s / minimum[(p.estimator, p.epochs)]:.2f}")
     return table
+
+
+def print_notes(console: Console, rows: Sequence[tuple[str, Profile, Prediction]]) -> None:
+    """Each profile's prediction caveats, once per profile and text (they do not change with the epochs)."""
+    for label, note in dict.fromkeys((label, p.note) for label, _, p in rows if p.note):
+        console.print(f"[yellow]{label}: {note}[/yellow]")
 
 
 def print_flips(console: Console, rows: Sequence[tuple[str, Profile, Prediction]]) -> None:
