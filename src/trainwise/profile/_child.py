@@ -769,9 +769,11 @@ class Recorder:
                     t = state.get(name) if isinstance(state, dict) else None
                     if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.is_floating_point():
                         names.add(name)
-                        tensors.append(t)
+                        # count_nonzero: no temporary mask as large as the state
+                        tensor_zeros = t.numel() - int(torch.count_nonzero(t))
+                        tensors.append((tensor_zeros, t))
                         elements += t.numel()
-                        zeros += int((t == 0).sum())
+                        zeros += tensor_zeros
             if not elements:
                 return
             record: dict[str, Any] = {"optimizer": type(optimizer).__name__, "state": "+".join(sorted(names)),
@@ -783,7 +785,7 @@ class Recorder:
                 # the state, scaled to all of it.
                 timed = []
                 count = 0
-                for t in sorted(tensors, key=lambda t: -int((t == 0).sum())):
+                for _, t in sorted(tensors, key=lambda pair: -pair[0]):
                     if count >= TIMED_STATE_ELEMENTS:
                         break
                     timed.append(t)
