@@ -229,6 +229,46 @@ def test_a_sample_epoch_mostly_spent_before_its_first_sample_is_not_extrapolated
     assert main.throughput_sps == pytest.approx(40 / (0.0002 + 40 / main.steady_throughput_sps)) and not main.notes
 
 
+def test_leaders_are_re_timed_interleaved_and_ranked_by_their_median(tmp_path, monkeypatch):
+    from trainwise.pipeline import profiler
+
+    # First pass: B's one timing was lucky (1,050/s); re-timed, A is steadily faster than B.
+    first = {"m1-npy-none-s2-w0p-app": 1000.0, "m2-npy-none-s2-w0p-app": 1050.0, "m1-npy-none-s2-w0p-page": 960.0,
+             "online-w0p-none": 500.0}
+    repeats = {"m1-npy-none-s2-w0p-app": [1010.0, 990.0, 1005.0], "m2-npy-none-s2-w0p-app": [900.0, 910.0, 905.0],
+               "m1-npy-none-s2-w0p-page": [950.0, 955.0, 945.0]}
+    calls: list[str] = []
+    seen: dict[str, int] = {}
+
+    def measured(profiled, strategy, manifest, min_seconds, max_epochs):
+        calls.append(strategy.id)
+        seen[strategy.id] = seen.get(strategy.id, 0) + 1
+        sps = first[strategy.id] if seen[strategy.id] == 1 else repeats[strategy.id][seen[strategy.id] - 2]
+        return {"throughput_sps": sps, "measured_throughput_sps": sps, "epoch_startup_s": 0.0, "steady_throughput_sps": sps,
+                "warmup_s": 0.0, "measured_epochs": 10, "measured_s": 1.0, "cpu_percent": 50.0, "cpu_s_per_sample": 1e-4,
+                "disk_read_bytes_per_s": 0.0}
+
+    monkeypatch.setattr(profiler, "measure_online", measured)
+    profile = profile_pipeline(toy(12), [Strategy.parse(i) for i in first], tmp_path)
+    assert select(profile).best.strategy_id == "m2-npy-none-s2-w0p-app"  # one timing each: the lucky one wins
+    assert [r.strategy_id for r in profiler.leaders(profile.results)] == ["m2-npy-none-s2-w0p-app", "m1-npy-none-s2-w0p-app",
+                                                                          "m1-npy-none-s2-w0p-page"]  # within 10 % of 1,050
+    calls.clear()
+    confirmed = profiler.confirm_leaders(toy(12), profile, tmp_path, rounds=2)
+    leader_ids = ["m2-npy-none-s2-w0p-app", "m1-npy-none-s2-w0p-app", "m1-npy-none-s2-w0p-page"]
+    assert calls == leader_ids * 2  # round-robin, not one strategy's repeats back to back
+    a = confirmed.result("m1-npy-none-s2-w0p-app")
+    assert a.throughput_repeats_sps == [1010.0, 990.0] and a.throughput_sps == 1000.0  # median of 1000, 1010, 990
+    assert confirmed.result("m2-npy-none-s2-w0p-app").throughput_sps == 910.0 and "median of 3 timings" in confirmed.result(
+        "m2-npy-none-s2-w0p-app").notes[-1]
+    assert confirmed.result("online-w0p-none") == profile.result("online-w0p-none")  # not a leader: untouched
+    assert select(confirmed).best.strategy_id == "m1-npy-none-s2-w0p-app"
+    # a single strategy in the lead has nothing to be told apart from
+    calls.clear()
+    alone = profile.model_copy(update={"results": [profile.result("online-w0p-none"), profile.result("m2-npy-none-s2-w0p-app")]})
+    assert profiler.confirm_leaders(toy(12), alone, tmp_path) is alone and calls == []
+
+
 def test_presto_objective_matches_the_digest_formula():
     p, s, t = [10.0, 0.0, 5.0], [300.0, 100.0, 200.0], [50.0, 10.0, 90.0]
     # DIGEST §3: p' = 1 - minmax(p), s' = 1 - minmax(s), t' = minmax(t); score = w·(p', s', t')

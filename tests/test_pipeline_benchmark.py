@@ -184,6 +184,17 @@ def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, 
     assert len(state["full_table"]) == state["strategies"] == len(state["sample_table"])
     assert 0.0 <= state["pick_gap"] < 1.0 and state["best_full"] == state["full_table"][0]["strategy"]
     assert saved["summary"]["pipelines_complete"] == ["nilm"] and saved["summary"]["complete"] is False  # 1 of 4 pipelines
+    # the gap the summary quotes comes from the leaders re-timed side by side, the single pass's beside it
+    confirmed = state["confirmed"]
+    assert confirmed["picked_from_sample"] in confirmed["sample_leaders"] and confirmed["picked_from_sample"] in confirmed["full_candidates"]
+    assert all(len(c["repeats"]) == bench.CONFIRM_ROUNDS for c in confirmed["full_candidates"].values())
+    assert saved["summary"]["sample_pick_gap_by_pipeline"] == {"nilm": confirmed["pick_gap"]}
+    assert saved["summary"]["single_pass_pick_gap_by_pipeline"] == {"nilm": state["pick_gap"]}
+    del saved["pipelines"]["nilm"]["confirmed"]  # a pipeline completed before the re-timing existed gets it on a rerun
+    out.write_text(json.dumps(saved))
+    assert bench.run_full_product(*args, stop_after_s=None, chunk=1) == 0
+    again = json.loads(out.read_text())["pipelines"]["nilm"]
+    assert "confirmed" in again and len(again["chunks"]) == 3
     monkeypatch.setattr(bench, "machine", lambda: {"cpu": "cpu B"})
     assert bench.run_full_product(*args, stop_after_s=0.0, chunk=1) == 0  # another CPU: that pipeline starts over
     state = json.loads(out.read_text())["pipelines"]["nilm"]

@@ -66,18 +66,22 @@ def profile_command(
     cloud_prices: Annotated[bool, typer.Option("--cloud-prices", help="Rank by offline compute + storage cost (catalog prices) and throughput")] = False,
     catalog: Annotated[str, typer.Option(help="Price catalog for --cloud-prices")] = "current",
     min_seconds: Annotated[float, typer.Option(help="Measure each strategy for at least this long (whole epochs)")] = 0.5,
+    confirm_rounds: Annotated[int, typer.Option(help="Re-time the strategies within 10 % of the fastest this many more times, "
+                                                     "interleaved, and rank them by the median (0: one timing each)")] = 3,
     skip_errors: Annotated[bool, typer.Option("--skip-errors", help="Skip and count samples a step fails on")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the profile and the choice as JSON")] = None,
 ) -> None:
     """Profile strategies of SPEC (offline time p, storage s, throughput t through a real DataLoader) and pick one."""
     from trainwise._io import atomic_write_text
-    from trainwise.pipeline.profiler import measure_read_bandwidth, profile_pipeline
+    from trainwise.pipeline.profiler import confirm_leaders, measure_read_bandwidth, profile_pipeline
     from trainwise.pipeline.resolve import load_spec
     from trainwise.pipeline.select import cloud_prices_from_catalog, required_samples_per_s, select
     from trainwise.pipeline.strategy import enumerate_strategies
 
     warnings.filterwarnings("ignore", message=".*worker processes in total.*")
     chosen_weights = _weights(weights)
+    if confirm_rounds < 0:
+        raise TrainwiseError(f"--confirm-rounds must be 0 or more (got {confirm_rounds})")
     if (training_profile is None) != (accelerator is None):
         raise TrainwiseError("--training-profile and --accelerator go together (or give --required-sps)")
     if training_profile is not None:
@@ -94,6 +98,9 @@ def profile_command(
     with console.status("profiling") as status:
         profile = profile_pipeline(pipeline, strategies, output_dir, sample_n=sample, min_seconds=min_seconds, bandwidth=bandwidth,
                                    skip_errors=skip_errors, progress=lambda text: status.update(f"profiling: {text}"))
+        if confirm_rounds > 0:
+            profile = confirm_leaders(pipeline, profile, output_dir, rounds=confirm_rounds, min_seconds=min_seconds,
+                                      progress=lambda text: status.update(f"re-timing the leaders: {text}"))
     prices = cloud_prices_from_catalog(catalog) if cloud_prices else None
     selection = select(profile, chosen_weights, required_samples_per_s=required_sps, prices=prices)
     scores = dict(selection.ranking)
