@@ -139,6 +139,10 @@ def test_trainwise_profile_detects_the_trainer_without_code_change(tmp_path):
     assert len(profile.iterations) == 6 + 2  # counted once: the core hooks stood down
     assert profile.dataset.batches_per_iteration == 2 and profile.dataset.global_batch_size == 16
     assert [v.batches_timed for v in profile.validations] == [5]
+    # the Trainer's (accelerate-wrapped) AdamW reaches the recorder: its exp_avg_sq is inspected during the run
+    zeros = profile.optimizer_state_zeros
+    assert zeros is not None and zeros.optimizer == "AdamW" and zeros.elements > 0
+    assert [s for s, _ in zeros.trajectory][:5] == [1, 2, 3, 4, 5]
 
 
 def _source_of(obj) -> str:

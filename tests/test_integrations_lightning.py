@@ -119,7 +119,7 @@ def test_trainwise_profile_detects_lightning_without_code_change(tmp_path):
                 x, y = batch
                 self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
             def configure_optimizers(self):
-                return torch.optim.SGD(self.parameters(), lr=0.01)
+                return torch.optim.Adam(self.parameters(), lr=0.01)
 
         x, y = torch.randn(600, 8), torch.randn(600, 1)
         train = DataLoader(TensorDataset(x[:480], y[:480]), batch_size=8)
@@ -141,3 +141,7 @@ def test_trainwise_profile_detects_lightning_without_code_change(tmp_path):
     assert profile.dataset.train_batches_per_epoch == 60 and profile.dataset.iterations_per_epoch == 20
     assert [v.batches_timed for v in profile.validations] == [2]
     assert profile.init.marks["torch_imported"] < profile.init.total_s
+    # the callback hands Lightning's optimizer to the recorder: Adam's exp_avg_sq is inspected, after steps 1, 2, 3, …
+    zeros = profile.optimizer_state_zeros
+    assert zeros is not None and zeros.optimizer == "Adam" and zeros.elements == 9
+    assert [s for s, _ in zeros.trajectory][:5] == [1, 2, 3, 4, 5]

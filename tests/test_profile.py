@@ -247,6 +247,13 @@ def test_zeros_in_adams_state_are_counted_and_their_square_root_timed():
     assert zeros.zero_fraction > 0.99  # 500 of 200,000 rows touched
     assert zeros.sqrt_state_ns_per_element > 0 and zeros.sqrt_normal_ns_per_element > 0
     assert zeros.step_time_at_stake_s is not None and zeros.step_time_at_stake_s >= 0
+    # counted during the run too, after steps about 1.5x apart (32 steps: 16 batches x 2 epochs), in the
+    # embedding only (the linear layer's state fills in at its first step)
+    steps = [s for s, _ in zeros.trajectory]
+    assert steps[:6] == [1, 2, 3, 4, 5, 8] and steps[-1] == 32 and zeros.steps == 32
+    assert zeros.sparse_elements == 200_000 * 8
+    counts = [z for _, z in zeros.trajectory]
+    assert all(a >= b for a, b in zip(counts, counts[1:])) and counts[-1] == zeros.zeros
     # a model whose state has no zeros to speak of is counted, not timed
     plain = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
     assert plain.optimizer_state_zeros is not None and plain.optimizer_state_zeros.step_time_at_stake_s is None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -165,6 +166,17 @@ class FrameworkSession:
         self.recorder.model = {"parameters": int(parameters), "trainable_parameters": int(trainable_parameters),
                                "gradient_bytes": int(gradient_bytes), "device": device,
                                "parameter_dtypes": sorted(set(parameter_dtypes)), "optimizer": optimizer}
+
+    def watch_optimizer(self, optimizer: Any) -> None:
+        """The framework's torch optimizer (unwrapped), whose square-rooted state the recorder counts zeros
+        in (OptimizerStateZeros); anything else (a Keras optimizer) is not inspected."""
+        inner = getattr(optimizer, "optimizer", optimizer)  # HF/accelerate and Lightning wrappers keep it here
+        try:
+            import torch
+        except ImportError:
+            return
+        if isinstance(inner, torch.optim.Optimizer):
+            self.recorder._optimizer_ref = weakref.ref(inner)
 
     def epoch_begin(self) -> None:
         recorder = self.recorder
@@ -317,6 +329,7 @@ class FrameworkSession:
                                  "(was the callback passed to the training call?)")
         if not recorder.finished:
             recorder.stop_reason = "training_ended"  # the framework's loop ended before the profile did
+        recorder._count_state_zeros()
         raw = recorder.raw_record()
         command = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
         self.profile = profile_from_raw(raw, command=command, process_wall_s=recorder.now(), exit_code=0,

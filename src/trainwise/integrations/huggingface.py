@@ -86,6 +86,8 @@ class ProfilingCallback(TrainerCallback):
             device=str(parameters[0].device) if parameters else "cpu",
             parameter_dtypes=[dtype_name(p.dtype) for p in parameters],
             optimizer=type(getattr(optimizer, "optimizer", optimizer)).__name__ if optimizer is not None else None)
+        if optimizer is not None:
+            self.session.watch_optimizer(optimizer)
         self.session.recorder.notes.append(
             f"transformers {transformers.__version__}, gradient_accumulation_steps={args.gradient_accumulation_steps}")
 

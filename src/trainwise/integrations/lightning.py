@@ -98,6 +98,8 @@ class ProfilingCallback(pl.Callback):
             device=str(parameters[0].device) if parameters else "cpu",
             parameter_dtypes=[dtype_name(p.dtype) for p in parameters],
             optimizer=type(optimizers[0]).__name__ if optimizers else None)
+        if optimizers:
+            self.session.watch_optimizer(optimizers[0])
         self.session.recorder.notes.append(
             f"lightning {pl.__version__}, accumulate_grad_batches={trainer.accumulate_grad_batches}")
 

@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from trainwise.errors import TrainwiseError
-from trainwise.predict import malta
+from trainwise.predict import malta, state_zeros
 from trainwise.profile.schema import Profile
 
 ESTIMATORS = ("trainwise", "eq5.4", "eq5.3", "averaged", "eq5.1", "eq4.1")
@@ -121,23 +121,41 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     if steady.stabilised_after is None and steady.relative_drift and math.isfinite(steady.relative_drift):
         band += iterations_s * steady.relative_drift / 2
     notes = [] if val is not None else ["no validation pass observed: validation time not included"]
-    low = total - band
+    low, high = total - band, total + band
+    breakdown = {"init_s": init_s, "iterations_s": iterations_s, "epoch_start_s": epoch_start_s,
+                 "between_epochs_s": between_s, "validation_s": validation_s}
     zeros = profile.optimizer_state_zeros
     at_stake_s = zeros.step_time_at_stake_s if zeros is not None else None
-    if at_stake_s and mean_s > 0 and at_stake_s / mean_s >= STATE_ZEROS_NOTE_FRACTION:
-        # The point estimate keeps the measured step: how fast the zeros fill in depends on the data
-        # (which embedding rows batches touch), not on anything a profile can see. The band's low end
-        # takes the whole speed-up the zeros can still give.
+    if zeros is not None and at_stake_s and mean_s > 0 and at_stake_s / mean_s >= STATE_ZEROS_NOTE_FRACTION:
         fraction = min(1.0, at_stake_s / mean_s)
-        low -= iterations_s * fraction
-        notes.append(f"{zeros.optimizer}'s {zeros.state} was {zeros.zero_fraction:.0%} zeros when sampling stopped and "
-                     f"its square root costs {zeros.sqrt_state_ns_per_element / max(zeros.sqrt_normal_ns_per_element or 0, 1e-3):.1f}x "
-                     f"that of normal values on this CPU: up to {fraction:.0%} of each step ({at_stake_s * 1e3:.1f} ms) goes away "
-                     "as training fills the state in; the prediction keeps the measured step, its band's low end does not")
+        ratio = zeros.sqrt_state_ns_per_element / max(zeros.sqrt_normal_ns_per_element or 0, 1e-3)
+        seen = (f"{zeros.optimizer}'s {zeros.state} was {zeros.zero_fraction:.0%} zeros when sampling stopped and its square "
+                f"root costs {ratio:.1f}x that of normal values on this CPU ({at_stake_s * 1e3:.1f} ms, {fraction:.0%} of a step)")
+        model = state_zeros.fit(zeros)
+        if model is None:
+            # Too few counts to fit how fast the state fills in: the point estimate keeps the measured
+            # step and the band's low end takes the whole speed-up the zeros can still give.
+            low -= iterations_s * fraction
+            notes.append(f"{seen}: that time goes away as training fills the state in; the prediction keeps the measured "
+                         "step, its band's low end does not")
+        else:
+            total_steps = epochs * n_it
+            window = (steady.warmup_iterations + 1, len(profile.iterations))
+            correction_s = state_zeros.iterations_correction_s(model, total_steps, window)
+            total += correction_s
+            breakdown["state_zeros_correction_s"] = correction_s  # the parts still add up to the total
+            # half the correction stays in the band, on the side of the uncorrected estimate
+            low, high = total - band, total + band
+            if correction_s < 0:
+                high -= correction_s / 2
+            else:
+                low -= correction_s / 2
+            filled = model.zeros_at(float(total_steps)) / model.sparse_elements
+            notes.append(f"{seen}; modelled: its zeros decay like exp(-(s/{model.tau_steps:.0f})^{model.kappa:.2f}) over "
+                         f"{model.sparse_elements:,} elements (fitted to {model.points} counts), {filled:.0%} zeros after "
+                         f"{total_steps:,} steps: {correction_s:+.1f} s on the iterations (half of it kept in the band)")
     note = "; ".join(notes)
-    return Prediction("trainwise", epochs, n_it, total, max(0.0, low), total + band,
-                      {"init_s": init_s, "iterations_s": iterations_s, "epoch_start_s": epoch_start_s,
-                       "between_epochs_s": between_s, "validation_s": validation_s}, note)
+    return Prediction("trainwise", epochs, n_it, total, max(0.0, low), high, breakdown, note)
 
 
 def _malta_inputs(profile: Profile) -> tuple[float, float, float]:

@@ -53,6 +53,10 @@ SQRT_STATE_KEYS = ("exp_avg_sq", "square_avg", "sum")
 MIN_ZEROS_TO_TIME = 65_536
 # Square roots timed on at most this many state elements (the zeroiest tensors first), ~0.1 s here
 TIMED_STATE_ELEMENTS = 16_000_000
+# Zeros in that state are also counted after these optimizer steps (about 1.5x apart: a few dozen counts
+# over a whole run, ~1 ms each per 2.5 M elements here, in observer time, never in an iteration): how fast
+# training fills the state in, for the prediction (trainwise.predict.state_zeros)
+ZERO_COUNT_STEPS = frozenset(sorted({int(round(1.5 ** k)) for k in range(60)} | {2 ** k for k in range(40)}))
 
 
 def current() -> "Recorder | None":
@@ -258,6 +262,10 @@ class Recorder:
         self._optimizer_ref: Any = None
         self.characterisation: dict[str, Any] | None = None
         self.optimizer_state_zeros: dict[str, Any] | None = None
+        self.state_zeros_trajectory: list[list[int]] = []
+        self._sparse_state_elements: int | None = None
+        self._zero_tracking_failed = False
+        self._zeros_seen: dict[str, Any] | None = None
         self._characterise_tried = False
         self.characterise_s = 0.0
 
@@ -593,6 +601,8 @@ class Recorder:
         if self.epochs:
             self.epochs[-1]["iterations"] += 1
         self._reset_iteration()
+        if self._optimizer_ref is not None and len(self.iterations) in ZERO_COUNT_STEPS and not self._zero_tracking_failed:
+            self._track_state_zeros(len(self.iterations))
         if self.sampled and len(self.iterations) == 1:
             # Trace the workload now rather than at the end: its cost (up to seconds for a large or
             # recurrent model) is then part of the elapsed time the cost budget sees, so the profile
@@ -753,12 +763,54 @@ class Recorder:
             "notes": self.notes,
         }
 
+    def _sqrt_state_tensors(self) -> list:
+        torch = self._torch
+        optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
+        if torch is None or optimizer is None:
+            return []
+        out = []
+        for state in list(getattr(optimizer, "state", {}).values()):
+            for name in SQRT_STATE_KEYS:
+                t = state.get(name) if isinstance(state, dict) else None
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.is_floating_point():
+                    out.append(t)
+        return out
+
+    def _track_state_zeros(self, steps: int) -> None:
+        """(steps, zeros) of the square-rooted state, counted in the tensors that had zeros at the
+        first count (an embedding's; a dense layer's state fills in at its first step)."""
+        try:
+            tensors = self._sqrt_state_tensors()
+            if not tensors:
+                return
+            counts = [t.numel() - int(self._torch.count_nonzero(t)) for t in tensors]
+            if self._sparse_state_elements is None:
+                self._sparse_state_elements = sum(t.numel() for t, z in zip(tensors, counts) if z > 0)
+            self.state_zeros_trajectory.append([steps, sum(counts)])
+            optimizer = self._optimizer_ref()
+            self._zeros_seen = {"optimizer": type(optimizer).__name__, "elements": sum(t.numel() for t in tensors),
+                                "state": "+".join(sorted({name for st in optimizer.state.values() if isinstance(st, dict)
+                                                          for name in SQRT_STATE_KEYS if name in st}))}
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must never lose the profile
+            self.notes.append(f"optimizer state zeros not tracked: {exc}")
+            self._zero_tracking_failed = True
+
     def _count_state_zeros(self) -> None:
         """Zeros in the square-rooted optimizer state, and the cost of a square root of zero here
         (see OptimizerStateZeros); after the measured iterations, never during them."""
         torch = self._torch
         optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
-        if torch is None or optimizer is None or self.optimizer_state_zeros is not None:
+        if self.optimizer_state_zeros is not None:
+            return
+        if (torch is None or optimizer is None) and self.state_zeros_trajectory and self._zeros_seen:
+            # The script ended and its optimizer is gone (a --full run reaching its end): what was
+            # counted during the run stands, without the timing of the final state.
+            steps, zeros = self.state_zeros_trajectory[-1]
+            self.optimizer_state_zeros = {**self._zeros_seen, "zeros": zeros, "steps": steps,
+                                          "sparse_elements": self._sparse_state_elements,
+                                          "trajectory": list(self.state_zeros_trajectory)}
+            return
+        if torch is None or optimizer is None:
             return
         try:
             elements = zeros = 0
@@ -777,7 +829,9 @@ class Recorder:
             if not elements:
                 return
             record: dict[str, Any] = {"optimizer": type(optimizer).__name__, "state": "+".join(sorted(names)),
-                                      "elements": elements, "zeros": zeros}
+                                      "elements": elements, "zeros": zeros, "steps": len(self.iterations),
+                                      "sparse_elements": self._sparse_state_elements,
+                                      "trajectory": list(self.state_zeros_trajectory)}
             if zeros >= MIN_ZEROS_TO_TIME:
                 # Time the square root of the state as it is (a mix of zeros and normal values costs more
                 # per zero than all zeros do: 50 % zeros took 16-17 ms per 2.56 M elements here, all

@@ -197,6 +197,12 @@ class OptimizerStateZeros(_Model):
     step_time_at_stake_s: float | None = Field(default=None, ge=0, description=(
         "elements x (state - normal) sqrt time: how much shorter each step gets once no zero is left (the "
         "speed-up still to come, at most); None when there were too few zeros to time"))
+    steps: int | None = Field(default=None, ge=0, description="optimizer steps taken when `zeros` was counted")
+    sparse_elements: int | None = Field(default=None, ge=0, description=(
+        "elements of the state tensors that had zeros at the first count (an embedding's; dense layers fill in at once)"))
+    trajectory: list[tuple[int, int]] = Field(default_factory=list, description=(
+        "(optimizer steps, zeros) counted during the run after steps about 1.5x apart: how fast training fills the "
+        "state in (trainwise.predict.state_zeros fits it)"))
 
     @property
     def zero_fraction(self) -> float:
