@@ -763,7 +763,8 @@ class Recorder:
             "notes": self.notes,
         }
 
-    def _sqrt_state_tensors(self) -> list:
+    def _sqrt_state_tensors(self) -> list[tuple[str, Any]]:
+        """(state name, tensor) of every CPU floating-point entry the step takes a square root of."""
         torch = self._torch
         optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
         if torch is None or optimizer is None:
@@ -773,24 +774,22 @@ class Recorder:
             for name in SQRT_STATE_KEYS:
                 t = state.get(name) if isinstance(state, dict) else None
                 if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.is_floating_point():
-                    out.append(t)
+                    out.append((name, t))
         return out
 
     def _track_state_zeros(self, steps: int) -> None:
         """(steps, zeros) of the square-rooted state, counted in the tensors that had zeros at the
         first count (an embedding's; a dense layer's state fills in at its first step)."""
         try:
-            tensors = self._sqrt_state_tensors()
-            if not tensors:
+            named = self._sqrt_state_tensors()
+            if not named:
                 return
-            counts = [t.numel() - int(self._torch.count_nonzero(t)) for t in tensors]
+            counts = [t.numel() - int(self._torch.count_nonzero(t)) for _, t in named]
             if self._sparse_state_elements is None:
-                self._sparse_state_elements = sum(t.numel() for t, z in zip(tensors, counts) if z > 0)
+                self._sparse_state_elements = sum(t.numel() for (_, t), z in zip(named, counts) if z > 0)
             self.state_zeros_trajectory.append([steps, sum(counts)])
-            optimizer = self._optimizer_ref()
-            self._zeros_seen = {"optimizer": type(optimizer).__name__, "elements": sum(t.numel() for t in tensors),
-                                "state": "+".join(sorted({name for st in optimizer.state.values() if isinstance(st, dict)
-                                                          for name in SQRT_STATE_KEYS if name in st}))}
+            self._zeros_seen = {"optimizer": type(self._optimizer_ref()).__name__, "elements": sum(t.numel() for _, t in named),
+                                "state": "+".join(sorted({name for name, _ in named}))}
         except Exception as exc:  # noqa: BLE001 - a diagnostic must never lose the profile
             self.notes.append(f"optimizer state zeros not tracked: {exc}")
             self._zero_tracking_failed = True
@@ -816,16 +815,13 @@ class Recorder:
             elements = zeros = 0
             names: set[str] = set()
             tensors = []
-            for state in list(getattr(optimizer, "state", {}).values()):
-                for name in SQRT_STATE_KEYS:
-                    t = state.get(name) if isinstance(state, dict) else None
-                    if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.is_floating_point():
-                        names.add(name)
-                        # count_nonzero: no temporary mask as large as the state
-                        tensor_zeros = t.numel() - int(torch.count_nonzero(t))
-                        tensors.append((tensor_zeros, t))
-                        elements += t.numel()
-                        zeros += tensor_zeros
+            for name, t in self._sqrt_state_tensors():
+                names.add(name)
+                # count_nonzero: no temporary mask as large as the state
+                tensor_zeros = t.numel() - int(torch.count_nonzero(t))
+                tensors.append((tensor_zeros, t))
+                elements += t.numel()
+                zeros += tensor_zeros
             if not elements:
                 return
             record: dict[str, Any] = {"optimizer": type(optimizer).__name__, "state": "+".join(sorted(names)),
