@@ -173,6 +173,26 @@ def test_dataloader_process_and_thread_workers_with_app_cache(tmp_path):
                 np.testing.assert_array_equal(np.asarray(s["x"]), expected_x(int(s["__key__"])))
 
 
+def test_thread_readers_run_the_online_steps_off_the_main_thread(tmp_path):
+    import threading
+
+    seen: list[int] = []
+
+    def record(sample):
+        seen.append(threading.get_ident())
+        return sample
+
+    base = toy(8)
+    pipeline = Pipeline("toy-threads", base.source, [*base.steps, Step("record", record, deterministic=False)])
+    for strategy_id, off_main in (("m2-npy-none-s2-w0p-app", False), ("m2-npy-none-s2-w1t-app", True),
+                                  ("m2-npy-none-s2-w2t-app", True)):
+        seen.clear()
+        samples = list(apply(pipeline, Strategy.parse(strategy_id), tmp_path))
+        assert len(samples) == 8 and len(seen) == 8
+        # one reader thread is a background reader, not the main thread under another name
+        assert all(ident != threading.get_ident() for ident in seen) is off_main, strategy_id
+
+
 def test_strategy_ids_round_trip_and_enumeration_respects_determinism():
     pipeline = toy()
     strategies = enumerate_strategies(pipeline, compressions=("none", "zstd"), workers=(0, 2), caches=("none", "app"))

@@ -7,7 +7,8 @@
   worker keeps its deserialised samples in memory after the first epoch (persistent workers), the
   PyTorch counterpart of tf.data's `cache()`; the online steps still run every epoch.
 - `worker_kind="thread"`: the same shards read by a pool of threads inside the main process
-  (DataLoader num_workers=0), for steps that release the GIL (numpy, PIL, tokenizers).
+  (DataLoader num_workers=0), for steps that release the GIL (numpy, PIL, tokenizers); one thread
+  is a background reader that runs ahead of the consumer (up to 256 samples), not the main thread.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class ShardDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[Sample]:
         paths = self._my_paths()
-        if self.threads <= 1:
+        if self.threads <= 0:
             for path in paths:
                 for sample in self._shard_samples(path):
                     yield self._online(sample)
