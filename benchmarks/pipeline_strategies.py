@@ -644,7 +644,8 @@ def run_full_product(names: Sequence[str], sizes: dict[str, int], sample_fractio
                 state["sample_results"] += [r.model_dump() for r in sample.results]
                 state["full_results"] += [r.model_dump() for r in full.results]
                 state["done_storage"] += ids
-                state["chunks"].append({"started": chunk_started, "storage_variants": ids, "strategies": len(members),
+                state["chunks"].append({"started": chunk_started, "one_reader_thread": ONE_READER_THREAD,
+                                        "storage_variants": ids, "strategies": len(members),
                                         "load_average": [round(x, 2) for x in os.getloadavg()]})
                 bar.advance(task, len(members))
                 save()
@@ -694,10 +695,30 @@ GAP_METHOD = ("the pick as `trainwise pipeline profile` makes it: the sample's l
               "full table's leaders and the pick, re-timed the same way on the full dataset (single_pass_*: one timing each)")
 
 
+# Until commit "pipeline: one reader thread … is a background reader" (2026-11-24), a strategy with one
+# reader thread (…-w1t-…) ran in the main thread: the same code as its …-w0p-… twin. Chunks measured
+# since say so ("one_reader_thread"); the tables measured before hold 192 such pairs per pipeline, timed
+# minutes apart: a control for how far apart this host times identical work.
+ONE_READER_THREAD = "background thread"
+
+
+def identical_twins_spread(rows: list[dict]) -> dict | None:
+    """|t(w1t) / t(w0p) − 1| over the twins of a table measured while w1t ran in-process."""
+    t = {r["strategy"]: r["throughput_sps"] for r in rows}
+    spread = sorted(abs(t[k.replace("-w0p-", "-w1t-")] / v - 1) for k, v in t.items()
+                    if "-w0p-" in k and k.replace("-w0p-", "-w1t-") in t and v > 0)
+    if not spread:
+        return None
+    return {"pairs": len(spread), "median": round(statistics.median(spread), 4),
+            "p90": round(spread[int(0.9 * (len(spread) - 1))], 4), "max": round(spread[-1], 4)}
+
+
 def summarise_full_product(result: dict) -> dict:
     pipelines = result["pipelines"]
     complete = {n: p for n, p in pipelines.items() if p.get("complete")}
     confirmed = {n: p["confirmed"] for n, p in complete.items() if "confirmed" in p}
+    twins = {n: {"sample": identical_twins_spread(p["sample_table"]), "full": identical_twins_spread(p["full_table"])}
+             for n, p in complete.items() if not any("one_reader_thread" in c for c in p.get("chunks", []))}
     return {
         "complete": sorted(complete) == sorted(REFERENCE_NAMES),
         "pipelines_complete": sorted(complete),
@@ -712,6 +733,10 @@ def summarise_full_product(result: dict) -> dict:
         "best_full_by_pipeline": {n: f"{c['best_full']} {c['best_full_sps']}/s (median)" for n, c in confirmed.items()},
         "single_pass_pick_gap_by_pipeline": {n: p["pick_gap"] for n, p in complete.items()},
         "single_pass_best_full_by_pipeline": {n: f"{p['best_full']} {p['best_full_sps']}/s" for n, p in complete.items()},
+        "identical_twins_spread": twins,
+        "identical_twins_note": ("|t(w1t)/t(w0p) - 1| of twins that ran the same code (one reader thread ran in the main "
+                                 "thread in chunks without 'one_reader_thread'), each timed once, minutes apart: how far apart this host "
+                                 "times identical work, the scale any pick gap here is read against; pipelines measured since have no such twins"),
         "provenance": "measured here, pipeline by pipeline (see each pipeline's chunks: start times and load)",
     }
 

@@ -199,3 +199,16 @@ def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, 
     assert bench.run_full_product(*args, stop_after_s=0.0, chunk=1) == 0  # another CPU: that pipeline starts over
     state = json.loads(out.read_text())["pipelines"]["nilm"]
     assert state["cpu"] == "cpu B" and not state["complete"] and len(state["chunks"]) == 1
+
+
+def test_identical_twins_spread_reads_w1t_against_w0p(bench):
+    rows = [{"strategy": "m3-npy-none-s4-w0p-app", "throughput_sps": 100.0}, {"strategy": "m3-npy-none-s4-w1t-app", "throughput_sps": 110.0},
+            {"strategy": "m2-npy-none-s4-w0p-page", "throughput_sps": 50.0}, {"strategy": "m2-npy-none-s4-w1t-page", "throughput_sps": 40.0},
+            {"strategy": "m2-npy-none-s4-w2t-page", "throughput_sps": 10.0}]
+    spread = bench.identical_twins_spread(rows)
+    assert spread == {"pairs": 2, "median": pytest.approx(0.15), "p90": pytest.approx(0.1), "max": pytest.approx(0.2)}
+    assert bench.identical_twins_spread(rows[4:]) is None
+    # chunks measured with a real one-thread reader have no twins to read
+    result = {"pipelines": {"cv": {"complete": True, "sample_table": rows, "full_table": rows, "pick_gap": 0.0, "best_full": "x",
+                                   "best_full_sps": 1.0, "strategies": 5, "chunks": [{"started": "t", "one_reader_thread": "background thread"}]}}}
+    assert bench.summarise_full_product(result)["identical_twins_spread"] == {}
