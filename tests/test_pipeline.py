@@ -208,6 +208,10 @@ def test_iterable_source_and_thread_kinds_enumerate(tmp_path):
     assert len(pipeline.source) == 5 and pipeline.source[4]["__key__"] == "00000004"
     strategies = enumerate_strategies(pipeline, compressions=("none",), workers=(2,), worker_kinds=("process", "thread"), caches=("page",))
     assert [s.id for s in strategies if not s.materialised] == ["online-w2p-page"]
+    # 0 workers is the main process whatever the kind: listed once
+    both = enumerate_strategies(pipeline, splits=(1,), compressions=("none",), workers=(0, 1), worker_kinds=("process", "thread"),
+                                caches=("app",), include_online=False)
+    assert [s.id for s in both] == ["m1-npy-none-s4-w0p-app", "m1-npy-none-s4-w1p-app", "m1-npy-none-s4-w1t-app"]
     loader = apply(pipeline, "m1-npy-none-s2-w2t-page", tmp_path)
     assert sorted(float(s["data"][0]) for s in loader) == [0, 1, 2, 3, 4]
 

@@ -106,6 +106,7 @@ def enumerate_strategies(pipeline: Pipeline, *, splits: Iterable[int] | None = N
         out += list(dict.fromkeys(Strategy(materialised=False, split=0, workers=w, worker_kind="process", cache=c)
                                   for w, _, c in online_parts if c != "app"))
     for split, fmt, comp, n_shards in itertools.product(chosen, formats, compressions, shards):
-        out += [Strategy(split=split, format=fmt, compression=comp, shards=n_shards, workers=w, worker_kind=k, cache=c)
-                for w, k, c in online_parts]
-    return out
+        # 0 workers reads in the main process whatever the kind: one strategy, not one per kind
+        out += [Strategy(split=split, format=fmt, compression=comp, shards=n_shards, workers=w, worker_kind=k if w else "process",
+                         cache=c) for w, k, c in online_parts]
+    return list(dict.fromkeys(out))
