@@ -237,3 +237,21 @@ def test_a_fitted_fill_in_moves_the_prediction_and_keeps_half_of_it_in_the_band(
     assert modelled.high_s == pytest.approx(plain.high_s + correction / 2)  # half the correction stays in the band
     assert modelled.low_s == pytest.approx(plain.low_s + correction)
     assert "decay like exp(-(s/140)^0.75)" in modelled.note and "half of it kept in the band" in modelled.note
+    totals = [trainwise_estimate(base.model_copy(update={"optimizer_state_zeros": zeros}), e).total_s for e in range(1, 8)]
+    assert totals == sorted(totals) and totals[0] > 0  # still monotone in epochs
+
+
+def test_a_fill_in_model_claiming_most_of_the_step_is_not_believed():
+    from trainwise.profile.schema import OptimizerStateZeros
+
+    base = make([0.006] * 30)  # a 6 ms step of which the counts would put 10 ms in the square root
+    sparse = 2_560_000
+    counted = _decaying_zeros(140.0, 0.75, sparse, [1, 2, 3, 4, 5, 8, 11, 16, 17, 26])
+    zeros = OptimizerStateZeros(optimizer="Adam", state="exp_avg_sq", elements=sparse, zeros=counted[-1][1], steps=26,
+                                sparse_elements=sparse, trajectory=counted, sqrt_state_ns_per_element=0.3 + 0.010 / sparse * 1e9,
+                                sqrt_zero_ns_per_element=5.1, sqrt_normal_ns_per_element=0.3, step_time_at_stake_s=0.010)
+    plain = trainwise_estimate(base, 3)
+    guarded = trainwise_estimate(base.model_copy(update={"optimizer_state_zeros": zeros}), 3)
+    assert guarded.total_s == pytest.approx(plain.total_s) and "keeps the measured step" in guarded.note
+    assert [trainwise_estimate(base.model_copy(update={"optimizer_state_zeros": zeros}), e).total_s for e in (1, 2, 3)] == sorted(
+        trainwise_estimate(base.model_copy(update={"optimizer_state_zeros": zeros}), e).total_s for e in (1, 2, 3))

@@ -101,6 +101,9 @@ def _between_epochs_s(profile: Profile) -> float:
 # A step whose optimizer state's zeros may cost at least this fraction of it gets the note and the
 # wider band (below it the effect is inside the steady-state spread)
 STATE_ZEROS_NOTE_FRACTION = 0.02
+# The fill-in model is used only while its square-root excess stays under this share of the measured
+# step (so the total still grows with every step; the worst job seen here: 17 %)
+MAX_MODELLED_SHARE = 0.5
 
 
 def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int | None = None) -> Prediction:
@@ -132,6 +135,9 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
         seen = (f"{zeros.optimizer}'s {zeros.state} was {zeros.zero_fraction:.0%} zeros when sampling stopped and its square "
                 f"root costs {ratio:.1f}x that of normal values on this CPU ({at_stake_s * 1e3:.1f} ms, {fraction:.0%} of a step)")
         model = state_zeros.fit(zeros)
+        window = (steady.warmup_iterations + 1, len(profile.iterations))
+        if model is not None and state_zeros.window_excess_s(model, window) > MAX_MODELLED_SHARE * mean_s:
+            model = None  # a model that puts most of the measured step in the square root is not believed
         if model is None:
             # Too few counts to fit how fast the state fills in: the point estimate keeps the measured
             # step and the band's low end takes the whole speed-up the zeros can still give.
@@ -140,7 +146,6 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
                          "step, its band's low end does not")
         else:
             total_steps = epochs * n_it
-            window = (steady.warmup_iterations + 1, len(profile.iterations))
             correction_s = state_zeros.iterations_correction_s(model, total_steps, window)
             total += correction_s
             breakdown["state_zeros_correction_s"] = correction_s  # the parts still add up to the total

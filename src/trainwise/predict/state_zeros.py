@@ -89,11 +89,16 @@ def fit(zeros: OptimizerStateZeros) -> ZeroFill | None:
     return ZeroFill(sparse_elements=sparse, tau_steps=tau, kappa=kappa, zero_ns=zero_ns, mix_ns=mix_ns, points=len(usable))
 
 
+def window_excess_s(model: ZeroFill, window: tuple[int, int]) -> float:
+    """The modelled square-root excess per step, averaged over the measured steps in `window`."""
+    first, last = max(1, window[0]), max(window[0], window[1])
+    return float(np.mean(model.excess_s(np.arange(first, last + 1, dtype="float64"))))
+
+
 def iterations_correction_s(model: ZeroFill, total_steps: int, window: tuple[int, int]) -> float:
     """Seconds to add to (total_steps × the step measured over the steps in `window`): the run's modelled
     square-root excess minus what the measured window carried, step by step."""
-    first, last = max(1, window[0]), max(window[0], window[1])
-    in_window = float(np.mean(model.excess_s(np.arange(first, last + 1, dtype="float64"))))
+    in_window = window_excess_s(model, window)
     steps = np.arange(1, total_steps + 1, dtype="float64") if total_steps <= 2_000_000 else np.linspace(1, total_steps, 2_000_000)
     over_run = float(np.mean(model.excess_s(steps))) * total_steps
     return over_run - total_steps * in_window
