@@ -11,7 +11,7 @@ bound, the read bandwidth measured here (disk cold / page cache) ÷ bytes per sa
 qualitative findings are checked and reported as holds / does not hold on this machine.
 
 The pick and its gap (both modes, not --quick): the sample's leaders (strategies within 10 % of the
-fastest, at most 6) are re-timed in 3 interleaved rounds and the best median is picked — what
+fastest, at most 6) are re-timed in 3 interleaved rounds of 5 s timings and the best median is picked — what
 `trainwise pipeline profile` does (`confirm_leaders`); on the full dataset the full table's leaders and
 the pick are re-timed the same way, and the gap is 1 − median(pick) / the best median. Why: with one
 timing each, the full table's maximum is the luckiest of hundreds of noisy timings (biased upwards) and
@@ -94,6 +94,13 @@ FULL_MIN_S, FULL_MAX_EPOCHS = 1.0, 20
 # samples/s: 1.7 ms per 12-sample CV epoch) are also timed for ~1 s; at the caps above they stopped
 # after 0.2-0.3 s, and among hundreds of strategies within 10 % of each other that noise picked the winner.
 FULL_PRODUCT_SAMPLE_MAX_EPOCHS, FULL_PRODUCT_FULL_MAX_EPOCHS = 600, 100
+# Re-timing the leaders (confirm_pick): each timing at least 5 s. Why: the tables' own control (w1t ran
+# the same code as w0p before the loader fix; 192 twins per pipeline) shows 1 s timings of identical work
+# a median 6-7 % and a p90 ~25 % apart here, and 3 interleaved rounds of 1 s still left identical
+# leaders 15 % apart; a few leaders x 3 rounds x 5 s is ~2 min per dataset. Epoch caps high enough for
+# the fastest strategies (~50,000 samples/s on NLP's 40-sample epochs) to run the whole 5 s.
+CONFIRM_MIN_S = 5.0
+CONFIRM_SAMPLE_MAX_EPOCHS, CONFIRM_FULL_MAX_EPOCHS = 20_000, 4_000
 QUICK_MIN_S = 0.2  # --quick proves the script runs; its throughputs are not results
 # ETA: the two measurement windows plus worker start-up and warm-up cost about this much per strategy
 # whatever the dataset size (start-up measured: ~0.6 s per strategy in --quick runs on one loaded core).
@@ -349,7 +356,7 @@ def side_by_side(pipeline: Pipeline, naive: Strategy, best: Strategy, root: Path
 
 
 def confirm_pick(pipeline: Pipeline, sample_rows: list[dict], full_rows: list[dict], root: Path, sample_n: int, *,
-                 rounds: int = CONFIRM_ROUNDS, sample_max_epochs: int, full_max_epochs: int) -> dict:
+                 rounds: int = CONFIRM_ROUNDS) -> dict:
     """The pick as the product makes it, and its gap measured side by side on the full dataset.
 
     Sample: the leaders (within 10 % of the fastest, at most 6) are re-timed in interleaved rounds and
@@ -358,6 +365,9 @@ def confirm_pick(pipeline: Pipeline, sample_rows: list[dict], full_rows: list[di
     1 − median(pick) / the best median. One timing per strategy makes the full table's maximum the
     luckiest of hundreds of noisy timings, biased upwards; so is a pick made from single timings.
     """
+    # read at call time (tests shorten them)
+    min_seconds, sample_max_epochs, full_max_epochs = CONFIRM_MIN_S, CONFIRM_SAMPLE_MAX_EPOCHS, CONFIRM_FULL_MAX_EPOCHS
+
     def rows_as_results(rows: list[dict]) -> list:
         from types import SimpleNamespace
         return [SimpleNamespace(strategy_id=r["strategy"], throughput_sps=r["throughput_sps"]) for r in rows]
@@ -368,15 +378,15 @@ def confirm_pick(pipeline: Pipeline, sample_rows: list[dict], full_rows: list[di
 
     sample_ids = [r.strategy_id for r in leaders(rows_as_results(sample_rows))]
     sample_timings = remeasure(pipeline, [Strategy.parse(i) for i in sample_ids], root / "sample", sample_n=sample_n, rounds=rounds,
-                               min_seconds=SAMPLE_MIN_S, max_epochs=sample_max_epochs)
+                               min_seconds=min_seconds, max_epochs=sample_max_epochs)
     sample_median = medians(sample_rows, sample_ids, sample_timings)
     picked = max(sample_ids, key=lambda i: sample_median[i])
     full_ids = list(dict.fromkeys([r.strategy_id for r in leaders(rows_as_results(full_rows))] + [picked]))
-    full_timings = remeasure(pipeline, [Strategy.parse(i) for i in full_ids], root / "full", rounds=rounds, min_seconds=FULL_MIN_S,
+    full_timings = remeasure(pipeline, [Strategy.parse(i) for i in full_ids], root / "full", rounds=rounds, min_seconds=min_seconds,
                              max_epochs=full_max_epochs)
     full_median = medians(full_rows, full_ids, full_timings)
     best = max(full_ids, key=lambda i: full_median[i])
-    return {"rounds": rounds, "sample_leaders": {i: {"first": next(r["throughput_sps"] for r in sample_rows if r["strategy"] == i),
+    return {"rounds": rounds, "min_seconds_per_timing": min_seconds, "sample_leaders": {i: {"first": next(r["throughput_sps"] for r in sample_rows if r["strategy"] == i),
                                                      "repeats": [round(x, 1) for x in sample_timings[i]],
                                                      "median": round(sample_median[i], 1)} for i in sample_ids},
             "picked_from_sample": picked,
@@ -545,8 +555,7 @@ def run(sizes: dict[str, int], sample_fraction: float, work: Path, rounds: int, 
                               f"{best_full.strategy_id} {best_full.throughput_sps:.0f}/s (gap {gap:.1%}); {seconds:.0f} s")
             if not quick:
                 bar.update(task, description=f"{name}: leaders re-timed side by side")
-                confirmed = confirm_pick(pipeline, pipelines[name]["sample_table"], full_table, out_root, n_sample,
-                                         sample_max_epochs=SAMPLE_MAX_EPOCHS, full_max_epochs=FULL_MAX_EPOCHS)
+                confirmed = confirm_pick(pipeline, pipelines[name]["sample_table"], full_table, out_root, n_sample)
                 pipelines[name]["confirmed"] = confirmed
                 gaps[name] = confirmed["pick_gap"]
                 bar.console.print(f"[{name}] leaders re-timed: pick {confirmed['picked_from_sample']} → full {confirmed['picked_full_sps']:.0f}/s; "
@@ -620,7 +629,7 @@ def run_full_product(names: Sequence[str], sizes: dict[str, int], sample_fractio
                      "chunks": [], "complete": False}
             result["pipelines"][name] = state
         if state["complete"]:
-            if "confirmed" not in state:
+            if state.get("confirmed", {}).get("min_seconds_per_timing") != CONFIRM_MIN_S:
                 console.print(f"[{name}] complete in {output.name}: re-timing the leaders side by side")
                 confirm_full_product(name, pipeline, state, out_root, sample_fraction)
                 save()
@@ -681,8 +690,7 @@ def run_full_product(names: Sequence[str], sizes: dict[str, int], sample_fractio
 
 def confirm_full_product(name: str, pipeline: Pipeline, state: dict, out_root: Path, sample_fraction: float) -> None:
     n_sample = max(1, math.ceil(len(pipeline.source) * sample_fraction))
-    confirmed = confirm_pick(pipeline, state["sample_table"], state["full_table"], out_root, n_sample,
-                             sample_max_epochs=FULL_PRODUCT_SAMPLE_MAX_EPOCHS, full_max_epochs=FULL_PRODUCT_FULL_MAX_EPOCHS)
+    confirmed = confirm_pick(pipeline, state["sample_table"], state["full_table"], out_root, n_sample)
     confirmed["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     confirmed["load_average"] = [round(x, 2) for x in os.getloadavg()]
     state["confirmed"] = confirmed
@@ -691,7 +699,7 @@ def confirm_full_product(name: str, pipeline: Pipeline, state: dict, out_root: P
 
 
 GAP_METHOD = ("the pick as `trainwise pipeline profile` makes it: the sample's leaders (within 10 % of the fastest, at most 6) "
-              f"re-timed in {CONFIRM_ROUNDS} interleaved rounds, best median picked; gap = 1 - median(pick) / best median among the "
+              f"re-timed in {CONFIRM_ROUNDS} interleaved rounds of {CONFIRM_MIN_S:.0f} s timings, best median picked; gap = 1 - median(pick) / best median among the "
               "full table's leaders and the pick, re-timed the same way on the full dataset (single_pass_*: one timing each)")
 
 

@@ -170,6 +170,7 @@ def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, 
     monkeypatch.setattr(bench, "FULL_MIN_S", 0.0)
     monkeypatch.setattr(bench, "SAMPLE_MAX_EPOCHS", 1)
     monkeypatch.setattr(bench, "FULL_MAX_EPOCHS", 1)
+    monkeypatch.setattr(bench, "CONFIRM_MIN_S", 0.0)
     monkeypatch.setattr(bench, "machine", lambda: {"cpu": "cpu A"})
     out = tmp_path / "full.json"
     args = (["nilm"], {"nilm": 20}, 0.1, tmp_path / "work", out)
@@ -190,6 +191,7 @@ def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, 
     assert all(len(c["repeats"]) == bench.CONFIRM_ROUNDS for c in confirmed["full_candidates"].values())
     assert saved["summary"]["sample_pick_gap_by_pipeline"] == {"nilm": confirmed["pick_gap"]}
     assert saved["summary"]["single_pass_pick_gap_by_pipeline"] == {"nilm": state["pick_gap"]}
+    assert confirmed["min_seconds_per_timing"] == 0.0
     del saved["pipelines"]["nilm"]["confirmed"]  # a pipeline completed before the re-timing existed gets it on a rerun
     out.write_text(json.dumps(saved))
     assert bench.run_full_product(*args, stop_after_s=None, chunk=1) == 0
