@@ -226,9 +226,11 @@ def test_profile_extrapolates_p_and_s_linearly_from_a_sample(tmp_path):
         assert r.storage_bytes_full == pytest.approx(r.storage_bytes * 4)
         assert r.offline_s_full == pytest.approx(r.offline_s * 4)
         assert r.throughput_sps > 0 and r.measured_epochs >= 1
-        # a full-dataset epoch: the sample's per-epoch start-up once, then its streaming rate
         assert r.epoch_startup_s > 0 and r.steady_throughput_sps > 0
-        if not r.notes:  # (a start-up over half the epoch is not extrapolated: see the next test)
+        if r.cache != "none":  # cached: timed over the sample repeated to the full epoch's length
+            assert "repeated 4x" in r.notes[0] and r.throughput_sps == r.measured_throughput_sps
+        elif not r.notes:  # uncached: the sample's per-epoch start-up once, then its streaming rate
+            # (a start-up over half the epoch is not extrapolated: see the next test)
             assert r.throughput_sps == pytest.approx(40 / (r.epoch_startup_s + 40 / r.steady_throughput_sps))
     online = profile.result("online-w0p-none")
     assert online.storage_bytes == 10 * 128 and online.offline_s == 0
@@ -238,7 +240,8 @@ def test_profile_extrapolates_p_and_s_linearly_from_a_sample(tmp_path):
 def test_a_sample_epoch_mostly_spent_before_its_first_sample_is_not_extrapolated(tmp_path, monkeypatch):
     from trainwise.pipeline import profiler
 
-    def measured(profiled, strategy, manifest, min_seconds, max_epochs):
+    def measured(profiled, strategy, manifest, min_seconds, max_epochs, repeat=1):
+        assert repeat == 1  # uncached strategies are not repeated
         # 2 reader threads on a short epoch: 10 samples in 2.5 ms, the first after 1.9 ms
         startup = 0.0019 if strategy.worker_kind == "thread" else 0.0002
         return {"throughput_sps": 4000.0, "measured_throughput_sps": 4000.0, "epoch_startup_s": startup,
@@ -246,9 +249,9 @@ def test_a_sample_epoch_mostly_spent_before_its_first_sample_is_not_extrapolated
                 "cpu_percent": 50.0, "cpu_s_per_sample": 1e-4, "disk_read_bytes_per_s": 0.0}
 
     monkeypatch.setattr(profiler, "measure_online", measured)
-    strategies = [Strategy.parse("m1-npy-none-s2-w2t-app"), Strategy.parse("m1-npy-none-s2-w0p-app")]
+    strategies = [Strategy.parse("m1-npy-none-s2-w2t-none"), Strategy.parse("m1-npy-none-s2-w0p-none")]
     profile = profile_pipeline(toy(40), strategies, tmp_path, sample_n=10)
-    threads, main = profile.result("m1-npy-none-s2-w2t-app"), profile.result("m1-npy-none-s2-w0p-app")
+    threads, main = profile.result("m1-npy-none-s2-w2t-none"), profile.result("m1-npy-none-s2-w0p-none")
     assert threads.throughput_sps == 4000.0 and "not extrapolated" in threads.notes[0]
     assert main.throughput_sps == pytest.approx(40 / (0.0002 + 40 / main.steady_throughput_sps)) and not main.notes
 
@@ -291,6 +294,20 @@ def test_leaders_are_re_timed_interleaved_and_ranked_by_their_median(tmp_path, m
     calls.clear()
     alone = profile.model_copy(update={"results": [profile.result("online-w0p-none"), profile.result("m2-npy-none-s2-w0p-app")]})
     assert profiler.confirm_leaders(toy(12), alone, tmp_path) is alone and calls == []
+
+
+def test_cached_strategies_are_timed_on_the_sample_repeated_to_the_full_epoch(tmp_path):
+    from trainwise.pipeline.loader import make_dataloader
+    from trainwise.pipeline.materialise import materialise
+
+    pipeline = toy(40)
+    sample = pipeline.with_source(pipeline.source.subset(sample_indices(40, 10)))
+    for strategy_id in ("m1-npy-none-s2-w1t-app", "m1-npy-none-s2-w1p-page", "online-w0p-page"):
+        strategy = Strategy.parse(strategy_id)
+        manifest = materialise(sample, strategy, tmp_path) if strategy.materialised else None
+        keys = [s["__key__"] for s in make_dataloader(sample, strategy, manifest=manifest, verify=False, repeat=4)]
+        assert len(keys) == 40 and len(set(keys)) == 10, strategy_id  # each of the 10 samples 4 times
+        assert len(make_dataloader(sample, strategy, manifest=manifest, verify=False, repeat=4).dataset) == 40
 
 
 def test_presto_objective_matches_the_digest_formula():

@@ -44,13 +44,14 @@ except ImportError:  # pragma: no cover - zstandard is a core dependency
 class SourceDataset(Dataset):
     """Naive fully-online pipeline: source item i, then every step, every epoch."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.pipeline = pipeline
+    def __init__(self, pipeline: Pipeline, repeat: int = 1) -> None:
+        self.pipeline, self.repeat = pipeline, max(1, int(repeat))
 
     def __len__(self) -> int:
-        return len(self.pipeline.source)
+        return len(self.pipeline.source) * self.repeat
 
     def __getitem__(self, index: int) -> Sample:
+        index %= len(self.pipeline.source)
         return self.pipeline.run_steps(self.pipeline.source[index], 0, index=index)
 
 
@@ -82,16 +83,17 @@ class ShardDataset(IterableDataset):
     """Samples from the shards, with steps split..n applied online; optional in-memory cache."""
 
     def __init__(self, pipeline: Pipeline, directory: Path, manifest: Manifest, *, cache: str = "none",
-                 threads: int = 0, shuffle_shards: bool = False, seed: int = 0) -> None:
+                 threads: int = 0, shuffle_shards: bool = False, seed: int = 0, repeat: int = 1) -> None:
         self.pipeline, self.directory, self.manifest = pipeline, Path(directory), manifest
-        self.paths = [self.directory / r.name for r in manifest.shards]
+        # `repeat`: an epoch reads every shard this many times (profiling a sample at the full dataset's epoch length)
+        self.paths = [self.directory / r.name for r in manifest.shards] * max(1, int(repeat))
         self.cache_enabled = cache == "app"
         self.threads, self.shuffle_shards, self.seed = threads, shuffle_shards, seed
         self._cache: dict[str, list[Sample]] = {}
         self._epoch = 0
 
     def __len__(self) -> int:
-        return self.manifest.samples
+        return self.manifest.samples * len(self.paths) // max(1, len(self.manifest.shards))
 
     def _shard_samples(self, path: Path) -> Iterator[Sample]:
         cached = self._cache.get(path.name)
@@ -182,14 +184,15 @@ def open_strategy(pipeline: Pipeline, strategy: Strategy, root: str | Path, *, v
 
 def make_dataloader(pipeline: Pipeline, strategy: Strategy, root: str | Path | None = None, *, batch_size: int | None = None,
                     collate_fn: Any = None, verify: bool = True, shuffle_shards: bool = False,
-                    manifest: tuple[Path, Manifest] | None = None) -> DataLoader:
-    """A ready DataLoader for `strategy` (samples one by one unless `batch_size` is given)."""
+                    manifest: tuple[Path, Manifest] | None = None, repeat: int = 1) -> DataLoader:
+    """A ready DataLoader for `strategy` (samples one by one unless `batch_size` is given); `repeat` > 1
+    makes each epoch go over the data that many times (the profiler's full-length epochs from a sample)."""
     strategy.check(pipeline)
     kwargs: dict[str, Any] = {"batch_size": batch_size}
     if collate_fn is not None:
         kwargs["collate_fn"] = collate_fn
     if not strategy.materialised:
-        dataset: Dataset = SourceDataset(pipeline)
+        dataset: Dataset = SourceDataset(pipeline, repeat)
         if strategy.worker_kind == "thread" and strategy.workers > 1:
             raise TrainwiseError("thread workers apply to materialised strategies; use process workers (…-wNp-…) for the online pipeline")
         return DataLoader(dataset, num_workers=strategy.workers, persistent_workers=strategy.workers > 0, **kwargs)
@@ -197,7 +200,8 @@ def make_dataloader(pipeline: Pipeline, strategy: Strategy, root: str | Path | N
         raise TrainwiseError("a materialised strategy needs the directory it was materialised in (--output-dir)")
     directory, loaded = manifest if manifest is not None else open_strategy(pipeline, strategy, root, verify=verify)  # type: ignore[arg-type]
     threads = strategy.workers if strategy.worker_kind == "thread" else 0
-    dataset = ShardDataset(pipeline, directory, loaded, cache=strategy.cache, threads=threads, shuffle_shards=shuffle_shards)
+    dataset = ShardDataset(pipeline, directory, loaded, cache=strategy.cache, threads=threads, shuffle_shards=shuffle_shards,
+                           repeat=repeat)
     processes = strategy.workers if strategy.worker_kind == "process" else 0
     return DataLoader(dataset, num_workers=processes, persistent_workers=processes > 0, **kwargs)
 
