@@ -139,8 +139,9 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
         if model is not None and state_zeros.window_excess_s(model, window) > MAX_MODELLED_SHARE * mean_s:
             model = None  # a model that puts most of the measured step in the square root is not believed
         if model is None:
-            # Too few counts to fit how fast the state fills in: the point estimate keeps the measured
-            # step and the band's low end takes the whole speed-up the zeros can still give.
+            # No believable fill-in model (too few counts, no decay, or one claiming most of the step):
+            # the point estimate keeps the measured step and the band's low end takes the whole
+            # speed-up the zeros can still give.
             low -= iterations_s * fraction
             notes.append(f"{seen}: that time goes away as training fills the state in; the prediction keeps the measured "
                          "step, its band's low end does not")
