@@ -155,10 +155,10 @@ def grid(pipeline: Pipeline, *, quick: bool = False) -> list[Strategy]:
 
 
 def full_product_grid(pipeline: Pipeline) -> list[Strategy]:
-    """Every strategy: the product of every axis (0 workers once: a main-process read has no worker kind)."""
-    strategies = enumerate_strategies(pipeline, formats=FORMATS, compressions=COMPRESSIONS, shards=(1, 4), workers=(0, 1, 2),
-                                      worker_kinds=("process", "thread"), caches=CACHE_MODES, include_online=True)
-    return list(dict.fromkeys(s for s in strategies if not (s.workers == 0 and s.worker_kind == "thread")))
+    """Every strategy: the product of every axis (enumerate_strategies lists 0 workers once: a main-process read
+    has no worker kind)."""
+    return enumerate_strategies(pipeline, formats=FORMATS, compressions=COMPRESSIONS, shards=(1, 4), workers=(0, 1, 2),
+                                worker_kinds=("process", "thread"), caches=CACHE_MODES, include_online=True)
 
 
 def table(profile: PipelineProfile) -> list[dict]:

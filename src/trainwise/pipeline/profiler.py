@@ -273,6 +273,15 @@ def sample_indices(total: int, n: int) -> list[int]:
     return sorted(set(np.linspace(0, total - 1, n).round().astype(int).tolist()))
 
 
+def sampled(pipeline: Pipeline, sample_n: int | None) -> Pipeline:
+    """The pipeline over `sample_n` evenly spaced source samples (itself for None)."""
+    if sample_n is None:
+        return pipeline
+    if sample_n < 1:
+        raise TrainwiseError(f"--sample must be a positive sample count (got {sample_n})")
+    return pipeline.with_source(pipeline.source.subset(sample_indices(len(pipeline.source), sample_n)))
+
+
 def profile_pipeline(pipeline: Pipeline, strategies: Sequence[Strategy], root: str | Path, *, sample_n: int | None = None,
                      min_seconds: float = 0.5, max_epochs: int = 5, bandwidth: Bandwidth | None = None, rebuild: bool = True,
                      skip_errors: bool = False, progress: Progress | None = None) -> PipelineProfile:
@@ -282,11 +291,7 @@ def profile_pipeline(pipeline: Pipeline, strategies: Sequence[Strategy], root: s
     for s in strategies:
         s.check(pipeline)
     total = len(pipeline.source)
-    profiled = pipeline
-    if sample_n is not None:
-        if sample_n < 1:
-            raise TrainwiseError(f"--sample must be a positive sample count (got {sample_n})")
-        profiled = pipeline.with_source(pipeline.source.subset(sample_indices(total, sample_n)))
+    profiled = sampled(pipeline, sample_n)
     n = len(profiled.source)
     scale = total / n
     source_bytes = profiled.source.storage_bytes()
@@ -371,9 +376,8 @@ def remeasure(pipeline: Pipeline, strategies: Sequence[Strategy], root: str | Pa
     """
     if rounds < 1:
         raise TrainwiseError(f"rounds must be at least 1 (got {rounds})")
-    total = len(pipeline.source)
-    profiled = pipeline if sample_n is None else pipeline.with_source(pipeline.source.subset(sample_indices(total, sample_n)))
-    scale = total / len(profiled.source)
+    profiled = sampled(pipeline, sample_n)
+    scale = len(pipeline.source) / len(profiled.source)
     manifests: dict[str, Any] = {}
     for s in strategies:
         s.check(pipeline)
