@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -188,15 +189,24 @@ def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, 
     # the gap the summary quotes comes from the leaders re-timed side by side, the single pass's beside it
     confirmed = state["confirmed"]
     assert confirmed["picked_from_sample"] in confirmed["sample_leaders"] and confirmed["picked_from_sample"] in confirmed["full_candidates"]
-    assert all(len(c["repeats"]) == bench.CONFIRM_ROUNDS for c in confirmed["full_candidates"].values())
+    assert all(len(c["repeats"]) == bench.CONFIRM_ROUNDS for c in confirmed["sample_leaders"].values())
+    assert all(len(c["repeats"]) == bench.FULL_CONFIRM_ROUNDS for c in confirmed["full_candidates"].values())
+    # the gap reads the side-by-side rounds only: the median of the per-round ratios pick / best
+    ratios = confirmed["pick_to_best_ratio_by_round"]
+    assert len(ratios) == bench.FULL_CONFIRM_ROUNDS and confirmed["pick_gap"] == pytest.approx(1 - statistics.median(ratios), abs=1e-3)
     assert saved["summary"]["sample_pick_gap_by_pipeline"] == {"nilm": confirmed["pick_gap"]}
     assert saved["summary"]["single_pass_pick_gap_by_pipeline"] == {"nilm": state["pick_gap"]}
     assert confirmed["min_seconds_per_timing"] == 0.0
     del saved["pipelines"]["nilm"]["confirmed"]  # a pipeline completed before the re-timing existed gets it on a rerun
     out.write_text(json.dumps(saved))
     assert bench.run_full_product(*args, stop_after_s=None, chunk=1) == 0
+    again = json.loads(out.read_text())
+    assert "confirmed" in again["pipelines"]["nilm"] and len(again["pipelines"]["nilm"]["chunks"]) == 3
+    again["pipelines"]["nilm"]["confirmed"]["method"] = "an older method"  # re-timed another way: done again, the old kept
+    out.write_text(json.dumps(again))
+    assert bench.run_full_product(*args, stop_after_s=None, chunk=1) == 0
     again = json.loads(out.read_text())["pipelines"]["nilm"]
-    assert "confirmed" in again and len(again["chunks"]) == 3
+    assert again["confirmed"]["method"] == bench.CONFIRM_METHOD and again["confirmed_before"][0]["method"] == "an older method"
     monkeypatch.setattr(bench, "machine", lambda: {"cpu": "cpu B"})
     assert bench.run_full_product(*args, stop_after_s=0.0, chunk=1) == 0  # another CPU: that pipeline starts over
     state = json.loads(out.read_text())["pipelines"]["nilm"]
