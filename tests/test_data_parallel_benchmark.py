@@ -43,6 +43,18 @@ def test_ordering_counts_all_pairs_and_those_beyond_the_measured_noise(bench):
     assert not quiet["correct_beyond_noise"] and quiet["concordant_pairs_beyond_noise"] == "0/1"
 
 
+def test_the_model_orders_only_pairs_it_predicts_apart_and_ties_measured_apart_are_listed(bench):
+    # a, b predicted 1 % apart: a tie, whichever measures faster; c predicted far below both
+    rows = [row("a", 70.0, 76.8, 0.01), row("b", 90.0, 76.0, 0.01), row("c", 20.0, 30.0, 0.01)]
+    order = bench.ordering(rows)["w"]
+    assert not order["correct"]  # the strict order reads the tie as a claim
+    assert order["correct_where_predicted_apart"] and order["concordant_pairs_predicted_apart"] == "2/2"
+    assert order["predicted_ties_measured_apart"] == ["a vs b"]  # 70 vs 90 is beyond their noise: listed, not hidden
+    # a pair predicted apart and measured the other way counts against the order
+    wrong = bench.ordering([row("a", 50.0, 100.0, 0.01), row("b", 60.0, 70.0, 0.01)])["w"]
+    assert not wrong["correct_where_predicted_apart"] and wrong["concordant_pairs_predicted_apart"] == "0/1"
+
+
 def test_step_noise_is_the_spread_of_the_steady_steps(bench):
     steady = [{"iterations": [(0.1 * i, 0.1 * i + 0.01, 32) for i in range(200)]}]
     assert bench.step_noise(steady) == pytest.approx(0.0, abs=1e-6)
