@@ -13,8 +13,9 @@ qualitative findings are checked and reported as holds / does not hold on this m
 The pick and its gap (both modes, not --quick): the sample's leaders (strategies within 10 % of the
 fastest, at most 6) are re-timed in 3 interleaved rounds of 5 s timings and the best median of those
 repeats is picked — what `trainwise pipeline profile` does (`confirm_leaders`); on the full dataset the
-full table's leaders and the pick are re-timed in 5 interleaved rounds, the best is the highest median,
-and the gap is 1 − the median over rounds of pick / best. Why: with one timing each, the full table's
+full table's leaders and the pick are re-timed in 5 interleaved rounds and the best is the highest median;
+the gap is 1 − the median of pick / best over 10 further short rounds that time the two alone, order
+alternating (A B, B A). Why: with one timing each, the full table's
 maximum is the luckiest of hundreds of noisy timings (biased upwards) and so is a pick made from single
 timings; and the tables' timings were taken up to an hour apart, so only the interleaved repeats are
 compared. The single-pass gap is kept beside it (`single_pass_*`).
@@ -105,9 +106,15 @@ CONFIRM_MIN_S = 5.0
 # The truth the pick is held to gets more rounds than the pick itself (the product's default, 3): the
 # median of 5 per-round ratios is what the target reads, and an extra 50 s per leader is affordable.
 FULL_CONFIRM_ROUNDS = 5
-# Saved re-timings made another way are made again on a rerun (the method changed on 2026-11-25: the
-# first, non-side-by-side timing left out of every median; the gap from per-round ratios).
-CONFIRM_METHOD = "repeats-only, per-round ratio, 2026-11-25"
+# The gap itself: the pick and the best (as the 5 rounds chose it) timed against each other alone in 10
+# short rounds, A B then B A. Why: a round of 5-6 leaders × 5 s spans ~35 s, over which this host's
+# speed moves by tens of percent (CV, 2026-11-25 01:38: one strategy's 5 timings 4,722-7,208/s; per-round
+# pick/best ratios 0.81-1.02); a pair of 2 s timings spans ~6 s. The pair is timed apart from the rounds
+# that chose the best, so the best's lucky rounds do not also set the gap (no selection bias).
+PAIRED_ROUNDS, PAIRED_MIN_S = 10, 2.0
+# Saved re-timings made another way are made again on a rerun (2026-11-25: the first, non-side-by-side
+# timing left out of every median; then the gap from a separate paired pick-vs-best timing).
+CONFIRM_METHOD = "repeats-only selection, paired pick-vs-best gap, 2026-11-25"
 CONFIRM_SAMPLE_MAX_EPOCHS, CONFIRM_FULL_MAX_EPOCHS = 20_000, 4_000
 QUICK_MIN_S = 0.2  # --quick proves the script runs; its throughputs are not results
 # ETA: the two measurement windows plus worker start-up and warm-up cost about this much per strategy
@@ -370,8 +377,9 @@ def confirm_pick(pipeline: Pipeline, sample_rows: list[dict], full_rows: list[di
     Sample: the leaders (within 10 % of the fastest, at most 6) are re-timed in `rounds` interleaved
     rounds and the pick is the best median of the repeats (what `confirm_leaders` + `select` do in
     `trainwise pipeline profile`). Full dataset: the full table's leaders and the pick are re-timed in
-    FULL_CONFIRM_ROUNDS interleaved rounds; the best is the highest median of the repeats, and the gap is
-    1 − the median over rounds of pick / best, each round's two timings taken minutes apart at most.
+    FULL_CONFIRM_ROUNDS interleaved rounds and the best is the highest median of the repeats. The gap is
+    1 − the median of pick / best over PAIRED_ROUNDS short rounds that time the two alone, A B then B A
+    (the selection rounds' own ratio is kept as `selection_rounds_gap`).
     The tables' single timings are kept but compared with nothing: they were taken up to an hour apart,
     one strategy after another, while this host drifts by tens of percent over minutes.
     """
@@ -396,14 +404,24 @@ def confirm_pick(pipeline: Pipeline, sample_rows: list[dict], full_rows: list[di
     full_timings = remeasure(pipeline, [Strategy.parse(i) for i in full_ids], root / "full", rounds=full_rounds,
                              min_seconds=min_seconds, max_epochs=full_max_epochs)
     best = max(full_ids, key=lambda i: statistics.median(full_timings[i]))
-    ratios = [p / b for p, b in zip(full_timings[picked], full_timings[best])]
+    selection_ratios = [p / b for p, b in zip(full_timings[picked], full_timings[best])]
+    paired: dict = {"rounds": PAIRED_ROUNDS, "min_seconds_per_timing": PAIRED_MIN_S}
+    if best == picked:
+        paired.update({"pick_sps": [], "best_sps": [], "ratios": [], "median_ratio": 1.0, "note": "the pick is the best"})
+    else:
+        pair = remeasure(pipeline, [Strategy.parse(picked), Strategy.parse(best)], root / "full", rounds=PAIRED_ROUNDS,
+                         min_seconds=PAIRED_MIN_S, max_epochs=full_max_epochs)
+        ratios = [p / b for p, b in zip(pair[picked], pair[best])]
+        paired.update({"pick_sps": [round(x, 1) for x in pair[picked]], "best_sps": [round(x, 1) for x in pair[best]],
+                       "ratios": [round(r, 4) for r in ratios], "median_ratio": round(float(statistics.median(ratios)), 4)})
     return {"method": CONFIRM_METHOD, "rounds": rounds, "full_rounds": full_rounds, "min_seconds_per_timing": min_seconds,
             "sample_leaders": described(sample_rows, sample_timings), "picked_from_sample": picked,
             "full_candidates": described(full_rows, full_timings), "best_full": best,
             "picked_full_sps": round(float(statistics.median(full_timings[picked])), 1),
             "best_full_sps": round(float(statistics.median(full_timings[best])), 1),
-            "pick_to_best_ratio_by_round": [round(r, 4) for r in ratios],
-            "pick_gap": round(1 - float(statistics.median(ratios)), 4)}
+            "pick_to_best_ratio_by_round": [round(r, 4) for r in selection_ratios],
+            "selection_rounds_gap": round(1 - float(statistics.median(selection_ratios)), 4),
+            "paired": paired, "pick_gap": round(1 - paired["median_ratio"], 4)}
 
 
 def estimate_seconds(plan: dict[str, tuple[int, int]], previous: Path, fixed_s: float = FIXED_S_PER_STRATEGY) -> tuple[float, str]:
@@ -712,8 +730,9 @@ def confirm_full_product(name: str, pipeline: Pipeline, state: dict, out_root: P
 
 GAP_METHOD = ("the pick as `trainwise pipeline profile` makes it: the sample's leaders (within 10 % of the fastest, at most 6) "
               f"re-timed in {CONFIRM_ROUNDS} interleaved rounds of {CONFIRM_MIN_S:.0f} s timings, the best median of those repeats picked; on the "
-              f"full dataset the full table's leaders and the pick re-timed in {FULL_CONFIRM_ROUNDS} interleaved rounds, best = highest median, "
-              "gap = 1 - median over rounds of pick / best (single_pass_*: the tables' one timing each, taken up to an hour apart)")
+              f"full dataset the full table's leaders and the pick re-timed in {FULL_CONFIRM_ROUNDS} interleaved rounds, best = highest median; "
+              f"gap = 1 - median of pick / best over {PAIRED_ROUNDS} further rounds of {PAIRED_MIN_S:.0f} s timings of the two alone, order alternating "
+              "(single_pass_*: the tables' one timing each, taken up to an hour apart)")
 
 
 # Until commit "pipeline: one reader thread … is a background reader" (2026-11-24), a strategy with one

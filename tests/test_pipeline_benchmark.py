@@ -172,6 +172,7 @@ def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, 
     monkeypatch.setattr(bench, "SAMPLE_MAX_EPOCHS", 1)
     monkeypatch.setattr(bench, "FULL_MAX_EPOCHS", 1)
     monkeypatch.setattr(bench, "CONFIRM_MIN_S", 0.0)
+    monkeypatch.setattr(bench, "PAIRED_MIN_S", 0.0)
     monkeypatch.setattr(bench, "machine", lambda: {"cpu": "cpu A"})
     out = tmp_path / "full.json"
     args = (["nilm"], {"nilm": 20}, 0.1, tmp_path / "work", out)
@@ -191,9 +192,14 @@ def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, 
     assert confirmed["picked_from_sample"] in confirmed["sample_leaders"] and confirmed["picked_from_sample"] in confirmed["full_candidates"]
     assert all(len(c["repeats"]) == bench.CONFIRM_ROUNDS for c in confirmed["sample_leaders"].values())
     assert all(len(c["repeats"]) == bench.FULL_CONFIRM_ROUNDS for c in confirmed["full_candidates"].values())
-    # the gap reads the side-by-side rounds only: the median of the per-round ratios pick / best
-    ratios = confirmed["pick_to_best_ratio_by_round"]
-    assert len(ratios) == bench.FULL_CONFIRM_ROUNDS and confirmed["pick_gap"] == pytest.approx(1 - statistics.median(ratios), abs=1e-3)
+    assert len(confirmed["pick_to_best_ratio_by_round"]) == bench.FULL_CONFIRM_ROUNDS
+    # the gap: the pick against the best alone, in rounds apart from those that chose the best
+    paired = confirmed["paired"]
+    if confirmed["picked_from_sample"] == confirmed["best_full"]:
+        assert confirmed["pick_gap"] == 0.0 and paired["ratios"] == []
+    else:
+        assert len(paired["ratios"]) == bench.PAIRED_ROUNDS
+        assert confirmed["pick_gap"] == pytest.approx(1 - statistics.median(paired["ratios"]), abs=1e-3)
     assert saved["summary"]["sample_pick_gap_by_pipeline"] == {"nilm": confirmed["pick_gap"]}
     assert saved["summary"]["single_pass_pick_gap_by_pipeline"] == {"nilm": state["pick_gap"]}
     assert confirmed["min_seconds_per_timing"] == 0.0
@@ -224,3 +230,29 @@ def test_identical_twins_spread_reads_w1t_against_w0p(bench):
     result = {"pipelines": {"cv": {"complete": True, "sample_table": rows, "full_table": rows, "pick_gap": 0.0, "best_full": "x",
                                    "best_full_sps": 1.0, "strategies": 5, "chunks": [{"started": "t", "one_reader_thread": "background thread"}]}}}
     assert bench.summarise_full_product(result)["identical_twins_spread"] == {}
+
+
+def test_the_gap_is_timed_pick_against_best_alone_apart_from_the_rounds_that_chose_the_best(bench, monkeypatch, tmp_path):
+    # sample: B leads; full data: A is the best in the selection rounds; the paired rounds set the gap
+    sample_rows = [{"strategy": "m0-npy-none-s1-w0p-app", "throughput_sps": 100.0},
+                   {"strategy": "m0-npy-none-s4-w0p-app", "throughput_sps": 99.0}]
+    full_rows = [{"strategy": "m0-npy-none-s1-w0p-app", "throughput_sps": 100.0},
+                 {"strategy": "m0-npy-none-s4-w0p-app", "throughput_sps": 98.0}]
+    a, b = "m0-npy-none-s1-w0p-app", "m0-npy-none-s4-w0p-app"
+    calls = []
+
+    def remeasure(pipeline, strategies, root, *, rounds, min_seconds, max_epochs, sample_n=None):
+        ids = [s.id for s in strategies]
+        calls.append((ids, rounds, min_seconds, sample_n))
+        if sample_n is not None:  # the sample's leaders: b is faster
+            return {a: [90.0] * rounds, b: [95.0] * rounds}
+        if len(calls) == 2:  # selection rounds on the full data: a looks 20 % faster (luckily)
+            return {i: [120.0 if i == a else 100.0] * rounds for i in ids}
+        return {a: [100.0, 104.0] * (rounds // 2), b: [98.0, 100.0] * (rounds // 2)}  # alone, side by side: ~2-4 % apart
+
+    monkeypatch.setattr(bench, "remeasure", remeasure)
+    confirmed = bench.confirm_pick(None, sample_rows, full_rows, tmp_path, sample_n=2)
+    assert confirmed["picked_from_sample"] == b and confirmed["best_full"] == a
+    assert confirmed["selection_rounds_gap"] == pytest.approx(1 - 100 / 120, abs=1e-4)
+    assert calls[2] == ([b, a], bench.PAIRED_ROUNDS, bench.PAIRED_MIN_S, None)  # the two alone, on the full data
+    assert confirmed["pick_gap"] == pytest.approx(1 - statistics.median([0.98, 100 / 104] * 5), abs=1e-4)

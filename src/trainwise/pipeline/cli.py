@@ -67,7 +67,7 @@ def profile_command(
     catalog: Annotated[str, typer.Option(help="Price catalog for --cloud-prices")] = "current",
     min_seconds: Annotated[float, typer.Option(help="Measure each strategy for at least this long (whole epochs)")] = 0.5,
     confirm_rounds: Annotated[int, typer.Option(help="Re-time the strategies within 10 % of the fastest this many more times, "
-                                                     "interleaved, and rank them by the median (0: one timing each)")] = 3,
+                                                     "interleaved, and rank them by the median of those side-by-side timings (0: one timing each)")] = 3,
     skip_errors: Annotated[bool, typer.Option("--skip-errors", help="Skip and count samples a step fails on")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the profile and the choice as JSON")] = None,
 ) -> None:

@@ -78,7 +78,8 @@ class StrategyResult(BaseModel):
     offline_s_full: float = Field(description="p for the full dataset (= offline_s when not sampled)")
     storage_bytes_full: float = Field(description="s for the full dataset")
     throughput_repeats_sps: list[float] = Field(default_factory=list, description="re-timings of a leader, interleaved with "
-                                                "the other leaders' (confirm_leaders); t is then the median of all")
+                                                "the other leaders' (confirm_leaders); t is then their median (the first timing, "
+                                                "not side by side with them, is left out)")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -369,7 +370,9 @@ def leaders(results: Sequence[StrategyResult], *, within: float = LEADER_SHARE, 
 def remeasure(pipeline: Pipeline, strategies: Sequence[Strategy], root: str | Path, *, sample_n: int | None = None,
               rounds: int = CONFIRM_ROUNDS, min_seconds: float = 0.5, max_epochs: int = 5,
               progress: Progress | None = None) -> dict[str, list[float]]:
-    """Throughput of each strategy `rounds` times, round-robin (round 1 times every strategy, then round 2 …).
+    """Throughput of each strategy `rounds` times, round-robin (round 1 times every strategy, then round 2 …),
+    every other round in reverse order (A B C, C B A, …): a drift that is linear over two rounds then
+    weighs on every strategy alike, where a fixed order would always time the same strategy last.
 
     Full-dataset epochs extrapolated as in `profile_pipeline` when `sample_n` is given; materialisations
     already under `root` are reused.
@@ -387,7 +390,7 @@ def remeasure(pipeline: Pipeline, strategies: Sequence[Strategy], root: str | Pa
             manifests[s.storage_id] = materialise(profiled, s, root)
     timings: dict[str, list[float]] = {s.id: [] for s in strategies}
     for number in range(rounds):
-        for s in strategies:
+        for s in (strategies if number % 2 == 0 else list(reversed(strategies))):
             if progress:
                 progress(f"round {number + 1}/{rounds}: {s.id}")
             manifest = manifests.get(s.storage_id)
