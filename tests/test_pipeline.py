@@ -292,6 +292,14 @@ def test_leaders_are_re_timed_interleaved_and_ranked_by_their_median(tmp_path, m
     assert b.throughput_sps == 905.0 and "median of 2 timings" in b.notes[-1] and "1050.0/s" in b.notes[-1]
     assert confirmed.result("online-w0p-none") == profile.result("online-w0p-none")  # not a leader: untouched
     assert select(confirmed).best.strategy_id == "m1-npy-none-s2-w0p-app"
+    assert not any("not resolved" in n for n in select(confirmed).notes)  # the ranges 990-1010 and 950-955 do not overlap
+    # a leader whose re-timings overlap the pick's: the user is told the pick among them is within noise
+    tied = confirmed.model_copy(update={"results": [
+        r.model_copy(update={"throughput_repeats_sps": [1000.0, 940.0]}) if r.strategy_id == "m1-npy-none-s2-w0p-page" else r
+        for r in confirmed.results]})
+    notes = [n for n in select(tied).notes if "not resolved" in n]
+    assert select(tied).best.strategy_id == "m1-npy-none-s2-w0p-app" and len(notes) == 1
+    assert "m1-npy-none-s2-w0p-page" in notes[0] and "m2-npy-none-s2-w0p-app" not in notes[0]
     # a single strategy in the lead has nothing to be told apart from
     calls.clear()
     alone = profile.model_copy(update={"results": [profile.result("online-w0p-none"), profile.result("m2-npy-none-s2-w0p-app")]})

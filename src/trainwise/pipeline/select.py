@@ -137,6 +137,27 @@ class Selection(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+def unresolved_leaders(best: StrategyResult, candidates: Sequence[StrategyResult]) -> list[str]:
+    """A note naming the re-timed strategies this machine could not tell apart from `best`.
+
+    Two strategies are told apart when the ranges of their side-by-side re-timings (confirm_leaders) do
+    not overlap; otherwise which one is faster is within this machine's noise, and the user should know
+    the pick among them is not resolved (and may prefer the cheaper one to store or to build).
+    """
+    if len(best.throughput_repeats_sps) < 2:
+        return []
+    low, high = min(best.throughput_repeats_sps), max(best.throughput_repeats_sps)
+    tied = [r for r in candidates if r.strategy_id != best.strategy_id and len(r.throughput_repeats_sps) >= 2
+            and min(r.throughput_repeats_sps) <= high and max(r.throughput_repeats_sps) >= low]
+    if not tied:
+        return []
+    listed = ", ".join(f"{r.strategy_id} (median {r.throughput_sps:.0f}/s, {min(r.throughput_repeats_sps):.0f}–"
+                       f"{max(r.throughput_repeats_sps):.0f})" for r in tied)
+    return [f"not resolved on this machine: the re-timings of {best.strategy_id} ({low:.0f}–{high:.0f}/s) overlap those of "
+            f"{listed}; any of them is as fast within this machine's noise (more --confirm-rounds, or a quieter machine, "
+            "can tell them apart)"]
+
+
 def select(profile: PipelineProfile | Sequence[StrategyResult], weights: Sequence[float] = DEFAULT_WEIGHTS, *,
            required_samples_per_s: float | None = None, prices: CloudPrices | None = None,
            cloud_weights: Sequence[float] = DEFAULT_CLOUD_WEIGHTS, storage_months: float = 1.0) -> Selection:
@@ -171,5 +192,6 @@ def select(profile: PipelineProfile | Sequence[StrategyResult], weights: Sequenc
     order = np.argsort(-scores, kind="stable")
     best = candidates[int(order[0])]
     keeps = None if required_samples_per_s is None else best.throughput_sps >= required_samples_per_s
+    notes += unresolved_leaders(best, candidates)
     return Selection(best=best, ranking=[(candidates[i].strategy_id, float(scores[i])) for i in order], objective=objective,
                      weights=used, required_samples_per_s=required_samples_per_s, excluded=excluded, keeps_up=keeps, notes=notes)
