@@ -103,8 +103,8 @@ FULL_PRODUCT_SAMPLE_MAX_EPOCHS, FULL_PRODUCT_FULL_MAX_EPOCHS = 600, 100
 # leaders 15 % apart; a few leaders x 3 rounds x 5 s is ~2 min per dataset. Epoch caps high enough for
 # the fastest strategies (~50,000 samples/s on NLP's 40-sample epochs) to run the whole 5 s.
 CONFIRM_MIN_S = 5.0
-# The truth the pick is held to gets more rounds than the pick itself (the product's default, 3): the
-# median of 5 per-round ratios is what the target reads, and an extra 50 s per leader is affordable.
+# Finding the full data's best gets more rounds than the pick itself (the product's default, 3): an
+# extra 50 s per leader is affordable, and the gap is then read from the paired rounds below.
 FULL_CONFIRM_ROUNDS = 5
 # The gap itself: the pick and the best (as the 5 rounds chose it) timed against each other alone in 10
 # short rounds, A B then B A. Why: a round of 5-6 leaders × 5 s spans ~35 s, over which this host's
