@@ -610,6 +610,12 @@ def run(sizes: dict[str, int], sample_fraction: float, work: Path, rounds: int, 
     return 0
 
 
+def step_versions(pipeline: Pipeline) -> dict[str, str]:
+    """Each step's version: a saved pipeline measured with other step code is measured again (until 2026-11-25
+    every step was version 1, the default, and saved states did not record them)."""
+    return {step.name: step.version for step in pipeline.steps}
+
+
 def run_full_product(names: Sequence[str], sizes: dict[str, int], sample_fraction: float, work: Path, output: Path,
                      stop_after_s: float | None, chunk: int) -> int:
     """The whole cross product of each pipeline in `names`, resumable chunk by chunk (see the module docstring)."""
@@ -645,13 +651,15 @@ def run_full_product(names: Sequence[str], sizes: dict[str, int], sample_fractio
         for strategy in strategies:
             groups.setdefault(strategy.storage_id, []).append(strategy)
         state = result["pipelines"].get(name)
+        versions = step_versions(pipeline)
         if state and (state.get("cpu") != here["cpu"] or state.get("samples") != len(pipeline.source)
-                      or state.get("strategies") != len(strategies)):
-            console.print(f"[{name}] saved chunks were measured on {state.get('cpu')!r} with {state.get('samples')} samples: "
-                          "starting this pipeline over")
+                      or state.get("strategies") != len(strategies)
+                      or state.get("step_versions", {step: "1" for step in versions}) != versions):
+            console.print(f"[{name}] saved chunks were measured on {state.get('cpu')!r} with {state.get('samples')} samples, "
+                          f"steps {state.get('step_versions', 'all version 1')}: starting this pipeline over")
             state = None
         if state is None:
-            state = {"cpu": here["cpu"], "samples": len(pipeline.source), "strategies": len(strategies),
+            state = {"cpu": here["cpu"], "samples": len(pipeline.source), "strategies": len(strategies), "step_versions": versions,
                      "storage_variants": len(groups), "done_storage": [], "sample_results": [], "full_results": [],
                      "chunks": [], "complete": False}
             result["pipelines"][name] = state

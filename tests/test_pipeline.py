@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from trainwise.pipeline.codec import decode_wds_sample
 from trainwise.pipeline.loader import make_dataloader, open_strategy, touch
 from trainwise.pipeline.materialise import MANIFEST, file_sha256, materialise, strategy_dir
 from trainwise.pipeline.placement import placement, thesis_chapter5
-from trainwise.pipeline.profiler import profile_pipeline, sample_indices
+from trainwise.pipeline.profiler import measure_online, profile_pipeline, sample_indices
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
 from trainwise.pipeline.select import DEADLINE_WEIGHTS, cloud_cost_usd, cloud_prices_from_catalog, minmax, presto_scores, select
@@ -191,6 +192,26 @@ def test_thread_readers_run_the_online_steps_off_the_main_thread(tmp_path):
         assert len(samples) == 8 and len(seen) == 8
         # one reader thread is a background reader, not the main thread under another name
         assert all(ident != threading.get_ident() for ident in seen) is off_main, strategy_id
+
+
+def _stuck_in_worker_processes(sample):
+    from torch.utils.data import get_worker_info
+
+    if get_worker_info() is not None:  # a forked worker deadlocked on a lock its parent held (never returns)
+        time.sleep(3600)
+    return sample
+
+
+def test_a_stuck_worker_process_stops_the_profile_with_an_error_naming_the_strategy(tmp_path):
+    base = toy(6)
+    pipeline = Pipeline("toy-stuck", base.source, [*base.steps, Step("stuck", _stuck_in_worker_processes, deterministic=False)])
+    strategy = Strategy.parse("online-w1p-none")
+    started = time.perf_counter()
+    with pytest.raises(TrainwiseError, match=r"strategy online-w1p-none: a DataLoader worker process delivered no sample in 2 s"):
+        measure_online(pipeline, strategy, min_seconds=0.1, max_epochs=1, stall_timeout_s=2)
+    assert time.perf_counter() - started < 60
+    # the same step in the main process is not stuck: the timeout concerns worker processes only
+    assert measure_online(pipeline, Strategy.parse("online-w0p-none"), min_seconds=0.1, max_epochs=1, stall_timeout_s=2)["throughput_sps"] > 0
 
 
 def test_strategy_ids_round_trip_and_enumeration_respects_determinism():

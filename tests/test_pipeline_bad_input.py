@@ -145,6 +145,22 @@ def test_mel_filterbank_is_triangular_on_the_mel_scale():
     assert (np.diff(peaks) >= 0).all()  # centres increase
 
 
+def test_power_spectrogram_matches_torch_stft():
+    """The numpy STFT (fork-safe; see the audio module) gives torch.stft's frames to float32 rounding."""
+    import torch
+
+    from trainwise.pipeline.reference.audio import HOP, N_FFT, WINDOW, power_spectrogram
+
+    rng = np.random.default_rng(3)
+    for length in (1_000, 32_037, 52_382):
+        wave = rng.normal(size=length).astype(np.float32)
+        reference = torch.stft(torch.from_numpy(wave), n_fft=N_FFT, hop_length=HOP, win_length=WINDOW,
+                               window=torch.hann_window(WINDOW), center=True, return_complex=True).abs().pow(2).numpy()
+        ours = power_spectrogram(wave)
+        assert ours.shape == reference.shape == (N_FFT // 2 + 1, length // HOP + 1)
+        assert np.abs(ours - reference).max() <= 1e-5 * reference.max()
+
+
 def test_cli_apply_and_profile_and_errors(data_dir, tmp_path, capsys):
     out = tmp_path / "out"
     common = ["--data-dir", str(data_dir), "--size", "7", "--output-dir", str(out)]

@@ -184,11 +184,14 @@ def open_strategy(pipeline: Pipeline, strategy: Strategy, root: str | Path, *, v
 
 def make_dataloader(pipeline: Pipeline, strategy: Strategy, root: str | Path | None = None, *, batch_size: int | None = None,
                     collate_fn: Any = None, verify: bool = True, shuffle_shards: bool = False,
-                    manifest: tuple[Path, Manifest] | None = None, repeat: int = 1) -> DataLoader:
+                    manifest: tuple[Path, Manifest] | None = None, repeat: int = 1, timeout_s: float = 0) -> DataLoader:
     """A ready DataLoader for `strategy` (samples one by one unless `batch_size` is given); `repeat` > 1
-    makes each epoch go over the data that many times (the profiler's full-length epochs from a sample)."""
+    makes each epoch go over the data that many times (the profiler's full-length epochs from a sample);
+    `timeout_s` > 0: a worker process that delivers nothing for that long raises (0: wait for ever)."""
     strategy.check(pipeline)
     kwargs: dict[str, Any] = {"batch_size": batch_size}
+    if timeout_s > 0 and strategy.workers > 0 and strategy.worker_kind == "process":
+        kwargs["timeout"] = timeout_s  # DataLoader accepts a timeout only with worker processes
     if collate_fn is not None:
         kwargs["collate_fn"] = collate_fn
     if not strategy.materialised:

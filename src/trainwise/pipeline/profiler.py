@@ -160,11 +160,30 @@ def _cpu_seconds() -> float:
     return total
 
 
+# A worker process that delivers no sample for this long is stuck, not slow: the profile stops with an
+# error naming the strategy instead of waiting for ever (a forked worker deadlocked on a lock its parent
+# held at fork time spins at 100 % CPU and never returns; see trainwise/__init__.py for one such case).
+WORKER_STALL_TIMEOUT_S = 300.0
+
+
 def measure_online(pipeline: Pipeline, strategy: Strategy, manifest: Any = None, *, min_seconds: float = 0.5,
-                   max_epochs: int = 5, repeat: int = 1) -> dict[str, Any]:
+                   max_epochs: int = 5, repeat: int = 1, stall_timeout_s: float = WORKER_STALL_TIMEOUT_S) -> dict[str, Any]:
     """Throughput of one strategy's DataLoader, in steady state (see the module docstring); `repeat` > 1
     runs epochs that go over the data that many times."""
-    loader = make_dataloader(pipeline, strategy, manifest=manifest, verify=False, repeat=repeat)
+    try:
+        return _measure_online(pipeline, strategy, manifest, min_seconds=min_seconds, max_epochs=max_epochs, repeat=repeat,
+                               stall_timeout_s=stall_timeout_s)
+    except RuntimeError as exc:
+        if "DataLoader timed out" not in str(exc):
+            raise
+        raise TrainwiseError(f"strategy {strategy.id}: a DataLoader worker process delivered no sample in {stall_timeout_s:.0f} s "
+                             "(stuck, e.g. a library that is not fork-safe): profile without worker processes (--workers 0 or --worker-kinds thread) "
+                             "or make the step fork-safe") from None
+
+
+def _measure_online(pipeline: Pipeline, strategy: Strategy, manifest: Any, *, min_seconds: float, max_epochs: int, repeat: int,
+                    stall_timeout_s: float) -> dict[str, Any]:
+    loader = make_dataloader(pipeline, strategy, manifest=manifest, verify=False, repeat=repeat, timeout_s=stall_timeout_s)
     files = ([manifest[0] / r.name for r in manifest[1].shards] if strategy.materialised else pipeline.source.file_paths())
     evict = strategy.cache == "none"
     try:

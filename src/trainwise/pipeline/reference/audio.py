@@ -1,9 +1,16 @@
 """Audio reference pipeline (PRESTO's FLAC/ASR): FLAC/WAV → waveform → log-mel spectrogram → time mask.
 
 Mel spectrogram: 16 kHz audio, 20 ms Hann window (320 samples, FFT 512), 10 ms hop (160 samples),
-80 mel bands (HTK mel scale, triangular filters), log(power + 1e-6), computed with torch.stft and a
-numpy filterbank (torchaudio is not a dependency). The online step is a SpecAugment-style random
-time mask (not deterministic). The generator writes real FLAC and WAV files with `soundfile`.
+80 mel bands (HTK mel scale, triangular filters), log(power + 1e-6): the same frames as torch.stft
+(centred, reflect padding, periodic Hann window centred in the FFT frame), computed with numpy's FFT
+and a numpy filterbank (torchaudio is not a dependency). Why not torch.stft: torch's CPU FFT runs in
+MKL, whose per-thread allocation accounting is not fork-safe. Once the profiler had run the step in
+reader threads, a DataLoader worker process forked afterwards spun for ever in MKL's allocator
+(py-spy, 2026-11-25: mm_account_ptr_by_tid < mkl_serv_malloc < DftiCreateDescriptor, 100 % CPU for
+20+ minutes, reproduced 4 times within minutes; MKL_DISABLE_FAST_MM=1 did not prevent it). numpy's
+pocketfft keeps no such state. Version 2 of the step (version 1 used torch.stft; same output to
+float32 rounding). The online step is a SpecAugment-style random time mask (not deterministic).
+The generator writes real FLAC and WAV files with `soundfile`.
 """
 
 from __future__ import annotations
@@ -74,13 +81,24 @@ def decode(sample: Sample) -> Sample:
     return {"__key__": sample["__key__"], "waveform": np.ascontiguousarray(wave)}
 
 
-def log_mel(sample: Sample) -> Sample:
-    import torch
+@lru_cache(maxsize=1)
+def fft_window() -> np.ndarray:
+    """The periodic Hann window of WINDOW samples, centred in an N_FFT frame (as torch.stft pads it)."""
+    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(WINDOW) / WINDOW)
+    left = (N_FFT - WINDOW) // 2
+    return np.pad(hann, (left, N_FFT - WINDOW - left)).astype(np.float32)
 
-    wave = torch.from_numpy(sample["waveform"])
-    spec = torch.stft(wave, n_fft=N_FFT, hop_length=HOP, win_length=WINDOW, window=torch.hann_window(WINDOW),
-                      center=True, return_complex=True)
-    power = spec.abs().pow(2).numpy()
+
+def power_spectrogram(wave: np.ndarray) -> np.ndarray:
+    """|STFT|² as (N_FFT // 2 + 1, frames): frames centred on every HOP-th sample, reflect-padded ends."""
+    padded = np.pad(wave, N_FFT // 2, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP] * fft_window()
+    spectrum = np.fft.rfft(frames, axis=1)
+    return (spectrum.real ** 2 + spectrum.imag ** 2).T
+
+
+def log_mel(sample: Sample) -> Sample:
+    power = power_spectrogram(np.asarray(sample["waveform"], dtype=np.float32))
     mel = mel_filterbank() @ power
     return {"__key__": sample["__key__"], "mel": np.log(mel + 1e-6).astype(np.float32)}
 
@@ -94,7 +112,7 @@ def time_mask(sample: Sample) -> Sample:
     return {"__key__": sample["__key__"], "mel": mel}
 
 
-STEPS = (Step("decode", decode), Step("log_mel", log_mel), Step("time_mask", time_mask, deterministic=False))
+STEPS = (Step("decode", decode), Step("log_mel", log_mel, version="2"), Step("time_mask", time_mask, deterministic=False))
 
 
 def pipeline(directory: str | Path) -> Pipeline:
