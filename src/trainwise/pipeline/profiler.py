@@ -162,7 +162,8 @@ def _cpu_seconds() -> float:
 
 # A worker process that delivers no sample for this long is stuck, not slow: the profile stops with an
 # error naming the strategy instead of waiting for ever (a forked worker deadlocked on a lock its parent
-# held at fork time spins at 100 % CPU and never returns; see trainwise/__init__.py for one such case).
+# held at fork time spins at 100 % CPU and never returns: torch.stft (MKL) after reader threads did so here,
+# see trainwise/pipeline/reference/audio.py).
 WORKER_STALL_TIMEOUT_S = 300.0
 
 
