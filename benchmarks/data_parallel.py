@@ -112,8 +112,8 @@ def probe_emulated(net: EmulatedNetwork, probes: int = EMULATED_PROBES) -> dict:
     """The emulated link's bandwidth and RTT: the median of several probes, each one kept.
 
     Several because one probe can be far off: on 2026-11-25 the first probe through a freshly set-up
-    100 Mb/s link read 13 Mb/s, and three probes a minute later read 81-95 Mb/s (DDP over that link
-    ran as fast as the 90 Mb/s of earlier sessions predicts)."""
+    100 Mb/s link read 13 Mb/s, twice in two set-ups, while the probes after it read 81-95 Mb/s (and
+    DDP over that link ran as fast as the 90 Mb/s of earlier sessions predicts)."""
     server = subprocess.Popen([*net.exec_prefix(1), sys.executable, "-c",
                                "from trainwise.predict.net_probe import serve; serve(5201)"], start_new_session=True)
     links = []
