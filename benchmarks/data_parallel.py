@@ -4,6 +4,8 @@ throughput and granularity compared with trainwise.predict.data_parallel.
 
 What is measured (all by `trainwise run`, the scripts unmodified):
 - ddp1: one process, the per-worker compute profile every DDP prediction starts from;
+- ddp1x2: two independent ddp1 processes started together (no communication): a worker's compute
+  when 2 workers share the 2 cores, which the 2-worker DDP predictions use instead of ddp1's;
 - hm1: one Hivemind peer alone (no averaging partner), the per-peer rate every Hivemind prediction
   starts from (it includes hivemind.Optimizer's own per-step work, which a plain step does not have);
 - ddp2 on loopback and across two network namespaces joined by the emulated link; hm2, hm3 on
@@ -181,6 +183,49 @@ def run_config(name: str, workload: str, engine: str, workers: int, window_s: fl
             "records": records_of(raws, runs)}
 
 
+def run_colocated(name: str, workload: str, copies: int, window_s: float) -> dict:
+    """`copies` independent single-process runs of the workload started together, with no
+    communication between them: a worker's compute when that many workers share this machine's cores.
+
+    Why: under DDP with 2 processes on 2 cores the NN-TWINS step's compute measured ~3.0 ms against
+    1.8 ms for the lone process (2026-11-25), so the lone process is not the compute of a co-located
+    worker; min(1, cores / processes) says nothing changes until the cores are oversubscribed."""
+    workdirs = [tempfile.mkdtemp(prefix=f"tw-dp-{name.replace('/', '-')}-{i}-") for i in range(copies)]
+    options = [RunOptions(engine="ddp", nproc=1, stop_after_started_s=window_s, timeout_s=300, quiet=True)
+               for _ in range(copies)]
+    codes: list[list[int]] = [[] for _ in range(copies)]
+    errors: list[BaseException] = []
+    started = time.time()
+
+    def one(i: int) -> None:
+        try:
+            codes[i] = launch(options[i], command(workload), workdirs[i])[0]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(copies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    results = []
+    for i, workdir in enumerate(workdirs):
+        raws, runs = read_records(workdir)
+        results.append(json.loads(build_result(options[i], command(workload), codes[i], started, time.time() - started,
+                                               raws, runs).model_dump_json()))
+    steps = [r["step"]["iteration_s"] for r in results if r["step"].get("iteration_s")]
+    if len(steps) < copies:
+        raise RuntimeError(f"{copies - len(steps)} of the {copies} co-located copies measured no steady step")
+    result = json.loads(json.dumps(results[0]))
+    result["step"]["iteration_s"] = statistics.median(steps)
+    result["throughput_samples_per_s"] = sum(r["throughput_samples_per_s"] or 0.0 for r in results)
+    return {"name": name, "workload": workload, "engine": "ddp-colocated", "workers": 1, "copies": copies,
+            "link": "loopback", "window_s": window_s, "wall_s": time.time() - started, "result": result,
+            "copies_iteration_s": steps, "records": []}
+
+
 def records_of(raws: dict[int, dict], runs: dict[int, dict]) -> list[dict]:
     """Each rank's steps and Hivemind rounds, kept with the run so that the measurement can be
     re-derived from the benchmark's JSON alone (`--repredict`)."""
@@ -221,9 +266,16 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
     n = config["workers"]
     if config["engine"] == "ddp":
         base = baselines[(workload, "ddp")]["result"]
-        # A worker's step without communication: compute + its own data loading (ddp1's iteration).
-        compute = WorkerCompute(step_time_s=base["step"]["iteration_s"] / contention(n),
-                                per_worker_batch_size=spec["batch"], source="measured here (ddp1), × processes/cores")
+        colocated = baselines.get((workload, "ddp-colocated"))
+        if colocated is not None and colocated.get("copies") == n:
+            # A worker's step without communication, measured with n copies sharing the cores.
+            compute = WorkerCompute(step_time_s=colocated["result"]["step"]["iteration_s"],
+                                    per_worker_batch_size=spec["batch"],
+                                    source=f"measured here (ddp1x{n}: {n} independent copies at once)")
+        else:
+            # A worker's step without communication: compute + its own data loading (ddp1's iteration).
+            compute = WorkerCompute(step_time_s=base["step"]["iteration_s"] / contention(n),
+                                    per_worker_batch_size=spec["batch"], source="measured here (ddp1), × processes/cores")
         wire = LinkSpec(bandwidth_bps=link["bandwidth_bps"], latency_s=link["rtt_s"] / 2.0, source=link["source"])
         if "collective" in links:
             # gloo's own per-call and per-byte cost, probed here on loopback; through the emulated
@@ -234,7 +286,8 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
                                  overlap=0.0,  # gloo on CPU: the all-reduce competes with backward for the cores
                                  concurrent_buckets=True)  # gloo reduces the buckets side by side
         return {"samples_per_s": prediction.samples_per_s, "granularity": prediction.granularity,
-                "allreduce_s": prediction.allreduce_s, "step_s": prediction.step_time_s}
+                "allreduce_s": prediction.allreduce_s, "step_s": prediction.step_time_s,
+                "compute_step_s": compute.step_time_s, "compute_source": compute.source}
     base = baselines[(workload, "hivemind")]["result"]
     rate = base["throughput_samples_per_s"] * contention(n + 0)  # each peer alone, × cores share
     site = Site(name="here", cloud="on-premise", continent="eu")
@@ -418,6 +471,7 @@ def main() -> int:
     one_pass = []
     for workload in workloads:  # the baselines and 2-worker configurations of every workload first
         one_pass += [(f"{workload}/ddp1", workload, "ddp", 1, args.ddp_window_s, False),
+                     (f"{workload}/ddp1x2", workload, "ddp-colocated", 1, args.ddp_window_s, False),
                      (f"{workload}/hm1", workload, "hivemind", 1, args.ddp_window_s, False),
                      (f"{workload}/ddp2-loopback", workload, "ddp", 2, args.ddp_window_s, False),
                      (f"{workload}/ddp2-emulated", workload, "ddp", 2, args.ddp_window_s, True),
@@ -468,8 +522,11 @@ def main() -> int:
                 continue
             print(f"[{elapsed:6.0f} s] {name} ({index + 1}/{len(plan)}) ...", flush=True)
             try:
-                run = run_config(name, workload, engine, workers, window, net if emulated else None,
-                                 averaging_timeout_s=args.averaging_timeout_s)
+                if engine == "ddp-colocated":
+                    run = run_colocated(name, workload, CORES, window)
+                else:
+                    run = run_config(name, workload, engine, workers, window, net if emulated else None,
+                                     averaging_timeout_s=args.averaging_timeout_s)
             except Exception as exc:  # noqa: BLE001 - a failed configuration is recorded, not fatal
                 skipped.append(f"{name}: failed ({exc})")
                 print(f"    failed: {exc}", flush=True)

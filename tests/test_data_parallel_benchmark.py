@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -122,5 +123,26 @@ def test_repredict_rederives_the_stored_runs_without_running_anything(bench, tmp
         assert summary["meets_target"] is False
     for comparison in after["comparisons"]:
         if comparison["engine"] == "hivemind" and comparison["valid"]:
-            rounds = comparison["rounds"]
-            assert comparison["measured_samples_per_s"] == pytest.approx(rounds["group_rate_samples_per_s"])
+            # one run: its rounds; repeated runs: a list of each run's rounds, the rate their valid runs' median
+            rounds = comparison["rounds"] if isinstance(comparison["rounds"], list) else [comparison["rounds"]]
+            rates = [r["group_rate_samples_per_s"] for r in rounds if r["valid"]]
+            assert comparison["measured_samples_per_s"] == pytest.approx(statistics.median(rates))
+
+
+def test_two_worker_ddp_starts_from_the_co_located_compute_when_it_was_measured(bench):
+    stored = json.loads(RESULTS.read_text())
+    ddp1 = next(r for r in stored["runs"] if r["name"] == "nn_twins_mlp/ddp1")
+    config = next(r for r in stored["runs"] if r["name"] == "nn_twins_mlp/ddp2-loopback")
+    alone = bench.predict(config, {("nn_twins_mlp", "ddp"): ddp1}, stored["links"])
+    assert alone["compute_step_s"] == pytest.approx(ddp1["result"]["step"]["iteration_s"])  # 2 processes, 2 cores
+    colocated = json.loads(json.dumps(ddp1))
+    colocated.update(engine="ddp-colocated", copies=2)
+    colocated["result"]["step"]["iteration_s"] = 2 * ddp1["result"]["step"]["iteration_s"]
+    baselines = {("nn_twins_mlp", "ddp"): ddp1, ("nn_twins_mlp", "ddp-colocated"): colocated}
+    shared = bench.predict(config, baselines, stored["links"])
+    assert shared["compute_step_s"] == pytest.approx(2 * alone["compute_step_s"])
+    assert "independent copies" in shared["compute_source"]
+    assert shared["samples_per_s"] < alone["samples_per_s"]
+    # a co-located measurement of another worker count is not used
+    colocated["copies"] = 3
+    assert bench.predict(config, baselines, stored["links"])["compute_step_s"] == pytest.approx(alone["compute_step_s"])
