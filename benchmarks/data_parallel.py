@@ -139,6 +139,27 @@ def probe_emulated(net: EmulatedNetwork, probes: int = EMULATED_PROBES) -> dict:
 # ----------------------------------------------------------------------------- runs
 
 
+def launch_together(launches: list[tuple[RunOptions, str]], workload: str) -> list[list[int]]:
+    """Start every (options, run directory) launch of the workload at once; each one's exit codes."""
+    codes: list[list[int]] = [[] for _ in launches]
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            codes[i] = launch(launches[i][0], command(workload), launches[i][1])[0]
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(launches))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return codes
+
+
 def run_config(name: str, workload: str, engine: str, workers: int, window_s: float, net: EmulatedNetwork | None,
                averaging_timeout_s: float = 20.0) -> dict:
     spec = WORKLOADS[workload]
@@ -149,22 +170,7 @@ def run_config(name: str, workload: str, engine: str, workers: int, window_s: fl
                             prefix=net.exec_prefix(i), extra_env={"GLOO_SOCKET_IFNAME": net.devices[i]},
                             stop_after_started_s=window_s, expected_ranks=workers, timeout_s=300, quiet=True)
                  for i in range(workers)]
-        codes: list[int] = []
-        errors: list[BaseException] = []
-
-        def node(options):
-            try:
-                codes.extend(launch(options, command(workload), workdir)[0])
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=node, args=(o,)) for o in nodes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        codes = [code for node_codes in launch_together([(o, workdir) for o in nodes], workload) for code in node_codes]
         options = RunOptions(engine="ddp", nproc=1, nnodes=workers, master_port=29555)
     else:
         options = RunOptions(engine=engine, nproc=workers if engine == "ddp" else 1, peers=workers,
@@ -188,28 +194,13 @@ def run_colocated(name: str, workload: str, copies: int, window_s: float) -> dic
     communication between them: a worker's compute when that many workers share this machine's cores.
 
     Why: under DDP with 2 processes on 2 cores the NN-TWINS step's compute measured ~3.0 ms against
-    1.8 ms for the lone process (2026-11-25), so the lone process is not the compute of a co-located
-    worker; min(1, cores / processes) says nothing changes until the cores are oversubscribed."""
+    1.8 ms for the lone process (2026-11-25); this tells sharing the cores apart from DDP's own work.
+    (On 11-25 the co-located copies stepped about as fast as one alone: the gap is DDP's.)"""
     workdirs = [tempfile.mkdtemp(prefix=f"tw-dp-{name.replace('/', '-')}-{i}-") for i in range(copies)]
     options = [RunOptions(engine="ddp", nproc=1, stop_after_started_s=window_s, timeout_s=300, quiet=True)
                for _ in range(copies)]
-    codes: list[list[int]] = [[] for _ in range(copies)]
-    errors: list[BaseException] = []
     started = time.time()
-
-    def one(i: int) -> None:
-        try:
-            codes[i] = launch(options[i], command(workload), workdirs[i])[0]
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(copies)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    codes = launch_together(list(zip(options, workdirs)), workload)
     results = []
     for i, workdir in enumerate(workdirs):
         raws, runs = read_records(workdir)
