@@ -33,8 +33,15 @@ What is measured (all by `trainwise run`, the scripts unmodified):
   reported: the strict order over all pairs, tie order included (`ordering_correct_strict`), and
   over the pairs whose measured gap exceeds the noise (`ordering_correct_beyond_noise`).
 
-Predictions use only: the ddp1/hm1 measurements, the gradient/parameter bytes, the measured links,
-and the machine's 2 cores: a worker's compute rate is scaled by min(1, cores / processes) when
+DDP predictions add two measured terms to compute + all-reduce (trainwise.predict.data_parallel.predict_ddp):
+the straggler wait, the expected slowest of 2 workers' steps minus the mean one, from ddp1x2's per-step
+times (a synchronous step waits for the slower rank: on 11-25 the NN-TWINS step averaged 2.2 ms with a
+median of 1.8 ms, and the slower of two draws averages ~0.4 ms more), and DDP's own per-step work, measured
+once per session by `trainwise.predict.collective_probe.probe_ddp_overhead` (a 73-parameter model plain and
+under DDP here: ~1-1.5 ms per step beyond its ~0.5 ms all-reduce), stored as `links.ddp_overhead`.
+
+Predictions use only: the ddp1/ddp1x2/hm1 measurements, the gradient/parameter bytes, the measured links
+and probes, and the machine's 2 cores: a worker's compute rate is scaled by min(1, cores / processes) when
 more training processes than cores share the machine. That is all 2 cores can show: with 2 or 3
 processes on 2 cores (plus Hivemind's daemons) compute and communication compete for the same
 CPU, which the models (written for one accelerator per worker) do not capture beyond that factor.
@@ -65,7 +72,7 @@ from pathlib import Path
 
 
 from trainwise._io import atomic_write_text
-from trainwise.predict.collective_probe import CollectiveFit, probe_allreduce
+from trainwise.predict.collective_probe import CollectiveFit, DDPOverhead, probe_allreduce, probe_ddp_overhead
 from trainwise.predict.data_parallel import HivemindPeer, LinkSpec, WorkerCompute, predict_ddp, predict_hivemind
 from trainwise.predict.topology import Site, uniform_network
 from trainwise.run.hivemind_rounds import MIN_GROUP_INTERVALS, CONFIDENCE_Z, PeerRecord, analyse_rounds, peer_record
@@ -201,11 +208,13 @@ def run_colocated(name: str, workload: str, copies: int, window_s: float) -> dic
                for _ in range(copies)]
     started = time.time()
     codes = launch_together(list(zip(options, workdirs)), workload)
-    results = []
+    results, records = [], []
     for i, workdir in enumerate(workdirs):
         raws, runs = read_records(workdir)
         results.append(json.loads(build_result(options[i], command(workload), codes[i], started, time.time() - started,
                                                raws, runs).model_dump_json()))
+        for record in records_of(raws, runs):
+            records.append({**record, "rank": i})  # one record per copy: "rank" is the copy's index
     steps = [r["step"]["iteration_s"] for r in results if r["step"].get("iteration_s")]
     if len(steps) < copies:
         raise RuntimeError(f"{copies - len(steps)} of the {copies} co-located copies measured no steady step")
@@ -214,7 +223,7 @@ def run_colocated(name: str, workload: str, copies: int, window_s: float) -> dic
     result["throughput_samples_per_s"] = sum(r["throughput_samples_per_s"] or 0.0 for r in results)
     return {"name": name, "workload": workload, "engine": "ddp-colocated", "workers": 1, "copies": copies,
             "link": "loopback", "window_s": window_s, "wall_s": time.time() - started, "result": result,
-            "copies_iteration_s": steps, "records": []}
+            "copies_iteration_s": steps, "records": records}
 
 
 def records_of(raws: dict[int, dict], runs: dict[int, dict]) -> list[dict]:
@@ -250,6 +259,29 @@ def contention(processes: int) -> float:
     return min(1.0, CORES / processes)
 
 
+def steady_periods(records: list[dict]) -> list[list[float]]:
+    """Each record's steady step periods (start to next start, after warm-up): a worker's per-step
+    times as a throughput over many steps sees them, data wait and gaps between steps included."""
+    periods = []
+    for record in records:
+        starts = [start for start, _, _ in record["iterations"]]
+        starts = starts[warmup_count(len(starts)):]
+        if len(starts) >= 5:
+            periods.append([b - a for a, b in zip(starts, starts[1:])])
+    return periods
+
+
+def step_samples(runs: list[dict]) -> tuple[float, ...]:
+    """A worker's per-step times from one configuration's runs (repeats and co-located copies):
+    each record's steady periods shifted to the median of the records' means, so that the spread
+    within a run is kept and the drift of the host's speed between runs is not taken for it."""
+    periods = [p for run in runs for p in steady_periods(run.get("records") or [])]
+    if not periods:
+        return ()
+    centre = statistics.median(statistics.fmean(p) for p in periods)
+    return tuple(x - statistics.fmean(p) + centre for p in periods for x in p)
+
+
 def predict(config: dict, baselines: dict, links: dict) -> dict:
     workload = config["workload"]
     spec = WORKLOADS[workload]
@@ -259,26 +291,35 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
         base = baselines[(workload, "ddp")]["result"]
         colocated = baselines.get((workload, "ddp-colocated"))
         if colocated is not None and colocated.get("copies") == n:
-            # A worker's step without communication, measured with n copies sharing the cores.
+            # A worker's step without communication, measured with n copies sharing the cores; its
+            # per-step spread gives the wait for the slower worker (straggler) of a synchronous step.
+            samples = step_samples(colocated.get("runs", []))
             compute = WorkerCompute(step_time_s=colocated["result"]["step"]["iteration_s"],
-                                    per_worker_batch_size=spec["batch"],
-                                    source=f"measured here (ddp1x{n}: {n} independent copies at once)")
+                                    per_worker_batch_size=spec["batch"], step_time_samples_s=samples,
+                                    source=f"measured here (ddp1x{n}: {n} independent copies at once"
+                                           + (", their per-step times)" if samples else ")"))
         else:
             # A worker's step without communication: compute + its own data loading (ddp1's iteration).
+            samples = tuple(x / contention(n) for x in step_samples(baselines[(workload, "ddp")].get("runs", [])))
             compute = WorkerCompute(step_time_s=base["step"]["iteration_s"] / contention(n),
-                                    per_worker_batch_size=spec["batch"], source="measured here (ddp1), × processes/cores")
+                                    per_worker_batch_size=spec["batch"], step_time_samples_s=samples,
+                                    source="measured here (ddp1" + (", its per-step times" if samples else "")
+                                           + "), × processes/cores")
         wire = LinkSpec(bandwidth_bps=link["bandwidth_bps"], latency_s=link["rtt_s"] / 2.0, source=link["source"])
         if "collective" in links:
             # gloo's own per-call and per-byte cost, probed here on loopback; through the emulated
             # link it adds to the wire's
             fit = CollectiveFit.model_validate(links["collective"])
             wire = fit.as_link() if config["link"] == "loopback" else fit.over(wire)
+        overhead = DDPOverhead.model_validate(links["ddp_overhead"]).per_step_s if "ddp_overhead" in links else 0.0
         prediction = predict_ddp(compute, int(base["ranks"][0]["gradient_bytes"]), n, wire,
                                  overlap=0.0,  # gloo on CPU: the all-reduce competes with backward for the cores
-                                 concurrent_buckets=True)  # gloo reduces the buckets side by side
+                                 concurrent_buckets=True,  # gloo reduces the buckets side by side
+                                 per_step_overhead_s=overhead)  # DDP's own work per step, probed here
         return {"samples_per_s": prediction.samples_per_s, "granularity": prediction.granularity,
                 "allreduce_s": prediction.allreduce_s, "step_s": prediction.step_time_s,
-                "compute_step_s": compute.step_time_s, "compute_source": compute.source}
+                "compute_step_s": compute.mean_step_s, "straggler_s": prediction.straggler_s,
+                "per_step_overhead_s": prediction.per_step_overhead_s, "compute_source": compute.source}
     base = baselines[(workload, "hivemind")]["result"]
     rate = base["throughput_samples_per_s"] * contention(n + 0)  # each peer alone, × cores share
     site = Site(name="here", cloud="on-premise", continent="eu")
@@ -499,6 +540,8 @@ def main() -> int:
     links["collective"] = probe_allreduce(2).model_dump()  # gloo all-reduce among 2 processes here
     print(f"gloo all-reduce: {links['collective']['latency_s'] * 1e6:.0f} µs + bytes / "
           f"{links['collective']['bytes_per_s'] / 1e6:.0f} MB/s", flush=True)
+    links["ddp_overhead"] = probe_ddp_overhead(2).model_dump()  # DDP's own per-step work, 2 processes here
+    print(f"DDP per-step overhead beyond the all-reduce: {links['ddp_overhead']['per_step_s'] * 1e3:.2f} ms", flush=True)
     with EmulatedNetwork(peers=3, rate_mbit=100.0, rtt_ms=50.0) as net:
         links["emulated"] = probe_emulated(net)
         print(f"links: {json.dumps(links)}", flush=True)
@@ -577,7 +620,7 @@ def merged_baseline(runs: list[dict]) -> dict:
     """The baseline (ddp1 / hm1) every prediction of a workload and engine starts from: with
     repeated runs, their median step time and rate."""
     if len(runs) == 1:
-        return runs[0]
+        return {**runs[0], "runs": runs}
     result = json.loads(json.dumps(runs[0]["result"]))
     steps = [r["result"]["step"]["iteration_s"] for r in runs if r["result"]["step"].get("iteration_s")]
     rates = [r["result"]["throughput_samples_per_s"] for r in runs if r["result"]["throughput_samples_per_s"]]
@@ -585,7 +628,7 @@ def merged_baseline(runs: list[dict]) -> dict:
         result["step"]["iteration_s"] = statistics.median(steps)
     if rates:
         result["throughput_samples_per_s"] = statistics.median(rates)
-    return {**runs[0], "result": result}
+    return {**runs[0], "result": result, "runs": runs}
 
 
 def _write(path: Path, runs: list[dict], skipped: list[str], links: dict, start: float, partial: bool,

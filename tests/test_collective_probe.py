@@ -58,3 +58,18 @@ def test_concurrent_buckets_pay_the_latency_once_per_step():
     one_latency = allreduce_time_s(1, 2, link) - allreduce_time_s(1, 2, LinkSpec(bandwidth_bps=100e6))
     assert serial.allreduce_s - concurrent.allreduce_s == pytest.approx((buckets - 1) * one_latency, rel=1e-6)
     assert concurrent.step_time_s < serial.step_time_s
+
+
+def test_ddp_overhead_probe_measures_ddps_own_work_beyond_the_allreduce():
+    from trainwise.predict.collective_probe import probe_ddp_overhead
+
+    overhead = probe_ddp_overhead(2, pairs=2, steps=60)
+    assert overhead.backend == "gloo" and len(overhead.pair_deltas_s) == 2
+    assert overhead.plain_step_s > 0 and overhead.allreduce_s > 0
+    # DDP adds at least its all-reduce to every step of a 73-parameter model
+    assert overhead.ddp_step_s > overhead.plain_step_s
+    assert overhead.per_step_s == pytest.approx(max(0.0, sorted(overhead.pair_deltas_s)[0] / 2
+                                                    + sorted(overhead.pair_deltas_s)[1] / 2 - overhead.allreduce_s))
+    assert overhead.source.startswith("measured here")
+    with pytest.raises(TrainwiseError, match="at least 2 processes"):
+        probe_ddp_overhead(1)

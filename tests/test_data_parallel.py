@@ -360,3 +360,45 @@ def test_delayed_updates_never_slower_and_within_the_bound(rate, tbs, params, ba
     assert pred.epoch_s <= serial.epoch_s * (1 + 1e-9) + rtt  # the RTT is the one cost pipelining adds
     assert pred.epoch_s >= pred.calc_s * (1 - 1e-9)
     assert pred.samples_per_s <= pred.throughput_bound_samples_per_s * (1 + 1e-9)
+
+
+# ---------------------------------------------------------------- stragglers and DDP's own work
+
+
+def test_expected_maximum_of_the_empirical_distribution():
+    # two equally likely values: the larger of two draws is 2 unless both draws are 1 (1 in 4)
+    assert dp.expected_maximum([1.0, 2.0], 1) == pytest.approx(1.5)
+    assert dp.expected_maximum([1.0, 2.0], 2) == pytest.approx(0.25 * 1.0 + 0.75 * 2.0)
+    assert dp.expected_maximum([3.0], 5) == pytest.approx(3.0)
+    with pytest.raises(TrainwiseError, match="no samples"):
+        dp.expected_maximum([], 2)
+
+
+@given(st.lists(st.floats(min_value=1e-4, max_value=10.0), min_size=1, max_size=50), st.integers(1, 16))
+def test_the_expected_slowest_of_more_workers_is_slower_and_never_past_the_slowest_step(samples, workers):
+    low, high = dp.expected_maximum(samples, workers), dp.expected_maximum(samples, workers + 1)
+    assert min(samples) - 1e-9 <= low <= high + 1e-9 <= max(samples) + 2e-9
+
+
+def test_a_synchronous_step_waits_for_the_slowest_worker_and_pays_ddps_own_work():
+    # a worker that steps in 10 ms nine times out of ten and in 30 ms once (mean 12 ms)
+    samples = (0.010,) * 9 + (0.030,)
+    compute = dp.WorkerCompute(step_time_s=0.010, per_worker_batch_size=32, step_time_samples_s=samples)
+    assert compute.mean_step_s == pytest.approx(0.012)
+    link = dp.LinkSpec(bandwidth_bps=1e12)
+    one = dp.predict_ddp(compute, 1000, 1, link, per_step_overhead_s=0.005)
+    assert one.step_time_s == pytest.approx(0.012) and one.straggler_s == 0 and one.per_step_overhead_s == 0
+    two = dp.predict_ddp(compute, 0, 2, link, overlap=0.0, per_step_overhead_s=0.001)
+    # P(neither of 2 draws is slow) = 0.81: E[max] = 0.81·10 + 0.19·30 ms
+    assert two.straggler_s == pytest.approx(0.81 * 0.010 + 0.19 * 0.030 - 0.012)
+    assert two.step_time_s == pytest.approx(0.012 + two.straggler_s + 0.001)
+    assert two.samples_per_s == pytest.approx(64 / two.step_time_s)
+    # only the last micro-step synchronises: the straggler time grows as √accumulation, not with it
+    accumulated = dp.predict_ddp(compute, 0, 2, link, gradient_accumulation=4, overlap=0.0)
+    assert accumulated.straggler_s == pytest.approx(2 * two.straggler_s)
+    assert accumulated.compute_s == pytest.approx(4 * 0.012 + accumulated.straggler_s)
+    # without measured per-step times there is no spread to wait for
+    plain = dp.predict_ddp(dp.WorkerCompute(step_time_s=0.012, per_worker_batch_size=32), 0, 2, link)
+    assert plain.straggler_s == 0 and plain.step_time_s == pytest.approx(0.012)
+    with pytest.raises(TrainwiseError, match="overhead"):
+        dp.predict_ddp(compute, 0, 2, link, per_step_overhead_s=-1.0)

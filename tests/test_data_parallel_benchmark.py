@@ -146,3 +146,35 @@ def test_two_worker_ddp_starts_from_the_co_located_compute_when_it_was_measured(
     # a co-located measurement of another worker count is not used
     colocated["copies"] = 3
     assert bench.predict(config, baselines, stored["links"])["compute_step_s"] == pytest.approx(alone["compute_step_s"])
+
+
+def test_step_samples_keep_each_runs_spread_and_drop_the_drift_between_runs(bench):
+    def run(periods):
+        starts = [0.0]
+        for p in periods:
+            starts.append(starts[-1] + p)
+        return {"records": [{"rank": 0, "iterations": [[s, s + 0.001, 8] for s in starts]}]}
+
+    fast = [0.010, 0.012] * 20           # mean 11 ms
+    slow = [0.020, 0.022] * 20           # mean 21 ms: the host slowed between the runs
+    samples = bench.step_samples([run(fast), run(slow)])
+    assert statistics.fmean(samples) == pytest.approx(0.016, rel=1e-6)  # the median of the runs' means
+    assert max(samples) - min(samples) == pytest.approx(0.002, rel=1e-6)  # each run's own spread, not 12 ms
+    assert bench.step_samples([{"records": []}]) == ()
+
+
+def test_two_worker_ddp_adds_the_straggler_and_the_probed_overhead(bench):
+    stored = json.loads(RESULTS.read_text())
+    ddp1 = next(r for r in stored["runs"] if r["name"] == "nn_twins_mlp/ddp1")
+    config = next(r for r in stored["runs"] if r["name"] == "nn_twins_mlp/ddp2-loopback")
+    links = {k: v for k, v in stored["links"].items() if k != "ddp_overhead"}
+    bare = bench.predict(config, {("nn_twins_mlp", "ddp"): ddp1}, links)
+    assert bare["straggler_s"] == 0 and bare["per_step_overhead_s"] == 0  # no records, no probe
+    with_records = {**ddp1, "runs": [ddp1]}
+    timed = bench.predict(config, {("nn_twins_mlp", "ddp"): with_records}, links)
+    assert timed["straggler_s"] > 0 and "per-step times" in timed["compute_source"]
+    links["ddp_overhead"] = {"backend": "gloo", "world_size": 2, "plain_step_s": 4e-4, "ddp_step_s": 2e-3,
+                             "allreduce_s": 5e-4, "pair_deltas_s": [1.6e-3], "per_step_s": 1.1e-3, "source": "given"}
+    probed = bench.predict(config, {("nn_twins_mlp", "ddp"): with_records}, links)
+    assert probed["per_step_overhead_s"] == pytest.approx(1.1e-3)
+    assert probed["step_s"] == pytest.approx(timed["step_s"] + 1.1e-3)

@@ -8,7 +8,10 @@ peers together accumulate before one averaging round ("hivemind epoch").
 **DDP** (`predict_ddp`): one step on N workers =
 
     compute at the per-worker batch (forward + backward + optimizer; from a profile or the device model)
-  + the exposed part of the gradient all-reduce.
+  + the exposed part of the gradient all-reduce
+  + the wait for the slowest worker (straggler: the expected maximum of N workers' step times, from
+    the measured per-step spread) + the framework's own per-step work (DDP's hooks and reducer,
+    gloo's thread hand-offs: measured by `trainwise.predict.collective_probe.probe_ddp_overhead`).
 
 The all-reduce runs in DDP's buckets (the first 1 MiB, then 25 MiB: `torch.distributed`'s
 defaults), each bucket launched when its gradients are ready during backward and the buckets
@@ -90,10 +93,42 @@ class WorkerCompute(_Frozen):
     backward_fraction: float = Field(default=BACKWARD_FRACTION, ge=0, le=1,
                                      description="share of step_time_s in backward (when gradients become ready)")
     source: str = Field(default="given", description="measured here / imported / modelled ±x %")
+    step_time_samples_s: tuple[float, ...] = Field(
+        default=(), description="steady per-step times of one worker, as measured (empty: only step_time_s is known); "
+                                "with them, a step's compute is their mean and a synchronous step waits for the "
+                                "slowest of N workers' draws (`expected_slowest_step_s`)")
 
     @property
     def samples_per_s(self) -> float:
-        return self.per_worker_batch_size / self.step_time_s
+        return self.per_worker_batch_size / self.mean_step_s
+
+    @property
+    def mean_step_s(self) -> float:
+        """What a throughput over many steps sees: the mean step (step_time_s without samples)."""
+        return expected_maximum(self.step_time_samples_s, 1) if self.step_time_samples_s else self.step_time_s
+
+    def expected_slowest_step_s(self, workers: int) -> float:
+        """The expected compute of a synchronous step on `workers` workers: the slowest worker's.
+
+        Each worker's steps vary (scheduling, data loading, garbage collection) independently of
+        the others', and DDP's all-reduce waits for the last one, so a step lasts the maximum of N
+        draws from the single worker's step-time distribution: exactly, over the empirical
+        distribution of `step_time_samples_s`. Without samples no spread is known: step_time_s."""
+        if not self.step_time_samples_s:
+            return self.step_time_s
+        return expected_maximum(self.step_time_samples_s, workers)
+
+
+def expected_maximum(samples: Sequence[float], draws: int) -> float:
+    """E[max of `draws` independent draws] from the empirical distribution of `samples`:
+    Σ x_(i) · ((i/m)^draws − ((i−1)/m)^draws) over the sorted samples (draws = 1: the mean)."""
+    if draws < 1:
+        raise TrainwiseError(f"draws must be at least 1 (got {draws})")
+    ordered = sorted(samples)
+    m = len(ordered)
+    if m == 0:
+        raise TrainwiseError("no samples to take an expected maximum of")
+    return sum(x * (((i + 1) / m) ** draws - (i / m) ** draws) for i, x in enumerate(ordered))
 
 
 class LinkSpec(_Frozen):
@@ -113,7 +148,7 @@ class DDPPrediction(_Frozen):
     per_worker_batch_size: int
     gradient_accumulation: int
     global_batch_size: int
-    compute_s: float = Field(description="compute per optimizer step (all micro-batches), one worker")
+    compute_s: float = Field(description="compute per optimizer step (all micro-batches): the mean worker's plus straggler_s")
     allreduce_s: float = Field(description="the whole gradient all-reduce if nothing overlapped it")
     exposed_communication_s: float = Field(description="the part of the all-reduce not hidden behind backward")
     step_time_s: float
@@ -123,6 +158,10 @@ class DDPPrediction(_Frozen):
     scaling_efficiency: float = Field(description="speedup / workers")
     buckets: int
     algorithm: str
+    straggler_s: float = Field(default=0.0, description="how much longer the slowest of the workers' compute takes "
+                                                         "than the mean worker's, per optimizer step")
+    per_step_overhead_s: float = Field(default=0.0, description="synchronous data parallelism's own work per step "
+                                                                 "beyond compute and the all-reduce's bytes (given)")
     notes: list[str] = Field(default_factory=list)
     source: str
 
@@ -161,7 +200,7 @@ def predict_ddp(compute: WorkerCompute, gradient_bytes: int, workers: int, link:
                 gradient_accumulation: int = 1, bucket_bytes: int = DDP_BUCKET_BYTES,
                 first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES,
                 algorithm: Literal["ring", "tree", "auto"] = "ring", overlap: float = 1.0,
-                concurrent_buckets: bool = False) -> DDPPrediction:
+                concurrent_buckets: bool = False, per_step_overhead_s: float = 0.0) -> DDPPrediction:
     """Synchronous data-parallel step on `workers` identical workers (weak scaling: the per-worker
     batch is fixed, the global batch grows with N). See the module docstring for the model.
 
@@ -170,6 +209,15 @@ def predict_ddp(compute: WorkerCompute, gradient_bytes: int, workers: int, link:
     per bucket (measured here over 100 Mb/s + 50 ms: the buckets' in-flight times summed to 0.73 s
     against 0.45 s of exposed communication). False: one stream reduces them one after another
     (NCCL), each paying its latency.
+
+    The compute of a step is the mean worker's plus, when the worker's per-step times are known
+    (`WorkerCompute.step_time_samples_s`), the straggler time: the slowest of N workers' expected
+    step minus the mean one (× √accumulation: only the last micro-step synchronises, and the sum of
+    g independent micro-steps spreads √g times as wide). `per_step_overhead_s` is the framework's
+    own work per synchronised step that neither the compute nor the all-reduce's bytes show (DDP's
+    autograd hooks and reducer, waking the communication thread, the ranks' handshake): on a GPU
+    with NCCL tens of microseconds, on CPU with gloo ~1-2 ms (measure it with
+    `trainwise.predict.collective_probe.probe_ddp_overhead`). Both are 0 for one worker.
 
     Example — DDP with 2 processes on this CPU, single-process step 0.12 s at batch 32, 1.2 MB of
     fp32 gradients, loopback measured at 8 Gb/s with 20 µs latency:
@@ -185,8 +233,16 @@ def predict_ddp(compute: WorkerCompute, gradient_bytes: int, workers: int, link:
         raise TrainwiseError(f"gradient bytes must be non-negative (got {gradient_bytes})")
     if not 0.0 <= overlap <= 1.0:
         raise TrainwiseError(f"overlap must be within [0, 1] (got {overlap})")
-    step = compute.step_time_s
-    compute_s = step * gradient_accumulation
+    if per_step_overhead_s < 0:
+        raise TrainwiseError(f"the per-step overhead must be non-negative (got {per_step_overhead_s} s)")
+    step = compute.mean_step_s
+    straggler = 0.0
+    if workers > 1:
+        straggler = (compute.expected_slowest_step_s(workers) - step) * math.sqrt(gradient_accumulation)
+    else:
+        per_step_overhead_s = 0.0
+    single_compute_s = step * gradient_accumulation
+    compute_s = single_compute_s + straggler
     sizes = bucket_sizes(gradient_bytes, bucket_bytes, first_bucket_bytes) if workers > 1 else []
     if concurrent_buckets and sizes:
         wire_only = link.model_copy(update={"latency_s": 0.0})
@@ -207,10 +263,10 @@ def predict_ddp(compute: WorkerCompute, gradient_bytes: int, workers: int, link:
         finish = max(finish, ready) + t
     pipelined_exposed = max(0.0, finish - compute_s) if sizes else 0.0
     exposed = overlap * pipelined_exposed + (1.0 - overlap) * total_comm
-    step_time = compute_s + exposed
+    step_time = compute_s + exposed + per_step_overhead_s
     global_batch = workers * compute.per_worker_batch_size * gradient_accumulation
     samples = global_batch / step_time
-    single = compute.per_worker_batch_size * gradient_accumulation / compute_s
+    single = compute.per_worker_batch_size * gradient_accumulation / single_compute_s
     notes = []
     granularity = compute_s / total_comm if total_comm > 0 else math.inf
     if granularity < 1:
@@ -221,7 +277,7 @@ def predict_ddp(compute: WorkerCompute, gradient_bytes: int, workers: int, link:
                          compute_s=compute_s, allreduce_s=total_comm, exposed_communication_s=exposed,
                          step_time_s=step_time, samples_per_s=samples, granularity=granularity,
                          speedup=samples / single, scaling_efficiency=samples / single / workers, buckets=len(sizes),
-                         algorithm=algorithm, notes=notes,
+                         algorithm=algorithm, straggler_s=straggler, per_step_overhead_s=per_step_overhead_s, notes=notes,
                          source=f"modelled: compute {compute.source}; link {link.bandwidth_bps / 1e9:.3g} Gb/s"
                                 + (f" ({link.source})" if link.source else ""))
 
