@@ -38,7 +38,9 @@ the straggler wait, the expected slowest of 2 workers' steps minus the mean one,
 times (a synchronous step waits for the slower rank: on 11-25 the NN-TWINS step averaged 2.2 ms with a
 median of 1.8 ms, and the slower of two draws averages ~0.4 ms more), and DDP's own per-step work, measured
 once per session by `trainwise.predict.collective_probe.probe_ddp_overhead` (a 73-parameter model plain and
-under DDP here: ~1-1.5 ms per step beyond its ~0.5 ms all-reduce), stored as `links.ddp_overhead`.
+under DDP here: ~1.5 ms per step, its ~0.5 ms all-reduce included), stored as `links.ddp_overhead`. That
+whole fixed cost replaces the all-reduce probe's small-message latency (which moved between 0.6 and 1.2 ms
+from probe to probe), and the all-reduce keeps the probe's bytes/s.
 
 Predictions use only: the ddp1/ddp1x2/hm1 measurements, the gradient/parameter bytes, the measured links
 and probes, and the machine's 2 cores: a worker's compute rate is scaled by min(1, cores / processes) when
@@ -306,12 +308,17 @@ def predict(config: dict, baselines: dict, links: dict) -> dict:
                                     source="measured here (ddp1" + (", its per-step times" if samples else "")
                                            + "), × processes/cores")
         wire = LinkSpec(bandwidth_bps=link["bandwidth_bps"], latency_s=link["rtt_s"] / 2.0, source=link["source"])
+        overhead = 0.0
         if "collective" in links:
             # gloo's own per-call and per-byte cost, probed here on loopback; through the emulated
             # link it adds to the wire's
             fit = CollectiveFit.model_validate(links["collective"])
+            if "ddp_overhead" in links:
+                # DDP's whole fixed cost per step, measured with a tiny model, its all-reduce's latency
+                # included, stands for the all-reduce probe's latency: one measurement of it, not two
+                overhead = DDPOverhead.model_validate(links["ddp_overhead"]).step_delta_s
+                fit = fit.model_copy(update={"latency_s": 0.0})
             wire = fit.as_link() if config["link"] == "loopback" else fit.over(wire)
-        overhead = DDPOverhead.model_validate(links["ddp_overhead"]).per_step_s if "ddp_overhead" in links else 0.0
         prediction = predict_ddp(compute, int(base["ranks"][0]["gradient_bytes"]), n, wire,
                                  overlap=0.0,  # gloo on CPU: the all-reduce competes with backward for the cores
                                  concurrent_buckets=True,  # gloo reduces the buckets side by side

@@ -170,8 +170,17 @@ class DDPOverhead(BaseModel):
                                            "probe_allreduce times it (median)")
     pair_deltas_s: list[float] = Field(description="DDP − plain mean step of each interleaved pair of blocks")
     per_step_s: float = Field(description="median pair delta − allreduce_s (≥ 0): the per-step overhead that "
-                                          "trainwise.predict.data_parallel.predict_ddp adds (per_step_overhead_s)")
+                                          "trainwise.predict.data_parallel.predict_ddp adds (per_step_overhead_s) "
+                                          "to an all-reduce modelled with its latency")
     source: str
+
+    @property
+    def step_delta_s(self) -> float:
+        """DDP's whole fixed cost per step, its tiny all-reduce included (median pair delta): the
+        per-step overhead to use with an all-reduce modelled by bytes alone (latency 0), so that one
+        measurement fixes the per-step cost rather than the sum of two (the all-reduce probe's
+        small-message latency moves by ±0.5 ms between probes here)."""
+        return statistics.median(self.pair_deltas_s)
 
 
 def _ddp_worker(rank: int, world_size: int, port: int, backend: str, pairs: int, steps: int,
