@@ -402,3 +402,17 @@ def test_a_synchronous_step_waits_for_the_slowest_worker_and_pays_ddps_own_work(
     assert plain.straggler_s == 0 and plain.step_time_s == pytest.approx(0.012)
     with pytest.raises(TrainwiseError, match="overhead"):
         dp.predict_ddp(compute, 0, 2, link, per_step_overhead_s=-1.0)
+
+
+def test_a_profiles_worker_carries_its_steady_iterations_and_their_spread():
+    from trainwise.plan.synthetic import synthetic_profile
+
+    steady = dp.compute_from_profile(synthetic_profile(iteration_s=0.1, iterations=30))
+    assert steady.step_time_samples_s and steady.mean_step_s == pytest.approx(0.1)
+    assert steady.expected_slowest_step_s(4) == pytest.approx(0.1)  # no spread: nothing to wait for
+    jittery = dp.compute_from_profile(synthetic_profile(iteration_s=0.1, iterations=30, jitter=0.2))
+    # the warm-up (first) iteration is left out; the ±20 % alternation is kept
+    assert max(jittery.step_time_samples_s) == pytest.approx(0.12)
+    assert jittery.mean_step_s == pytest.approx(jittery.step_time_s, rel=0.02)
+    two = dp.predict_ddp(jittery, 0, 2, dp.LinkSpec(bandwidth_bps=1e12))
+    assert two.straggler_s == pytest.approx(0.75 * 0.12 + 0.25 * 0.08 - jittery.mean_step_s, rel=0.05)

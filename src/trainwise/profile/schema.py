@@ -314,22 +314,27 @@ def _init_breakdown(raw: dict[str, Any], first_iteration_start_s: float) -> Init
                          other_s=max(0.0, total - accounted), marks=marks)
 
 
-def steady_state_of(iterations: list[Iteration], stop_reason: str, stability: dict[str, Any]) -> SteadyState:
-    """Steady-state iteration time: epoch-1 iterations after warm-up plus later epochs' iterations
-    except each later epoch's first (which carries the epoch-start cost, reported separately)."""
+def steady_iterations(iterations: list[Iteration]) -> tuple[int, list[Iteration]]:
+    """(warm-up iterations, steady iterations): epoch-1 iterations after warm-up plus later epochs'
+    iterations except each later epoch's first (which carries the epoch-start cost, reported separately)."""
     if not iterations:
         raise TrainwiseError("the job recorded no training iteration: nothing to estimate")
     first_epoch = iterations[0].epoch
     epoch1 = [it for it in iterations if it.epoch == first_epoch]
     warmup = stats.detect_warmup([it.wall_s for it in epoch1]) if len(epoch1) > 1 else 0
     steady: list[Iteration] = epoch1[warmup:]
-    epoch_start_excess: list[float] = []
-    later_epochs = sorted({it.epoch for it in iterations if it.epoch != first_epoch})
-    for epoch in later_epochs:
+    for epoch in sorted({it.epoch for it in iterations if it.epoch != first_epoch}):
         in_epoch = [it for it in iterations if it.epoch == epoch]
         steady.extend(in_epoch[1:])
-    if not steady:
-        steady = iterations[-1:]
+    return warmup, steady or iterations[-1:]
+
+
+def steady_state_of(iterations: list[Iteration], stop_reason: str, stability: dict[str, Any]) -> SteadyState:
+    """Steady-state iteration time over `steady_iterations`, with its spread."""
+    warmup, steady = steady_iterations(iterations)
+    first_epoch = iterations[0].epoch
+    epoch_start_excess: list[float] = []
+    later_epochs = sorted({it.epoch for it in iterations if it.epoch != first_epoch})
     iteration = Measurement.of([it.wall_s for it in steady])
     for epoch in later_epochs:
         first = next(it for it in iterations if it.epoch == epoch)
