@@ -415,4 +415,6 @@ def test_a_profiles_worker_carries_its_steady_iterations_and_their_spread():
     assert max(jittery.step_time_samples_s) == pytest.approx(0.12)
     assert jittery.mean_step_s == pytest.approx(jittery.step_time_s, rel=0.02)
     two = dp.predict_ddp(jittery, 0, 2, dp.LinkSpec(bandwidth_bps=1e12))
-    assert two.straggler_s == pytest.approx(0.75 * 0.12 + 0.25 * 0.08 - jittery.mean_step_s, rel=0.05)
+    # about 3 in 4 pairs of draws hold a slow (+20 %) step: the synchronous step waits ~+10 % on average
+    assert 0.008 < two.straggler_s < 0.012
+    assert two.step_time_s == pytest.approx(jittery.mean_step_s + two.straggler_s)
