@@ -106,3 +106,34 @@ def test_group_rate_is_tbs_over_the_group_period_whatever_came_before(period, so
     assert rounds.valid
     assert rounds.group_rate_samples_per_s == pytest.approx(TBS / period, rel=1e-6)
     assert rounds.solo_transitions == solo
+
+
+def test_the_steady_group_phase_starts_after_the_last_round_that_fell_back_to_local_gradients():
+    peers = steady_pair(period_s=5.0, group=10)
+    join_s = min(r["end_wall_s"] for r in peers[1].rounds)
+    for peer in peers:
+        # one round before the group formed (solo: hivemind skips averaging) and one per group epoch
+        peer.averaging[:] = [{"start_wall_s": join_s - 3.0, "end_wall_s": join_s - 2.9, "seconds": 0.1, "group": True,
+                              "averaged": False}]
+        peer.averaging += [{"start_wall_s": join_s + 5.0 * k - 4.9, "end_wall_s": join_s + 5.0 * k - 0.1,
+                            "seconds": 4.8, "group": True, "averaged": True} for k in range(1, 10)]
+    healthy = analyse_rounds(peers, 2, TBS, 5.0)
+    assert healthy.valid and healthy.failed_averaging_rounds == 0  # the round before the group is not counted
+    assert [p.group_averaging_rounds for p in healthy.per_peer] == [9, 9]
+    assert [p.group_intervals for p in healthy.per_peer] == [8, 8]
+    # peer 0's third group round timed out: the steady phase starts at the next transition
+    peers[0].averaging[3]["averaged"] = False
+    settled = analyse_rounds(peers, 2, TBS, 5.0)
+    assert settled.valid and settled.failed_averaging_rounds == 1
+    assert [p.group_intervals for p in settled.per_peer] == [6, 6]  # transitions 3..9 of 0..9
+    assert settled.group_rate_samples_per_s == pytest.approx(TBS / 5.0)
+    # failing until the end leaves too few rounds: invalid, and the reason names the failures
+    peers[1].averaging[8]["averaged"] = False
+    broken = analyse_rounds(peers, 2, TBS, 5.0)
+    assert not broken.valid and broken.failed_averaging_rounds == 2
+    assert any("peer 0 1 of 9 rounds, peer 1 1 of 9 rounds" in reason for reason in broken.invalid_reasons)
+    # records from before the agent told the two apart carry no "averaged": nothing is counted
+    for peer in peers:
+        for entry in peer.averaging:
+            entry.pop("averaged")
+    assert analyse_rounds(peers, 2, TBS, 5.0).valid

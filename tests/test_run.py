@@ -212,4 +212,6 @@ def test_hivemind_peers_join_and_leave_during_training(tmp_path):
     assert ranks[2].iterations >= 1  # the late peer joined (downloading the state from the others) and trained
     assert result.hivemind is not None and result.hivemind.rounds >= 2
     assert max(result.hivemind.peers_seen) >= 2  # rounds were run with more than one peer
+    # every round with a group is recorded as averaged or fallen back to local gradients; some averaged
+    assert 0 <= result.hivemind.failed_averaging_rounds < result.hivemind.averaging_rounds
     assert result.throughput_samples_per_s and result.throughput_samples_per_s > 0

@@ -576,16 +576,27 @@ class RunAgent:
             agent.hivemind_rounds.append({"epoch": epoch, "start_wall_s": start, "end_wall_s": time.time(),
                                           "blocking_s": time.time() - start, "peers": peers})
 
+        original_local = optimizer._load_local_gradients_into_optimizer
+        fallback = threading.local()  # averaging runs in hivemind's background thread with delayed updates
+
+        def load_local_gradients():
+            # hivemind calls this exactly when a round did not average (no group, a timeout, a failed
+            # all-reduce): the peer steps on its own gradients
+            fallback.used = True
+            return original_local()
+
         def average(control):
             start = time.time()
+            fallback.used = False
             original_average(control)
             agent.hivemind_info.setdefault("averaging", []).append(
                 {"start_wall_s": start, "end_wall_s": time.time(), "seconds": time.time() - start,
-                 "group": control is not None})
+                 "group": control is not None, "averaged": not fallback.used})
 
         optimizer.step = step
         optimizer._update_global_epoch = update_global_epoch
         optimizer._average_gradients_and_load_into_optimizer = average
+        optimizer._load_local_gradients_into_optimizer = load_local_gradients
 
         def shutdown():
             try:

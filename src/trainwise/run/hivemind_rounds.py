@@ -11,6 +11,13 @@ of averaging (the epoch jumps). This module separates them, per peer:
   as the join round;
 - its *group rate*: target batch size × epochs advanced ÷ seconds between the first and last of
   those transitions (hivemind epochs are what seed 003 and hivemind's own samples/s count);
+- *failed averaging rounds*: group-phase gradient-averaging rounds after which the peer stepped on
+  its local gradients (hivemind found no group, timed out or its all-reduce failed). On this host a
+  pass of 2 peers sometimes falls into a state where the peers' averagers are a round out of step
+  (hivemind logs BAD_GROUP_ID, "received 50 % of input tensors", "could not find a group") and every
+  round then takes two matchmaking periods (10 s instead of 5 s, 2026-11-25): the swarm is not
+  training the configured group, so its steady group phase starts only after the last failed round
+  of any peer (a run whose rounds keep failing has too few intervals left and is invalid);
 - *solo transitions* (fewer peers than configured), *skipped epochs* (a transition that advanced
   the local epoch by more than one: the peer loaded state instead of averaging), *stalled rounds*
   (an averaging round or a blocked step lasting more than twice the matchmaking time: a group that
@@ -67,6 +74,10 @@ class PeerRounds(BaseModel):
     skipped_epochs: int
     stalled_rounds: int
     final_stall_s: float
+    group_averaging_rounds: int = Field(default=0, description="gradient-averaging rounds the peer ran in the group "
+                                                               "phase (from the join round's end on)")
+    failed_averaging_rounds: int = Field(default=0, description="of those, rounds that fell back to local gradients "
+                                                                "(no group, timeout, failed all-reduce)")
 
 
 class HivemindRounds(BaseModel):
@@ -83,6 +94,8 @@ class HivemindRounds(BaseModel):
     solo_transitions: int
     skipped_epochs: int
     stalled_rounds: int
+    failed_averaging_rounds: int = Field(default=0, description="group-phase gradient-averaging rounds, over all "
+                                                                "peers, that fell back to local gradients")
     max_final_stall_s: float
     valid: bool
     invalid_reasons: list[str] = Field(default_factory=list)
@@ -100,10 +113,21 @@ def peer_record(run: dict[str, Any], raw: dict[str, Any]) -> PeerRecord:
                       averaging=list((run.get("hivemind") or {}).get("averaging", [])))
 
 
-def _peer_rounds(peer: PeerRecord, n: int, tbs: int, stall_s: float) -> tuple[PeerRounds, list[tuple[float, int]]]:
+def _group_averaging(peer: PeerRecord, n: int) -> list[dict[str, Any]]:
+    """The peer's gradient-averaging rounds from its first full-group transition on, those recorded
+    with whether they averaged (older records do not say, and are not counted)."""
+    group = sorted(float(e["end_wall_s"]) for e in peer.rounds if int(e["peers"]) >= n)
+    if not group:
+        return []
+    return [a for a in peer.averaging if float(a["start_wall_s"]) >= group[0] and "averaged" in a]
+
+
+def _peer_rounds(peer: PeerRecord, n: int, tbs: int, stall_s: float,
+                 settled_s: float = -math.inf) -> tuple[PeerRounds, list[tuple[float, int]]]:
     rounds = sorted(peer.rounds, key=lambda e: e["end_wall_s"])
     group = [(float(e["end_wall_s"]), int(e["epoch"])) for e in rounds if int(e["peers"]) >= n]
-    steady = group[1:]  # the first full-group transition is the join round
+    # the first full-group transition is the join round; none before the swarm's last failed round
+    steady = [g for g in group[1:] if g[0] > settled_s]
     rate = window = None
     if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
         window = steady[-1][0] - steady[0][0]
@@ -112,10 +136,13 @@ def _peer_rounds(peer: PeerRecord, n: int, tbs: int, stall_s: float) -> tuple[Pe
     stalled = sum(1 for e in rounds if float(e.get("blocking_s", 0.0)) > stall_s)
     stalled += sum(1 for a in peer.averaging if float(a.get("seconds", 0.0)) > stall_s)
     last_step = peer.iterations[-1][1] if peer.iterations else 0.0
+    group_rounds = _group_averaging(peer, n)
     summary = PeerRounds(rank=peer.rank, group_transitions=len(group), group_intervals=max(0, len(steady) - 1),
                          group_rate_samples_per_s=rate, group_window_s=window,
                          solo_transitions=sum(1 for e in rounds if int(e["peers"]) < n), skipped_epochs=skipped,
-                         stalled_rounds=stalled, final_stall_s=max(0.0, peer.recorded_until_s - last_step))
+                         stalled_rounds=stalled, final_stall_s=max(0.0, peer.recorded_until_s - last_step),
+                         group_averaging_rounds=len(group_rounds),
+                         failed_averaging_rounds=sum(1 for a in group_rounds if not a["averaged"]))
     return summary, steady
 
 
@@ -141,9 +168,14 @@ def analyse_rounds(peers: Sequence[PeerRecord], peers_configured: int, target_ba
     if peers_configured < 1 or target_batch_size < 1 or matchmaking_time_s <= 0:
         raise TrainwiseError("round analysis needs at least 1 peer, a positive target batch size and matchmaking time")
     stall_s = 2.0 * matchmaking_time_s
+    # A failed round means the averagers were out of step: the steady group phase starts after the
+    # swarm's last one (as it starts after the join round)
+    failed_ends = [float(a["end_wall_s"]) for peer in peers for a in _group_averaging(peer, peers_configured)
+                   if not a["averaged"]]
+    settled_s = max(failed_ends, default=-math.inf)
     summaries, steadies = [], []
     for peer in peers:
-        summary, steady = _peer_rounds(peer, peers_configured, target_batch_size, stall_s)
+        summary, steady = _peer_rounds(peer, peers_configured, target_batch_size, stall_s, settled_s)
         summaries.append(summary)
         steadies.append(steady)
     rates = [s.group_rate_samples_per_s for s in summaries if s.group_rate_samples_per_s is not None]
@@ -159,6 +191,12 @@ def analyse_rounds(peers: Sequence[PeerRecord], peers_configured: int, target_ba
     if stalled_end:
         reasons.append(f"peer(s) {stalled_end} took no step in the last "
                        f"{max(s.final_stall_s for s in summaries):.0f} s of the run (blocked on a round)")
+    failed = [s for s in summaries if s.failed_averaging_rounds]
+    if failed and short:
+        reasons.append("gradient averaging kept failing in the group phase (the peer stepped on its local gradients: "
+                       + ", ".join(f"peer {s.rank} {s.failed_averaging_rounds} of {s.group_averaging_rounds} rounds"
+                                   for s in failed)
+                       + "): the peers' averagers fell out of step and too few rounds followed the last failure")
     local = None
     windows = [(st[0][0], st[-1][0]) for st in steadies if len(st) >= 2]
     if len(windows) == len(peers) and peers:
@@ -178,5 +216,6 @@ def analyse_rounds(peers: Sequence[PeerRecord], peers_configured: int, target_ba
         group_round_period_s=target_batch_size / rate if rate else None, local_samples_per_s=local,
         noise_fraction=_noise(steadies, rate), solo_transitions=sum(s.solo_transitions for s in summaries),
         skipped_epochs=sum(s.skipped_epochs for s in summaries), stalled_rounds=sum(s.stalled_rounds for s in summaries),
+        failed_averaging_rounds=sum(s.failed_averaging_rounds for s in summaries),
         max_final_stall_s=max((s.final_stall_s for s in summaries), default=0.0), valid=not reasons,
         invalid_reasons=reasons)

@@ -71,6 +71,9 @@ class HivemindSummary(BaseModel):
     # block or leave at different moments distort.
     epoch_throughput_samples_per_s: Optional[float] = None
     epoch_s: Optional[float] = None  # median seconds between a peer's consecutive epoch transitions
+    # gradient-averaging rounds with a group (averaged, or fell back to local gradients), all peers
+    averaging_rounds: int = 0
+    failed_averaging_rounds: int = 0
 
 
 class CheckpointSummary(BaseModel):
@@ -220,6 +223,10 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
         hivemind = _hivemind_summary(options, ranks, runs)
         if hivemind.t_calc_s is not None and hivemind.averaging_s:
             granularity = hivemind.t_calc_s / hivemind.averaging_s
+        if hivemind.failed_averaging_rounds:
+            notes.append(f"hivemind: {hivemind.failed_averaging_rounds} of {hivemind.averaging_rounds} gradient-averaging "
+                         "rounds with a group fell back to local gradients (no group formed, a timeout or a failed "
+                         "all-reduce; a join round may fail once): the peers did not average those steps")
     checkpoint = _checkpoint_summary(runs)
     if options.engine == "ddp" and options.nnodes > 1:
         notes.append(f"node {options.node_rank} of {options.nnodes}: this result holds this node's ranks only")
@@ -258,7 +265,7 @@ def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[
     averaging: list[float] = []
     blocking: list[float] = []
     peers_seen: set[int] = set()
-    rounds = 0
+    rounds = attempted = failed = 0
     for run in runs.values():
         rounds = max(rounds, len(run.get("hivemind_rounds", [])))
         for entry in run.get("hivemind_rounds", []):
@@ -267,6 +274,8 @@ def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[
         for entry in (run.get("hivemind") or {}).get("averaging", []):
             if entry.get("group"):
                 averaging.append(entry["seconds"])
+                attempted += 1
+                failed += 0 if entry.get("averaged", True) else 1
     compute_rate = 0.0
     for summary in ranks:
         if summary.compute_s and summary.iterations and summary.samples:
@@ -286,7 +295,7 @@ def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[
     return HivemindSummary(target_batch_size=int(options.target_batch_size), rounds=rounds,
                            averaging_s=_median(averaging), blocking_s=_median(blocking), t_calc_s=t_calc,
                            peers_seen=sorted(peers_seen), epoch_throughput_samples_per_s=_median(progress_rates),
-                           epoch_s=_median(gaps))
+                           epoch_s=_median(gaps), averaging_rounds=attempted, failed_averaging_rounds=failed)
 
 
 def _checkpoint_summary(runs: dict[int, dict]) -> Optional[CheckpointSummary]:
