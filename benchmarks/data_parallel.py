@@ -17,9 +17,11 @@ What is measured (all by `trainwise run`, the scripts unmodified):
   hivemind epochs ÷ seconds over each peer's epoch transitions made with all configured peers, the
   join round left out, median over peers (`trainwise.run.hivemind_rounds`). The first peer trains
   alone until the others have started (6-15 s here), and a join can stall the swarm on a round
-  that waits for its averaging timeout: a whole-run figure mixes those phases in. A run whose peers
-  did not all make 3 transitions with the full group, or that ended blocked, did not measure its
-  configuration: its comparison is kept and flagged invalid (`valid`, `invalid_reasons`, the counts
+  that waits for its averaging timeout: a whole-run figure mixes those phases in. A round after which
+  a peer stepped on its local gradients (hivemind found no group, timed out or its all-reduce failed)
+  means the averagers were out of step: the steady phase starts after the swarm's last such round.
+  A run whose peers did not all make 3 transitions with the full group after that, or that ended
+  blocked, did not measure its configuration: its comparison is kept and flagged invalid (`valid`, `invalid_reasons`, the counts
   of solo transitions, skipped epochs and stalled rounds), compared apart, at its whole-run figure
   (`summary.all_configurations`).
 - Every configuration is measured `--repeats` times (default 2), in whole passes minutes apart; its
