@@ -122,8 +122,8 @@ def _group_averaging(peer: PeerRecord, n: int) -> list[dict[str, Any]]:
     return [a for a in peer.averaging if float(a["start_wall_s"]) >= group[0] and "averaged" in a]
 
 
-def _peer_rounds(peer: PeerRecord, n: int, tbs: int, stall_s: float,
-                 settled_s: float = -math.inf) -> tuple[PeerRounds, list[tuple[float, int]]]:
+def _peer_rounds(peer: PeerRecord, n: int, tbs: int, stall_s: float, group_rounds: list[dict[str, Any]],
+                 settled_s: float) -> tuple[PeerRounds, list[tuple[float, int]]]:
     rounds = sorted(peer.rounds, key=lambda e: e["end_wall_s"])
     group = [(float(e["end_wall_s"]), int(e["epoch"])) for e in rounds if int(e["peers"]) >= n]
     # the first full-group transition is the join round; none before the swarm's last failed round
@@ -136,7 +136,6 @@ def _peer_rounds(peer: PeerRecord, n: int, tbs: int, stall_s: float,
     stalled = sum(1 for e in rounds if float(e.get("blocking_s", 0.0)) > stall_s)
     stalled += sum(1 for a in peer.averaging if float(a.get("seconds", 0.0)) > stall_s)
     last_step = peer.iterations[-1][1] if peer.iterations else 0.0
-    group_rounds = _group_averaging(peer, n)
     summary = PeerRounds(rank=peer.rank, group_transitions=len(group), group_intervals=max(0, len(steady) - 1),
                          group_rate_samples_per_s=rate, group_window_s=window,
                          solo_transitions=sum(1 for e in rounds if int(e["peers"]) < n), skipped_epochs=skipped,
@@ -170,12 +169,12 @@ def analyse_rounds(peers: Sequence[PeerRecord], peers_configured: int, target_ba
     stall_s = 2.0 * matchmaking_time_s
     # A failed round means the averagers were out of step: the steady group phase starts after the
     # swarm's last one (as it starts after the join round)
-    failed_ends = [float(a["end_wall_s"]) for peer in peers for a in _group_averaging(peer, peers_configured)
-                   if not a["averaged"]]
-    settled_s = max(failed_ends, default=-math.inf)
+    group_rounds = [_group_averaging(peer, peers_configured) for peer in peers]
+    settled_s = max((float(a["end_wall_s"]) for rounds in group_rounds for a in rounds if not a["averaged"]),
+                    default=-math.inf)
     summaries, steadies = [], []
-    for peer in peers:
-        summary, steady = _peer_rounds(peer, peers_configured, target_batch_size, stall_s, settled_s)
+    for peer, rounds in zip(peers, group_rounds):
+        summary, steady = _peer_rounds(peer, peers_configured, target_batch_size, stall_s, rounds, settled_s)
         summaries.append(summary)
         steadies.append(steady)
     rates = [s.group_rate_samples_per_s for s in summaries if s.group_rate_samples_per_s is not None]
