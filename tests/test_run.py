@@ -82,6 +82,7 @@ def test_interval_is_the_young_daly_optimum_of_the_cost_model():
     (RunOptions(engine="gpu"), "unknown engine"),
     (RunOptions(engine="hivemind", target_batch_size=64, initial_peers=["10.0.0.1:31337"]), "multiaddrs"),
     (RunOptions(checkpoint=CheckpointOptions(directory="x", every_s=-1)), "--checkpoint-every-s"),
+    (RunOptions(engine="hivemind", target_batch_size=64, average_state_every=0), "--average-state-every"),
 ])
 def test_bad_options_are_one_line_errors(options, message):
     with pytest.raises(TrainwiseError, match=message):
@@ -200,7 +201,7 @@ def test_hivemind_peers_join_and_leave_during_training(tmp_path):
 
     # Times count from peer 0's launch; the whole run stops 45 s after two peers have trained.
     options = RunOptions(engine="hivemind", peers=3, target_batch_size=4096, matchmaking_time_s=5.0,
-                         averaging_timeout_s=30.0, peer_start_delay_s=[0.0, 0.0, 15.0],
+                         averaging_timeout_s=30.0, average_state_every=3, peer_start_delay_s=[0.0, 0.0, 15.0],
                          peer_stop_after_s=[None, 45.0, None], stop_after_started_s=45.0, expected_ranks=2,
                          timeout_s=400, quiet=True)
     result = run_job(options, ["python", "-m", "trainwise.workloads.nn_twins_mlp", "--epochs", "200",
@@ -214,4 +215,5 @@ def test_hivemind_peers_join_and_leave_during_training(tmp_path):
     assert max(result.hivemind.peers_seen) >= 2  # rounds were run with more than one peer
     # every round with a group is recorded as averaged or fallen back to local gradients; some averaged
     assert 0 <= result.hivemind.failed_averaging_rounds < result.hivemind.averaging_rounds
+    assert result.hivemind.average_state_every == 3  # what the peers' hivemind.Optimizer ran with
     assert result.throughput_samples_per_s and result.throughput_samples_per_s > 0

@@ -545,13 +545,15 @@ class RunAgent:
                 offload_optimizer=True, delay_optimizer_step=True, delay_grad_averaging=True,  # DPU
                 matchmaking_time=float(cfg.get("matchmaking_time_s", 5.0)),
                 averaging_timeout=float(cfg.get("averaging_timeout_s", 60.0)),
+                average_state_every=int(cfg.get("average_state_every", 1)),
                 verbose=bool(cfg.get("verbose", False)),
             )
         finally:
             self._hm_guard = False
         self._hm_optimizer = optimizer
         self.hivemind_info.update({"inner_optimizer": cls.__name__, "target_batch_size": int(cfg["target_batch_size"]),
-                                   "grad_compression": "fp16", "delayed_parameter_updates": True})
+                                   "grad_compression": "fp16", "delayed_parameter_updates": True,
+                                   "average_state_every": int(optimizer.average_state_every)})
         recorder = recorder_module.current()
         if recorder is not None:
             recorder.explicit_steps = True  # hivemind's inner optimizer steps are not iterations

@@ -65,6 +65,7 @@ def run_command(
     run_id: Annotated[str, typer.Option(help="Hivemind: run name shared by all peers")] = "trainwise",
     matchmaking_time: Annotated[float, typer.Option(help="Hivemind: matchmaking time, seconds (the seed's 5 s minimum)")] = 5.0,
     averaging_timeout: Annotated[float, typer.Option(help="Hivemind: averaging round timeout, seconds")] = 60.0,
+    average_state_every: Annotated[int, typer.Option(help="Hivemind: average parameters with the group every N epochs (hivemind's default 1; each is a second matchmaking)")] = 1,
     checkpoint_dir: Annotated[Optional[str], typer.Option(help="Checkpoint here (local path or fsspec URL) and resume from the newest valid checkpoint")] = None,
     checkpoint_every_s: Annotated[Optional[float], typer.Option(help="Checkpoint interval, seconds (default: Young/Daly optimum sqrt(2 x write time x MTBF))")] = None,
     checkpoint_every_batches: Annotated[Optional[int], typer.Option(help="Checkpoint every N batches instead")] = None,
@@ -101,6 +102,7 @@ def run_command(
                          initial_peers=list(initial_peers or []), host=host, port=port,
                          identity_path=None if identity is None else str(identity.resolve()), run_id=run_id,
                          matchmaking_time_s=matchmaking_time, averaging_timeout_s=averaging_timeout,
+                         average_state_every=average_state_every,
                          checkpoint=checkpoint, timeout_s=timeout, tune_allocator=tune_allocator,
                          flush_denormal=flush_denormal)
     result = run_job(options, passthrough)

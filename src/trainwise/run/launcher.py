@@ -196,7 +196,8 @@ def _launch_hivemind(job: _Launch, deadline: float | None) -> None:
                               "port": o.port if index == 0 else 0,
                               # One identity, one peer: only the first local peer takes it.
                               "identity_path": o.identity_path if index == 0 else None,
-                              "matchmaking_time_s": o.matchmaking_time_s, "averaging_timeout_s": o.averaging_timeout_s}
+                              "matchmaking_time_s": o.matchmaking_time_s, "averaging_timeout_s": o.averaging_timeout_s,
+                              "average_state_every": o.average_state_every}
         prefix = o.peer_prefix[index] if index < len(o.peer_prefix) else []
         job.popen([*prefix, *job.argv], config, log_name=f"peer-{index}.log" if index > 0 else None,
                   extra_env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})

@@ -58,6 +58,10 @@ class RunOptions:
     identity_path: str | None = None
     matchmaking_time_s: float = 5.0  # hivemind's matchmaking minimum (the seed's 5 s)
     averaging_timeout_s: float = 60.0
+    # hivemind.Optimizer(average_state_every=): average parameters with the group every this many
+    # epochs (hivemind's default 1). Each state round is a second matchmaking beside the gradient
+    # round's; see the README's data-parallel section for what that costs on a small host.
+    average_state_every: int = 1
     # Peers joining late / leaving early (tests, benchmarks): seconds after the first peer started.
     peer_start_delay_s: list[float] = field(default_factory=list)
     peer_stop_after_s: list[float | None] = field(default_factory=list)
@@ -111,6 +115,8 @@ class RunOptions:
             raise TrainwiseError("--identity applies to --engine hivemind only")
         if self.matchmaking_time_s <= 0 or self.averaging_timeout_s <= 0:
             raise TrainwiseError("matchmaking time and averaging timeout must be positive")
+        if self.average_state_every < 1:
+            raise TrainwiseError(f"--average-state-every must be at least 1 epoch (got {self.average_state_every})")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise TrainwiseError(f"--timeout must be positive (got {self.timeout_s})")
         if self.checkpoint is not None:

@@ -74,6 +74,8 @@ class HivemindSummary(BaseModel):
     # gradient-averaging rounds with a group (averaged, or fell back to local gradients), all peers
     averaging_rounds: int = 0
     failed_averaging_rounds: int = 0
+    # parameter (state) averaging every this many epochs, as the peers' hivemind.Optimizer ran it
+    average_state_every: Optional[int] = None
 
 
 class CheckpointSummary(BaseModel):
@@ -292,10 +294,13 @@ def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[
             if epochs > 0 and seconds > 0:
                 progress_rates.append(options.target_batch_size * epochs / seconds)
             gaps += [b["end_wall_s"] - a["end_wall_s"] for a, b in zip(transitions, transitions[1:])]
+    reported = [(run.get("hivemind") or {}).get("average_state_every") for run in runs.values()]
+    state_every = next((int(v) for v in reported if v is not None), None)
     return HivemindSummary(target_batch_size=int(options.target_batch_size), rounds=rounds,
                            averaging_s=_median(averaging), blocking_s=_median(blocking), t_calc_s=t_calc,
                            peers_seen=sorted(peers_seen), epoch_throughput_samples_per_s=_median(progress_rates),
-                           epoch_s=_median(gaps), averaging_rounds=attempted, failed_averaging_rounds=failed)
+                           epoch_s=_median(gaps), averaging_rounds=attempted, failed_averaging_rounds=failed,
+                           average_state_every=state_every)
 
 
 def _checkpoint_summary(runs: dict[int, dict]) -> Optional[CheckpointSummary]:
