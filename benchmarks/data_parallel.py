@@ -14,8 +14,10 @@ What is measured (all by `trainwise run`, the scripts unmodified):
   gloo's all-reduce among 2 processes here with `trainwise.predict.collective_probe` (its per-call
   latency and bytes/s: on CPU the collective library, not the wire, is most of a small all-reduce).
 - Hivemind throughput is the swarm's progress in its steady group phase: target batch size ×
-  hivemind epochs ÷ seconds over each peer's epoch transitions made with all configured peers, the
-  join round left out, median over peers (`trainwise.run.hivemind_rounds`). The first peer trains
+  optimizer steps ÷ seconds over each peer's epoch transitions made with all configured peers (one
+  step per transition; an epoch a peer jumps to catch up with the swarm trains nothing, so it is
+  not counted: hivemind's epoch count is kept as `epoch_rate_samples_per_s`), the join round left
+  out, median over peers (`trainwise.run.hivemind_rounds`). The first peer trains
   alone until the others have started (6-15 s here), and a join can stall the swarm on a round
   that waits for its averaging timeout: a whole-run figure mixes those phases in. A round after which
   a peer stepped on its local gradients (hivemind found no group, timed out or its all-reduce failed)
@@ -46,10 +48,10 @@ from probe to probe), and the all-reduce keeps the probe's bytes/s.
 
 State averaging: hivemind.Optimizer averages the parameters too, by default after every epoch
 (`average_state_every=1`), in a second averager with its own matchmaking beside the gradient
-round's. On this host the two interfere: measured 11-25 (nn_twins_mlp, 2 peers on loopback, 100 s
-runs, the rounds of each run's last 50 s), with state averaging every epoch the rounds ran every
-5.7, 11.3 and 12.4 s in three runs; every 10 epochs, 6.2, 7.1 and 4.2 s, each state epoch taking
-10-20 s instead of 5; never within the run (1000), see the README. Debug logs of the slow runs show
+round's. On this host the two interfere: benchmarks/hivemind_state_averaging.py (11-25 16:00,
+nn_twins_mlp, 2 peers on loopback, 100 s runs, interleaved) measured group-phase rounds every 10.0,
+9.8 and 5.1 s with state averaging every epoch (92 % of the intervals slower than 1.5 matchmaking
+periods), 5.03, 5.02 and 5.02 s every 10 epochs, 5.02, 5.33 and 4.93 s never. Debug logs of the slow runs show
 each peer's gradient averager with one step still looking for a group when the next is scheduled,
 steps of different epochs grouped together, BAD_GROUP_ID replies and all-reduces finishing on
 50 % of their inputs after the 5 s sender timeout. The model predicts gradient rounds only, so the
@@ -187,7 +189,7 @@ def launch_together(launches: list[tuple[RunOptions, str]], workload: str) -> li
 
 
 def run_config(name: str, workload: str, engine: str, workers: int, window_s: float, net: EmulatedNetwork | None,
-               averaging_timeout_s: float = 20.0) -> dict:
+               averaging_timeout_s: float = 20.0, average_state_every: int = STATE_AVERAGE_EVERY) -> dict:
     spec = WORKLOADS[workload]
     workdir = tempfile.mkdtemp(prefix=f"tw-dp-{name.replace('/', '-')}-")
     started = time.time()
@@ -202,7 +204,7 @@ def run_config(name: str, workload: str, engine: str, workers: int, window_s: fl
         options = RunOptions(engine=engine, nproc=workers if engine == "ddp" else 1, peers=workers,
                              target_batch_size=spec["tbs"] if engine == "hivemind" else None,
                              matchmaking_time_s=MATCHMAKING_S, averaging_timeout_s=averaging_timeout_s,
-                             average_state_every=STATE_AVERAGE_EVERY,
+                             average_state_every=average_state_every,
                              stop_after_started_s=window_s, timeout_s=300, quiet=True)
         if net is not None:
             options.peer_prefix = [net.exec_prefix(i) for i in range(workers)]
@@ -212,7 +214,7 @@ def run_config(name: str, workload: str, engine: str, workers: int, window_s: fl
     result = build_result(options, command(workload), codes, started, time.time() - started, raws, runs)
     return {"name": name, "workload": workload, "engine": engine, "workers": workers,
             "link": "emulated" if net is not None else "loopback", "window_s": window_s,
-            "average_state_every": STATE_AVERAGE_EVERY if engine == "hivemind" else None,
+            "average_state_every": average_state_every if engine == "hivemind" else None,
             "wall_s": time.time() - started, "result": json.loads(result.model_dump_json()),
             "records": records_of(raws, runs)}
 

@@ -175,6 +175,26 @@ def test_hivemind_costs_sum_vm_egress_and_loading(seed_egress):
     assert pred.bytes_sent_per_peer_per_round == pytest.approx(560_100_000 * 2)  # fp16, 2(N-1)/N = 1
 
 
+def test_hivemind_state_averaging_adds_its_bytes_to_egress_not_to_time(seed_egress):
+    us = Site(name="us", cloud="gcp", region="us-central1", zone="a", continent="us")
+    eu = Site(name="eu", cloud="gcp", region="europe-west1", zone="b", continent="eu")
+    group = [dp.HivemindPeer(name="a", samples_per_s=100, site=us), dp.HivemindPeer(name="b", samples_per_s=100, site=eu)]
+    gradients_only = dp.predict_hivemind(group, 10_000_000, 4096)
+    every_epoch = dp.predict_hivemind(group, 10_000_000, 4096, state_average_every=1)
+    every_fourth = dp.predict_hivemind(group, 10_000_000, 4096, state_average_every=4)
+    # the parameters are the gradients' size: every epoch doubles the traffic, every 4th adds a quarter
+    assert every_epoch.bytes_sent_per_peer_per_round == pytest.approx(2 * gradients_only.bytes_sent_per_peer_per_round)
+    assert every_fourth.bytes_sent_per_peer_per_round == pytest.approx(1.25 * gradients_only.bytes_sent_per_peer_per_round)
+    assert every_epoch.epoch_s == gradients_only.epoch_s  # its time is not modelled, and says so
+    assert any("parameter averaging every 1 epoch" in note for note in every_epoch.notes)
+    assert dp.hivemind_costs(group, every_epoch, seed_egress).egress_usd_per_hour == pytest.approx(
+        2 * dp.hivemind_costs(group, gradients_only, seed_egress).egress_usd_per_hour)
+    alone = dp.predict_hivemind(group[:1], 10_000_000, 4096, state_average_every=1)
+    assert alone.bytes_sent_per_peer_per_round == 0  # a lone peer averages with nobody
+    with pytest.raises(TrainwiseError, match="at least 1 epoch"):
+        dp.predict_hivemind(group, 10_000_000, 4096, state_average_every=0)
+
+
 def test_hivemind_accumulation_steps():
     group = [dp.HivemindPeer(name="fast", samples_per_s=300, site=HERE, per_peer_batch_size=64),
              dp.HivemindPeer(name="slow", samples_per_s=100, site=HERE, per_peer_batch_size=32)]

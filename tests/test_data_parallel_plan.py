@@ -73,12 +73,18 @@ def test_small_tbs_is_communication_bound(catalog):
     assert hivemind["why"].astype(str).str.contains("communication-bound: G = ").all()
 
 
-def test_geo_group_of_a_large_model_is_egress_bound(catalog):
+def gcp_v100_by_continent(catalog) -> dict[str, str]:
+    """One single-V100 GCP offering per region prefix (us, europe, asia, ...)."""
     v100_offerings = catalog.offerings[(catalog.offerings["accelerator"] == "V100")
                                        & (catalog.offerings["accelerator_count"] == 1) & (catalog.offerings["cloud"] == "gcp")]
-    regions = {}
+    regions: dict[str, str] = {}
     for offering_id, region in zip(v100_offerings["offering_id"], v100_offerings["region"]):
         regions.setdefault(region.split("-")[0], offering_id)
+    return regions
+
+
+def test_geo_group_of_a_large_model_is_egress_bound(catalog):
+    regions = gcp_v100_by_continent(catalog)
     assert {"us", "europe", "asia"} <= set(regions)
     group = GroupSpec(name="geo", peers=tuple(PeerSpec(offering=regions[k], count=2) for k in ("us", "europe", "asia")))
     profile = v100(iteration_s=0.05, parameters=500_000_000, batches_per_epoch=5000)  # TBS 8192 < N_train
@@ -144,3 +150,26 @@ def test_seed_replay_hivemind_beats_synchronous_ddp_across_nodes():
     assert single["wall_s"] / hivemind["wall_s"] > 3
     assert hivemind["granularity"] > 1 and ddp["granularity"] < 1
     assert "communication-bound" in ddp["why"] and "communication-bound" not in hivemind["why"]
+
+
+def test_parameter_averaging_is_counted_in_a_hivemind_groups_egress_when_asked(catalog):
+    regions = gcp_v100_by_continent(catalog)
+    group = GroupSpec(name="geo", peers=tuple(PeerSpec(offering=regions[k], count=1) for k in ("us", "europe")))
+    profile = v100(iteration_s=0.05, parameters=100_000_000, batches_per_epoch=5000)
+
+    def geo_row(**kw):
+        result = plan([profile], catalog, Objective(kind="cheapest"),
+                      options=options(groups=(group,), target_batch_size=8192, hivemind=False, node_counts=(2,), **kw))
+        row = result.plans[result.plans["offering_id"] == "hivemind/geo"].iloc[0]
+        return row, result.assumptions
+
+    gradients_only, assumptions = geo_row()
+    every_epoch, every_assumptions = geo_row(hivemind_average_state_every=1)
+    # hivemind's default doubles the averaging traffic, so its egress; the time is the same
+    assert every_epoch["network_usd_per_hour"] == pytest.approx(2 * gradients_only["network_usd_per_hour"])
+    assert every_epoch["training_s"] == pytest.approx(gradients_only["training_s"])
+    assert any("gradient rounds only" in a for a in assumptions)
+    assert any("parameter averaging every 1 epoch" in a for a in every_assumptions)
+    assert options_from_cli(average_state_every=10).hivemind_average_state_every == 10
+    with pytest.raises(TrainwiseError, match="hivemind_average_state_every"):
+        options_from_cli(average_state_every=0)

@@ -70,14 +70,17 @@ def test_missing_peers_make_the_run_invalid():
     assert not rounds.valid and "records of 1 of 2 peers" in rounds.invalid_reasons
 
 
-def test_epochs_skipped_by_catching_up_are_counted_and_rated_as_progress():
+def test_epochs_skipped_by_catching_up_are_counted_but_not_rated_as_trained():
     transitions = [(10.0 + 5 * k, e, 3) for k, e in enumerate([5, 6, 7, 10, 11, 12])]  # 7 -> 10: 2 epochs skipped
     peers = [record(r, transitions) for r in range(3)]
     rounds = analyse_rounds(peers, 3, TBS, 5.0)
     assert rounds.skipped_epochs == 3 * 2
-    # epochs 6 -> 12 in 20 s after the join round
-    assert rounds.group_rate_samples_per_s == pytest.approx(TBS * 6 / 20.0)
-    assert rounds.noise_fraction > 0.3  # the periods 5, 5, 1.67, 5, 5 s: irregular
+    # 4 optimizer steps (transitions) in the 20 s after the join round: the jumped epochs trained nothing
+    assert rounds.group_rate_samples_per_s == pytest.approx(TBS * 4 / 20.0)
+    assert rounds.group_round_period_s == pytest.approx(5.0)
+    # hivemind's own count (epochs 6 -> 12) is kept beside it
+    assert rounds.epoch_rate_samples_per_s == pytest.approx(TBS * 6 / 20.0)
+    assert rounds.noise_fraction == pytest.approx(0.0)  # a round every 5 s, jump or not: regular
 
 
 def test_peer_record_reads_the_agent_and_recorder_formats():

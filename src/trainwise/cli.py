@@ -217,6 +217,7 @@ def plan(
     hivemind_groups: Annotated[Optional[Path], typer.Option(help="With --distributed: YAML list of Hivemind groups {name, peers: [{offering, count}]}")] = None,
     bytes_per_sample: Annotated[Optional[float], typer.Option(help="With --distributed: training data streamed per sample from object storage")] = None,
     local_continent: Annotated[Optional[str], typer.Option(help="With --distributed: where this machine is (us, eu, asia, oce) for hybrid groups")] = None,
+    average_state_every: Annotated[Optional[int], typer.Option(help="With --distributed: count Hivemind parameter averaging every N epochs in egress (as `trainwise run --average-state-every`; default: gradient rounds only)")] = None,
 ) -> None:
     """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
     from trainwise.plan.command import run_plan_command
@@ -237,7 +238,7 @@ def plan(
                      checkpoint_write_s=checkpoint_write_s, reference=reference, top=top, billing=billing,
                      min_billed_seconds=min_billed_seconds,
                      distributed=_distributed_options(distributed, node_counts, target_batch_size, network, hivemind_groups,
-                                                      bytes_per_sample, local_continent))
+                                                      bytes_per_sample, local_continent, average_state_every))
     if save is not None:
         from trainwise.launch.command import save_plan
 
@@ -248,16 +249,18 @@ def plan(
 
 
 def _distributed_options(enabled: bool, node_counts: str, target_batch_size: int | None, network: Path | None,
-                         groups: Path | None, bytes_per_sample: float | None, local_continent: str | None):
+                         groups: Path | None, bytes_per_sample: float | None, local_continent: str | None,
+                         average_state_every: int | None = None):
     if not enabled:
-        if any(v is not None for v in (target_batch_size, network, groups, bytes_per_sample, local_continent)):
-            raise TrainwiseError("--target-batch-size, --network, --hivemind-groups, --bytes-per-sample and "
-                                 "--local-continent rank distributed groups: drop --single-machine")
+        if any(v is not None for v in (target_batch_size, network, groups, bytes_per_sample, local_continent,
+                                       average_state_every)):
+            raise TrainwiseError("--target-batch-size, --network, --hivemind-groups, --bytes-per-sample, "
+                                 "--local-continent and --average-state-every rank distributed groups: drop --single-machine")
         return None
     from trainwise.plan.distributed import options_from_cli
 
     return options_from_cli(_parse_int_list(node_counts, "--node-counts"), target_batch_size, network, groups,
-                            bytes_per_sample, local_continent)
+                            bytes_per_sample, local_continent, average_state_every=average_state_every)
 
 
 @app.command("workloads")

@@ -78,6 +78,9 @@ class DistributedOptions(BaseModel):
     peer_throughput_cap_bps: float | None = Field(default=None, gt=0, description="cap on one peer's averaging rate")
     dpu_overlap: float = Field(default=0.0, ge=0, le=1)
     hivemind_round_overhead_s: float = Field(default=HIVEMIND_ROUND_OVERHEAD_S, ge=0)
+    hivemind_average_state_every: int | None = Field(
+        default=None, ge=1, description="count parameter averaging every N epochs in the peers' traffic "
+                                        "(`trainwise run --average-state-every`); None: gradient rounds only (seed 003)")
     hivemind_compute_efficiency: float = Field(default=HIVEMIND_COMPUTE_EFFICIENCY, gt=0, le=1,
                                                description="a peer's compute rate under Hivemind / standalone")
 
@@ -88,8 +91,10 @@ class DistributedOptions(BaseModel):
 def options_from_cli(nodes: Sequence[int] | None = None, target_batch_size: int | None = None,
                      network_path: str | Path | None = None, groups_path: str | Path | None = None,
                      bytes_per_sample: float | None = None, local_continent: str | None = None,
-                     hivemind: bool = True) -> DistributedOptions:
+                     hivemind: bool = True, average_state_every: int | None = None) -> DistributedOptions:
     update: dict[str, Any] = {"hivemind": hivemind}
+    if average_state_every is not None:
+        update["hivemind_average_state_every"] = average_state_every
     if nodes:
         if any(n < 2 for n in nodes):
             raise TrainwiseError(f"--nodes must be whole numbers of at least 2 (got {list(nodes)})")
@@ -423,7 +428,8 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                 pred = dp.predict_hivemind(peers, int(parameters), tbs, network=network,
                                            peer_throughput_cap_bps=options.peer_throughput_cap_bps,
                                            dpu_overlap=options.dpu_overlap,
-                                           round_overhead_s=options.hivemind_round_overhead_s)
+                                           round_overhead_s=options.hivemind_round_overhead_s,
+                                           state_average_every=options.hivemind_average_state_every)
                 costs = dp.hivemind_costs(peers, pred, egress_prices, bytes_per_sample=options.bytes_per_sample)
                 network_usd = costs.egress_usd_per_hour + costs.data_loading_usd_per_hour
                 samples_per_s, g, comm = pred.samples_per_s, pred.granularity, pred.comm_s
@@ -534,7 +540,10 @@ def assumptions(options: DistributedOptions) -> list[str]:
         + f"{options.hivemind_round_overhead_s:g} s per round and peers at {options.hivemind_compute_efficiency:.0%} of "
         f"their standalone speed ({HIVEMIND_CALIBRATION_SOURCE}); delayed-parameter-update overlap {options.dpu_overlap:g}",
         "network: " + (net.description or "user network file")[:200],
-        f"egress: each peer's averaging traffic split equally over the other peers, priced by the sender's cloud (seed 003 "
+        f"egress: each peer's averaging traffic ("
+        + ("gradient rounds only" if options.hivemind_average_state_every is None
+           else f"gradient rounds plus parameter averaging every {options.hivemind_average_state_every} epoch(s)")
+        + ") split equally over the other peers, priced by the sender's cloud (seed 003 "
         f"Table 1 via the catalog); data loading {options.bytes_per_sample:g} bytes/sample from object storage at 0.01 $/GB",
         f"hybrid groups place this machine in {options.local_continent!r} (assumed; --local-continent)",
     ]

@@ -350,11 +350,16 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
                      network: NetworkModel | None = None, bytes_per_parameter: float = FP16_BYTES_PER_PARAMETER,
                      matchmaking_min_s: float = HIVEMIND_MATCHMAKING_MIN_S, dpu_overlap: float = 0.0,
                      streams_per_pair: int = 1, peer_throughput_cap_bps: float | None = None,
-                     round_overhead_s: float = 0.0) -> HivemindPrediction:
+                     round_overhead_s: float = 0.0, state_average_every: int | None = None) -> HivemindPrediction:
     """One Hivemind group (see the module docstring). `peer_throughput_cap_bps` caps what one peer
     can push through Hivemind's averaging (its p2p daemon, compression and CPU), independent of the
     network: seed 003 §4 saw at most 1.1 Gb/s per peer on a 7 Gb/s network; None: no cap.
     `round_overhead_s` is a fixed cost per round (e.g. the optimizer step on CPU with offloading).
+    `state_average_every`: hivemind.Optimizer also averages the parameters every this many epochs
+    (its `average_state_every`, default 1), the same bytes again: counted in each peer's traffic
+    (egress) as 1/k of a gradient round per round; its time is not modelled (on a 2-core host it
+    disturbs the gradient rounds: benchmarks/hivemind_state_averaging.py). None: gradient rounds
+    only, the seed's arithmetic.
 
     Example — 3 peers on one host at 40 samples/s each, a 11.7M-parameter model, TBS 512, links
     of 100 Mb/s and 50 ms RTT:
@@ -372,6 +377,8 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
         raise TrainwiseError(f"parameter count must be non-negative (got {parameter_count})")
     if not 0.0 <= dpu_overlap <= 1.0:
         raise TrainwiseError(f"dpu_overlap must be within [0, 1] (got {dpu_overlap})")
+    if state_average_every is not None and state_average_every < 1:
+        raise TrainwiseError(f"state averaging period must be at least 1 epoch (got {state_average_every})")
     names = [p.name for p in peers]
     if len(set(names)) != len(names):
         raise TrainwiseError(f"peer names must be unique (got {names})")
@@ -419,6 +426,10 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
     if target_batch_size > LAMB_TBS_LIMIT:
         notes.append(f"TBS {target_batch_size} is beyond the ~64K that LAMB is known to train well (seed 003 §3)")
     sent = 2.0 * (n - 1) / n * model_bytes if n > 1 else 0.0
+    if state_average_every is not None and n > 1:
+        sent *= 1.0 + 1.0 / state_average_every
+        notes.append(f"parameter averaging every {state_average_every} epoch(s) adds {1.0 / state_average_every:.0%} to "
+                     "each round's traffic (counted in egress; its time is not modelled)")
     return HivemindPrediction(
         peers=n, target_batch_size=target_batch_size, calc_s=calc_s, averaging_s=averaging, matchmaking_wait_s=wait,
         comm_s=comm_s, matchmaking_period_s=matchmaking_period, epoch_s=epoch_s, samples_per_s=samples,

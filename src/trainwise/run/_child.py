@@ -18,7 +18,8 @@ then, once the script has imported torch, adds from outside, with no change to t
 - DDP communication timing: every DistributedDataParallel gets a comm hook that runs torch's
   default all-reduce hook and timestamps each gradient bucket (ready → reduced);
 - Hivemind: the script's first torch.optim optimizer is built inside a `hivemind.Optimizer`
-  (fp16 gradient and state compression, delayed parameter updates, the target batch size), over a
+  (fp16 gradient and state compression, delayed parameter updates, the target batch size, parameter
+  averaging every `average_state_every` epochs), over a
   DHT joined through the first peer's multiaddrs; averaging rounds are timed.
 
 Its record (`run-rank<R>.json`) is written at exit next to the recorder's (`raw-rank<R>.json`).

@@ -9,8 +9,15 @@ of averaging (the epoch jumps). This module separates them, per peer:
 - the *group phase*: the peer's epoch transitions made with the full configured group
   (`peers` seen by hivemind's progress tracker ≥ the configured number), the first of them left out
   as the join round;
-- its *group rate*: target batch size × epochs advanced ÷ seconds between the first and last of
-  those transitions (hivemind epochs are what seed 003 and hivemind's own samples/s count);
+- its *group rate*: target batch size × transitions ÷ seconds between the first and last of
+  those transitions. Each transition is one optimizer step on (at least) a target batch of samples;
+  hivemind's own samples/s (and seed 003) count epochs instead, which is the same while no epoch is
+  skipped. Epochs are skipped when a peer finds the swarm's epoch ahead of its own and jumps to it
+  (it catches up, or downloads the state and drops its accumulated gradients): no samples are
+  trained for the epochs jumped. With parameter averaging every epoch (hivemind's default) that was
+  rare here; with it off (`average_state_every` beyond the run), 2 peers leapfrogged each other by 3
+  epochs every 5-6 rounds (2026-11-25), which read as 19-33 % more than the rounds trained. The
+  epoch count is kept beside it (`epoch_rate_samples_per_s`);
 - *failed averaging rounds*: group-phase gradient-averaging rounds after which the peer stepped on
   its local gradients (hivemind found no group, timed out or its all-reduce failed). On this host a
   pass of 2 peers sometimes falls into a state where the peers' averagers are a round out of step
@@ -69,6 +76,8 @@ class PeerRounds(BaseModel):
     group_transitions: int = Field(description="transitions with the full group, join round included")
     group_intervals: int = Field(description="intervals between group transitions after the join round")
     group_rate_samples_per_s: float | None = None
+    epoch_rate_samples_per_s: float | None = Field(default=None, description="TBS × epochs advanced ÷ s over the same "
+                                                                             "window (hivemind's count: jumps included)")
     group_window_s: float | None = None
     solo_transitions: int
     skipped_epochs: int
@@ -86,7 +95,10 @@ class HivemindRounds(BaseModel):
     matchmaking_time_s: float
     per_peer: list[PeerRounds]
     group_rate_samples_per_s: float | None = Field(default=None, description="median over peers of their group rate")
-    group_round_period_s: float | None = Field(default=None, description="median seconds per epoch in the group phase")
+    group_round_period_s: float | None = Field(default=None, description="seconds per round (transition) in the group "
+                                                                          "phase: TBS / group rate")
+    epoch_rate_samples_per_s: float | None = Field(default=None, description="median over peers of TBS × epochs "
+                                                                             "advanced ÷ s (skipped epochs counted)")
     local_samples_per_s: float | None = Field(
         default=None, description="samples the peers computed per second over the common group window "
                                   "(more than TBS per epoch: peers overshoot between progress refreshes)")
@@ -128,16 +140,17 @@ def _peer_rounds(peer: PeerRecord, n: int, tbs: int, stall_s: float, group_round
     group = [(float(e["end_wall_s"]), int(e["epoch"])) for e in rounds if int(e["peers"]) >= n]
     # the first full-group transition is the join round; none before the swarm's last failed round
     steady = [g for g in group[1:] if g[0] > settled_s]
-    rate = window = None
+    rate = epoch_rate = window = None
     if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
         window = steady[-1][0] - steady[0][0]
-        rate = tbs * (steady[-1][1] - steady[0][1]) / window
+        rate = tbs * (len(steady) - 1) / window  # one optimizer step per transition
+        epoch_rate = tbs * (steady[-1][1] - steady[0][1]) / window
     skipped = sum(max(0, b[1] - a[1] - 1) for a, b in zip(group, group[1:]))
     stalled = sum(1 for e in rounds if float(e.get("blocking_s", 0.0)) > stall_s)
     stalled += sum(1 for a in peer.averaging if float(a.get("seconds", 0.0)) > stall_s)
     last_step = peer.iterations[-1][1] if peer.iterations else 0.0
     summary = PeerRounds(rank=peer.rank, group_transitions=len(group), group_intervals=max(0, len(steady) - 1),
-                         group_rate_samples_per_s=rate, group_window_s=window,
+                         group_rate_samples_per_s=rate, epoch_rate_samples_per_s=epoch_rate, group_window_s=window,
                          solo_transitions=sum(1 for e in rounds if int(e["peers"]) < n), skipped_epochs=skipped,
                          stalled_rounds=stalled, final_stall_s=max(0.0, peer.recorded_until_s - last_step),
                          group_averaging_rounds=len(group_rounds),
@@ -147,8 +160,7 @@ def _peer_rounds(peer: PeerRecord, n: int, tbs: int, stall_s: float, group_round
 
 def _noise(steady_by_peer: list[list[tuple[float, int]]], rate: float | None) -> float | None:
     """Relative 95 % interval of the mean period, or the halves' rate difference, whichever is larger."""
-    timed = sorted((b[0], (b[0] - a[0]) / (b[1] - a[1])) for steady in steady_by_peer
-                   for a, b in zip(steady, steady[1:]) if b[1] > a[1])
+    timed = sorted((b[0], b[0] - a[0]) for steady in steady_by_peer for a, b in zip(steady, steady[1:]))
     periods = [period for _, period in timed]  # in time order, so the halves are the window's halves
     if rate is None or len(periods) < 2:
         return None
@@ -179,6 +191,7 @@ def analyse_rounds(peers: Sequence[PeerRecord], peers_configured: int, target_ba
         steadies.append(steady)
     rates = [s.group_rate_samples_per_s for s in summaries if s.group_rate_samples_per_s is not None]
     rate = statistics.median(rates) if rates else None
+    epoch_rates = [s.epoch_rate_samples_per_s for s in summaries if s.epoch_rate_samples_per_s is not None]
     reasons = []
     if len(peers) < peers_configured:
         reasons.append(f"records of {len(peers)} of {peers_configured} peers")
@@ -213,6 +226,7 @@ def analyse_rounds(peers: Sequence[PeerRecord], peers_configured: int, target_ba
         peers_configured=peers_configured, target_batch_size=target_batch_size, matchmaking_time_s=matchmaking_time_s,
         per_peer=summaries, group_rate_samples_per_s=rate,
         group_round_period_s=target_batch_size / rate if rate else None, local_samples_per_s=local,
+        epoch_rate_samples_per_s=statistics.median(epoch_rates) if epoch_rates else None,
         noise_fraction=_noise(steadies, rate), solo_transitions=sum(s.solo_transitions for s in summaries),
         skipped_epochs=sum(s.skipped_epochs for s in summaries), stalled_rounds=sum(s.stalled_rounds for s in summaries),
         failed_averaging_rounds=sum(s.failed_averaging_rounds for s in summaries),
