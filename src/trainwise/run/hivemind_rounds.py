@@ -22,7 +22,8 @@ of averaging (the epoch jumps). This module separates them, per peer:
   its local gradients (hivemind found no group, timed out or its all-reduce failed). On this host a
   pass of 2 peers sometimes falls into a state where the peers' averagers are a round out of step
   (hivemind logs BAD_GROUP_ID, "received 50 % of input tensors", "could not find a group") and every
-  round then takes two matchmaking periods (10 s instead of 5 s, 2026-11-25): the swarm is not
+  round then takes two matchmaking periods (10 s instead of 5 s, 2026-11-25; traced to hivemind's
+  parameter averaging every epoch beside the gradient rounds: benchmarks/hivemind_state_averaging.py): the swarm is not
   training the configured group, so its steady group phase starts only after the last failed round
   of any peer (a run whose rounds keep failing has too few intervals left and is invalid);
 - *solo transitions* (fewer peers than configured), *skipped epochs* (a transition that advanced
