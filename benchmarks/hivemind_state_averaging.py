@@ -81,10 +81,8 @@ def main() -> None:
             print(f"state every {every:>5}: round period {row['round_period_s']} s, "
                   f"{row['slow_intervals']}/{row['group_intervals']} slow", file=sys.stderr, flush=True)
     summary: dict = {}
-    periods_by_setting = {}
     for every in settings:
         periods = [r["round_period_s"] for r in runs if r["average_state_every"] == every and r["round_period_s"]]
-        periods_by_setting[every] = periods
         summary[f"round_period_s_every_{every}"] = statistics.median(periods) if periods else None
         summary[f"runs_round_period_s_every_{every}"] = periods
         shares = [r["slow_interval_share"] for r in runs if r["average_state_every"] == every
