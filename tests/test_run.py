@@ -18,6 +18,7 @@ from trainwise.cli import main
 from trainwise.errors import TrainwiseError
 from trainwise.plan.costs import young_daly_interval_s
 from trainwise.run.checkpoint import CheckpointStore, CorruptCheckpoint, IntervalPolicy, decode, encode
+from trainwise.run.command import summary_lines
 from trainwise.run.options import CheckpointOptions, RunOptions
 from trainwise.run.result import build_result
 
@@ -125,6 +126,22 @@ def test_ddp_step_breakdown_separates_compute_idle_and_communication():
     assert r1.compute_s == pytest.approx(1.0 - 0.05 - 0.0 - 0.1)
     assert result.throughput_samples_per_s == pytest.approx(2 * 8 / 1.0)
     assert result.granularity == pytest.approx(result.step.compute_s / 0.1)
+
+
+def test_hivemind_summary_rates_optimizer_steps_apart_from_epochs_jumped():
+    # One peer, TBS 64, transitions every 2 s; the fourth transition jumps from epoch 3 to 6 (it caught
+    # up with a faster peer: epochs 4 and 5 trained nothing on this peer). The first is warm-up.
+    rounds = [{"epoch": e, "end_wall_s": 1000.0 + 2.0 * k, "blocking_s": 0.01, "peers": 2}
+              for k, e in enumerate([0, 1, 2, 3, 6, 7])]
+    raws = {0: _raw([{"start_s": 0.0, "end_s": 1.0, "data_wait_s": 0.0, "samples": 8}])}
+    runs = {0: {"hivemind_rounds": rounds, "notes": []}}
+    result = build_result(RunOptions(engine="hivemind", target_batch_size=64), ["python", "x.py"], [0], 1000.0, 12.0,
+                          raws, runs)
+    summary = result.hivemind
+    # from the epoch-1 transition to the epoch-7 one: 8 s, 6 epochs advanced, 4 optimizer steps
+    assert summary.epoch_throughput_samples_per_s == pytest.approx(64 * 6 / 8.0)
+    assert summary.step_throughput_samples_per_s == pytest.approx(64 * 4 / 8.0)
+    assert "hivemind progress: 32.0 samples/s trained" in " ".join(summary_lines(result))
 
 
 # ---------------------------------------------------------------------------- real runs

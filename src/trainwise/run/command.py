@@ -39,6 +39,9 @@ def summary_lines(result) -> list[str]:
         h = result.hivemind
         lines.append(f"hivemind: {h.rounds} averaging rounds, round {_fmt(h.averaging_s)}, T_calc {_fmt(h.t_calc_s)}, "
                      f"peers seen {h.peers_seen or '—'}")
+        if h.step_throughput_samples_per_s is not None:
+            lines.append(f"hivemind progress: {_fmt(h.step_throughput_samples_per_s, 'samples/s')} trained (target batch × "
+                         f"optimizer steps), {_fmt(h.epoch_throughput_samples_per_s, 'samples/s')} by hivemind's epoch count")
     if result.checkpoint is not None:
         c = result.checkpoint
         lines.append(f"checkpoints: {c.written} written to {c.directory} (median write {_fmt(c.median_write_s)})"

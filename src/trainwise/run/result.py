@@ -70,6 +70,10 @@ class HivemindSummary(BaseModel):
     # it is steadier than summing local steps over a short common window, which peers that start,
     # block or leave at different moments distort.
     epoch_throughput_samples_per_s: Optional[float] = None
+    # TBS × optimizer steps (epoch transitions) ÷ the same seconds: a peer that catches up jumps
+    # several hivemind epochs in one transition without training them, which the epoch count above
+    # includes and this one does not (trainwise.run.hivemind_rounds)
+    step_throughput_samples_per_s: Optional[float] = None
     epoch_s: Optional[float] = None  # median seconds between a peer's consecutive epoch transitions
     # gradient-averaging rounds with a group (averaged, or fell back to local gradients), all peers
     averaging_rounds: int = 0
@@ -284,6 +288,7 @@ def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[
             compute_rate += (summary.samples / summary.iterations) / summary.compute_s
     t_calc = options.target_batch_size / compute_rate if compute_rate > 0 else None
     progress_rates: list[float] = []
+    step_rates: list[float] = []
     gaps: list[float] = []
     for run in runs.values():
         # the first transition is warm-up (start-up, first matchmaking); a peer needs two more
@@ -293,12 +298,14 @@ def _hivemind_summary(options: RunOptions, ranks: list[RankSummary], runs: dict[
             seconds = transitions[-1]["end_wall_s"] - transitions[0]["end_wall_s"]
             if epochs > 0 and seconds > 0:
                 progress_rates.append(options.target_batch_size * epochs / seconds)
+                step_rates.append(options.target_batch_size * (len(transitions) - 1) / seconds)
             gaps += [b["end_wall_s"] - a["end_wall_s"] for a, b in zip(transitions, transitions[1:])]
     reported = [(run.get("hivemind") or {}).get("average_state_every") for run in runs.values()]
     state_every = next((int(v) for v in reported if v is not None), None)
     return HivemindSummary(target_batch_size=int(options.target_batch_size), rounds=rounds,
                            averaging_s=_median(averaging), blocking_s=_median(blocking), t_calc_s=t_calc,
                            peers_seen=sorted(peers_seen), epoch_throughput_samples_per_s=_median(progress_rates),
+                           step_throughput_samples_per_s=_median(step_rates),
                            epoch_s=_median(gaps), averaging_rounds=attempted, failed_averaging_rounds=failed,
                            average_state_every=state_every)
 
