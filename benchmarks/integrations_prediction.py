@@ -34,6 +34,7 @@ from trainwise.predict.same_machine import predict_total, relative_error
 from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
 from _machine import machine
+from same_machine_prediction import same_steps_errors
 
 RESULTS = Path(__file__).parent / "results"
 console = Console()
@@ -102,6 +103,9 @@ def write(rows: list[dict], target_s: float, started: float, args: argparse.Name
             "noise_floor_median": statistics.median(r["noise_floor"] for r in rows) if rows else None,
             "self_consistency_max_error": max(r["self_consistency_error"] for r in rows) if rows else None,
             "noise_floor_max": max(r["noise_floor"] for r in rows) if rows else None,
+            # the full run's own iterations over the profile's steps vs its mean (same_machine_prediction)
+            "same_steps_floor": ({"median": statistics.median(floor), "max": max(floor)}
+                                 if (floor := same_steps_errors(rows)) else None),
             "configurations": len(rows),
             "target": "median ≤ 5 %, max ≤ 10 % (the core profiler's same-machine target)",
             "estimator": "trainwise (trainwise.predict.same_machine.trainwise_estimate)",
@@ -168,7 +172,9 @@ def main() -> None:
             # profile's mean while the full run's overall mean differs = the machine's speed changed
             # along the run (neighbours' load), not a measurement error of the profile.
             "full_same_window_mean_iteration_s": statistics.fmean(
-                [it.wall_s for it in full.iterations[1:len(profile.iterations)]] or [0.0]),
+                [it.wall_s for it in full.iterations[max(1, profile.steady_state.warmup_iterations):len(profile.iterations)]]
+                or [0.0]),
+            "profile_warmup_iterations": profile.steady_state.warmup_iterations,
             "repeat_full_run_s": repeat_s,
             # Accounting check without run-to-run noise: the estimator fed the full run's own profile
             # should give back the full run's time (any missing or double-counted time shows here).
