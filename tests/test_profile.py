@@ -226,6 +226,22 @@ def test_cost_budget_stops_sampling_but_not_before_its_floor():
         ProfileOptions(min_budget_seconds=-1).validate()
 
 
+def test_cost_budget_aims_under_its_cap_by_the_margin(tmp_path):
+    # A planned run of 1000 iterations of 10 ms after 0.1 s of start-up: 10.1 s; a 2 % budget is
+    # 0.202 s, aimed at 0.95 × 0.202 = 0.1919 s (the full run it divides by is a prediction itself).
+    from trainwise.profile import _child
+
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "epochs_hint": 1, "budget_fraction": 0.02,
+                                "validation_batches": 0, "epoch2_iterations": 0})
+    recorder.marks["first_iteration_start"] = 0.1
+    recorder.epochs = [{"batches_per_epoch": 1000}]
+    times = [0.01] * 20
+    for now_s, over in ((0.190, False), (0.1925, True)):
+        recorder.now = lambda now_s=now_s: now_s
+        assert recorder._over_budget(times, now_s) is over
+    assert _child.BUDGET_MARGIN == pytest.approx(0.05)
+
+
 def test_steady_state_with_an_unmeasurable_drift_reads_back_the_same():
     # too few steady iterations: the stopping rule's drift is inf, which JSON cannot hold (it writes null)
     from trainwise.profile.schema import Measurement, SteadyState
