@@ -34,7 +34,7 @@ from trainwise.predict.same_machine import predict_total, relative_error
 from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
 from _machine import machine
-from same_machine_prediction import same_steps_errors
+from same_machine_prediction import same_steps_errors, same_window_mean_iteration_s
 
 RESULTS = Path(__file__).parent / "results"
 console = Console()
@@ -171,9 +171,7 @@ def main() -> None:
             # Diagnostic: the full run's iterations in the window the profile sampled. Close to the
             # profile's mean while the full run's overall mean differs = the machine's speed changed
             # along the run (neighbours' load), not a measurement error of the profile.
-            "full_same_window_mean_iteration_s": statistics.fmean(
-                [it.wall_s for it in full.iterations[max(1, profile.steady_state.warmup_iterations):len(profile.iterations)]]
-                or [0.0]),
+            "full_same_window_mean_iteration_s": same_window_mean_iteration_s(full, profile),
             "profile_warmup_iterations": profile.steady_state.warmup_iterations,
             "repeat_full_run_s": repeat_s,
             # Accounting check without run-to-run noise: the estimator fed the full run's own profile

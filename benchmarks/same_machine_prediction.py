@@ -125,6 +125,12 @@ def k_sweep(full: Profile, epochs: int, ks: list[int]) -> list[dict]:
     return rows
 
 
+def same_window_mean_iteration_s(full: Profile, profile: Profile) -> float:
+    """The full run's own mean iteration over the steps the profile's estimate used (after its warm-up)."""
+    window = full.iterations[max(1, profile.steady_state.warmup_iterations):len(profile.iterations)]
+    return statistics.fmean([it.wall_s for it in window] or [0.0])
+
+
 def measure(config: tuple, target_s: float) -> tuple[dict, list[str], Profile]:
     """Size, profile, predict and fully run one (workload, batch) configuration: its results row."""
     workload, batch, fixed_epochs, val_samples, fixed_train_samples = config
@@ -157,10 +163,7 @@ def measure(config: tuple, target_s: float) -> tuple[dict, list[str], Profile]:
         # Diagnostics: does the full run's iteration time change along the run, or between processes?
         "full_epoch_mean_iteration_s": [statistics.fmean([it.wall_s for it in full.iterations if it.epoch == e])
                                         for e in sorted({it.epoch for it in full.iterations})],
-        # the full run's own iterations over the steps the profile's estimate used (after its warm-up)
-        "full_same_window_mean_iteration_s": statistics.fmean(
-            [it.wall_s for it in full.iterations[max(1, profile.steady_state.warmup_iterations):len(profile.iterations)]]
-            or [0.0]),
+        "full_same_window_mean_iteration_s": same_window_mean_iteration_s(full, profile),
         "profile_warmup_iterations": profile.steady_state.warmup_iterations,
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
