@@ -30,11 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 from trainwise._io import atomic_write_text
-from trainwise.predict.same_machine import predict_total, relative_error
+from trainwise.predict.same_machine import host_stray_fraction, predict_total, relative_error, sampled_steps_s
 from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
 from _machine import machine
-from same_machine_prediction import same_steps_errors, same_window_mean_iteration_s
+from same_machine_prediction import band_coverage, same_steps_errors, same_window_mean_iteration_s
 
 RESULTS = Path(__file__).parent / "results"
 console = Console()
@@ -106,6 +106,7 @@ def write(rows: list[dict], target_s: float, started: float, args: argparse.Name
             # the full run's own iterations over the profile's steps vs its mean (same_machine_prediction)
             "same_steps_floor": ({"median": statistics.median(floor), "max": max(floor)}
                                  if (floor := same_steps_errors(rows)) else None),
+            "band_coverage": band_coverage(rows),
             "configurations": len(rows),
             "target": "median ≤ 5 %, max ≤ 10 % (the core profiler's same-machine target)",
             "estimator": "trainwise (trainwise.predict.same_machine.trainwise_estimate)",
@@ -173,6 +174,7 @@ def main() -> None:
             # along the run (neighbours' load), not a measurement error of the profile.
             "full_same_window_mean_iteration_s": same_window_mean_iteration_s(full, profile),
             "profile_warmup_iterations": profile.steady_state.warmup_iterations,
+            "sampled_steps_s": sampled_steps_s(profile), "host_stray": host_stray_fraction(profile),
             "repeat_full_run_s": repeat_s,
             # Accounting check without run-to-run noise: the estimator fed the full run's own profile
             # should give back the full run's time (any missing or double-counted time shows here).

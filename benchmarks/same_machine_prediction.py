@@ -30,7 +30,7 @@ from rich.table import Table
 
 from trainwise._io import atomic_write_text
 from trainwise.allocator import launch_environment
-from trainwise.predict.same_machine import predict_total, relative_error
+from trainwise.predict.same_machine import host_stray_fraction, predict_total, relative_error, sampled_steps_s
 from trainwise.profile import stats
 from trainwise.profile.runner import DEFAULT_MIN_ITERATIONS, ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
@@ -165,6 +165,7 @@ def measure(config: tuple, target_s: float) -> tuple[dict, list[str], Profile]:
                                         for e in sorted({it.epoch for it in full.iterations})],
         "full_same_window_mean_iteration_s": same_window_mean_iteration_s(full, profile),
         "profile_warmup_iterations": profile.steady_state.warmup_iterations,
+        "sampled_steps_s": sampled_steps_s(profile), "host_stray": host_stray_fraction(profile),
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     console.print(f"  predicted {row['predicted_s']['trainwise']:.1f} s, actual {actual_s:.1f} s, "
@@ -182,6 +183,17 @@ def same_steps_errors(rows: list[dict]) -> list[float]:
             for r in rows if r.get("full_same_window_mean_iteration_s") and r.get("steady_iteration_full_s")]
 
 
+def band_coverage(rows: list[dict]) -> dict | None:
+    """Share of rows whose actual total fell inside trainwise's band, and whether the profiles carried
+    the host's measured speed wander (`trainwise host-noise`), which widens the band."""
+    banded = [r for r in rows if r.get("band_s")]
+    if not banded:
+        return None
+    inside = [r["band_s"][0] <= r["actual_s"] <= r["band_s"][1] for r in banded]
+    return {"fraction": sum(inside) / len(inside), "rows": len(inside),
+            "with_host_noise": sum(1 for r in banded if r.get("host_stray") is not None)}
+
+
 def summarise(rows: list[dict], overhead: float, noise_floor: float) -> dict:
     errors = [r["abs_error"]["trainwise"] for r in rows]
     floor = same_steps_errors(rows)
@@ -196,6 +208,7 @@ def summarise(rows: list[dict], overhead: float, noise_floor: float) -> dict:
                              "meaning": "|mean of the full run's own iterations over the profile's sampled steps − the "
                                         "full run's mean iteration| / the latter: what the profile's window misses on "
                                         "this host with no gap between window and run"} if floor else None,
+        "band_coverage": band_coverage(rows),
         "seed_equations": {name: {"median_abs_error": statistics.median(r["abs_error"][name] for r in rows),
                                   "max_abs_error": max(r["abs_error"][name] for r in rows)} for name in SEED_ESTIMATORS},
         "configurations": len(rows),

@@ -79,6 +79,7 @@ def profile(
     characterise: Annotated[bool, typer.Option(help="Trace one training step on the meta device after sampling (per-operator FLOPs/bytes for the device model; a few seconds)")] = True,
     tune_allocator: Annotated[bool, typer.Option(help="Launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_; faster, steadier CPU steps); profile and run the same way for the prediction to hold")] = True,
     flush_denormal: Annotated[bool, typer.Option(help="Flush denormal floats to zero in the job (torch.set_flush_denormal; much faster, steadier CPU steps for models that produce them); profile and run the same way for the prediction to hold")] = True,
+    host_noise: Annotated[bool, typer.Option(help="Attach this host's speed wander, if `trainwise host-noise` measured it here (predictions widen their band by it)")] = True,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) for a few iterations and write its Profile."""
     from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile
@@ -92,7 +93,7 @@ def profile(
                              epoch2_iterations=epoch2_iterations, target_relative_ci=target_ci, timeout_s=timeout,
                              epochs_hint=epochs, budget_fraction=budget, min_budget_seconds=min_budget_seconds,
                              characterise=characterise,
-                             tune_allocator=tune_allocator, flush_denormal=flush_denormal)
+                             tune_allocator=tune_allocator, flush_denormal=flush_denormal, host_noise=host_noise)
     options.validate()
     jobs: list[tuple[Path, list[str]]]
     if batch_sizes:
@@ -277,6 +278,29 @@ def list_workloads() -> None:
         table.add_row(spec.name, f"{spec.data_kind}: {spec.data_description}", str(spec.default_batch_size),
                       str(spec.default_epochs), spec.seed_source, spec.description)
     console.print(table)
+
+
+@app.command("host-noise")
+def host_noise_command(
+    seconds: Annotated[float, typer.Option(help="How long to probe (at least 40; longer sees more of the host's moods)")] = 180.0,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of the trainwise cache (profiles attach only the cached one)")] = None,
+) -> None:
+    """Measure how much this host's speed wanders (a fixed probe, one thread); profiles taken here then carry it and predictions widen their band by it."""
+    from rich.progress import Progress
+
+    from trainwise.profile import host_noise
+
+    if not seconds >= host_noise.MIN_PROBE_SECONDS:  # before minutes of probing, not after
+        host_noise.measure(seconds)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("probing this host's speed", total=seconds)
+        noise = host_noise.measure(seconds, on_progress=lambda done: progress.update(task, completed=done))
+    path = host_noise.save(noise, output)
+    for name, levels in (("compute", noise.compute), ("memory", noise.memory)):
+        strays = ", ".join(f"{w.window_s} s ±{w.p90:.1%}" for w in levels.windows)
+        console.print(f"{name}: p90/p10 level {levels.p90_over_p10:.2f}, one level lasts ~{levels.correlation_length_s} s; "
+                      f"90th-percentile stray of a window: {strays}")
+    console.print(f"wrote {path}")
 
 
 def main(argv: list[str] | None = None) -> int:

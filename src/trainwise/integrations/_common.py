@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from trainwise.errors import TrainwiseError
 from trainwise.profile import _child
-from trainwise.profile.runner import ProfileOptions
+from trainwise.profile.runner import ProfileOptions, attach_host_noise
 from trainwise.profile.schema import Profile, profile_from_raw
 
 Mode = Literal["sampled", "full"]
@@ -87,6 +87,7 @@ class FrameworkSession:
         self.output = Path(output) if output is not None else None
         core = _child.current()
         self.attached = core is not None
+        self.host_noise = True  # attached: the launcher attaches it with its own options
         if core is not None:
             if mode is not None or options is not None:
                 core.notes.append(f"{framework} callback: mode/options given to the callback are ignored under "
@@ -94,6 +95,7 @@ class FrameworkSession:
             self.recorder: _child.Recorder = core
         else:
             resolved = _options_for(mode, options)
+            self.host_noise = resolved.host_noise
             config = asdict(resolved)
             config.pop("timeout_s", None)
             config.update(out_path="", launch_wall_s=process_start_wall_s(), workload=workload,
@@ -334,6 +336,8 @@ class FrameworkSession:
         command = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
         self.profile = profile_from_raw(raw, command=command, process_wall_s=recorder.now(), exit_code=0,
                                         workload=self.workload)
+        if self.host_noise:
+            self.profile = attach_host_noise(self.profile)
         if self.output is not None:
             self.profile.save(self.output)
         return self.profile

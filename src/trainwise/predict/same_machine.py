@@ -106,6 +106,19 @@ STATE_ZEROS_NOTE_FRACTION = 0.02
 MAX_MODELLED_SHARE = 0.5
 
 
+def sampled_steps_s(profile: Profile) -> float:
+    """Seconds of steady iterations the profile sampled: the window its steady step time speaks for."""
+    return sum(it.wall_s for it in profile.iterations[profile.steady_state.warmup_iterations:])
+
+
+def host_stray_fraction(profile: Profile) -> float | None:
+    """How far (90th percentile) this host's speed level strays over a window as long as the profile's
+    sampled steps, from `trainwise host-noise`; None when it was not measured on the profiled host."""
+    if profile.host_noise is None:
+        return None
+    return profile.host_noise.stray_fraction(max(sampled_steps_s(profile), 1e-3))
+
+
 def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int | None = None) -> Prediction:
     _check_epochs(epochs)
     n_it = iterations_per_epoch_of(profile, iterations_per_epoch)
@@ -119,11 +132,21 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     validation_s = 0.0 if val is None else val.first_pass_s + (epochs - 1) * val.later_pass_s
     init_s = profile.init.total_s
     total = init_s + iterations_s + epoch_start_s + between_s + validation_s
-    band = math.hypot(epochs * n_it * half, validation_s * (val.relative_halfwidth if val else 0.0))
+    notes = [] if val is not None else ["no validation pass observed: validation time not included"]
+    # The host's speed wander (independent of the sampling error): how far a window as long as the
+    # sampled steps strays from the host's mean level, when `trainwise host-noise` measured it here.
+    host_stray = host_stray_fraction(profile)
+    band = math.hypot(epochs * n_it * half, validation_s * (val.relative_halfwidth if val else 0.0),
+                      (iterations_s + validation_s) * (host_stray or 0.0))
+    if host_stray is None:
+        notes.append("band: the sampled steps' own spread only; this host's speed wander is not in it (measure it "
+                     "once with `trainwise host-noise`)")
+    else:
+        notes.append(f"band includes this host's speed wander: ±{host_stray:.1%} for {sampled_steps_s(profile):.1f} s "
+                     f"of sampled steps (90th percentile, {profile.host_noise.describe()})")
     # An estimate that was still drifting when sampling stopped gets the drift added to its band.
     if steady.stabilised_after is None and steady.relative_drift and math.isfinite(steady.relative_drift):
         band += iterations_s * steady.relative_drift / 2
-    notes = [] if val is not None else ["no validation pass observed: validation time not included"]
     low, high = total - band, total + band
     breakdown = {"init_s": init_s, "iterations_s": iterations_s, "epoch_start_s": epoch_start_s,
                  "between_epochs_s": between_s, "validation_s": validation_s}

@@ -17,6 +17,7 @@ from typing import Literal
 from trainwise import denormals
 from trainwise.allocator import launch_environment
 from trainwise.errors import TrainwiseError
+from trainwise.profile import host_noise
 from trainwise.profile._child import CONFIG_ENV
 from trainwise.profile.schema import Profile, profile_from_raw
 
@@ -66,6 +67,9 @@ class ProfileOptions:
     # Flush denormal floats to zero in the job (trainwise.denormals): much faster, steadier CPU
     # steps for models that produce them; `trainwise run` does the same by default.
     flush_denormal: bool = True
+    # Attach this host's speed wander (`trainwise host-noise`) when it was measured here: the
+    # prediction's band then includes how far the host's level strays over a window this long.
+    host_noise: bool = True
 
     def validate(self) -> None:
         if self.min_iterations < 2:
@@ -173,4 +177,12 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
     if exit_code != 0:
         raise TrainwiseError(f"the training command crashed (exit code {exit_code}) after {len(raw['iterations'])} "
                              "iterations: fix the script, then profile again")
-    return profile_from_raw(raw, command=list(command), process_wall_s=process_wall, exit_code=exit_code, workload=workload)
+    profile = profile_from_raw(raw, command=list(command), process_wall_s=process_wall, exit_code=exit_code, workload=workload)
+    return attach_host_noise(profile) if options.host_noise else profile
+
+
+def attach_host_noise(profile: Profile) -> Profile:
+    """The profiled host's speed wander, when `trainwise host-noise` measured it on this host."""
+    noise, problem = host_noise.load_for_host(profile.environment.hostname)
+    notes = profile.notes + ([problem] if problem else [])
+    return profile.model_copy(update={"host_noise": noise, "notes": notes})

@@ -21,6 +21,7 @@ from trainwise._io import atomic_write_text
 from trainwise.errors import TrainwiseError
 from trainwise.predict.characterise import WorkloadCharacterisation
 from trainwise.profile import stats
+from trainwise.profile.host_noise import HostNoise
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -242,6 +243,9 @@ class Profile(_Model):
     characterisation: WorkloadCharacterisation | None = None
     # None when the optimizer keeps no such state, or in profiles made before trainwise counted it
     optimizer_state_zeros: OptimizerStateZeros | None = None
+    # This host's speed wander (`trainwise host-noise`), attached when it was measured on this host:
+    # the estimator widens its band by it. None when never measured here.
+    host_noise: HostNoise | None = None
     notes: list[str] = []
 
     # ---- persistence ----

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from trainwise.allocator import describe as describe_allocator
 from trainwise.denormals import describe as describe_denormals
-from trainwise.predict.same_machine import Prediction
+from trainwise.predict.same_machine import Prediction, host_stray_fraction, sampled_steps_s
 from trainwise.profile.schema import Profile
 
 
@@ -68,6 +68,11 @@ def profile_table(profile: Profile) -> Table:
                  f"zeros {zeros.sqrt_zero_ns_per_element:.2f}): "
                  f"up to {format_duration(zeros.step_time_at_stake_s)} of each step goes away as it fills in")
         table.add_row(f"{zeros.optimizer} {zeros.state} zeros", f"{zeros.zero_fraction:.1%}", stake)
+    if profile.host_noise is not None:
+        table.add_row("host speed wander", f"±{host_stray_fraction(profile):.1%}",
+                      f"90th percentile over {sampled_steps_s(profile):.1f} s windows, {profile.host_noise.describe()}")
+    else:
+        table.add_row("host speed wander", "not measured", "`trainwise host-noise` once on this host puts it in the band")
     table.add_row("profiling stopped", s.stop_reason, f"stable after {s.stabilised_after} iterations" if s.stabilised_after else "")
     table.add_row("profiling cost", format_duration(profile.process_wall_s), "launch → exit")
     return table

@@ -1,0 +1,243 @@
+"""How much this host's speed wanders: a fixed CPU probe timed for a few minutes, once per machine.
+
+A profile samples a job for a few seconds and the prediction extends that to hours. On a dedicated
+machine that is fine; on a shared cloud VM the host's speed level moves for seconds to minutes at a
+time (noisy neighbours on sibling hyperthreads, shared caches and memory bandwidth), and no number of
+steps inside a few-seconds window can show a level the host takes on later. The 95 % interval of the
+sampled mean then claims a precision the prediction does not have: on the 2-core development VM the
+same-machine benchmark's actual totals fell inside that interval in about a third of the runs.
+
+`trainwise host-noise` measures the wander directly, with work that never changes (a small matmul for
+compute, an in-place multiply over 16 MB for memory bandwidth, one thread), in one-second bins, and
+records how far a window of w seconds strays from the whole probe's mean (median and 90th percentile
+over every window, for w = 1, 3, 10, 30 s). Saved per hostname under the trainwise cache; the profiler
+attaches it to profiles taken on that host, and the estimator widens its band by the 90th-percentile
+stray for a window as long as the profile's sampled steps. The point estimate is not changed: the
+probe says how far the level can be, not which way it will go.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trainwise._io import atomic_write_text
+from trainwise.errors import TrainwiseError
+
+WINDOWS_S = (1, 3, 10, 30)
+# A window needs this many positions to slide through for its quantiles to mean anything
+MIN_WINDOW_POSITIONS = 10
+MIN_PROBE_SECONDS = 40.0  # the 30 s window needs room to slide
+DEFAULT_PROBE_SECONDS = 180.0
+MATMUL_SIDE = 256
+MATMULS_PER_SAMPLE = 10
+MEMORY_ELEMENTS = 4_000_000  # 16 MB of float32: past the per-core caches, streams through L3/memory
+
+
+class WindowStray(BaseModel):
+    """|mean level over a window − the probe's mean level| / the probe's mean level, over every window."""
+
+    model_config = ConfigDict(extra="forbid")
+    window_s: int = Field(gt=0)
+    median: float = Field(ge=0)
+    p90: float = Field(ge=0)
+    max: float = Field(ge=0)
+
+
+class ProbeLevels(BaseModel):
+    """One probe's per-second levels, summarised."""
+
+    model_config = ConfigDict(extra="forbid")
+    median_s: float = Field(gt=0, description="median per-second level (seconds per probe sample)")
+    p90_over_p10: float = Field(ge=1)
+    correlation_length_s: int | None = Field(default=None, ge=0, description=(
+        "lag at which the levels' autocorrelation falls under 0.5: how long one speed level lasts; None when "
+        "it stays above within a third of the probe"))
+    windows: list[WindowStray]
+
+
+class HostNoise(BaseModel):
+    """The speed wander of one host, measured by `trainwise host-noise`."""
+
+    model_config = ConfigDict(extra="forbid")
+    hostname: str
+    cpu_model: str
+    measured_at: str
+    probe_seconds: float = Field(gt=0)
+    pinned_cpus: list[int] | None = None
+    compute: ProbeLevels
+    memory: ProbeLevels
+
+    def stray_fraction(self, window_s: float) -> float:
+        """90th-percentile stray of a window this long: the larger of compute's and memory's (a job
+        mixes both), interpolated in log(window) between measured windows; a window shorter than the
+        shortest measured gets the shortest's (shorter windows stray more), a longer one the longest's."""
+        return max(_interpolate(levels.windows, window_s) for levels in (self.compute, self.memory))
+
+    def describe(self) -> str:
+        return (f"measured {self.measured_at[:16].replace('T', ' ')} UTC over {self.probe_seconds:.0f} s "
+                "by `trainwise host-noise`")
+
+
+def _interpolate(windows: list[WindowStray], window_s: float) -> float:
+    ordered = sorted(windows, key=lambda w: w.window_s)
+    if not ordered:
+        return 0.0
+    if window_s <= ordered[0].window_s:
+        return ordered[0].p90
+    for shorter, longer in zip(ordered, ordered[1:]):
+        if window_s <= longer.window_s:
+            weight = math.log(window_s / shorter.window_s) / math.log(longer.window_s / shorter.window_s)
+            return shorter.p90 + weight * (longer.p90 - shorter.p90)
+    return ordered[-1].p90
+
+
+# ---- statistics of per-second levels (pure; also used by benchmarks/host_noise.py) ----
+
+def per_second_levels(samples: list[dict], key: str) -> list[float]:
+    """Median of each whole second's samples (medians: one descheduled sample should not move a bin);
+    the last, partial second is dropped."""
+    bins: dict[int, list[float]] = {}
+    for sample in samples:
+        bins.setdefault(int(sample["t_s"]), []).append(sample[key])
+    if not bins:
+        return []
+    last_whole = max(bins) - 1
+    return [statistics.median(bins[second]) for second in sorted(bins) if second <= last_whole]
+
+
+def window_strays(levels: list[float], window_s: int) -> list[float]:
+    """|mean of every window of window_s bins − mean of all bins| / mean of all bins."""
+    overall = statistics.fmean(levels)
+    return [abs(statistics.fmean(levels[i:i + window_s]) - overall) / overall
+            for i in range(0, len(levels) - window_s + 1)]
+
+
+def correlation_length_s(levels: list[float]) -> int | None:
+    """First lag (seconds) at which the levels' autocorrelation falls under 0.5; 0 for a constant
+    series, None when it never does within a third of the series."""
+    mean = statistics.fmean(levels)
+    deviations = [x - mean for x in levels]
+    variance = sum(d * d for d in deviations)
+    if variance == 0:
+        return 0
+    for lag in range(1, len(levels) // 3):
+        covariance = sum(deviations[i] * deviations[i + lag] for i in range(len(levels) - lag))
+        if covariance / variance < 0.5:
+            return lag
+    return None
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def summarise_levels(levels: list[float]) -> ProbeLevels:
+    windows = [WindowStray(window_s=w, median=statistics.median(strays), p90=_quantile(strays, 0.90), max=max(strays))
+               for w in WINDOWS_S if len(strays := window_strays(levels, w)) >= MIN_WINDOW_POSITIONS]
+    return ProbeLevels(median_s=statistics.median(levels),
+                       p90_over_p10=max(1.0, _quantile(levels, 0.90) / _quantile(levels, 0.10)),
+                       correlation_length_s=correlation_length_s(levels), windows=windows)
+
+
+# ---- the probe ----
+
+def probe_samples(seconds: float, on_progress: Callable[[float], None] | None = None) -> list[dict]:
+    """Back-to-back samples of the two probes: {t_s, compute_s, memory_s}."""
+    import torch
+
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: what the level of one core is, not how threads share two
+    try:
+        matrix = torch.randn(MATMUL_SIDE, MATMUL_SIDE)
+        vector = torch.randn(MEMORY_ELEMENTS)
+        samples = []
+        started = time.perf_counter()
+        reported = 0.0
+        while (elapsed := time.perf_counter() - started) < seconds:
+            t0 = time.perf_counter()
+            for _ in range(MATMULS_PER_SAMPLE):
+                matrix @ matrix
+            t1 = time.perf_counter()
+            vector.mul_(1.0000001)  # in place: reads and writes 16 MB, allocates nothing
+            vector.mul_(0.9999999)
+            t2 = time.perf_counter()
+            samples.append({"t_s": elapsed, "compute_s": t1 - t0, "memory_s": t2 - t1})
+            if on_progress is not None and elapsed - reported >= 0.25:  # a progress bar, not a tax on every sample
+                reported = elapsed
+                on_progress(min(seconds, elapsed))
+        return samples
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def measure(seconds: float = DEFAULT_PROBE_SECONDS, on_progress: Callable[[float], None] | None = None,
+            samples: list[dict] | None = None) -> HostNoise:
+    """Probe this host for `seconds` (or summarise given samples) and return its HostNoise."""
+    if not math.isfinite(seconds) or seconds < MIN_PROBE_SECONDS:
+        raise TrainwiseError(f"--seconds must be at least {MIN_PROBE_SECONDS:.0f} (got {seconds:g}): the 30 s window "
+                             f"needs room to slide; use the default {DEFAULT_PROBE_SECONDS:.0f}")
+    from trainwise.profile._child import _cpu_model
+
+    measured_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    samples = probe_samples(seconds, on_progress) if samples is None else samples
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return HostNoise(hostname=socket.gethostname(), cpu_model=_cpu_model(), measured_at=measured_at,
+                     probe_seconds=seconds, pinned_cpus=affinity if affinity != list(range(os.cpu_count() or 0)) else None,
+                     compute=summarise_levels(per_second_levels(samples, "compute_s")),
+                     memory=summarise_levels(per_second_levels(samples, "memory_s")))
+
+
+# ---- where it is kept ----
+
+def store_dir() -> Path | None:
+    """$TRAINWISE_HOST_NOISE_DIR, else host_noise/ under $TRAINWISE_CACHE_DIR or ~/.cache/trainwise;
+    None with TRAINWISE_NO_CACHE=1."""
+    explicit = os.environ.get("TRAINWISE_HOST_NOISE_DIR")
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("TRAINWISE_NO_CACHE"):
+        return None
+    return Path(os.environ.get("TRAINWISE_CACHE_DIR") or Path.home() / ".cache" / "trainwise") / "host_noise"
+
+
+def path_for(hostname: str) -> Path | None:
+    directory = store_dir()
+    return None if directory is None else directory / f"{hostname}.json"
+
+
+def save(noise: HostNoise, path: Path | None = None) -> Path:
+    target = path or path_for(noise.hostname)
+    if target is None:
+        raise TrainwiseError("TRAINWISE_NO_CACHE is set, so there is nowhere to keep the measurement: "
+                             "give --output PATH or unset TRAINWISE_NO_CACHE")
+    try:
+        return atomic_write_text(target, noise.model_dump_json(indent=1))
+    except OSError as exc:
+        raise TrainwiseError(f"cannot write {target} ({exc.strerror}): give a writable --output PATH") from None
+
+
+def load_for_host(hostname: str | None = None) -> tuple[HostNoise | None, str | None]:
+    """This host's measurement, or None; the second value says why a file that exists was not used
+    (unreadable, malformed, another host's), for the profile's notes."""
+    hostname = hostname or socket.gethostname()
+    path = path_for(hostname)
+    if path is None or not path.exists():
+        return None, None
+    try:
+        noise = HostNoise.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValidationError, ValueError):
+        return None, f"host-noise file {path} is unreadable or malformed and was ignored: run `trainwise host-noise` again"
+    if noise.hostname != hostname:
+        return None, f"host-noise file {path} is for host {noise.hostname!r}, not {hostname!r}, and was ignored"
+    return noise, None

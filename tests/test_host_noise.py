@@ -1,0 +1,145 @@
+"""`trainwise host-noise`: the host's speed wander, kept per host, attached to profiles, in the band."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainwise.cli import main
+from trainwise.predict.same_machine import host_stray_fraction, sampled_steps_s, trainwise_estimate
+from trainwise.profile import host_noise
+from trainwise.profile.runner import attach_host_noise
+from trainwise.profile.schema import load_profile
+
+from test_same_machine import make
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path, monkeypatch):
+    directory = tmp_path / "host_noise"
+    monkeypatch.setenv("TRAINWISE_HOST_NOISE_DIR", str(directory))
+    return directory
+
+
+def two_level_samples(seconds: int, stretch_s: int = 15, slow: float = 1.5) -> list[dict]:
+    """Ten samples a second; the level alternates between 1 and `slow` every `stretch_s` seconds."""
+    samples = []
+    for tenth in range(seconds * 10):
+        t = tenth / 10
+        level = slow if (int(t) // stretch_s) % 2 else 1.0
+        samples.append({"t_s": t, "compute_s": 0.004 * level, "memory_s": 0.002})
+    return samples
+
+
+def noise_for(hostname: str = "h", stray_p90: float = 0.1) -> host_noise.HostNoise:
+    windows = [host_noise.WindowStray(window_s=w, median=stray_p90 / 2, p90=stray_p90 * (3 / w) ** 0.25, max=stray_p90 * 2)
+               for w in host_noise.WINDOWS_S]
+    levels = host_noise.ProbeLevels(median_s=0.004, p90_over_p10=1.4, correlation_length_s=12, windows=windows)
+    steady = host_noise.ProbeLevels(median_s=0.002, p90_over_p10=1.0, correlation_length_s=0,
+                                    windows=[host_noise.WindowStray(window_s=w, median=0, p90=0, max=0)
+                                             for w in host_noise.WINDOWS_S])
+    return host_noise.HostNoise(hostname=hostname, cpu_model="cpu", measured_at="2026-11-25T20:00:00+00:00",
+                                probe_seconds=180, compute=levels, memory=steady)
+
+
+def test_per_second_levels_take_each_whole_seconds_median_and_drop_the_partial_last():
+    samples = [{"t_s": 0.1, "x": 1.0}, {"t_s": 0.5, "x": 9.0}, {"t_s": 0.9, "x": 2.0},
+               {"t_s": 1.2, "x": 4.0}, {"t_s": 2.3, "x": 100.0}]
+    assert host_noise.per_second_levels(samples, "x") == [2.0, 4.0]
+
+
+def test_a_steady_host_strays_nowhere_and_a_two_level_host_by_its_levels():
+    assert host_noise.window_strays([1.0] * 20, 3) == [0.0] * 18
+    levels = [1.0] * 30 + [2.0] * 30 + [1.0] * 30 + [2.0] * 30  # 30 s stretches
+    assert max(host_noise.window_strays(levels, 3)) == pytest.approx(1 / 3)  # level 1 or 2 against the mean 1.5
+    assert 5 <= host_noise.correlation_length_s(levels) <= 15  # ~a quarter of a 30 s stretch
+    assert host_noise.correlation_length_s([1.0, 2.0] * 30) == 1  # alternating every second: no stretch
+    assert host_noise.correlation_length_s([1.0] * 10) == 0
+
+
+def test_measure_summarises_probe_samples_and_keeps_only_windows_with_room_to_slide():
+    noise = host_noise.measure(60, samples=two_level_samples(60))
+    assert noise.memory.p90_over_p10 == 1.0 and noise.memory.windows[0].p90 == 0.0
+    windows = {w.window_s: w for w in noise.compute.windows}
+    assert set(windows) == {1, 3, 10, 30}  # 59 whole seconds: 30 positions for the 30 s window
+    mean = (30 * 1.0 + 29 * 1.5) / 59  # 59 whole seconds: 30 at level 1, 29 at 1.5
+    assert windows[1].p90 == pytest.approx((1.5 - mean) / mean)  # a 1 s window sits at one level or the other
+    assert windows[30].p90 < windows[3].p90  # longer windows average the stretches out
+    assert noise.compute.correlation_length_s is not None and 2 <= noise.compute.correlation_length_s <= 8
+    shortest = host_noise.measure(40, samples=two_level_samples(40))  # 39 bins: the 30 s window's 10 positions
+    assert {w.window_s for w in shortest.compute.windows} == {1, 3, 10, 30}
+    assert {w.window_s for w in host_noise.summarise_levels([1.0, 2.0] * 18).windows} == {1, 3, 10}  # 7 positions
+
+
+def test_stray_takes_the_larger_probe_and_interpolates_in_log_window():
+    noise = noise_for(stray_p90=0.1)
+    assert noise.stray_fraction(3) == pytest.approx(0.1)
+    assert noise.stray_fraction(0.2) == pytest.approx(noise.stray_fraction(1))  # shorter than measured: the shortest's
+    assert noise.stray_fraction(300) == pytest.approx(noise.stray_fraction(30))
+    assert noise.stray_fraction(1) > noise.stray_fraction(2) > noise.stray_fraction(3) > noise.stray_fraction(10)
+
+
+def test_the_probe_runs_and_reports_progress():
+    seen = []
+    samples = host_noise.probe_samples(0.6, on_progress=seen.append)
+    assert len(samples) > 5 and all(s["compute_s"] > 0 and s["memory_s"] > 0 for s in samples)
+    assert seen and seen == sorted(seen)
+
+
+def test_saved_per_host_and_attached_only_to_that_hosts_profiles(store):
+    profile = make([0.5] * 30)  # hostname "h"
+    assert attach_host_noise(profile).host_noise is None  # nothing measured yet
+    host_noise.save(noise_for("other"))
+    assert attach_host_noise(profile).host_noise is None
+    path = host_noise.save(noise_for("h"))
+    assert path == store / "h.json"
+    attached = attach_host_noise(profile)
+    assert attached.host_noise == noise_for("h")
+    path.write_text("{not json")
+    broken = attach_host_noise(profile)
+    assert broken.host_noise is None and any("malformed" in note for note in broken.notes)
+
+
+def test_the_band_widens_by_the_hosts_stray_for_the_sampled_window(tmp_path):
+    profile = make([0.1] * 30, init_s=3.0, val_batch_s=[0.2] * 5, val_total=20)
+    plain = trainwise_estimate(profile, epochs=10)
+    assert plain.low_s == pytest.approx(plain.total_s) and "not in it" in plain.note  # constant steps: no spread
+    noisy = profile.model_copy(update={"host_noise": noise_for(stray_p90=0.1)})
+    assert sampled_steps_s(noisy) == pytest.approx(2.9)  # 29 steady steps of 0.1 s
+    stray = host_stray_fraction(noisy)
+    assert stray == pytest.approx(noise_for(stray_p90=0.1).stray_fraction(2.9))
+    widened = trainwise_estimate(noisy, epochs=10)
+    assert widened.total_s == pytest.approx(plain.total_s)  # the point estimate does not move
+    iterations_and_validation_s = 10 * 100 * 0.1 + 10 * 20 * 0.2
+    assert widened.high_s - widened.total_s == pytest.approx(iterations_and_validation_s * stray)
+    assert f"±{stray:.1%}" in widened.note
+    # the attachment survives a save and load
+    path = noisy.save(tmp_path / "p.json")
+    assert load_profile(path).host_noise == noisy.host_noise
+
+
+def test_cli_rejects_a_short_probe_without_probing(store, capsys):
+    assert main(["host-noise", "--seconds", "5"]) != 0
+    err = capsys.readouterr().err
+    assert "--seconds must be at least 40" in err and "Traceback" not in err
+    assert not store.exists()
+
+
+def test_benchmark_summary_reads_the_measurement():
+    sys.path.insert(0, str(BENCHMARKS))  # the benchmark imports its sibling _machine
+    try:
+        spec = importlib.util.spec_from_file_location("host_noise_benchmark", BENCHMARKS / "host_noise.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    summary = module.summary_of(host_noise.measure(60, samples=two_level_samples(60)))
+    assert summary["window_3s_stray_median"]["memory"] == 0.0
+    assert summary["band_stray_for_3s_of_steps"] == summary["window_3s_stray_p90"]["compute"]
+    json.dumps(summary)
