@@ -17,3 +17,10 @@ def catalog():
 def no_disk_cache(monkeypatch):
     """Characterise from scratch, and write nothing under ~/.cache (TRAINWISE_NO_CACHE)."""
     monkeypatch.setenv("TRAINWISE_NO_CACHE", "1")
+
+
+@pytest.fixture(autouse=True)
+def no_host_noise_from_this_machine(tmp_path_factory, monkeypatch):
+    """Profiles in tests never carry a `trainwise host-noise` measurement kept on the developer's
+    machine (CI has none): point the store at an empty folder. Tests that want one save it there."""
+    monkeypatch.setenv("TRAINWISE_HOST_NOISE_DIR", str(tmp_path_factory.getbasetemp() / "host_noise_store"))

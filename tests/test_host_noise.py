@@ -22,7 +22,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 @pytest.fixture(autouse=True)
 def store(tmp_path, monkeypatch):
-    directory = tmp_path / "host_noise"
+    directory = tmp_path / "host_noise"  # per test (conftest's shared empty store would collect files)
     monkeypatch.setenv("TRAINWISE_HOST_NOISE_DIR", str(directory))
     return directory
 
