@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from benchmark_modules import BENCHMARKS, load_benchmark
+
 RESULTS = BENCHMARKS / "results" / "data_parallel.json"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCHMARKS))  # the benchmark imports its sibling _machine
-    try:
-        spec = importlib.util.spec_from_file_location("data_parallel_benchmark", BENCHMARKS / "data_parallel.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_benchmark("data_parallel")
 
 
 def row(name, measured, predicted, noise=None, workload="w"):

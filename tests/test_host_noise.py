@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,9 +12,8 @@ from trainwise.profile import host_noise
 from trainwise.profile.runner import attach_host_noise
 from trainwise.profile.schema import load_profile
 
+from benchmark_modules import load_benchmark
 from test_same_machine import make
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(autouse=True)
@@ -132,13 +128,7 @@ def test_cli_rejects_a_short_probe_without_probing(store, capsys):
 
 
 def test_benchmark_summary_reads_the_measurement():
-    sys.path.insert(0, str(BENCHMARKS))  # the benchmark imports its sibling _machine
-    try:
-        spec = importlib.util.spec_from_file_location("host_noise_benchmark", BENCHMARKS / "host_noise.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    module = load_benchmark("host_noise")
     summary = module.summary_of(host_noise.measure(60, samples=two_level_samples(60)))
     assert summary["window_3s_stray_median"]["memory"] == 0.0
     assert summary["band_stray_for_3s_of_steps"] == summary["window_3s_stray_p90"]["compute"]

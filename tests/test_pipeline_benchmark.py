@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import statistics
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from trainwise.pipeline import Pipeline, SequenceSource, Step, Strategy
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "pipeline_strategies.py"
+from benchmark_modules import load_benchmark
+
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("pipeline_strategies_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("pipeline_strategies")
 
 
 def _pipeline() -> Pipeline:
