@@ -133,3 +133,15 @@ def test_benchmark_summary_reads_the_measurement():
     assert summary["window_3s_stray_median"]["memory"] == 0.0
     assert summary["band_stray_for_3s_of_steps"] == summary["window_3s_stray_p90"]["compute"]
     json.dumps(summary)
+
+
+def test_cli_measures_keeps_it_for_this_host_and_reports(store, monkeypatch, capsys):
+    # the probe's timing is the benchmark's job (benchmarks/host_noise.py); here: the command's wiring
+    monkeypatch.setattr(host_noise, "probe_samples", lambda seconds, on_progress=None: two_level_samples(int(seconds)))
+    assert main(["host-noise", "--seconds", "60"]) == 0
+    out = capsys.readouterr().out
+    saved, problem = host_noise.load_for_host()
+    assert problem is None and saved is not None and saved.probe_seconds == 60
+    assert "compute:" in out and "memory:" in out and "wrote" in out
+    assert main(["host-noise", "--seconds", "60", "-o", str(store / "elsewhere.json")]) == 0
+    assert (store / "elsewhere.json").exists()
