@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from trainwise._io import atomic_write_text
+from trainwise.errors import TrainwiseError
 from trainwise.profile import host_noise
 from _machine import machine
 
@@ -55,8 +56,10 @@ def main() -> None:
     parser.add_argument("--save", action="store_true",
                         help="also keep the measurement in the trainwise cache, as `trainwise host-noise` does")
     args = parser.parse_args()
-    if args.seconds < host_noise.MIN_PROBE_SECONDS:
-        raise SystemExit(f"error: --seconds must be at least {host_noise.MIN_PROBE_SECONDS:.0f}; use --seconds 180")
+    try:
+        host_noise.check_seconds(args.seconds)
+    except TrainwiseError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")

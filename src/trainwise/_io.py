@@ -21,3 +21,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def cache_root() -> Path | None:
+    """trainwise's cache folder: $TRAINWISE_CACHE_DIR, else ~/.cache/trainwise; None with TRAINWISE_NO_CACHE=1."""
+    if os.environ.get("TRAINWISE_NO_CACHE"):
+        return None
+    return Path(os.environ.get("TRAINWISE_CACHE_DIR") or Path.home() / ".cache" / "trainwise")

@@ -290,8 +290,7 @@ def host_noise_command(
 
     from trainwise.profile import host_noise
 
-    if not seconds >= host_noise.MIN_PROBE_SECONDS:  # before minutes of probing, not after
-        host_noise.measure(seconds)
+    host_noise.check_seconds(seconds)  # before minutes of probing, not after
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("probing this host's speed", total=seconds)
         noise = host_noise.measure(seconds, on_progress=lambda done: progress.update(task, completed=done))

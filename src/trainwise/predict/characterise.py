@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainwise._io import cache_root
 from trainwise.errors import TrainwiseError
 
 Category = Literal["matmul", "conv", "attention", "elementwise", "reduction", "normalisation", "embedding",
@@ -1217,9 +1218,9 @@ def _disk_cache_path(args: tuple) -> Path | None:
     $TRAINWISE_CACHE_DIR or ~/.cache/trainwise; TRAINWISE_NO_CACHE=1 disables it.
     """
     import hashlib
-    import os
 
-    if os.environ.get("TRAINWISE_NO_CACHE"):
+    root = cache_root()
+    if root is None:
         return None
     if str(args[0]).startswith("hf:") and str(args[0]).endswith(".json"):
         return None  # a user config file may change under the same name
@@ -1229,7 +1230,7 @@ def _disk_cache_path(args: tuple) -> Path | None:
         from trainwise import __version__
     except Exception:  # pragma: no cover
         return None
-    root = Path(os.environ.get("TRAINWISE_CACHE_DIR") or Path.home() / ".cache" / "trainwise") / "characterisations"
+    root = root / "characterisations"
     key = json.dumps([list(map(str, args)), torch.__version__, __version__, _tracer_digest()])
     return root / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
 

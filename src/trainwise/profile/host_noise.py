@@ -29,7 +29,7 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trainwise._io import atomic_write_text
+from trainwise._io import atomic_write_text, cache_root
 from trainwise.errors import TrainwiseError
 
 WINDOWS_S = (1, 3, 10, 30)
@@ -181,12 +181,17 @@ def probe_samples(seconds: float, on_progress: Callable[[float], None] | None = 
         torch.set_num_threads(previous_threads)
 
 
-def measure(seconds: float = DEFAULT_PROBE_SECONDS, on_progress: Callable[[float], None] | None = None,
-            samples: list[dict] | None = None) -> HostNoise:
-    """Probe this host for `seconds` (or summarise given samples) and return its HostNoise."""
+def check_seconds(seconds: float) -> None:
+    """A probe too short for its longest window is an error, said before any probing."""
     if not math.isfinite(seconds) or seconds < MIN_PROBE_SECONDS:
         raise TrainwiseError(f"--seconds must be at least {MIN_PROBE_SECONDS:.0f} (got {seconds:g}): the 30 s window "
                              f"needs room to slide; use the default {DEFAULT_PROBE_SECONDS:.0f}")
+
+
+def measure(seconds: float = DEFAULT_PROBE_SECONDS, on_progress: Callable[[float], None] | None = None,
+            samples: list[dict] | None = None) -> HostNoise:
+    """Probe this host for `seconds` (or summarise given samples) and return its HostNoise."""
+    check_seconds(seconds)
     from trainwise.profile._child import _cpu_model
 
     measured_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -206,9 +211,8 @@ def store_dir() -> Path | None:
     explicit = os.environ.get("TRAINWISE_HOST_NOISE_DIR")
     if explicit:
         return Path(explicit)
-    if os.environ.get("TRAINWISE_NO_CACHE"):
-        return None
-    return Path(os.environ.get("TRAINWISE_CACHE_DIR") or Path.home() / ".cache" / "trainwise") / "host_noise"
+    root = cache_root()
+    return None if root is None else root / "host_noise"
 
 
 def path_for(hostname: str) -> Path | None:
