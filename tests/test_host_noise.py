@@ -102,6 +102,19 @@ def test_saved_per_host_and_attached_only_to_that_hosts_profiles(store):
     assert broken.host_noise is None and any("malformed" in note for note in broken.notes)
 
 
+def test_an_old_measurement_is_still_attached_with_a_note_saying_how_old(store):
+    noise = noise_for("h")  # measured 2026-11-25 20:00 UTC
+    host_noise.save(noise)
+    fresh = attach_host_noise(make([0.5] * 30).model_copy(update={"created_at": "2026-11-25T23:30:00+00:00"}))
+    assert fresh.host_noise == noise and not any("host-noise" in note for note in fresh.notes)
+    assert "3.5 h before the profile" in noise.describe(fresh.created_at)
+    later = attach_host_noise(make([0.5] * 30).model_copy(update={"created_at": "2026-11-28T20:00:00+00:00"}))
+    assert later.host_noise == noise  # still the best this host has: used, and said to be old
+    stale = [note for note in later.notes if "measured 3 days before this profile" in note]
+    assert len(stale) == 1 and "`trainwise host-noise`" in stale[0]
+    assert noise.age_hours("not a time") is None and "before the profile" not in noise.describe("not a time")
+
+
 def test_the_band_widens_by_the_hosts_stray_for_the_sampled_window(tmp_path):
     profile = make([0.1] * 30, init_s=3.0, val_batch_s=[0.2] * 5, val_total=20)
     plain = trainwise_estimate(profile, epochs=10)

@@ -143,7 +143,7 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
                      "once with `trainwise host-noise`)")
     else:
         notes.append(f"band includes this host's speed wander: ±{host_stray:.1%} for {sampled_steps_s(profile):.1f} s "
-                     f"of sampled steps (90th percentile, {profile.host_noise.describe()})")
+                     f"of sampled steps (90th percentile, {profile.host_noise.describe(profile.created_at)})")
     # An estimate that was still drifting when sampling stopped gets the drift added to its band.
     if steady.stabilised_after is None and steady.relative_drift and math.isfinite(steady.relative_drift):
         band += iterations_s * steady.relative_drift / 2

@@ -40,6 +40,10 @@ DEFAULT_PROBE_SECONDS = 180.0
 MATMUL_SIDE = 256
 MATMULS_PER_SAMPLE = 10
 MEMORY_ELEMENTS = 4_000_000  # 16 MB of float32: past the per-core caches, streams through L3/memory
+# The wander itself changes over hours: on the development VM the compute probe's 3 s windows strayed
+# 7.4 % (median) at 20:23 UTC and 0.5 % at 22:47 the same day. A measurement older than this is still
+# used, and the profile says so, with the command that refreshes it.
+STALE_AFTER_HOURS = 24.0
 
 
 class WindowStray(BaseModel):
@@ -82,9 +86,33 @@ class HostNoise(BaseModel):
         shortest measured gets the shortest's (shorter windows stray more), a longer one the longest's."""
         return max(_interpolate(levels.windows, window_s) for levels in (self.compute, self.memory))
 
-    def describe(self) -> str:
-        return (f"measured {self.measured_at[:16].replace('T', ' ')} UTC over {self.probe_seconds:.0f} s "
+    def age_hours(self, at: str) -> float | None:
+        """Hours from this measurement to the ISO time `at` (a profile's created_at); None when either
+        time does not parse."""
+        try:
+            return (datetime.fromisoformat(at) - datetime.fromisoformat(self.measured_at)).total_seconds() / 3600
+        except (TypeError, ValueError):
+            return None
+
+    def describe(self, at: str | None = None) -> str:
+        age = None if at is None else self.age_hours(at)
+        before = f", {_hours_text(age)} before the profile" if age is not None and age >= 0 else ""
+        return (f"measured {self.measured_at[:16].replace('T', ' ')} UTC over {self.probe_seconds:.0f} s{before} "
                 "by `trainwise host-noise`")
+
+
+def _hours_text(hours: float) -> str:
+    return f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.0f} days"
+
+
+def staleness_note(noise: HostNoise, at: str) -> str | None:
+    """A note for a profile taken long after its host's measurement: the wander it describes may be gone,
+    or another may have come."""
+    age = noise.age_hours(at)
+    if age is None or age <= STALE_AFTER_HOURS:
+        return None
+    return (f"this host's speed wander was measured {_hours_text(age)} before this profile and changes over hours: "
+            "run `trainwise host-noise` again for a band that speaks for now")
 
 
 def _interpolate(windows: list[WindowStray], window_s: float) -> float:

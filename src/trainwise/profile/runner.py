@@ -184,5 +184,6 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
 def attach_host_noise(profile: Profile) -> Profile:
     """The profiled host's speed wander, when `trainwise host-noise` measured it on this host."""
     noise, problem = host_noise.load_for_host(profile.environment.hostname)
-    notes = profile.notes + ([problem] if problem else [])
+    stale = None if noise is None else host_noise.staleness_note(noise, profile.created_at)
+    notes = profile.notes + [note for note in (problem, stale) if note]
     return profile.model_copy(update={"host_noise": noise, "notes": notes})

@@ -70,7 +70,7 @@ def profile_table(profile: Profile) -> Table:
         table.add_row(f"{zeros.optimizer} {zeros.state} zeros", f"{zeros.zero_fraction:.1%}", stake)
     if profile.host_noise is not None:
         table.add_row("host speed wander", f"±{host_stray_fraction(profile):.1%}",
-                      f"90th percentile over {sampled_steps_s(profile):.1f} s windows, {profile.host_noise.describe()}")
+                      f"90th percentile over {sampled_steps_s(profile):.1f} s windows, {profile.host_noise.describe(profile.created_at)}")
     else:
         table.add_row("host speed wander", "not measured", "`trainwise host-noise` once on this host puts it in the band")
     table.add_row("profiling stopped", s.stop_reason, f"stable after {s.stabilised_after} iterations" if s.stabilised_after else "")
