@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -33,14 +34,14 @@ def two_level_samples(seconds: int, stretch_s: int = 15, slow: float = 1.5) -> l
     return samples
 
 
-def noise_for(hostname: str = "h", stray_p90: float = 0.1) -> host_noise.HostNoise:
+def noise_for(hostname: str = "h", stray_p90: float = 0.1, measured_at: str = "2026-11-25T20:00:00+00:00") -> host_noise.HostNoise:
     windows = [host_noise.WindowStray(window_s=w, median=stray_p90 / 2, p90=stray_p90 * (3 / w) ** 0.25, max=stray_p90 * 2)
                for w in host_noise.WINDOWS_S]
     levels = host_noise.ProbeLevels(median_s=0.004, p90_over_p10=1.4, correlation_length_s=12, windows=windows)
     steady = host_noise.ProbeLevels(median_s=0.002, p90_over_p10=1.0, correlation_length_s=0,
                                     windows=[host_noise.WindowStray(window_s=w, median=0, p90=0, max=0)
                                              for w in host_noise.WINDOWS_S])
-    return host_noise.HostNoise(hostname=hostname, cpu_model="cpu", measured_at="2026-11-25T20:00:00+00:00",
+    return host_noise.HostNoise(hostname=hostname, cpu_model="cpu", measured_at=measured_at,
                                 probe_seconds=180, compute=levels, memory=steady)
 
 
@@ -102,6 +103,50 @@ def test_saved_per_host_and_attached_only_to_that_hosts_profiles(store):
     assert broken.host_noise is None and any("malformed" in note for note in broken.notes)
 
 
+def test_the_envelope_strays_as_far_as_the_widest_measurement_at_every_window():
+    quiet = noise_for(stray_p90=0.02, measured_at="2026-11-25T22:47:00+00:00")
+    noisy = noise_for(stray_p90=0.2, measured_at="2026-11-25T20:23:00+00:00")
+    # a noisier memory side in the quiet measurement: each probe's windows take their own maximum
+    quiet = quiet.model_copy(update={"memory": noise_for(stray_p90=0.05).compute})
+    both = host_noise.envelope([quiet, noisy])
+    for window_s in (1, 2.9, 3, 10, 30, 100):
+        assert both.stray_fraction(window_s) == pytest.approx(noisy.stray_fraction(window_s))
+    assert both.memory.windows[0].p90 == pytest.approx(quiet.memory.windows[0].p90)  # 0.05's, not the steady 0
+    assert both.measurements == 2 and both.measured_at == quiet.measured_at  # the newest's time (for its age)
+    assert both.first_measured_at == noisy.measured_at and both.compute.median_s == quiet.compute.median_s
+    assert "widest of 2 measurements 2026-11-25 20:23 to 2026-11-25 22:47 UTC" in both.describe()
+    assert host_noise.envelope([quiet]) == quiet
+    # an envelope of envelopes counts every measurement and keeps the oldest time
+    later = noise_for(stray_p90=0.01, measured_at="2026-11-26T09:00:00+00:00")
+    nested = host_noise.envelope([both, later])
+    assert nested.measurements == 3 and nested.first_measured_at == noisy.measured_at
+
+
+def test_the_store_keeps_each_hosts_measurements_and_profiles_carry_their_envelope(store, monkeypatch):
+    monkeypatch.setattr(host_noise, "MAX_KEPT", 2)
+    noisy = noise_for(stray_p90=0.2, measured_at="2026-11-25T20:23:00+00:00")
+    quiet = noise_for(stray_p90=0.02, measured_at="2026-11-25T22:47:00+00:00")
+    path = host_noise.save(noisy)
+    host_noise.save(quiet)
+    carried, problem = host_noise.load_for_host("h")
+    assert problem is None and carried == host_noise.envelope([noisy, quiet])
+    assert carried.stray_fraction(3) == pytest.approx(noisy.stray_fraction(3))  # the quiet one does not narrow it
+    quieter = noise_for(stray_p90=0.01, measured_at="2026-11-26T09:00:00+00:00")
+    host_noise.save(quieter)  # MAX_KEPT 2: the 20:23 one goes
+    carried, _ = host_noise.load_for_host("h")
+    assert carried == host_noise.envelope([quiet, quieter])
+    assert [one.measured_at for one in host_noise._read_history(path).measurements] == [quiet.measured_at, quieter.measured_at]
+    # the first format (one bare measurement in the store file) still loads, and a new one is added to it
+    path.write_text(noisy.model_dump_json())
+    assert host_noise.load_for_host("h")[0] == noisy
+    host_noise.save(quiet)
+    assert host_noise.load_for_host("h")[0] == host_noise.envelope([noisy, quiet])
+    # a store file that is not usable is replaced by the new measurement, not merged
+    path.write_text("{not json")
+    host_noise.save(quiet)
+    assert host_noise.load_for_host("h")[0] == quiet
+
+
 def test_an_old_measurement_is_still_attached_with_a_note_saying_how_old(store):
     noise = noise_for("h")  # measured 2026-11-25 20:00 UTC
     host_noise.save(noise)
@@ -157,4 +202,22 @@ def test_cli_measures_keeps_it_for_this_host_and_reports(store, monkeypatch, cap
     assert problem is None and saved is not None and saved.probe_seconds == 60
     assert "compute:" in out and "memory:" in out and "wrote" in out
     assert main(["host-noise", "--seconds", "60", "-o", str(store / "elsewhere.json")]) == 0
-    assert (store / "elsewhere.json").exists()
+    assert host_noise.HostNoise.model_validate_json((store / "elsewhere.json").read_text()).probe_seconds == 60
+    capsys.readouterr()
+    assert main(["host-noise", "--seconds", "60"]) == 0  # a second one for this host: kept beside the first
+    assert "the widest of 2 measurements" in capsys.readouterr().out
+    assert host_noise.load_for_host()[0].measurements == 2
+
+
+def test_band_rescoring_swaps_only_the_host_term():
+    module = load_benchmark("band_coverage")
+    other_s, base_s = 3.0, 100.0
+    half = math.hypot(other_s, base_s * 0.1)
+    row = {"workload": "w", "batch_size": 8, "actual_s": 112.0, "band_s": [100.0 - half, 100.0 + half + 5.0],
+           "predicted_s": {"trainwise": base_s}, "host_stray": 0.1, "sampled_steps_s": 2.0}
+    assert module.rescored_band(row, 0.1) == pytest.approx(tuple(row["band_s"]))
+    low, high = module.rescored_band(row, 0.2)
+    widened = math.hypot(other_s, base_s * 0.2) - half
+    assert (low, high) == pytest.approx((row["band_s"][0] - widened, row["band_s"][1] + widened))  # the +5 kept
+    scored = module.rescore([row, {**row, "host_stray": None}], noise_for(stray_p90=0.3))
+    assert scored["of"] == 1 and scored["inside_then"] == 0 and scored["inside_now"] == 1

@@ -300,6 +300,9 @@ def host_noise_command(
         console.print(f"{name}: p90/p10 level {levels.p90_over_p10:.2f}, one level lasts ~{levels.correlation_length_s} s; "
                       f"90th-percentile stray of a window: {strays}")
     console.print(f"wrote {path}")
+    carried, _ = host_noise.load_for_host(noise.hostname) if output is None else (None, None)
+    if carried is not None and carried.measurements > 1:
+        console.print(f"profiles on this host carry {carried.describe()}: 3 s windows ±{carried.stray_fraction(3.0):.1%}")
 
 
 def main(argv: list[str] | None = None) -> int:

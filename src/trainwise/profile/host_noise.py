@@ -10,10 +10,11 @@ same-machine benchmark's actual totals fell inside that interval in about a thir
 `trainwise host-noise` measures the wander directly, with work that never changes (a small matmul for
 compute, an in-place multiply over 16 MB for memory bandwidth, one thread), in one-second bins, and
 records how far a window of w seconds strays from the whole probe's mean (median and 90th percentile
-over every window, for w = 1, 3, 10, 30 s). Saved per hostname under the trainwise cache; the profiler
-attaches it to profiles taken on that host, and the estimator widens its band by the 90th-percentile
-stray for a window as long as the profile's sampled steps. The point estimate is not changed: the
-probe says how far the level can be, not which way it will go.
+over every window, for w = 1, 3, 10, 30 s). Kept per hostname under the trainwise cache, every
+measurement (the last MAX_KEPT): the wander itself changes over hours, so the profiler attaches the
+widest of them (their envelope) to profiles taken on that host, and the estimator widens its band by
+the 90th-percentile stray for a window as long as the profile's sampled steps. The point estimate is
+not changed: the probe says how far the level can be, not which way it will go.
 """
 
 from __future__ import annotations
@@ -41,8 +42,13 @@ MATMUL_SIDE = 256
 MATMULS_PER_SAMPLE = 10
 MEMORY_ELEMENTS = 4_000_000  # 16 MB of float32: past the per-core caches, streams through L3/memory
 # The wander itself changes over hours: on the development VM the compute probe's 3 s windows strayed
-# 7.4 % (median) at 20:23 UTC and 0.5 % at 22:47 the same day. A measurement older than this is still
-# used, and the profile says so, with the command that refreshes it.
+# 7.4 % (median) at 20:23 UTC and 0.5 % at 22:47 the same day, and the same-machine benchmark run
+# next (22:47-23:52) saw the two identical full runs differ by 13.6 %: its bands from the quiet 22:47
+# measurement alone held 5 of 8 actual totals, from the envelope with 20:23's all 8. Hence the
+# envelope of the kept measurements, not the latest one.
+MAX_KEPT = 20
+# A newest measurement older than this is still used, and the profile says so, with the command
+# that refreshes it.
 STALE_AFTER_HOURS = 24.0
 
 
@@ -79,6 +85,8 @@ class HostNoise(BaseModel):
     pinned_cpus: list[int] | None = None
     compute: ProbeLevels
     memory: ProbeLevels
+    measurements: int = Field(default=1, ge=1, description="how many measurements this is the envelope of")
+    first_measured_at: str | None = Field(default=None, description="the oldest of them, when more than one")
 
     def stray_fraction(self, window_s: float) -> float:
         """90th-percentile stray of a window this long: the larger of compute's and memory's (a job
@@ -97,8 +105,14 @@ class HostNoise(BaseModel):
     def describe(self, at: str | None = None) -> str:
         age = None if at is None else self.age_hours(at)
         before = f", {_hours_text(age)} before the profile" if age is not None and age >= 0 else ""
-        return (f"measured {self.measured_at[:16].replace('T', ' ')} UTC over {self.probe_seconds:.0f} s{before} "
-                "by `trainwise host-noise`")
+        if self.measurements > 1:
+            return (f"the widest of {self.measurements} measurements {_minute(self.first_measured_at)} to "
+                    f"{_minute(self.measured_at)} UTC{before} by `trainwise host-noise`")
+        return f"measured {_minute(self.measured_at)} UTC over {self.probe_seconds:.0f} s{before} by `trainwise host-noise`"
+
+
+def _minute(iso_time: str | None) -> str:
+    return (iso_time or "?")[:16].replace("T", " ")
 
 
 def _hours_text(hours: float) -> str:
@@ -111,7 +125,7 @@ def staleness_note(noise: HostNoise, at: str) -> str | None:
     age = noise.age_hours(at)
     if age is None or age <= STALE_AFTER_HOURS:
         return None
-    return (f"this host's speed wander was measured {_hours_text(age)} before this profile and changes over hours: "
+    return (f"this host's speed wander was last measured {_hours_text(age)} before this profile and changes over hours: "
             "run `trainwise host-noise` again for a band that speaks for now")
 
 
@@ -126,6 +140,35 @@ def _interpolate(windows: list[WindowStray], window_s: float) -> float:
             weight = math.log(window_s / shorter.window_s) / math.log(longer.window_s / shorter.window_s)
             return shorter.p90 + weight * (longer.p90 - shorter.p90)
     return ordered[-1].p90
+
+
+def _widest_levels(levels: list[ProbeLevels], newest: ProbeLevels) -> ProbeLevels:
+    """Per window, the largest median/p90/max stray any of the measurements saw (of those that have that
+    window); the newest one's level, since levels are not comparable across the host's states."""
+    by_window: dict[int, list[WindowStray]] = {}
+    for one in levels:
+        for window in one.windows:
+            by_window.setdefault(window.window_s, []).append(window)
+    windows = [WindowStray(window_s=w, median=max(x.median for x in seen), p90=max(x.p90 for x in seen),
+                           max=max(x.max for x in seen)) for w, seen in sorted(by_window.items())]
+    lasting = [one.correlation_length_s for one in levels if one.correlation_length_s is not None]
+    return ProbeLevels(median_s=newest.median_s, p90_over_p10=max(one.p90_over_p10 for one in levels),
+                       correlation_length_s=max(lasting) if lasting else None, windows=windows)
+
+
+def envelope(measurements: list[HostNoise]) -> HostNoise:
+    """One HostNoise that strays as far, at every window, as the widest of several measurements of a host."""
+    if not measurements:
+        raise ValueError("envelope of no measurements")
+    if len(measurements) == 1:
+        return measurements[0]
+    ordered = sorted(measurements, key=lambda one: one.measured_at)
+    newest = ordered[-1]
+    return newest.model_copy(update={
+        "compute": _widest_levels([one.compute for one in ordered], newest.compute),
+        "memory": _widest_levels([one.memory for one in ordered], newest.memory),
+        "measurements": sum(one.measurements for one in ordered),
+        "first_measured_at": ordered[0].first_measured_at or ordered[0].measured_at})
 
 
 # ---- statistics of per-second levels (pure; also used by benchmarks/host_noise.py) ----
@@ -248,28 +291,59 @@ def path_for(hostname: str) -> Path | None:
     return None if directory is None else directory / f"{hostname}.json"
 
 
+class HostNoiseHistory(BaseModel):
+    """What the store keeps per host: its measurements, oldest first (the last MAX_KEPT)."""
+
+    model_config = ConfigDict(extra="forbid")
+    hostname: str
+    measurements: list[HostNoise] = Field(min_length=1)
+
+
+def _read_history(path: Path) -> HostNoiseHistory:
+    """A store file: a history, or one bare measurement (what `-o PATH` writes, and the first format)."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return HostNoiseHistory.model_validate_json(text)
+    except ValidationError:
+        single = HostNoise.model_validate_json(text)
+        return HostNoiseHistory(hostname=single.hostname, measurements=[single])
+
+
 def save(noise: HostNoise, path: Path | None = None) -> Path:
+    """`path`: that one measurement there. Otherwise added to this host's kept measurements in the store
+    (an unreadable or other host's store file is replaced, not merged)."""
     target = path or path_for(noise.hostname)
     if target is None:
         raise TrainwiseError("TRAINWISE_NO_CACHE is set, so there is nowhere to keep the measurement: "
                              "give --output PATH or unset TRAINWISE_NO_CACHE")
+    if path is not None:
+        text = noise.model_dump_json(indent=1)
+    else:
+        kept: list[HostNoise] = []
+        try:
+            history = _read_history(target)
+            if history.hostname == noise.hostname:
+                kept = history.measurements
+        except (OSError, UnicodeDecodeError, ValidationError, ValueError):
+            pass  # nothing kept yet, or nothing usable: this measurement starts the history
+        text = HostNoiseHistory(hostname=noise.hostname, measurements=(kept + [noise])[-MAX_KEPT:]).model_dump_json(indent=1)
     try:
-        return atomic_write_text(target, noise.model_dump_json(indent=1))
+        return atomic_write_text(target, text)
     except OSError as exc:
         raise TrainwiseError(f"cannot write {target} ({exc.strerror}): give a writable --output PATH") from None
 
 
 def load_for_host(hostname: str | None = None) -> tuple[HostNoise | None, str | None]:
-    """This host's measurement, or None; the second value says why a file that exists was not used
-    (unreadable, malformed, another host's), for the profile's notes."""
+    """The envelope of this host's kept measurements, or None; the second value says why a file that
+    exists was not used (unreadable, malformed, another host's), for the profile's notes."""
     hostname = hostname or socket.gethostname()
     path = path_for(hostname)
     if path is None or not path.exists():
         return None, None
     try:
-        noise = HostNoise.model_validate_json(path.read_text(encoding="utf-8"))
+        history = _read_history(path)
     except (OSError, UnicodeDecodeError, ValidationError, ValueError):
         return None, f"host-noise file {path} is unreadable or malformed and was ignored: run `trainwise host-noise` again"
-    if noise.hostname != hostname:
-        return None, f"host-noise file {path} is for host {noise.hostname!r}, not {hostname!r}, and was ignored"
-    return noise, None
+    if history.hostname != hostname or any(one.hostname != hostname for one in history.measurements):
+        return None, f"host-noise file {path} is for host {history.hostname!r}, not {hostname!r}, and was ignored"
+    return envelope(history.measurements), None
