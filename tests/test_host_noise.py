@@ -213,7 +213,7 @@ def test_band_rescoring_swaps_only_the_host_term():
     module = load_benchmark("band_coverage")
     other_s, base_s = 3.0, 100.0
     half = math.hypot(other_s, base_s * 0.1)
-    row = {"workload": "w", "batch_size": 8, "actual_s": 112.0, "band_s": [100.0 - half, 100.0 + half + 5.0],
+    row = {"workload": "w", "batch_size": 8, "actual_s": 118.0, "band_s": [100.0 - half, 100.0 + half + 5.0],
            "predicted_s": {"trainwise": base_s}, "host_stray": 0.1, "sampled_steps_s": 2.0}
     assert module.rescored_band(row, 0.1) == pytest.approx(tuple(row["band_s"]))
     low, high = module.rescored_band(row, 0.2)
