@@ -14,7 +14,6 @@ from trainwise.pipeline import Pipeline, SequenceSource, Step, Strategy
 from benchmark_modules import load_benchmark
 
 
-
 @pytest.fixture(scope="module")
 def bench():
     return load_benchmark("pipeline_strategies")
