@@ -199,9 +199,16 @@ def test_impossible_deadline_names_the_constraint_and_the_best_infeasible_option
 
 
 def test_impossible_budget_names_the_constraint(catalog):
-    with pytest.raises(InfeasiblePlanError, match=r"--budget \$0\.00.*best infeasible option .*raise the budget") as info:
+    with pytest.raises(InfeasiblePlanError, match=r"--budget \$1e-06.*best infeasible option .*raise the budget") as info:
         plan([v100_elsewhere()], catalog, Objective(kind="budget", budget_usd=1e-6), options=NO_BOOT)
     assert info.value.constraint == "budget"
+    # The option named is the cheapest (what the smallest raise of the budget admits), even though the
+    # budget objective ranks by time, and the suggested budget, rounded up to the cent, does admit it.
+    cheapest = plan([v100_elsewhere()], catalog, Objective(kind="cheapest"), options=NO_BOOT).primary.iloc[0]
+    assert info.value.best_infeasible["plan_id"] == cheapest["plan_id"]
+    suggested = float(str(info.value).rsplit("$", 1)[1])
+    assert suggested >= cheapest["total_cost"]
+    assert plan([v100_elsewhere()], catalog, Objective(kind="budget", budget_usd=suggested), options=NO_BOOT).best is not None
 
 
 def test_min_gpu_memory_excluding_everything(catalog):
@@ -228,9 +235,18 @@ def test_bad_objectives_and_parsers():
     assert parse_duration("3600") == 3600
     with pytest.raises(TrainwiseError, match="cannot read the duration"):
         parse_duration("soon")
+    for not_positive in ("-2h", "0s", "0"):
+        with pytest.raises(TrainwiseError, match="duration must be positive"):
+            parse_duration(not_positive)
     assert parse_money("$25.50") == 25.5
-    with pytest.raises(TrainwiseError):
-        parse_money("-3")
+    for bad_money in ("-3", "nan", "inf"):
+        with pytest.raises(TrainwiseError, match="positive amount"):
+            parse_money(bad_money)
+    for bad_weight in ("time=nan,cost=1", "time=inf", "cost=-1"):
+        with pytest.raises(TrainwiseError, match="finite number >= 0"):
+            parse_weights(bad_weight)
+    with pytest.raises(TrainwiseError, match="finite numbers >= 0"):
+        make_objective("weighted", weights={"time": float("nan"), "cost": 1.0})
     assert parse_weights("time=1, cost=2") == {"time": 1.0, "cost": 2.0}
     with pytest.raises(TrainwiseError, match="NAME=VALUE"):
         parse_weights("fast")

@@ -43,6 +43,10 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
     budget_usd = parse_money(budget) if budget else None
     objective_model = make_objective(objective, weights=parse_weights(weights) if weights else None,
                                      deadline_s=deadline_s, budget_usd=budget_usd)
+    if primary_epochs is not None and primary_epochs < 1:
+        raise TrainwiseError(f"--epochs must be a positive number of epochs (got {primary_epochs})")
+    if top < 1:
+        raise TrainwiseError(f"--top must be at least 1 (got {top})")
     if min_gpu_memory is not None and min_gpu_memory < 0:
         raise TrainwiseError(f"--min-gpu-memory must be >= 0 GiB (got {min_gpu_memory:g})")
     constraints = Constraints(clouds=_split(clouds), regions=_split(regions), accelerators=_split(accelerators),

@@ -14,6 +14,7 @@ Objectives
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -41,8 +42,11 @@ class Objective(_Model):
         unknown = sorted(set(self.weights) - set(WEIGHTED_METRICS))
         if unknown:
             raise ValueError(f"unknown weight(s) {', '.join(unknown)}: use {', '.join(WEIGHTED_METRICS)}")
-        if any(w < 0 for w in self.weights.values()) or not any(w > 0 for w in self.weights.values()):
-            raise ValueError("weights must be >= 0 with at least one > 0")
+        # NaN compares False with everything, so it would pass a plain `w < 0` test and then make every
+        # score NaN; inf makes the min–max normalised sum NaN too.
+        if (any(not math.isfinite(w) or w < 0 for w in self.weights.values())
+                or not any(w > 0 for w in self.weights.values())):
+            raise ValueError("weights must be finite numbers >= 0 with at least one > 0, e.g. time=1,cost=2")
         if self.kind == "deadline" and self.deadline_s is None:
             raise ValueError("the deadline objective needs a deadline (e.g. --deadline 2h)")
         if self.kind == "budget" and self.budget_usd is None:
@@ -56,7 +60,7 @@ class Objective(_Model):
         if self.kind == "deadline":
             return f"cheapest meeting a deadline of {format_hours(self.deadline_s)}"
         if self.kind == "budget":
-            return f"fastest within a budget of ${self.budget_usd:,.2f}"
+            return f"fastest within a budget of {format_money(self.budget_usd)}"
         return self.kind
 
 
@@ -105,7 +109,9 @@ def parse_duration(text: str) -> float:
         unit = (match.group(2) or "s").lower()
         total += float(match.group(1)) * {"d": 86400, "h": 3600, "m": 60, "min": 60, "s": 1}[unit]
         position = match.end()
-    if position != len(cleaned) or total <= 0:
+    if cleaned.startswith("-") or (position == len(cleaned) and total <= 0):
+        raise TrainwiseError(f"the duration must be positive (got {text!r}): use e.g. 2h, 90m, 1h30m or 3600s")
+    if position != len(cleaned):
         raise TrainwiseError(f"cannot read the duration {text!r}: use e.g. 2h, 90m, 1h30m or 3600s")
     return total
 
@@ -117,9 +123,14 @@ def parse_money(text: str) -> float:
         value = float(cleaned)
     except ValueError:
         raise TrainwiseError(f"cannot read the amount {text!r}: use e.g. 25 or $25.50") from None
-    if value <= 0:
-        raise TrainwiseError(f"the budget must be positive (got {text!r})")
+    if not math.isfinite(value) or value <= 0:
+        raise TrainwiseError(f"the budget must be a positive amount (got {text!r}): use e.g. 25 or $25.50")
     return value
+
+
+def format_money(usd: float) -> str:
+    """Dollars with cents, or with significant digits below a cent (a $0.001 budget is not "$0.00")."""
+    return f"${usd:,.2f}" if usd >= 0.01 or usd == 0 else f"${usd:.2g}"
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -137,6 +148,8 @@ def parse_weights(text: str) -> dict[str, float]:
             weights[name] = float(value)
         except ValueError:
             raise TrainwiseError(f"weight {name} must be a number (got {value.strip()!r})") from None
+        if not math.isfinite(weights[name]) or weights[name] < 0:
+            raise TrainwiseError(f"weight {name} must be a finite number >= 0 (got {value.strip()!r}), e.g. time=1,cost=2")
     if not weights:
         raise TrainwiseError("no weights given: use e.g. --weights time=1,cost=2")
     return weights

@@ -36,7 +36,7 @@ from trainwise.catalog.model import Catalog, Offering, frame_from_offerings
 from trainwise.catalog.user import on_premise_price_per_hour
 from trainwise.errors import TrainwiseError
 from trainwise.plan import costs
-from trainwise.plan.objectives import Constraints, Objective, format_hours
+from trainwise.plan.objectives import Constraints, Objective, format_hours, format_money
 from trainwise.plan.pareto import pareto_mask_grouped
 from trainwise.plan.runtime import (
     DEFAULT_SOURCES,
@@ -715,7 +715,7 @@ def _describe_constraint(name: str, constraints: Constraints) -> str:
         "min-gpu-memory": f"--min-gpu-memory {constraints.min_gpu_memory_gib:g}" if constraints.min_gpu_memory_gib else "",
         "model-fit": "the model's measured device memory (it must fit)",
         "deadline": f"--deadline {format_hours(constraints.deadline_s)}",
-        "budget": f"--budget ${constraints.budget_usd:,.2f}" if constraints.budget_usd else "",
+        "budget": f"--budget {format_money(constraints.budget_usd)}" if constraints.budget_usd else "",
     }[name]
 
 
@@ -733,7 +733,11 @@ def _infeasible(frame: pd.DataFrame, objective: Objective, constraints: Constrai
     excluded = at_primary[at_primary["excluded_by"] != ""]
     last = next((name for name in reversed(CONSTRAINT_ORDER) if exclusions.get(name)), None)
     culprit = excluded[excluded["excluded_by"] == last] if last else excluded
-    if objective.kind in ("fastest", "budget") or last == "deadline":
+    # The option to name is the one that relaxing the binding constraint least would admit: under a
+    # budget that is the cheapest candidate, under a deadline the fastest, whatever the objective ranks by.
+    if last == "budget":
+        best = culprit.sort_values(["total_cost", "wall_s"], kind="stable").iloc[0]
+    elif objective.kind == "fastest" or last == "deadline":
         best = culprit.sort_values(["wall_s", "total_cost"], kind="stable").iloc[0]
     else:
         best = culprit.sort_values(["total_cost", "wall_s"], kind="stable").iloc[0]
@@ -752,7 +756,8 @@ def _infeasible(frame: pd.DataFrame, objective: Objective, constraints: Constrai
     if last == "deadline":
         message += f" — relax the deadline to at least {format_hours(math.ceil(best['wall_s'] / 60) * 60)}"
     elif last == "budget":
-        message += f" — raise the budget to at least ${best['total_cost']:.2f}"
+        # Rounded up to the cent so that the suggested budget does admit the option it names.
+        message += f" — raise the budget to at least {format_money(math.ceil(best['total_cost'] * 100 - 1e-9) / 100)}"
     return InfeasiblePlanError(message, last, info)
 
 
