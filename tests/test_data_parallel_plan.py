@@ -10,7 +10,7 @@ import yaml
 from trainwise.catalog import load_catalog
 from trainwise.cli import main
 from trainwise.errors import TrainwiseError
-from trainwise.plan import Objective, PlanOptions, plan
+from trainwise.plan import Constraints, Objective, PlanOptions, plan
 from trainwise.plan.distributed import DistributedOptions, GroupSpec, PeerSpec, options_from_cli
 from trainwise.plan.synthetic import synthetic_profile
 
@@ -173,3 +173,35 @@ def test_parameter_averaging_is_counted_in_a_hivemind_groups_egress_when_asked(c
     assert options_from_cli(average_state_every=10).hivemind_average_state_every == 10
     with pytest.raises(TrainwiseError, match="hivemind_average_state_every"):
         options_from_cli(average_state_every=0)
+
+
+def test_max_global_batch_caps_weak_scaling_and_the_best_plan_flags_large_batches(catalog):
+    from trainwise.plan.planner import global_batch_sizes
+
+    # slow steps over a small training set (40 steps of 32 per epoch): the fastest plans are data-parallel
+    # groups whose global batch grows with the devices, leaving a handful of steps per epoch
+    profiles = [v100(iteration_s=2.0, batches_per_epoch=40)]
+    result = plan(profiles, catalog, Objective(kind="fastest"), options=options())
+    best = result.primary.iloc[:1]
+    profiled = int(best["batch_size"].iloc[0])
+    grown = float(global_batch_sizes(best)[0])
+    assert grown >= 2 * profiled
+    assert any(f"global batch of {grown:,.0f}" in flag and "step(s) per epoch" in flag and "--max-global-batch" in flag
+               for flag in result.flags)
+    # 8 V100s at batch 32 on a long job (1,250 steps per epoch) is ordinary DDP: no flag
+    ordinary = plan([v100(iteration_s=2.0, batches_per_epoch=10_000)], catalog, Objective(kind="fastest"), options=options())
+    assert float(global_batch_sizes(ordinary.primary.iloc[:1])[0]) == 8 * 32
+    assert not any("global batch of" in flag for flag in ordinary.flags)
+    capped = plan(profiles, catalog, Objective(kind="fastest"), Constraints(max_global_batch=4 * profiled), options=options())
+    kept = capped.ranked
+    assert (global_batch_sizes(kept) <= 4 * profiled).all()
+    assert (global_batch_sizes(kept) > profiled).any()  # groups up to 4 devices are still ranked
+    assert capped.exclusions.get("global-batch", 0) > 0
+    # still few steps per epoch at 4 devices, so the flag stays, but no longer suggests the cap it has
+    assert not any("pass --max-global-batch" in flag for flag in capped.flags)
+    # Hivemind rows accumulate to the target batch size, whatever the peer count
+    hivemind = kept[kept["parallelism"].astype(str) == "hivemind"]
+    assert len(hivemind) and (global_batch_sizes(hivemind) == profiled).all()
+    # a cap below every candidate names itself as what excluded them
+    with pytest.raises(TrainwiseError, match="--max-global-batch 1 excluded"):
+        plan(profiles, catalog, Objective(kind="fastest"), Constraints(max_global_batch=1), options=options())

@@ -94,6 +94,7 @@ def test_plan_local_offering_and_weighted(capsys, tmp_path, profiles):
     (["--objective", "weighted", "--weights", "time=inf", "--json"], "finite number"),
     (["--epochs", "-1"], "--epochs must be a positive"),
     (["--top", "0"], "--top must be at least 1"),
+    (["--max-global-batch", "0"], "--max-global-batch must be at least 1"),
     (["--weights", "speed=1"], "NAME=VALUE"),
     (["--interruption-rate", "0.1", "--interruption-frequency-30d", "0.05"], "not both"),
     (["--reference", "aws/nowhere/p9"], "unknown reference offering"),

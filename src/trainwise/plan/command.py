@@ -32,6 +32,7 @@ def _split(values: Sequence[str] | None) -> tuple[str, ...]:
 def build_inputs(*, objective: str = "cheapest", weights: str | None = None, deadline: str | None = None,
                  budget: str | None = None, clouds: Sequence[str] | None = None, regions: Sequence[str] | None = None,
                  accelerators: Sequence[str] | None = None, spot: bool = True, min_gpu_memory: float | None = None,
+                 max_global_batch: int | None = None,
                  primary_epochs: int | None = None, dataset_gb: float | None = None, bandwidth_mbps: float | None = None,
                  provisioning_minutes: float | None = None, interruption_rate: float | None = None,
                  interruption_frequency_30d: float | None = None, checkpoint_write_s: float | None = None,
@@ -49,8 +50,11 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
         raise TrainwiseError(f"--top must be at least 1 (got {top})")
     if min_gpu_memory is not None and min_gpu_memory < 0:
         raise TrainwiseError(f"--min-gpu-memory must be >= 0 GiB (got {min_gpu_memory:g})")
+    if max_global_batch is not None and max_global_batch < 1:
+        raise TrainwiseError(f"--max-global-batch must be at least 1 sample (got {max_global_batch})")
     constraints = Constraints(clouds=_split(clouds), regions=_split(regions), accelerators=_split(accelerators),
-                              allow_spot=spot, min_gpu_memory_gib=min_gpu_memory, deadline_s=deadline_s, budget_usd=budget_usd)
+                              allow_spot=spot, min_gpu_memory_gib=min_gpu_memory, max_global_batch=max_global_batch,
+                              deadline_s=deadline_s, budget_usd=budget_usd)
     update: dict[str, Any] = {"reference": reference, "primary_epochs": primary_epochs, "top_n": top,
                               "this_host": this_host or socket.gethostname(), "distributed": distributed}
     if dataset_gb is not None:

@@ -43,7 +43,8 @@ HIVEMIND_CALIBRATION_SOURCE = ("fitted to seed 003's A-8 runs (8 x T4, TBS 32K):
 DDP_EXTRA_BAND = 0.10       # the device model's data_parallel_extra band
 HIVEMIND_EXTRA_BAND = 0.30  # seed 003's measured averaging times differ from the bandwidth model by up to ~±30-50 %
 OPTIONAL_COLUMNS: dict[str, Any] = {"parallelism": "", "workers": 1.0, "granularity": np.nan, "communication_s": np.nan,
-                                    "network_usd_per_hour": 0.0, "fits_memory": True, "scaling_note": ""}
+                                    "network_usd_per_hour": 0.0, "fits_memory": True, "scaling_note": "",
+                                    "global_batch_size": np.nan}
 
 
 class PeerSpec(BaseModel):
@@ -407,6 +408,7 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                 pred = dp.predict_ddp(compute.worker, int(gradient_bytes), group.workers, link, algorithm="auto",
                                       overlap=overlap)
                 samples_per_s, g, comm = pred.samples_per_s, pred.granularity, pred.exposed_communication_s
+                global_batch = pred.global_batch_size
                 band = compute.relative_error + DDP_EXTRA_BAND
                 what = (f"modelled ±{band * 100:.0f} %: DDP {group.workers} workers, per-worker batch "
                         f"{compute.worker.per_worker_batch_size} (global {pred.global_batch_size}), all-reduce over "
@@ -433,6 +435,7 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                 costs = dp.hivemind_costs(peers, pred, egress_prices, bytes_per_sample=options.bytes_per_sample)
                 network_usd = costs.egress_usd_per_hour + costs.data_loading_usd_per_hour
                 samples_per_s, g, comm = pred.samples_per_s, pred.granularity, pred.comm_s
+                global_batch = tbs
                 band = max(c.relative_error for c in computes) + HIVEMIND_EXTRA_BAND
                 what = (f"modelled ±{band * 100:.0f} %: Hivemind {len(peers)} peers, TBS {tbs}, slowest link "
                         f"{pred.slowest_pair_bandwidth_bps / 1e6:,.0f} Mb/s; egress {costs.egress_usd_per_hour:.3g} $/h; "
@@ -456,7 +459,8 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                     "validation_s": validation, "time_provenance": what, "relative_error": half / total if total > 0 else 0.0,
                     "time_source": "data-parallel model", "_profile_idx": profile_idx,
                     "parallelism": group.kind, "workers": float(group.workers), "granularity": g, "communication_s": comm,
-                    "network_usd_per_hour": network_usd, "fits_memory": fits, "scaling_note": "; ".join(notes)})
+                    "network_usd_per_hour": network_usd, "fits_memory": fits, "scaling_note": "; ".join(notes),
+                    "global_batch_size": float(global_batch)})
     if not records:
         return pd.DataFrame({c: [] for c in RUNTIME_COLUMNS})
     out = pd.DataFrame.from_records(records)

@@ -70,6 +70,10 @@ class Constraints(_Model):
     accelerators: tuple[str, ...] = ()
     allow_spot: bool = True
     min_gpu_memory_gib: float | None = Field(default=None, ge=0)
+    # Weak scaling keeps the profile's batch per device, so N devices train with N times its global
+    # batch; past some size the profile's epoch count no longer converges the model (Goyal et al.
+    # 2017 kept ImageNet accuracy up to 8k only with a retuned learning rate and warm-up).
+    max_global_batch: int | None = Field(default=None, gt=0)
     deadline_s: float | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, gt=0)
 

@@ -55,7 +55,13 @@ LOCAL_OFFERING_ID = "local/this-machine"
 # An assumed price for this machine when the user gives none: a 2,000 $ workstation amortised over
 # 3 years of continuous use, plus 150 W at 0.15 $/kWh (the seed's formula, DIGEST §2, with power added).
 ASSUMED_LOCAL = {"capex_usd": 2000.0, "lifetime_years": 3.0, "power_kw": 0.15, "usd_per_kwh": 0.15}
-CONSTRAINT_ORDER = ("cloud", "region", "accelerator", "spot", "min-gpu-memory", "model-fit", "deadline", "budget")
+CONSTRAINT_ORDER = ("cloud", "region", "accelerator", "spot", "min-gpu-memory", "model-fit", "global-batch", "deadline",
+                    "budget")
+# A recommendation whose global batch grew past one 8-GPU node's weak scaling, or that leaves fewer
+# than this many optimizer steps per epoch, gets a flag: its epoch count is the profile's, measured
+# (or assumed) at the smaller batch.
+LARGE_BATCH_GROWTH = 8
+FEW_STEPS_PER_EPOCH = 50
 
 
 class InfeasiblePlanError(TrainwiseError):
@@ -358,6 +364,7 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
     if not (candidates["feasible"].to_numpy() & (candidates["epochs"].to_numpy() == primary)).any():
         raise _infeasible(candidates, objective, constraints, exclusions, primary, not_predicted, labelled)
     flags += _robustness_flags(candidates, objective, epochs_list, constraints)
+    flags += _large_batch_flags(candidates, labelled, primary, constraints)
     assumptions = _assumptions(catalog, options, locals_, candidates, predictions)
     plans = candidates.drop(columns=["offering_row", "_spot", "_cloudy", "_granularity_s", "_seq"])
     profile_rows = tuple({"label": p.label, "host": p.host, "device": p.device, "accelerator": p.accelerator,
@@ -516,6 +523,8 @@ def _apply_constraints(frame: pd.DataFrame, constraints: Constraints, clouds: se
     if "fits_memory" in frame.columns:  # the device model's per-device memory check (data-parallel rows)
         fits &= frame["fits_memory"].to_numpy(dtype=bool)
     checks.append(("model-fit", fits))
+    if constraints.max_global_batch is not None:
+        checks.append(("global-batch", global_batch_sizes(frame) <= constraints.max_global_batch))
     if constraints.deadline_s is not None:
         checks.append(("deadline", frame["wall_s"].to_numpy() <= constraints.deadline_s))
     if constraints.budget_usd is not None:
@@ -532,6 +541,17 @@ def _apply_constraints(frame: pd.DataFrame, constraints: Constraints, clouds: se
     frame["feasible"] = feasible
     frame["excluded_by"] = excluded_by
     return counts
+
+
+def global_batch_sizes(frame: pd.DataFrame) -> np.ndarray:
+    """Samples per optimizer step of each candidate: the figure the runtime source gave (device model:
+    the profile's batch per device × devices; DDP: per-worker batch × workers; Hivemind: the target
+    batch size), else the profile's own global batch (a measured profile runs as it was measured)."""
+    batch = frame["batch_size"].to_numpy(dtype="float64")
+    if "global_batch_size" in frame.columns:
+        given = frame["global_batch_size"].to_numpy(dtype="float64")
+        return np.where(np.isnan(given), batch, given)
+    return batch
 
 
 def _sort_keys(objective: Objective) -> list[str]:
@@ -700,6 +720,30 @@ def _robustness_flags(frame: pd.DataFrame, objective: Objective, epochs_list: Se
     return flags
 
 
+def _large_batch_flags(frame: pd.DataFrame, profiles: Sequence[LabelledProfile], primary: int,
+                       constraints: Constraints) -> list[str]:
+    """The best plan trains with a much larger global batch than the profile did (weak scaling over
+    many devices): its time assumes the profile's epoch count, which a much larger batch may not reach
+    the same accuracy in."""
+    feasible = frame[frame["feasible"] & (frame["epochs"] == primary)]
+    if feasible.empty:
+        return []
+    best = feasible.sort_values("rank", kind="stable").iloc[0]
+    global_batch = float(global_batch_sizes(feasible.loc[[best.name]])[0])
+    growth = global_batch / max(1, int(best["batch_size"]))
+    n_train = next((p.profile.dataset.n_train for p in profiles if p.label == best["profile"]), None)
+    steps_per_epoch = math.ceil(n_train / global_batch) if n_train else None
+    few_steps = steps_per_epoch is not None and steps_per_epoch < FEW_STEPS_PER_EPOCH
+    if growth < 2 or (growth <= LARGE_BATCH_GROWTH and not few_steps):
+        return []
+    steps = (f", {steps_per_epoch:,} optimizer step(s) per epoch, {steps_per_epoch * primary:,} in {primary} epochs"
+             if steps_per_epoch else "")
+    cap = "" if constraints.max_global_batch else f"; to rank only smaller groups, pass --max-global-batch {int(best['batch_size']) * 4}"
+    return [f"the best plan ({best['offering_id']}) trains with a global batch of {global_batch:,.0f}, {growth:,.0f}× the "
+            f"profiled {int(best['batch_size'])}{steps}: its time assumes the profile's epoch count, which a batch this "
+            f"large may not converge in (more epochs or a retuned learning rate; check with `--epochs-from`){cap}"]
+
+
 def _fmt(row: Any, value: str) -> str:
     if value == "total_cost":
         return f"${row['total_cost']:.4g} (${row['cost_low']:.4g}–${row['cost_high']:.4g})"
@@ -714,6 +758,7 @@ def _describe_constraint(name: str, constraints: Constraints) -> str:
         "spot": "--no-spot",
         "min-gpu-memory": f"--min-gpu-memory {constraints.min_gpu_memory_gib:g}" if constraints.min_gpu_memory_gib else "",
         "model-fit": "the model's measured device memory (it must fit)",
+        "global-batch": f"--max-global-batch {constraints.max_global_batch}" if constraints.max_global_batch else "",
         "deadline": f"--deadline {format_hours(constraints.deadline_s)}",
         "budget": f"--budget {format_money(constraints.budget_usd)}" if constraints.budget_usd else "",
     }[name]

@@ -34,7 +34,8 @@ RUNTIME_COLUMNS = ("offering_row", "profile", "epochs", "training_s", "training_
 # Columns a source may add (the data-parallel source does); kept through `collect`, filled with these
 # defaults for the other sources' rows when any source gave them.
 OPTIONAL_RUNTIME_COLUMNS = {"parallelism": "", "workers": 1.0, "granularity": np.nan, "communication_s": np.nan,
-                            "network_usd_per_hour": 0.0, "fits_memory": True, "scaling_note": ""}
+                            "network_usd_per_hour": 0.0, "fits_memory": True, "scaling_note": "",
+                            "global_batch_size": np.nan}
 
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "google")
 _MEMORY_WORDS = ("hbm3e", "hbm3", "hbm2e", "hbm2", "gddr6x", "gddr6")
@@ -214,7 +215,8 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
                     "validation_s": np.full(n, validation_s),
                     "time_provenance": [f"{pred.provenance} (device model from {item.provenance} profile)"] * n,
                     "relative_error": np.full(n, band / total if total > 0 else 0.0),
-                    "time_source": ["device model"] * n, "_profile_idx": np.full(n, profile_idx)}))
+                    "time_source": ["device model"] * n, "_profile_idx": np.full(n, profile_idx),
+                    "global_batch_size": np.full(n, float(int(count) * char.per_device_batch))}))
     if not frames:
         return _empty()
     out = pd.concat(frames, ignore_index=True)

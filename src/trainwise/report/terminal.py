@@ -176,7 +176,9 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
         console.print(f"[yellow]⚠ {flag}[/yellow]", highlight=False)
     if len(result.not_predicted):
         console.print(f"[dim]{int(result.not_predicted['offerings'].sum())} priced offerings are not predicted "
-                      "(no measured profile there and the device model could not predict them, e.g. the model does not fit): profile on their accelerator and pass --profile[/dim]")
+                      "(no measured profile there, and the device model could not predict them: the model does not fit, the accelerator "
+                      "is unknown to it, or the offering's devices × the batch per device exceed the training set — see plan.json "
+                      "`not_predicted`): profile on their accelerator and pass --profile, or lower the batch[/dim]")
 
 
 def distributed_table(frame, best_id: str | None = None, top_n: int = 10, compact: bool = False) -> Table | None:
