@@ -135,3 +135,26 @@ def test_without_skypilot_launch_says_what_is_missing_and_dry_run_uses_the_packa
     assert main(["launch", str(tmp_path / "plan.json"), "--dry-run", "-o", str(tmp_path / "task.yaml")]) == 0
     assert "packaged schema and catalog (SkyPilot is not installed)" in " ".join(capsys.readouterr().out.split())
     assert (tmp_path / "task.yaml").is_file()
+
+
+def test_a_command_running_a_local_script_gets_this_directory_as_workdir(tmp_path, monkeypatch, capsys):
+    import yaml
+    from launch_helpers import four_plans
+
+    from trainwise.launch.skypilot_task import local_files_in_command
+
+    monkeypatch.setitem(sys.modules, "sky", None)
+    four_plans()["spot"].save(tmp_path / "plan.json")  # its command: python train.py --epochs 3 --lr 0.1
+    monkeypatch.chdir(tmp_path)
+    # no train.py here: nothing to sync, no workdir
+    assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml"]) == 0
+    assert "workdir" not in yaml.safe_load((tmp_path / "task.yaml").read_text())
+    capsys.readouterr()
+    (tmp_path / "train.py").write_text("print('train')\n")
+    assert local_files_in_command(["python", "train.py", "--config=a.yaml", "-m", "/abs/x.py"], tmp_path) == ["train.py"]
+    assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml"]) == 0
+    assert "workdir: . (the command names train.py" in " ".join(capsys.readouterr().out.split())
+    assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "."
+    # an explicit --workdir wins
+    assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml", "--workdir", "src"]) == 0
+    assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "src"

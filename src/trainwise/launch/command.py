@@ -94,9 +94,16 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
         return
     if backend != "sky":
         raise TrainwiseError(f"--backend {backend}: use sky (SkyPilot, the default) or local")
-    from trainwise.launch.skypilot_task import dump_yaml, needs_head_identity, task_config, validate
+    from trainwise.launch.skypilot_task import dump_yaml, local_files_in_command, needs_head_identity, task_config, validate
 
     target = output or plan_path.with_suffix(".sky.yaml")
+    if workdir is None:
+        local_files = local_files_in_command(plan.command)
+        if local_files:
+            # Without a workdir the cluster would not have the script the command runs.
+            workdir = "."
+            console.print(f"workdir: . (the command names {', '.join(local_files)} here; SkyPilot syncs this directory, "
+                          "minus .gitignore/.skyignore; pass --workdir to sync another)")
     head_identity = None
     if needs_head_identity(plan):
         from trainwise.launch.run_command import HIVEMIND_PORT, write_head_identity
@@ -156,10 +163,16 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
         from trainwise.launch.skypilot_task import dump_yaml, validate
 
         spec = trainwise_spec or f"trainwise=={__version__}"
+        from trainwise.launch.skypilot_task import local_files_in_command
+
+        local_files = local_files_in_command(portable_command(job))
+        if local_files and cloud:
+            console.print(f"workdir: . (the command names {', '.join(local_files)} here; SkyPilot syncs this directory, "
+                          "minus .gitignore/.skyignore, to each candidate)")
         for candidate in cloud:
             config = sw.cloud_profile_task(candidate, portable_command(job), results_uri, iterations=iterations,
                                            max_seconds=max_seconds, workload=job_workload, catalog=catalog,
-                                           trainwise_spec=spec)
+                                           trainwise_spec=spec, workdir="." if local_files else None)
             how = validate(config, validator, catalog)
             configs[candidate.name] = config
             path = atomic_write_text(out_dir / f"{candidate.name}.sky.yaml", dump_yaml(config))

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import importlib.util
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -208,6 +209,22 @@ def run_script(plan: PlanDocument, head_identity: HeadIdentity | None = None) ->
             lines += list(initial_peers_lines(head_identity))
     lines.append(safety.quote_argv(argv))
     return "\n".join(lines) + "\n"
+
+
+def local_files_in_command(command: Sequence[str], cwd: Path | None = None) -> list[str]:
+    """Arguments of the training command that name files under `cwd` by a relative path (a
+    `train.py`, a config): the cluster only has them if SkyPilot syncs a workdir."""
+    base = Path.cwd() if cwd is None else cwd
+    found = []
+    for arg in command:
+        if not arg or arg.startswith("-") or "=" in arg or Path(arg).is_absolute():
+            continue
+        try:
+            if (base / arg).is_file():
+                found.append(arg)
+        except (OSError, ValueError):  # a name too long or with odd characters for this filesystem
+            continue
+    return found
 
 
 def task_config(plan: PlanDocument, *, workdir: str | None = None, trainwise_spec: str | None = None,

@@ -193,9 +193,10 @@ def run_local_target(candidate: Candidate, command: Sequence[str], out_dir: Path
 
 
 def cloud_profile_task(candidate: Candidate, command: Sequence[str], results_uri: str, *, iterations: int,
-                       max_seconds: float, workload: str | None, catalog: Any, trainwise_spec: str) -> dict[str, Any]:
+                       max_seconds: float, workload: str | None, catalog: Any, trainwise_spec: str,
+                       workdir: str | None = None) -> dict[str, Any]:
     """The SkyPilot task that profiles `command` on one cloud candidate and writes the profile to
-    the results bucket."""
+    the results bucket; `workdir` (synced to the cluster) when the command runs local files."""
     frame = catalog.offerings
     row = frame[frame["offering_id"] == candidate.offering_id].iloc[0]
     resources: dict[str, Any] = {"cloud": row["cloud"], "region": row["region"], "use_spot": candidate.spot,
@@ -218,6 +219,7 @@ def cloud_profile_task(candidate: Candidate, command: Sequence[str], results_uri
     argv += ["--", *command]
     return {
         "name": candidate.name,
+        **({"workdir": safety.no_control_characters(workdir, "workdir")} if workdir is not None else {}),
         "num_nodes": 1,
         "resources": resources,
         "envs": {"TRAINWISE_SWEEP_CANDIDATE": candidate.name},
