@@ -49,6 +49,24 @@ def test_search_unknown_accelerator_is_a_one_line_error():
     assert "did you mean A100-80GB" in str(result.exception)
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (["--region", "mars-1"], "no such region, zone or region prefix"),
+    (["--region", "us-centrall1"], "did you mean us-central1"),
+    (["--max-price", "-1"], "--max-price must be a price >= 0"),
+    (["--min-memory", "-4"], "--min-memory must be >= 0"),
+    (["--limit", "-1"], "--limit must be >= 0"),
+])
+def test_search_bad_filters_are_one_line_errors(args, fragment):
+    result = invoke("search", *args)
+    assert isinstance(result.exception, TrainwiseError), result.output
+    assert fragment in str(result.exception)
+
+
+def test_search_region_prefix_still_matches():
+    result = invoke("search", "--region", "us-", "--limit", "1")
+    assert result.exit_code == 0, result.output
+
+
 def test_search_merges_user_offerings(tmp_path):
     path = tmp_path / "lab.toml"
     path.write_text('[[offering]]\nname = "local"\nkind = "on_premise"\naccelerator = "P100-SXM2"\n'

@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trainwise.errors import TrainwiseError
+
 catalog_app = typer.Typer(no_args_is_help=True, help="Cloud offerings x prices: show, search, import, accelerators.")
 console = Console()
 
@@ -75,6 +77,8 @@ def search(
     user: UserOpt = None,
 ) -> None:
     """List offerings matching the filters, cheapest first."""
+    if limit < 0:
+        raise TrainwiseError(f"--limit must be >= 0 rows, 0 showing all (got {limit})")
     catalog = _load(catalog_name, user)
     rows = catalog.search(cloud=cloud, region=region, accelerator=accelerator, max_price=max_price, spot=spot,
                           min_accelerator_memory_gib=min_memory, instance_type=instance_type)

@@ -278,11 +278,24 @@ class Catalog:
         mask = pd.Series(True, index=frame.index)
         if cloud is not None:
             mask &= frame["cloud"] == self._check_cloud(cloud)
+        if max_price is not None and not max_price >= 0:  # also NaN
+            raise TrainwiseError(f"--max-price must be a price >= 0 USD/h (got {max_price:g})")
+        if min_accelerator_memory_gib is not None and not min_accelerator_memory_gib >= 0:
+            raise TrainwiseError(f"--min-memory must be >= 0 GiB (got {min_accelerator_memory_gib:g})")
         if region is not None:
             wanted = region.strip().lower()
             regions = frame["region"].fillna("").str.lower()
             zones = frame["zone"].fillna("").str.lower()
-            mask &= (regions == wanted) | (zones == wanted) | regions.str.startswith(wanted)
+            in_region = (regions == wanted) | (zones == wanted) | regions.str.startswith(wanted)
+            if not wanted or not in_region.any():
+                # An unknown region is a typo, not "no offerings": say so, as `plan --region` does.
+                from trainwise.catalog import names
+
+                known = sorted(set(frame["region"].dropna()) | set(frame["zone"].dropna()))
+                near = names.suggest(region, known)
+                hint = f"did you mean {', '.join(near)}?" if near else "list them with `trainwise catalog regions`"
+                raise TrainwiseError(f"region {region!r}: no such region, zone or region prefix in catalog {self.name}: {hint}")
+            mask &= in_region
         if accelerator is not None:
             mask &= frame["accelerator"] == self.accelerator(accelerator).name
         if instance_type is not None:
