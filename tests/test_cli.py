@@ -31,7 +31,37 @@ def test_profile_without_double_dash(capsys, tmp_path):
     out = tmp_path / "p.json"
     code, _, err = run_cli(capsys, "profile", "-o", str(out), "python", "train.py")
     assert_one_line_error(code, err, "missing `--`")
+    code, _, err = run_cli(capsys, "profile", "-o", str(out), "python", "train.py", "--epochs", "3")
+    assert_one_line_error(code, err, "missing `--`")
     assert not out.exists()
+
+
+def test_profile_mistyped_option_is_named_not_a_missing_double_dash(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "profile", "--iteration", "30", "-o", str(tmp_path / "p.json"), "--", "python", "t.py")
+    assert_one_line_error(code, err, "no such option --iteration for `trainwise profile`: did you mean --iterations?")
+    code, _, err = run_cli(capsys, "profile", "--bogus", "--", "python", "t.py")
+    assert_one_line_error(code, err, "no such option --bogus")
+
+
+def test_outputs_that_cannot_be_written_fail_before_anything_runs(capsys, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    (tmp_path / "a_folder").mkdir()
+    cases = [
+        (["-o", str(script)], "would overwrite the input"),
+        (["-o", str(tmp_path / "a_folder")], "is a folder"),
+        (["-o", str(script / "p.json")], "is a file, not a folder"),
+        (["--target-ci", "0"], "--target-ci must be a fraction"),
+    ]
+    for options, fragment in cases:
+        code, _, err = run_cli(capsys, "profile", *options, "--", sys.executable, str(script))
+        assert_one_line_error(code, err, fragment)
+    assert script.read_text() == "raise SystemExit('must not run')\n"
+    profile = tmp_path / "p.json"
+    profile.write_text("{}")
+    code, _, err = run_cli(capsys, "predict", str(profile), "--epochs", "3", "--json", str(profile))
+    assert_one_line_error(code, err, "would overwrite the input")
+    assert profile.read_text() == "{}"
 
 
 @pytest.mark.slow

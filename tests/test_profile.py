@@ -75,6 +75,60 @@ def test_gradient_accumulation_counts_optimizer_steps():
     assert profile.dataset.iterations_per_epoch == 20
 
 
+def test_a_training_pass_begun_in_eval_mode_is_training_not_validation():
+    # model.train() inside the step: each later epoch's pass starts while validation left eval mode on
+    profile = run_profile(script("mlp_train.py", "--epochs", "2", "--train-inside-step"), ProfileOptions(mode="full"),
+                          quiet=True)
+    assert [e.iterations for e in profile.epochs] == [40, 40]
+    assert [v.batches_timed for v in profile.validations] == [20, 20]
+    assert all(it.batches == 1 and it.samples == 16 for it in profile.iterations)
+    assert any("eval mode" in note for note in profile.notes)
+    sampled = run_profile(script("mlp_train.py", "--epochs", "50", "--train-inside-step"),
+                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2),
+                          quiet=True)
+    assert sampled.stop_reason == "sampled" and sampled.epochs[1].iterations == 2
+
+
+def test_validation_every_n_steps_is_out_of_the_iterations_and_counted_per_epoch():
+    from trainwise.predict.same_machine import predict_total, validation_passes_per_epoch
+
+    full = run_profile(script("mlp_train.py", "--epochs", "1", "--validate-every", "10", "--val-samples", "3200"),
+                       ProfileOptions(mode="full"), quiet=True)
+    assert len(full.iterations) == 40 and len(full.validations) == 4
+    assert validation_passes_per_epoch(full, 40) == (4, 10)
+    pass_s = min(v.wall_s for v in full.validations)
+    # the steps right after a mid-epoch pass do not contain it
+    for after in (10, 20, 30):
+        assert full.iterations[after].wall_s < pass_s / 2
+    # a sampled profile sees the passes at steps 10 and 20 and predicts 4 per epoch
+    sampled = run_profile(script("mlp_train.py", "--epochs", "50", "--validate-every", "10", "--val-samples", "3200"),
+                          ProfileOptions(min_iterations=25, max_iterations=25, validation_batches=3, epoch2_iterations=2),
+                          quiet=True)
+    assert validation_passes_per_epoch(sampled, 40) == (4, 10)
+    prediction = predict_total(sampled, 3)
+    assert "4 passes per epoch, 12 in all" in prediction.note
+
+
+def test_sampling_that_ends_in_the_last_epoch_does_not_save_the_model(tmp_path):
+    saved = tmp_path / "model.pt"
+    profile = run_profile(script("mlp_train.py", "--epochs", "1", "--save-file", str(saved)),
+                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2),
+                          quiet=True)
+    assert profile.stop_reason == "stopped_before_save" and not saved.exists()
+    done = tmp_path / "done"
+    # with --epochs the profile knows the sampled epoch is the last: it ends once validation is timed
+    profile = run_profile(script("mlp_train.py", "--epochs", "1", "--done-file", str(done)),
+                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2,
+                                         epochs_hint=1), quiet=True)
+    assert profile.stop_reason == "validation_timed" and not done.exists()
+    # without it, the end of the script runs, and the profile says so
+    profile = run_profile(script("mlp_train.py", "--epochs", "1", "--done-file", str(done)),
+                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2),
+                          quiet=True)
+    assert profile.stop_reason == "script_ended_after_sampling"
+    assert any("end-of-training code ran" in note for note in profile.notes)
+
+
 def test_explicit_api_for_custom_loops():
     profile = run_profile(script("custom_loop.py"), ProfileOptions(mode="full"), quiet=True)
     assert len(profile.iterations) == 50

@@ -28,3 +28,38 @@ def cache_root() -> Path | None:
     if os.environ.get("TRAINWISE_NO_CACHE"):
         return None
     return Path(os.environ.get("TRAINWISE_CACHE_DIR") or Path.home() / ".cache" / "trainwise")
+
+
+def check_output_path(path: str | os.PathLike[str], option: str, inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
+    """Fail early, with the fix, when `path` cannot receive an output file: before a long job runs,
+    not after it. Missing parent folders are fine (atomic_write_text creates them)."""
+    from trainwise.errors import TrainwiseError
+
+    target = Path(path)
+    if target.is_dir():
+        raise TrainwiseError(f"{option} {target} is a folder: give a file name, e.g. {target / 'out.json'}")
+    for source in inputs:
+        try:
+            if target.exists() and Path(source).exists() and target.samefile(source):
+                raise TrainwiseError(f"{option} {target} would overwrite the input {source}: write to another file")
+        except OSError:
+            continue
+    ancestor = target.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise TrainwiseError(f"{option} {target}: {ancestor} is a file, not a folder: choose another output path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise TrainwiseError(f"{option} {target}: cannot write in {ancestor} (read-only or no permission): "
+                             "choose a writable output path")
+    return target
+
+
+def write_output_text(path: str | os.PathLike[str], text: str, option: str) -> Path:
+    """atomic_write_text for a user-named output: an OS error becomes a one-line error naming the option."""
+    from trainwise.errors import TrainwiseError
+
+    try:
+        return atomic_write_text(path, text)
+    except OSError as exc:
+        raise TrainwiseError(f"cannot write {option} {path} ({exc.strerror or exc}): choose a writable output path") from None

@@ -85,6 +85,16 @@ def profile(
     from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile
     from trainwise.report.terminal import profile_table
 
+    # Without `--`, the training command's own words land here too: only an option before them is a typo.
+    command_started = _passthrough is None and bool(ctx.args) and not ctx.args[0].startswith("-")
+    unknown = None if command_started else next((arg for arg in ctx.args if arg.startswith("-")), None)
+    if unknown is not None:
+        import difflib
+
+        known = [name for param in ctx.command.params for name in getattr(param, "opts", [])]
+        near = difflib.get_close_matches(unknown.split("=")[0], known, n=1)
+        raise TrainwiseError(f"no such option {unknown} for `trainwise profile`"
+                             + (f": did you mean {near[0]}?" if near else ": see `trainwise profile --help`"))
     if _passthrough is None or ctx.args:
         raise TrainwiseError("missing `--` before the training command: use `trainwise profile [OPTIONS] -- python train.py ARGS`")
     options = ProfileOptions(mode="full" if full else "sampled", min_iterations=iterations, max_iterations=max_iterations,
@@ -95,6 +105,8 @@ def profile(
                              characterise=characterise,
                              tune_allocator=tune_allocator, flush_denormal=flush_denormal, host_noise=host_noise)
     options.validate()
+    from trainwise._io import check_output_path, write_output_text
+
     jobs: list[tuple[Path, list[str]]]
     if batch_sizes:
         sizes = _parse_int_list(batch_sizes, "--batch-sizes")
@@ -102,8 +114,11 @@ def profile(
     else:
         jobs = [(output, _passthrough)]
     for path, command in jobs:
+        # Before the job runs: a profile that cannot be written is minutes of profiling lost.
+        check_output_path(path, "--output", inputs=tuple(arg for arg in command if not arg.startswith("-")))
+    for path, command in jobs:
         result = run_profile(command, options, workload=workload)
-        result.save(path)
+        write_output_text(path, result.model_dump_json(indent=1), "--output")
         console.print(profile_table(result))
         console.print(f"profile written to [bold]{path}[/bold]")
 
@@ -131,11 +146,13 @@ def predict(
         for path in profiles:
             predict_from_profile(path, accelerator, count, console, link=link)
         return
-    from trainwise._io import atomic_write_text
+    from trainwise._io import check_output_path, write_output_text
     from trainwise.predict.same_machine import ESTIMATORS, epochs_to_converge, predict_total
     from trainwise.profile.schema import load_profile
     from trainwise.report.terminal import prediction_table, print_flips, print_notes
 
+    if json_out is not None:
+        check_output_path(json_out, "--json", inputs=tuple(profiles) + ((epochs_from,) if epochs_from else ()))
     loaded = [(path, load_profile(path)) for path in profiles]
     if epochs is not None:
         epoch_list = [epochs]
@@ -166,7 +183,7 @@ def predict(
         payload = [{"profile": label, "estimator": p.estimator, "epochs": p.epochs, "iterations_per_epoch": p.iterations_per_epoch,
                     "predicted_s": p.total_s, "low_s": p.low_s, "high_s": p.high_s, "breakdown_s": p.breakdown_s,
                     "provenance": "modelled from a measured profile", "note": p.note} for label, _, p in rows]
-        atomic_write_text(json_out, json.dumps(payload, indent=1))
+        write_output_text(json_out, json.dumps(payload, indent=1), "--json")
         console.print(f"predictions written to [bold]{json_out}[/bold]")
 
 

@@ -12,6 +12,9 @@ parser.add_argument("--train-samples", type=int, default=640)
 parser.add_argument("--val-samples", type=int, default=320)
 parser.add_argument("--accumulate", type=int, default=1)
 parser.add_argument("--done-file", default="")
+parser.add_argument("--train-inside-step", action="store_true", help="call model.train() in each step, not per epoch")
+parser.add_argument("--validate-every", type=int, default=0, help="also validate after every N steps inside an epoch")
+parser.add_argument("--save-file", default="", help="torch.save the model here after training")
 parser.add_argument("--denormal-file", default="", help="write whether denormal floats are flushed to zero here")
 args = parser.parse_args()
 
@@ -23,20 +26,35 @@ train = DataLoader(TensorDataset(x[: args.train_samples], y[: args.train_samples
 val = DataLoader(TensorDataset(x[args.train_samples:], y[args.train_samples:]), batch_size=args.batch_size)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-for epoch in range(args.epochs):
-    model.train()
-    for step, (xb, yb) in enumerate(train):
-        loss = torch.nn.functional.cross_entropy(model(xb), yb) / args.accumulate
-        loss.backward()
-        if (step + 1) % args.accumulate == 0:
-            optimizer.step()
-            optimizer.zero_grad()
+
+
+def validate() -> int:
     model.eval()
     correct = 0
     with torch.no_grad():
         for xb, yb in val:
             correct += (model(xb).argmax(1) == yb).sum().item()
+    return correct
+
+
+for epoch in range(args.epochs):
+    if not args.train_inside_step:
+        model.train()
+    for step, (xb, yb) in enumerate(train):
+        if args.train_inside_step:
+            model.train()  # the previous validation left the model in eval mode when this pass began
+        loss = torch.nn.functional.cross_entropy(model(xb), yb) / args.accumulate
+        loss.backward()
+        if (step + 1) % args.accumulate == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+        if args.validate_every and (step + 1) % args.validate_every == 0 and step + 1 < len(train):
+            validate()
+            model.train()
+    correct = validate()
     print(f"epoch {epoch} accuracy {correct / args.val_samples:.3f}", flush=True)
+if args.save_file:
+    torch.save(model.state_dict(), args.save_file)
 if args.done_file:
     pathlib.Path(args.done_file).write_text("trained")
 if args.denormal_file:

@@ -85,6 +85,35 @@ def validation_estimate(profile: Profile) -> ValidationEstimate | None:
     return ValidationEstimate(first_pass, later_pass, spread, total_batches)
 
 
+def _mid_epoch_validations(profile: Profile) -> list:
+    """Validation passes of the first epoch after which its training went on (validation every N
+    steps), as opposed to the pass at the epoch's end."""
+    if not profile.epochs:
+        return []
+    first = profile.epochs[0]
+    starts = [it.start_s for it in profile.iterations if it.epoch == first.index]
+    return [v for v in profile.validations if v.epoch == first.index and any(s > v.start_s for s in starts)]
+
+
+def validation_passes_per_epoch(profile: Profile, iterations_per_epoch: int) -> tuple[int, int | None]:
+    """(passes per epoch, the validation interval in iterations, None for once per epoch). A script
+    that validates every N steps shows it in the sampled first epoch: N is the number of iterations
+    before its first pass there (or between its first two); the epoch then has one pass after each
+    multiple of N inside it, and one at its end when the profile saw one there or N divides N_it."""
+    mid = _mid_epoch_validations(profile)
+    if not mid:
+        return 1, None
+    first = profile.epochs[0]
+    ends = [it.start_s + it.wall_s for it in profile.iterations if it.epoch == first.index]
+    positions = [sum(1 for end in ends if end <= v.start_s) for v in mid]
+    interval = positions[1] - positions[0] if len(positions) > 1 else positions[0]
+    if interval <= 0:
+        return 1, None
+    at_end = any(v.epoch == first.index and v not in mid for v in profile.validations)
+    inside = (iterations_per_epoch - 1) // interval
+    return max(1, inside + (1 if at_end or iterations_per_epoch % interval == 0 else 0)), interval
+
+
 def _between_epochs_s(profile: Profile) -> float:
     """Time between the end of one epoch's last iteration and the next epoch's first batch request,
     less the validation pass inside it: printing, checkpointing, creating the next iterator."""
@@ -93,7 +122,7 @@ def _between_epochs_s(profile: Profile) -> float:
         return 0.0
     gap = epochs[1].start_s - epochs[0].end_s
     for v in profile.validations:
-        if v.epoch == epochs[0].index:
+        if v.epoch == epochs[0].index and v.start_s >= epochs[0].end_s:  # passes inside the gap only
             gap -= v.wall_s
     return max(0.0, gap)
 
@@ -129,10 +158,14 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     epoch_start_s = (epochs - 1) * max(0.0, steady.epoch_start_extra_s or 0.0)
     between_s = (epochs - 1) * _between_epochs_s(profile)
     val = validation_estimate(profile)
-    validation_s = 0.0 if val is None else val.first_pass_s + (epochs - 1) * val.later_pass_s
+    passes_per_epoch, interval = validation_passes_per_epoch(profile, n_it)
+    validation_s = 0.0 if val is None else val.first_pass_s + (epochs * passes_per_epoch - 1) * val.later_pass_s
     init_s = profile.init.total_s
     total = init_s + iterations_s + epoch_start_s + between_s + validation_s
     notes = [] if val is not None else ["no validation pass observed: validation time not included"]
+    if val is not None and interval is not None:
+        notes.append(f"validation every {interval} iterations (seen in the first epoch): {passes_per_epoch} passes per "
+                     f"epoch, {epochs * passes_per_epoch} in all")
     # The host's speed wander (independent of the sampling error): how far a window as long as the
     # sampled steps strays from the host's mean level, when `trainwise host-noise` measured it here.
     host_stray = host_stray_fraction(profile)

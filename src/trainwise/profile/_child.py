@@ -176,14 +176,16 @@ def _batch_length(batch: Any) -> int | None:
 
 
 class _LoaderState:
-    __slots__ = ("role", "key", "batches", "truncate", "record")
+    __slots__ = ("role", "key", "batches", "truncate", "record", "info", "grad_at_last_batch")
 
-    def __init__(self, role: str, key: int) -> None:
+    def __init__(self, role: str, key: int, info: dict[str, Any] | None = None) -> None:
         self.role = role
         self.key = key
         self.batches = 0
         self.truncate = False
         self.record: dict[str, Any] | None = None
+        self.info: dict[str, Any] = info or {}
+        self.grad_at_last_batch = False
 
 
 class _FinishNow(Exception):
@@ -227,6 +229,7 @@ class Recorder:
 
         self.iter_start: float | None = None
         self.current_train_state: _LoaderState | None = None
+        self._last_batch_state: _LoaderState | None = None
         self._truncated_epoch = 0
         self._later_epoch_iterations = 0
         self._next_check = 0
@@ -332,6 +335,8 @@ class Recorder:
                 recorder._on_exhausted(iterator, state, start)
                 raise
             recorder._on_batch(iterator, state, start, time.perf_counter(), batch)
+            recorder._last_batch_state = state
+            state.grad_at_last_batch = torch.is_grad_enabled()
             return batch
 
         iter_class.__next__ = loader_next
@@ -379,6 +384,18 @@ class Recorder:
             return result
 
         optimizer_class.__init__ = optimizer_init
+
+        original_save = torch.save
+
+        def save(obj, f, *args, **kwargs):
+            # Once sampling has stopped, the model has trained a few iterations only: saving it to a
+            # path would overwrite the user's checkpoint or final model with it. End the profile here.
+            if (recorder.sampled and recorder.epoch1_truncated and recorder.framework is None
+                    and isinstance(f, (str, os.PathLike))):
+                recorder._finish("stopped_before_save")
+            return original_save(obj, f, *args, **kwargs)
+
+        torch.save = save
 
         # Loops without a DataLoader: the first iteration starts at the first forward pass.
         self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._on_first_forward)
@@ -467,6 +484,10 @@ class Recorder:
     # ---- data loaders -----------------------------------------------------------------------
     def _new_loader_state(self, iterator) -> _LoaderState:
         torch = self._torch
+        # A first guess: a pass begun under no_grad or in eval mode is validation. Scripts that call
+        # model.train() inside their step start the next epoch's pass while the model is still in
+        # eval mode from the last validation; an optimizer step on its batches corrects the guess
+        # (_reclassify_as_training).
         validation = (not torch.is_grad_enabled()) or self.eval_mode
         self._loader_counter += 1
         state = _LoaderState("val" if validation else "train", self._loader_counter)
@@ -485,6 +506,7 @@ class Recorder:
             info["dataset_size"] = None
         info["drop_last"] = bool(getattr(iterator, "_drop_last", False))
         info["num_workers"] = int(getattr(iterator, "_num_workers", 0))
+        state.info = info
         self.loaders.setdefault(state.role, info)
         if state.role == "train":
             self.current_train_state = state
@@ -539,6 +561,7 @@ class Recorder:
             self._reset_iteration()
         elif state.record is not None:
             state.record["end_s"] = end_s
+            self._exclude_from_iteration(state.record)
             self._after_validation()
 
     def _on_truncated(self, iterator, state: _LoaderState) -> None:
@@ -552,13 +575,49 @@ class Recorder:
         elif state.record is not None:
             state.record["end_s"] = now
             state.record["truncated"] = True
+            self._exclude_from_iteration(state.record)
             self._after_validation()
+
+    def _exclude_from_iteration(self, record: dict[str, Any]) -> None:
+        """A validation pass run between two optimizer steps (validation every N steps) is timed as
+        validation; the training iteration it interrupted must not count it as well."""
+        if self.iter_start is not None and record["start_s"] >= self.iter_start and record["end_s"] is not None:
+            self.iter_start += record["end_s"] - record["start_s"]
+
+    def _reclassify_as_training(self, state: _LoaderState) -> None:
+        """An optimizer step consumed batches of a pass first taken for validation: it is the
+        training pass of a new epoch, begun while the model was still in eval mode."""
+        record = state.record
+        state.role = "train"
+        state.truncate = False
+        state.record = None
+        if record is not None:
+            self.validations = [r for r in self.validations if r is not record]
+        if self.loaders.get("val") is state.info:
+            del self.loaders["val"]
+        self.loaders.setdefault("train", state.info)
+        self.current_train_state = state
+        self._start_epoch(state.info)
+        if record is not None and record["batch_starts_s"]:
+            # The pass's first batch request started the epoch and its first iteration.
+            self.epochs[-1]["start_s"] = record["start_s"]
+            self.iter_start = record["start_s"]
+            self.mark("first_iteration_start")
+            self.iter_data_wait = sum(record["data_wait_s"])
+            self.iter_samples = record["samples"]
+            self.iter_batches = len(record["batch_starts_s"])
+        note = ("a training DataLoader pass began with the model in eval mode (model.train() is called inside the "
+                "step); it was recognised as training at its first optimizer step")
+        if note not in self.notes:
+            self.notes.append(note)
 
     def _after_validation(self) -> None:
         if not self.sampled or not self.epoch1_truncated or self.validation_done:
             return
         self.validation_done = True
-        if self.epoch2_iterations <= 0:
+        last_epoch = self.epochs_hint is not None and self._truncated_epoch >= int(self.epochs_hint) - 1
+        if self.epoch2_iterations <= 0 or last_epoch:
+            # Nothing more to measure (or no epoch 2 to come): the script's end-of-training code must not run.
             self._finish("validation_timed")
 
     # ---- iterations -------------------------------------------------------------------------
@@ -582,6 +641,12 @@ class Recorder:
             self._describe_model(optimizer)
         elif id(optimizer) != self.primary_optimizer_id:
             return  # a secondary optimizer's step is part of the primary's iteration
+        last = self._last_batch_state
+        # Only a pass still running, whose last batch was fetched with gradients enabled: a finished
+        # (or abandoned, no_grad) validation pass before a DataLoader-less training step stays validation.
+        if (last is not None and last.role == "val" and self.framework is None and last.grad_at_last_batch
+                and last.record is not None and last.record["end_s"] is None):
+            self._reclassify_as_training(last)
         self.end_iteration()
 
     def end_iteration(self, samples: int | None = None) -> None:
@@ -674,7 +739,11 @@ class Recorder:
         steady = times[warmup:] or times[-1:]
         mean_s = sum(steady) / len(steady)
         init_s = self.marks["first_iteration_start"]
-        predicted_full_s = init_s + mean_s * self.epochs[0]["batches_per_epoch"] * float(self.epochs_hint)
+        # An iteration is one optimizer step: with gradient accumulation it consumes several batches.
+        batches = sum(it["batches"] for it in self.iterations)
+        batches_per_iteration = max(1.0, batches / len(self.iterations)) if self.iterations else 1.0
+        iterations_per_epoch = self.epochs[0]["batches_per_epoch"] / batches_per_iteration
+        predicted_full_s = init_s + mean_s * iterations_per_epoch * float(self.epochs_hint)
         # What is still to come: the validation batches (about half an iteration each: no backward)
         # and the epoch-2 iterations.
         reserve_s = (0.5 * self.validation_batches + self.epoch2_iterations) * mean_s
@@ -890,6 +959,13 @@ class Recorder:
         os._exit(0)
 
     def on_process_exit(self) -> None:
+        if not self.finished and self.sampled and self.epoch1_truncated:
+            # The script went on past its sampled epoch to its end (a one-epoch job, or sampling stopped
+            # in the last epoch): whatever it does after training ran on a barely trained model.
+            self.stop_reason = "script_ended_after_sampling"
+            self.notes.append("the script ran to its end after sampling stopped (its last epoch was the sampled one): "
+                              "its end-of-training code ran on a model trained for a few iterations; pass --epochs so "
+                              "that trainwise stops after timing validation, or profile a run with more epochs")
         if not self.finished:
             self._characterise()
             self._count_state_zeros()

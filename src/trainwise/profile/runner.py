@@ -90,6 +90,9 @@ class ProfileOptions:
             raise TrainwiseError(f"--min-seconds must be ≥ 0 (got {self.min_profile_seconds})")
         if self.max_profile_seconds <= 0:
             raise TrainwiseError(f"--max-seconds must be positive (got {self.max_profile_seconds})")
+        # A zero or negative target could never be met: every profile would run to --max-seconds.
+        if not 0 < self.target_relative_ci < 1:
+            raise TrainwiseError(f"--target-ci must be a fraction in (0, 1), e.g. 0.02 (got {self.target_relative_ci})")
 
 
 def resolve_command(command: list[str]) -> list[str]:
