@@ -90,6 +90,74 @@ def test_bad_options_are_one_line_errors(options, message):
         options.validate()
 
 
+def test_a_checkpoint_location_that_cannot_be_written_stops_the_run_before_it_starts(tmp_path):
+    a_file = tmp_path / "train.py"
+    a_file.write_text("")
+    for directory, message in [("", "is empty"), ("nosuchprotocol://bucket/run", "cannot open checkpoint location"),
+                               (str(a_file), "cannot create checkpoint folder"),
+                               (str(a_file / "ck"), "cannot create checkpoint folder")]:
+        with pytest.raises(TrainwiseError, match=message):
+            RunOptions(checkpoint=CheckpointOptions(directory=directory)).validate()
+    RunOptions(checkpoint=CheckpointOptions(directory=str(tmp_path / "new" / "ck"))).validate()  # created, writable
+    assert not [p for p in (tmp_path / "new" / "ck").iterdir()]  # the write probe is gone
+
+
+def test_corrupt_checkpoints_are_set_aside_and_do_not_count_towards_keep(tmp_path, capsys):
+    store = CheckpointStore(str(tmp_path / "ck"), keep=2)
+    for step in (3, 6):
+        store.write(step, {"step": step})
+    newest = tmp_path / "ck" / "ckpt-000000000006.twckpt"
+    newest.write_bytes(b"tampered")
+    assert store.load_newest()[1]["step"] == 3
+    assert (tmp_path / "ck" / "ckpt-000000000006.twckpt.corrupt").exists()
+    store.write(9, {"step": 9})
+    assert store.names() == ["ckpt-000000000009.twckpt", "ckpt-000000000003.twckpt"]  # two valid ones kept
+
+
+def test_a_job_killed_before_it_recorded_anything_is_not_blamed_on_the_script():
+    options = RunOptions(checkpoint=CheckpointOptions(directory="memory://trainwise-test/killed"))
+    with pytest.raises(TrainwiseError, match="killed by SIGKILL.*let the same command resume"):
+        build_result(options, ["python", "x.py"], [-9], 0.0, 1.0, {}, {})
+    with pytest.raises(TrainwiseError, match="does not match this job"):
+        build_result(options, ["python", "x.py"], [75], 0.0, 1.0, {}, {})
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_job_with_a_checkpoint_and_exit_130(tmp_path):
+    out, ck = tmp_path / "out.pt", tmp_path / "ck"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "5",
+           "--", "python", str(CHAOS_SCRIPT), "--out", str(out), "--epochs", "50", "--samples", "256", "--sleep", "0.03"]
+    # (a shell's background job ignores SIGINT; a terminal's Ctrl-C does not)
+    process = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None and not list(ck.glob("ckpt-*.twckpt")):
+        time.sleep(0.05)  # training is under way once the first checkpoint exists
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]  # not 0: a script must not take it for success
+    assert "interrupted" in stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_takes_its_job_with_it(tmp_path):
+    ck, marker = tmp_path / "ck", tmp_path / "out.pt"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "5",
+           "--", "python", str(CHAOS_SCRIPT), "--out", str(marker), "--epochs", "50", "--samples", "256", "--sleep", "0.03"]
+    process = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None and not list(ck.glob("ckpt-*.twckpt")):
+        time.sleep(0.05)
+    process.kill()  # SIGKILL: trainwise cannot forward anything
+    process.wait()
+    time.sleep(3)  # the kernel's SIGTERM to the orphan: it checkpoints and exits
+    names = sorted(p.name for p in ck.glob("ckpt-*.twckpt"))
+    time.sleep(3)
+    assert sorted(p.name for p in ck.glob("ckpt-*.twckpt")) == names  # nothing writes there any more
+    assert not marker.exists()
+
+
 def test_cli_run_needs_the_separator_and_a_target_batch_size(capsys):
     assert main(["run", "--engine", "local"]) == 2
     assert "missing `--`" in capsys.readouterr().err

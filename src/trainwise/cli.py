@@ -333,7 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _passthrough = None
     try:
-        app(args=args, prog_name="trainwise", standalone_mode=False)
+        result = app(args=args, prog_name="trainwise", standalone_mode=False)
+        if result == 130:
+            # typer turns Ctrl-C (KeyboardInterrupt) into an exit code it returns, not raises, when not
+            # in standalone mode: it must not become exit 0 (a script would take it for success).
+            err_console.print("[red]interrupted[/red]")
+            return 130
     except TrainwiseError as exc:
         from rich.markup import escape
 

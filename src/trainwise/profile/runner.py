@@ -16,6 +16,7 @@ from typing import Literal
 
 from trainwise import denormals
 from trainwise.allocator import launch_environment
+from trainwise._proc import die_with_parent
 from trainwise.errors import TrainwiseError
 from trainwise.profile import host_noise
 from trainwise.profile._child import CONFIG_ENV
@@ -149,7 +150,8 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         env[CONFIG_ENV] = json.dumps(config)
         output = subprocess.DEVNULL if quiet else None
         try:
-            process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output, stderr=output)
+            process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output, stderr=output,
+                                       preexec_fn=die_with_parent())
         except OSError as exc:
             raise TrainwiseError(f"cannot start {argv[0]!r}: {exc.strerror}; check the command") from None
         try:

@@ -43,6 +43,8 @@ from typing import Any
 from trainwise.profile import _child as recorder_module
 
 _agent: "RunAgent | None" = None
+# Exit code of a job whose checkpoint does not match it (trainwise.run.result reads it).
+RESUME_MISMATCH_EXIT = 75
 
 
 def current() -> "RunAgent | None":
@@ -277,16 +279,28 @@ class RunAgent:
         roots = self.model_roots()
         classes = [type(m).__name__ for m in roots]
         if classes != state["model_classes"]:
-            raise RuntimeError(f"the script built models {classes}, the checkpoint holds {state['model_classes']}")
+            ddp = "DistributedDataParallel"
+            hint = ("it was written by a DDP run: resume with --engine ddp and its --nproc" if ddp in state["model_classes"]
+                    else "it was written without DDP: resume with --engine local" if ddp in classes
+                    else "resume with the script that wrote it")
+            self._cannot_resume(f"the script built models {classes}, the checkpoint holds {state['model_classes']}; {hint}")
         for module, weights in zip(roots, state["models"]):
             module.load_state_dict(weights)
         for kind, saved in (("optimizers", state["optimizers"]), ("schedulers", state["schedulers"]),
                             ("scalers", state["scalers"])):
             objects = self._alive(getattr(self, kind))
             if len(objects) != len(saved):
-                raise RuntimeError(f"the script built {len(objects)} {kind}, the checkpoint holds {len(saved)}")
+                self._cannot_resume(f"the script built {len(objects)} {kind}, the checkpoint holds {len(saved)}; "
+                                    "resume with the script that wrote it")
             for obj, sd in zip(objects, saved):
                 obj.load_state_dict(sd)
+
+    def _cannot_resume(self, why: str) -> None:
+        # Raised inside the user's training loop this would end in a traceback through their code;
+        # the launcher turns this exit code into a one-line error.
+        print(f"trainwise: cannot resume from {self.resumed_from}: {why}, or start afresh with another "
+              "--checkpoint-dir", file=sys.stderr, flush=True)
+        os._exit(RESUME_MISMATCH_EXIT)
 
     # ---- data loader boundaries -------------------------------------------------------------
     def _is_training_pass(self) -> bool:

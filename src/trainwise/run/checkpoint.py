@@ -100,8 +100,24 @@ class CheckpointStore:
         except (ValueError, ImportError) as exc:
             raise TrainwiseError(f"cannot open checkpoint location {uri!r} ({exc}); use a local path or an fsspec URL such as s3://bucket/run") from None
         self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
-        self.fs.makedirs(self.root, exist_ok=True)
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+        except OSError as exc:
+            raise TrainwiseError(f"cannot create checkpoint folder {uri!r} ({exc.strerror or exc}): give a writable "
+                                 "--checkpoint-dir (a local folder or a bucket URL)") from None
         self.skipped: list[str] = []
+
+    def check_writable(self) -> None:
+        """Write and remove a small file: a location that cannot take a checkpoint must fail before
+        training starts, not at the first checkpoint (or silently, losing the run to a preemption)."""
+        probe = self._path(f".trainwise-probe-{os.getpid()}.tmp")
+        try:
+            with self.fs.open(probe, "wb") as handle:
+                handle.write(b"ok")
+            self.fs.rm(probe)
+        except Exception as exc:  # noqa: BLE001 - fsspec back ends raise their own error types
+            raise TrainwiseError(f"cannot write to checkpoint location {self.uri!r} ({exc.__class__.__name__}: {exc}): "
+                                 "check the path, the credentials and the permissions") from None
 
     def _path(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
@@ -175,9 +191,14 @@ class CheckpointStore:
                     blob = handle.read()
                 return name, decode(blob)
             except (CorruptCheckpoint, OSError, EOFError, RuntimeError, ValueError) as exc:
-                message = f"trainwise: skipping corrupt checkpoint {name} ({exc})"
+                message = f"trainwise: skipping corrupt checkpoint {name} ({exc}); kept as {name}.corrupt"
                 print(message, file=sys.stderr, flush=True)
                 self.skipped.append(f"{name}: {exc}")
+                # Out of the way: it must not count towards --keep and push valid checkpoints out.
+                try:
+                    self.fs.mv(self._path(name), self._path(f"{name}.corrupt"))
+                except OSError:
+                    pass
         return None
 
 

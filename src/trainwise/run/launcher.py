@@ -23,6 +23,7 @@ from typing import Any
 
 from trainwise import denormals
 from trainwise.allocator import launch_environment
+from trainwise._proc import die_with_parent
 from trainwise.errors import TrainwiseError
 from trainwise.profile.runner import PACKAGE_PARENT, resolve_command
 from trainwise.run.options import RunOptions
@@ -88,7 +89,8 @@ class _Launch:
             output = open(os.path.join(self.workdir, log_name), "wb")
         try:
             process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output,
-                                       stderr=subprocess.STDOUT if output not in (None, subprocess.DEVNULL) else output)
+                                       stderr=subprocess.STDOUT if output not in (None, subprocess.DEVNULL) else output,
+                                       preexec_fn=die_with_parent())
         except OSError as exc:
             raise TrainwiseError(f"cannot start {argv[0]!r}: {exc.strerror}; check the command") from None
         self.processes.append(process)
@@ -137,9 +139,12 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
     job = _Launch(options, command, workdir)
     deadline = None if options.timeout_s is None else time.time() + options.timeout_s
 
+    forwarded: list[int] = []
+
     def forward_sigterm(signum, frame):
         # A preemption notice to `trainwise run` is passed to every training process: each one
         # checkpoints at its next iteration boundary and exits; then this launcher returns.
+        forwarded.append(signum)
         for process in job.processes:
             try:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -165,6 +170,10 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    if forwarded and options.engine == "ddp":
+        # torchrun answers SIGTERM with a SignalException (its traceback, exit 1) after its workers
+        # checkpointed and exited 143: the job's outcome is "stopped by SIGTERM", as for one process.
+        codes = [128 + signal.SIGTERM if code != 0 else code for code in codes]
     return codes, job.launch_wall_s, time.time() - job.launch_wall_s
 
 

@@ -31,6 +31,12 @@ class CheckpointOptions:
             raise TrainwiseError(f"--keep must be at least 1 (got {self.keep})")
         if self.interruptions_per_hour is not None and self.interruptions_per_hour < 0:
             raise TrainwiseError("--interruptions-per-hour must be >= 0")
+        if not self.directory.strip():
+            raise TrainwiseError("--checkpoint-dir is empty: give a folder or a bucket URL, e.g. ./checkpoints or s3://bucket/run")
+        from trainwise.run.checkpoint import CheckpointStore
+
+        # Before launching: a job whose checkpoints cannot be written would run unprotected.
+        CheckpointStore(self.directory, self.keep).check_writable()
 
     def as_config(self) -> dict:
         return {"dir": self.directory, "every_s": self.every_s, "every_batches": self.every_batches,

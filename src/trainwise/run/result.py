@@ -179,11 +179,26 @@ def _ddp_breakdown(raws: dict[int, dict], runs: dict[int, dict]) -> dict[int, di
 
 def build_result(options: RunOptions, command: list[str], codes: list[int], launch_wall_s: float, wall_s: float,
                  raws: dict[int, dict], runs: dict[int, dict]) -> RunResult:
-    if not raws:
+    from trainwise.run._child import RESUME_MISMATCH_EXIT
+
+    if RESUME_MISMATCH_EXIT in codes or 128 + RESUME_MISMATCH_EXIT in codes:
+        where = options.checkpoint.directory if options.checkpoint else "the checkpoint folder"
+        raise TrainwiseError(f"the checkpoint in {where} does not match this job (the line above says how): resume with "
+                             "the engine, --nproc and script that wrote it, or start afresh with another --checkpoint-dir")
+    killed = [code for code in codes if code < 0]
+    if killed and not any(raw.get("iterations") for raw in raws.values()):
+        import signal
+
+        name = signal.Signals(-killed[0]).name if -killed[0] in signal.Signals._value2member_map_ else f"signal {-killed[0]}"
+        where = f"; the checkpoints in {options.checkpoint.directory} let the same command resume" if options.checkpoint else ""
+        raise TrainwiseError(f"the training process was killed by {name} before it could record its run (it keeps its "
+                             f"record in memory until it exits){where}")
+    if not raws or not any(raw.get("iterations") for raw in raws.values()):
         if any(codes):
-            raise TrainwiseError(f"the training command exited with code {max(codes, key=abs)} before training started: "
-                                 "run it without trainwise to see its error")
-        raise TrainwiseError("the command did not start a Python training process that imports torch: check the command")
+            raise TrainwiseError(f"the training command exited with code {max(codes, key=abs)} before its first optimizer "
+                                 "step: run it without trainwise to see its error")
+        if not raws:
+            raise TrainwiseError("the command did not start a Python training process that imports torch: check the command")
     notes: list[str] = []
     for run in runs.values():
         for note in run.get("notes", []):
