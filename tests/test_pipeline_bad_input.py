@@ -190,3 +190,31 @@ def test_cli_loads_a_user_pipeline_from_file_function(tmp_path, capsys):
     assert "6 samples" in capsys.readouterr().out
     assert main(["pipeline", "apply", f"{script}:nothing", "--strategy", "m1-npy-gzip-s2-w0p-none"]) == 2
     assert "has no attribute 'nothing'" in capsys.readouterr().err
+
+
+def test_skip_errors_covers_a_failing_step_that_runs_online(tmp_path):
+    from dataclasses import replace
+
+    from trainwise.pipeline.profiler import measure_online
+
+    online = Strategy(materialised=False, split=0, workers=0, cache="none")
+    with pytest.raises(TrainwiseError, match="step 'parse' failed"):
+        measure_online(picky(), online, min_seconds=0.0, max_epochs=1)
+    result = measure_online(replace(picky(), skip_online_errors=True), online, min_seconds=0.0, max_epochs=1)
+    assert result["measured_epochs"] == 1 and result["throughput_sps"] > 0
+    # a materialised strategy whose online part fails (split 0 keeps `parse` online)
+    manifest = materialise(picky(), Strategy(split=0, shards=2, workers=0), tmp_path)
+    assert replace(picky(), skip_online_errors=True).with_source(picky().source).skip_online_errors
+    result = measure_online(replace(picky(), skip_online_errors=True), Strategy(split=0, shards=2, workers=0), manifest,
+                            min_seconds=0.0, max_epochs=1)
+    assert result["throughput_sps"] > 0
+
+
+def test_cli_bad_builder_and_worker_kind_are_one_line_errors(tmp_path, capsys):
+    script = tmp_path / "raising_pipe.py"
+    script.write_text("def build():\n    raise RuntimeError('user code failed')\n")
+    assert main(["pipeline", "profile", f"{script}:build", "--output-dir", str(tmp_path / "o")]) == 2
+    assert "build() raised RuntimeError: user code failed" in capsys.readouterr().err
+    assert main(["pipeline", "profile", "cv", "--size", "tiny", "--worker-kinds", "fiber",
+                 "--output-dir", str(tmp_path / "o"), "--data-dir", str(tmp_path / "d")]) == 2
+    assert "unknown worker kind 'fiber'" in capsys.readouterr().err

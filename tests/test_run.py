@@ -81,6 +81,7 @@ def test_interval_is_the_young_daly_optimum_of_the_cost_model():
     (RunOptions(engine="local", nproc=2), "--engine ddp only"),
     (RunOptions(engine="ddp", nnodes=2, node_rank=1), "--master-port"),
     (RunOptions(engine="gpu"), "unknown engine"),
+    (RunOptions(engine="ddp", nproc=2, master_port=99999), "--master-port must be a TCP port"),
     (RunOptions(engine="hivemind", target_batch_size=64, initial_peers=["10.0.0.1:31337"]), "multiaddrs"),
     (RunOptions(checkpoint=CheckpointOptions(directory="x", every_s=-1)), "--checkpoint-every-s"),
     (RunOptions(engine="hivemind", target_batch_size=64, average_state_every=0), "--average-state-every"),

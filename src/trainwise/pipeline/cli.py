@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Annotated, Optional
@@ -90,6 +91,8 @@ def profile_command(
         required_sps = required_samples_per_s(training_profile, accelerator)  # type: ignore[arg-type]
         console.print(f"required throughput: {required_sps:.0f} samples/s (modelled by the device model for {accelerator})")
     pipeline = load_spec(spec, data_dir=data_dir, size=size)
+    if skip_errors:
+        pipeline = dataclasses.replace(pipeline, skip_online_errors=True)
     strategies = enumerate_strategies(pipeline, splits=_ints(splits, "--splits") if splits else None, formats=_list(formats, "--formats"),
                                       compressions=_list(compression, "--compression"), shards=[max(1, s) for s in _ints(shards, "--shards")],
                                       workers=_ints(workers, "--workers"), worker_kinds=_list(worker_kinds, "--worker-kinds"),
@@ -104,13 +107,26 @@ def profile_command(
     prices = cloud_prices_from_catalog(catalog) if cloud_prices else None
     selection = select(profile, chosen_weights, required_samples_per_s=required_sps, prices=prices)
     scores = dict(selection.ranking)
-    table = Table(title=f"{pipeline.name}: {len(profile.results)} strategies (measured here; p, s for the full dataset)")
-    for column in ("strategy", "stored after", "t samples/s", "bound/s", "s MB", "p s", "B/sample", "CPU %", "score"):
-        table.add_column(column, justify="left" if column in ("strategy", "stored after") else "right")
+    measured = ("measured here; p, s for the full dataset" if str(profile.extrapolation).startswith("none")
+                else "measured here on a sample; p, s extrapolated to the full dataset, see below")
+    table = Table(title=f"{pipeline.name}: {len(profile.results)} strategies ({measured})")
+    id_width = max((len(r.strategy_id) for r in profile.results), default=8)
+    cells = {
+        "strategy": lambda r: r.strategy_id, "stored after": lambda r: r.split_name,
+        "t samples/s": lambda r: f"{r.throughput_sps:.1f}",
+        "bound/s": lambda r: "-" if r.bound_sps is None else f"{r.bound_sps:.0f}",
+        "s MB": lambda r: f"{r.storage_bytes_full / 1e6:.2f}", "p s": lambda r: f"{r.offline_s_full:.2f}",
+        "B/sample": lambda r: f"{r.bytes_per_sample:.0f}", "CPU %": lambda r: f"{r.cpu_percent:.0f}",
+        "score": lambda r: f"{scores[r.strategy_id]:.3f}" if r.strategy_id in scores else "excluded",
+    }
+    # The strategy id is what the user copies into `apply --strategy` and the metrics are the point:
+    # on a narrow terminal the secondary columns go (`--json` has them all) rather than cutting either.
+    shown = list(cells) if console.width >= id_width + 80 else ["strategy", "t samples/s", "s MB", "p s", "score"]
+    for column in shown:
+        table.add_column(column, justify="left" if column in ("strategy", "stored after") else "right",
+                         no_wrap=column == "strategy", min_width=id_width if column == "strategy" else None)
     for r in sorted(profile.results, key=lambda r: -scores.get(r.strategy_id, -1)):
-        table.add_row(r.strategy_id, r.split_name, f"{r.throughput_sps:.1f}", "-" if r.bound_sps is None else f"{r.bound_sps:.0f}",
-                      f"{r.storage_bytes_full / 1e6:.2f}", f"{r.offline_s_full:.2f}", f"{r.bytes_per_sample:.0f}", f"{r.cpu_percent:.0f}",
-                      f"{scores[r.strategy_id]:.3f}" if r.strategy_id in scores else "excluded")
+        table.add_row(*(cells[column](r) for column in shown))
     console.print(table)
     console.print(f"extrapolation: {profile.extrapolation}")
     console.print(f"read bandwidth measured here: disk {bandwidth.disk_bytes_per_s / 1e6:.0f} MB/s, page cache "

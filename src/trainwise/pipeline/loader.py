@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 from trainwise.errors import TrainwiseError
 from trainwise.pipeline.codec import decode_member, split_member_name
 from trainwise.pipeline.materialise import Manifest, load_manifest, strategy_dir, verify_shards
-from trainwise.pipeline.spec import Pipeline, Sample
+from trainwise.pipeline.spec import Pipeline, Sample, StepError
 from trainwise.pipeline.strategy import Strategy
 
 try:  # decompressors raise their own error types on corrupted input
@@ -50,9 +50,14 @@ class SourceDataset(Dataset):
     def __len__(self) -> int:
         return len(self.pipeline.source) * self.repeat
 
-    def __getitem__(self, index: int) -> Sample:
+    def __getitem__(self, index: int) -> Sample | None:
         index %= len(self.pipeline.source)
-        return self.pipeline.run_steps(self.pipeline.source[index], 0, index=index)
+        try:
+            return self.pipeline.run_steps(self.pipeline.source[index], 0, index=index)
+        except StepError:
+            if self.pipeline.skip_online_errors:
+                return None  # a map-style data set cannot leave an index out: the consumer skips None
+            raise
 
 
 def read_shard(path: Path, field_kinds: dict[str, str]) -> Iterator[Sample]:
@@ -108,9 +113,14 @@ class ShardDataset(IterableDataset):
         if keep is not None:
             self._cache[path.name] = keep
 
-    def _online(self, sample: Sample) -> Sample:
+    def _online(self, sample: Sample) -> Sample | None:
         # a shallow copy: online steps must not replace fields of a cached sample
-        return self.pipeline.run_steps(dict(sample), self.manifest.split)
+        try:
+            return self.pipeline.run_steps(dict(sample), self.manifest.split)
+        except StepError:
+            if self.pipeline.skip_online_errors:
+                return None
+            raise
 
     def _my_paths(self) -> list[Path]:
         paths = list(self.paths)
@@ -127,7 +137,9 @@ class ShardDataset(IterableDataset):
         if self.threads <= 0:
             for path in paths:
                 for sample in self._shard_samples(path):
-                    yield self._online(sample)
+                    done = self._online(sample)
+                    if done is not None:
+                        yield done
             return
         yield from self._threaded(paths)
 
@@ -142,7 +154,9 @@ class ShardDataset(IterableDataset):
                     for sample in self._shard_samples(path):
                         if stop.is_set():
                             return
-                        out.put(self._online(sample))
+                        done_sample = self._online(sample)
+                        if done_sample is not None:
+                            out.put(done_sample)
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer
                 out.put(exc)
             finally:

@@ -192,12 +192,14 @@ def _measure_online(pipeline: Pipeline, strategy: Strategy, manifest: Any, *, mi
         # page cache a read of the files (cheaper than a whole epoch through slow steps).
         start = time.perf_counter()
         if strategy.cache == "app":
-            warm = sum(1 for sample in loader if touch(sample) >= 0)
+            warm = sum(1 for sample in loader if sample is not None and touch(sample) >= 0)
         else:
             if strategy.cache == "page":
                 warm_page_cache(files)
             warm = 0
             for sample in loader:
+                if sample is None:  # failed an online step, skipped (--skip-errors)
+                    continue
                 touch(sample)
                 warm += 1
                 if warm >= 2 * max(1, strategy.workers) + 1:
@@ -214,6 +216,8 @@ def _measure_online(pipeline: Pipeline, strategy: Strategy, manifest: Any, *, mi
             start = time.perf_counter()
             first_at = None
             for sample in loader:
+                if sample is None:
+                    continue
                 touch(sample)
                 count += 1
                 if first_at is None:

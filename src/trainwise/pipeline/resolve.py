@@ -38,7 +38,15 @@ def load_spec(spec: str, *, data_dir: str | Path = "trainwise-pipeline-data", si
     if not hasattr(module, attribute):
         raise TrainwiseError(f"{target!r} has no attribute {attribute!r}")
     value: Any = getattr(module, attribute)
-    pipeline = value() if callable(value) and not isinstance(value, Pipeline) else value
+    if callable(value) and not isinstance(value, Pipeline):
+        try:
+            pipeline = value()
+        except TrainwiseError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's builder: name it and its error in one line
+            raise TrainwiseError(f"{spec}() raised {type(exc).__name__}: {exc}; fix the function that builds the pipeline") from None
+    else:
+        pipeline = value
     if not isinstance(pipeline, Pipeline):
         raise TrainwiseError(f"{spec} gave a {type(pipeline).__name__}, not a trainwise.pipeline.Pipeline")
     return pipeline

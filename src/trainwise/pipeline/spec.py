@@ -210,6 +210,9 @@ class Pipeline:
     steps: list[Step]
     description: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    # While profiling with --skip-errors: a sample an online step fails on is dropped (counted as
+    # skipped by the offline part in the manifest), as the offline part drops it, instead of ending the run.
+    skip_online_errors: bool = False
 
     def __post_init__(self) -> None:
         self.source = make_source(self.source)
@@ -251,7 +254,7 @@ class Pipeline:
         return [{"name": s.name, "version": s.version, "deterministic": s.deterministic} for s in chosen]
 
     def with_source(self, source: Source) -> "Pipeline":
-        return Pipeline(self.name, source, list(self.steps), self.description, dict(self.metadata))
+        return Pipeline(self.name, source, list(self.steps), self.description, dict(self.metadata), self.skip_online_errors)
 
     def run_steps(self, sample: Sample, start: int, stop: int | None = None, *, index: int | None = None) -> Sample:
         """Apply steps[start:stop]; an exception names the step and the sample."""

@@ -91,7 +91,8 @@ def enumerate_strategies(pipeline: Pipeline, *, splits: Iterable[int] | None = N
                          worker_kinds: Sequence[str] = ("process",), caches: Sequence[str] = CACHE_MODES,
                          include_online: bool = True) -> list[Strategy]:
     """Every combination allowed by the pipeline (splits past a non-deterministic step are left out)."""
-    for value, allowed, what in ((formats, FORMATS, "format"), (compressions, COMPRESSIONS, "compression"), (caches, CACHE_MODES, "cache mode")):
+    for value, allowed, what in ((formats, FORMATS, "format"), (compressions, COMPRESSIONS, "compression"), (caches, CACHE_MODES, "cache mode"),
+                                 (worker_kinds, ("process", "thread"), "worker kind")):
         bad = [v for v in value if v not in allowed]
         if bad:
             raise TrainwiseError(f"unknown {what} {bad[0]!r}: use one of {', '.join(allowed)}")

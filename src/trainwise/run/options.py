@@ -95,6 +95,8 @@ class RunOptions:
             raise TrainwiseError(f"--nproc and --nnodes must be at least 1 (got {self.nproc}, {self.nnodes})")
         if not 0 <= self.node_rank < self.nnodes:
             raise TrainwiseError(f"--node-rank must be in [0, {self.nnodes}) (got {self.node_rank})")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise TrainwiseError(f"--master-port must be a TCP port, 1-65535 (got {self.master_port})")
         if self.engine == "ddp" and self.nnodes > 1 and self.master_port is None:
             raise TrainwiseError("multi-node DDP needs --master-addr and --master-port (the same on every node)")
         if self.engine != "ddp" and (self.nproc != 1 or self.nnodes != 1):
