@@ -79,3 +79,8 @@ def test_load_plan_errors_are_one_line(tmp_path):
     (tmp_path / "v.json").write_text('{"schema_version": 99}')
     with pytest.raises(TrainwiseError, match="schema version 99"):
         load_plan(tmp_path / "v.json")
+    from trainwise.plan.synthetic import synthetic_profile
+
+    synthetic_profile().save(tmp_path / "profile.json")  # a profile passed where a plan belongs
+    with pytest.raises(TrainwiseError, match="is a profile, not a plan: make a plan from it with `trainwise plan --profile"):
+        load_plan(tmp_path / "profile.json")

@@ -67,3 +67,12 @@ def test_terminal_tables(result, width):
     text = console.export_text()
     assert "Top" in text and "Pareto set" in text and "Best plan per epoch option" in text
     assert "measured on gpubox (imported)" in text.replace("\n", " ") or "T2" in text
+
+
+def test_cost_efficiency_reads_as_a_ratio_past_twice_the_reference_cost():
+    from trainwise.report.data import cost_efficiency_text
+
+    assert cost_efficiency_text(0.5) == "50.0 %"  # the seed's 1 − C/C_ref: half the reference's cost
+    assert cost_efficiency_text(-0.6) == "-60.0 %"
+    assert cost_efficiency_text(-2496.523) == "2,497.5× ref. cost"  # not "-249652.3 %"
+    assert cost_efficiency_text(float("nan")) == "—"

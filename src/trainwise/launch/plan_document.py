@@ -161,6 +161,9 @@ def load_plan(path: str | Path) -> PlanDocument:
         raise TrainwiseError(f"plan {p} cannot be read ({exc.__class__.__name__}): check the path") from None
     except json.JSONDecodeError as exc:
         raise TrainwiseError(f"plan {p} is not valid JSON (line {exc.lineno}): recreate it with `trainwise plan --save`") from None
+    if isinstance(data, dict) and "iterations" in data and "steady_state" in data:
+        raise TrainwiseError(f"{p} is a profile, not a plan: make a plan from it with `trainwise plan --profile {p} "
+                             "--save plan.json -- python train.py ARGS`, then launch plan.json")
     if not isinstance(data, dict) or "schema_version" not in data:
         raise TrainwiseError(f"{p} is not a trainwise plan (no schema_version): create one with `trainwise plan --save`")
     if data["schema_version"] != PLAN_SCHEMA_VERSION:

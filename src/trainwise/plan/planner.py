@@ -824,7 +824,10 @@ def _assumptions(catalog: Catalog, options: PlanOptions, locals_: Sequence[Offer
     if options.dataset_gb:
         out.append(f"data staging to cloud machines: {options.dataset_gb:g} GB ({options.dataset_source}) at {options.staging_bytes_per_s / 1e6:.2f} MB/s "
                    f"({options.staging_source}); egress {egress_price:g} $/GB ({egress_source}); storage "
-                   f"{options.storage_usd_per_gb_month:g} $/GB-month for the run")
+                   f"{options.storage_usd_per_gb_month:g} $/GB-month for the run; staged once, to a bucket in the "
+                   "offering's region, from which every machine of a multi-node or Hivemind group reads it (in-region "
+                   "reads are free and fast next to the upload), so a group pays the upload, its egress and storage once; "
+                   "streaming training data to peers in other regions is the groups' network cost (--bytes-per-sample)")
     else:
         out.append("data staging, egress and storage: not included (dataset size unknown: pass --dataset-gb)")
     checkpoints = sorted(set(np.round(predictions["checkpoint_write_s"].to_numpy(), 2)))

@@ -105,6 +105,16 @@ def percent(value: Any) -> str:
     return f"{float(value) * 100:.1f} %"
 
 
+def cost_efficiency_text(value: Any) -> str:
+    """The seed's cost efficiency, 1 − C/C_ref (DIGEST §2), as a percentage while that reads well;
+    past −100 % (more than twice the reference's cost) as the cost ratio, which a "−249,652 %" hides."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if float(value) >= -1.0:
+        return percent(value)
+    return f"{1.0 - float(value):,.1f}× ref. cost"
+
+
 def display_row(row: dict[str, Any]) -> dict[str, str]:
     """One plan row as the strings every table shows."""
     rank = row.get("rank")
@@ -123,7 +133,7 @@ def display_row(row: dict[str, Any]) -> dict[str, str]:
         "$/epoch": money(row["usd_per_epoch"]),
         "$/1M samples": money(row["usd_per_1m_samples"]),
         "speedup": ratio(row.get("speedup")),
-        "cost eff.": percent(row.get("cost_efficiency")),
+        "cost eff.": cost_efficiency_text(row.get("cost_efficiency")),
         "break-even": ratio(row.get("break_even_speedup")),
         "time from": str(row["time_provenance"]),
         "price from": str(row["price_provenance"]),
