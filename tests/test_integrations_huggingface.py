@@ -149,3 +149,56 @@ def _source_of(obj) -> str:
     import inspect
 
     return inspect.getsource(obj)
+
+
+def test_trainwise_run_resumes_a_trainer_run_across_epochs_to_its_step_count(tmp_path):
+    """The Trainer ends training after an epoch without a step, and counts global_step from 0 again:
+    a resume in a later epoch used to train nothing (or, in the first, its whole max_steps again)."""
+    import glob
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "steps.py"
+    script.write_text(textwrap.dedent("""
+        import time, torch
+        from torch.utils.data import Dataset
+        from transformers import (BertConfig, BertForSequenceClassification, Trainer, TrainerCallback,
+                                  TrainingArguments)
+
+        class Tokens(Dataset):
+            def __init__(self, n):
+                g = torch.Generator().manual_seed(1)
+                self.ids, self.labels = torch.randint(1, 1000, (n, 32), generator=g), torch.randint(0, 2, (n,), generator=g)
+            def __len__(self):
+                return len(self.labels)
+            def __getitem__(self, i):
+                return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+        class Slow(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                time.sleep(0.03)
+
+        model = BertForSequenceClassification(BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2,
+                                                         num_attention_heads=2, intermediate_size=64,
+                                                         max_position_embeddings=32, num_labels=2))
+        args = TrainingArguments(output_dir=%r, max_steps=90, per_device_train_batch_size=16, save_strategy="no",
+                                 report_to=[], use_cpu=True, seed=0, logging_strategy="no", disable_tqdm=True)
+        trainer = Trainer(model=model, args=args, train_dataset=Tokens(480), callbacks=[Slow()])
+        trainer.train()
+        print(f"END global_step={trainer.state.global_step}", flush=True)
+    """ % str(tmp_path / "out")))
+    ck = tmp_path / "ck"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "35",
+           "--", sys.executable, str(script)]
+    process = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None and not glob.glob(str(ck / "ckpt-*.twckpt")):
+        time.sleep(0.05)  # 30 steps per epoch: the first checkpoint is in the second epoch
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 143, out[-2000:]
+    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert "resumed from ckpt-" in again.stdout
+    assert "END global_step=90" in again.stdout

@@ -145,3 +145,63 @@ def test_trainwise_profile_detects_lightning_without_code_change(tmp_path):
     zeros = profile.optimizer_state_zeros
     assert zeros is not None and zeros.optimizer == "Adam" and zeros.elements == 9
     assert [s for s, _ in zeros.trajectory][:5] == [1, 2, 3, 4, 5]
+
+
+def test_trainwise_run_checkpoints_a_lightning_job_on_sigterm_and_resumes_its_step_count(tmp_path):
+    """Lightning's SIGTERM handler would end the loop with exit 0 and no checkpoint, and its step
+    counter restarts at 0 after a resume (a max_steps run would train its budget again): trainwise
+    takes SIGTERM back and sets the counter, so the resumed run ends where an uninterrupted one does."""
+    import glob
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "steps.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        import lightning.pytorch as pl
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        pl.seed_everything(0)
+
+        class Model(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+            def training_step(self, batch, batch_idx):
+                time.sleep(0.01)
+                x, y = batch
+                return nn.functional.mse_loss(self.net(x), y)
+            def on_train_end(self):
+                print(f"END global_step={self.global_step} "
+                      f"checksum={sum(p.double().sum().item() for p in self.parameters()):.10f}", flush=True)
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        g = torch.Generator().manual_seed(1)
+        x, y = torch.randn(3200, 16, generator=g), torch.randn(3200, 1, generator=g)
+        train = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+        pl.Trainer(max_epochs=-1, max_steps=250, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False).fit(Model(), train)
+    """))
+    reference = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    expected = [line for line in reference.stdout.splitlines() if line.startswith("END")]
+    assert expected and "global_step=250" in expected[0]
+    ck = tmp_path / "ck"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "30",
+           "--", sys.executable, str(script)]
+    process = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None and not glob.glob(str(ck / "ckpt-*.twckpt")):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 143, out[-2000:]
+    assert not [line for line in out.splitlines() if line.startswith("END")]  # stopped, not finished
+    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert "resumed from ckpt-" in again.stdout
+    assert [line for line in again.stdout.splitlines() if line.startswith("END")] == expected

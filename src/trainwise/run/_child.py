@@ -175,7 +175,21 @@ class RunAgent:
                 self._exit(143)
             self.sigterm_pending = True
 
+        self._sigterm_handler = on_sigterm
         signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _reassert_sigterm_handler(self) -> None:
+        """Frameworks install their own SIGTERM handler when training starts: Lightning's makes its loop
+        raise SystemExit (exit 0) before the next step, so no checkpoint is written and a spot
+        orchestrator reads "finished". trainwise's handler takes SIGTERM back at each training pass:
+        the job checkpoints at the next boundary and exits 143, whatever framework runs the loop."""
+        handler = getattr(self, "_sigterm_handler", None)
+        if handler is None or signal.getsignal(signal.SIGTERM) is handler:
+            return
+        try:
+            signal.signal(signal.SIGTERM, handler)
+        except ValueError:  # not the main thread: leave it
+            pass
 
     def install(self) -> None:
         import torch
@@ -295,6 +309,52 @@ class RunAgent:
             for obj, sd in zip(objects, saved):
                 obj.load_state_dict(sd)
 
+    @staticmethod
+    def _framework_loop() -> tuple[str, Any] | None:
+        """("lightning", Trainer) or ("transformers", Trainer) when a framework's loop asked for the
+        DataLoader being iterated (it is on the stack), else None."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            owner = frame.f_locals.get("self")
+            module = type(owner).__module__ if owner is not None else ""
+            if module.startswith(("lightning.pytorch", "pytorch_lightning")) and hasattr(getattr(owner, "trainer", None), "fit_loop"):
+                return "lightning", owner.trainer
+            if module.startswith("transformers.trainer") and hasattr(owner, "state") and hasattr(owner, "args"):
+                return "transformers", owner
+            frame = frame.f_back
+        return None
+
+    def _restore_framework_steps(self, batches: int, loop: tuple[str, Any] | None) -> None:
+        """Lightning and the Hugging Face Trainer count optimizer steps themselves (max_steps, schedules
+        keyed on global_step): after a resume their count starts again at 0, so a step-limited run would
+        train its whole budget again on top. Set their counter to the optimizer steps done before the
+        interruption."""
+        if loop is None:
+            return
+        kind, trainer = loop
+        try:
+            if kind == "lightning":
+                self._restore_lightning_steps(trainer, batches)
+            else:
+                steps = batches // max(1, int(getattr(trainer.args, "gradient_accumulation_steps", 1) or 1))
+                trainer.state.global_step = steps
+                self.notes.append(f"Hugging Face Trainer's global_step set to {steps} (the optimizer steps before the interruption)")
+        except Exception as exc:  # noqa: BLE001 - a framework's internals moved: say so, keep training
+            self.notes.append(f"could not restore {kind}'s step counter ({exc}): a step-limited run (max_steps) "
+                              "trains its steps again after this resume")
+
+    def _restore_lightning_steps(self, trainer: Any, batches: int) -> None:
+        steps = batches // max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+        loop = trainer.fit_loop.epoch_loop
+        module = trainer.lightning_module
+        if module is None or module.automatic_optimization:
+            total = loop.automatic_optimization.optim_progress.optimizer.step.total
+        else:
+            total = loop.manual_optimization.optim_step_progress.total
+        total.ready = total.completed = steps
+        loop._batches_that_stepped = steps
+        self.notes.append(f"Lightning's global_step set to {steps} (the optimizer steps before the interruption)")
+
     def _cannot_resume(self, why: str) -> None:
         # Raised inside the user's training loop this would end in a traceback through their code;
         # the launcher turns this exit code into a one-line error.
@@ -320,9 +380,21 @@ class RunAgent:
         def loader_iter(loader):
             if not agent._is_training_pass():
                 return original_iter(loader)
+            agent._reassert_sigterm_handler()
             agent.epoch_index += 1
             agent.train_loader = loader
             resume = agent.resume_state
+            loop = agent._framework_loop() if resume is not None else None
+            if resume is not None and agent.epoch_index < resume["epoch"] and loop is not None and loop[0] == "transformers":
+                # The HF Trainer ends training after an epoch without a step: go straight to the epoch
+                # that was interrupted; its restored global_step then ends the run where it would have.
+                agent.epoch_index = int(resume["epoch"])
+            if agent.epoch_index > 1 and (loop or agent._framework_loop() or ("",))[0] == "transformers":
+                # The HF Trainer numbers its epochs itself (set_epoch seeds the shuffle), from 0 again
+                # after a resume: keep the sampler on trainwise's count, which the resume continued.
+                for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+                    if hasattr(sampler, "set_epoch"):
+                        sampler.set_epoch(agent.epoch_index - 1)
             if resume is not None and agent.epoch_index < resume["epoch"]:
                 iterator = original_iter(loader)
                 iterator._trainwise_skip = True  # an epoch already done before the interruption
@@ -343,6 +415,7 @@ class RunAgent:
                 _state.apply_generator_states(loader, resume["generators"])
                 agent.global_batches = int(resume["global_batches"])
                 agent.last_checkpoint_batches = agent.global_batches
+                agent._restore_framework_steps(agent.global_batches, loop)
                 agent.resume_state = None
                 agent.notes.append(f"resumed from {agent.resumed_from} at epoch {agent.epoch_index}, "
                                    f"batch {agent.batches_in_epoch}")
