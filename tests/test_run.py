@@ -251,6 +251,30 @@ def test_local_run_checkpoints_on_sigterm_and_resumes_to_the_same_weights(tmp_pa
 
 
 @pytest.mark.slow
+def test_a_script_that_calls_train_inside_its_step_resumes_to_the_same_weights(tmp_path):
+    # every epoch after the first begins its pass in eval mode: still a training pass to checkpoint and resume
+    args = ["--epochs", "3", "--samples", "128", "--sleep", "0.03", "--train-inside-step"]
+    reference = _plain_reference(tmp_path, args)
+    out, ck = tmp_path / "out.pt", tmp_path / "ck"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "3",
+           "--", "python", str(CHAOS_SCRIPT), "--out", str(out), *args]
+    process = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    # 8 steps per epoch: wait for a checkpoint of the second epoch
+    while time.time() < deadline and process.poll() is None and not [
+            p for p in ck.glob("ckpt-*.twckpt") if int(p.name[5:17]) > 9]:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr[-2000:]
+    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resumed from ckpt-" in again.stdout
+    final = torch.load(out)
+    assert all(torch.equal(final[k], reference[k]) for k in reference)
+
+
+@pytest.mark.slow
 def test_run_flushes_denormals_like_profile_unless_told_not_to(tmp_path):
     from trainwise.run.launcher import run_job
 

@@ -18,6 +18,7 @@ p.add_argument("--batch-size", type=int, default=16)
 p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (to give a kill time to land)")
 p.add_argument("--workers", type=int, default=0)
 p.add_argument("--width", type=int, default=64)
+p.add_argument("--train-inside-step", action="store_true", help="model.train() in each step, not before the epoch")
 args = p.parse_args()
 torch.manual_seed(0)
 np.random.seed(0)
@@ -47,8 +48,11 @@ train = DataLoader(Noisy(args.samples), batch_size=args.batch_size, shuffle=True
 val = DataLoader(Noisy(64), batch_size=32)
 loss_fn = nn.CrossEntropyLoss()
 for epoch in range(args.epochs):
-    model.train()
+    if not args.train_inside_step:
+        model.train()
     for x, y in train:
+        if args.train_inside_step:
+            model.train()  # this epoch's pass began in eval mode (the last validation's)
         x = x + 0.01 * torch.from_numpy(np.random.randn(*x.shape).astype("float32")) * random.random()
         opt.zero_grad()
         loss_fn(model(x), y).backward()

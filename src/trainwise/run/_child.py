@@ -141,6 +141,7 @@ class RunAgent:
         self.last_write_s: float | None = None
         self.epoch_start: dict[str, Any] | None = None
         self.train_loader = None
+        self._training_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.sigterm_pending = False
         self.writes_checkpoints = self.rank == 0
         if self.checkpoint_config:
@@ -363,10 +364,16 @@ class RunAgent:
         os._exit(RESUME_MISMATCH_EXIT)
 
     # ---- data loader boundaries -------------------------------------------------------------
-    def _is_training_pass(self) -> bool:
+    def _is_training_pass(self, loader: Any = None) -> bool:
+        """A pass begun with gradients on and the model in train mode; or a pass of a DataLoader that
+        already served as training: scripts that call model.train() inside their step begin the next
+        epoch's pass while the last validation left the model in eval mode."""
+        if not self._torch.is_grad_enabled():
+            return False
+        if loader is not None and loader in self._training_loaders:
+            return True
         recorder = recorder_module.current()
-        eval_mode = bool(getattr(recorder, "eval_mode", False))
-        return self._torch.is_grad_enabled() and not eval_mode
+        return not bool(getattr(recorder, "eval_mode", False))
 
     def _install_loader_hooks(self) -> None:
         import torch.utils.data.dataloader as dataloader_module
@@ -378,8 +385,12 @@ class RunAgent:
         original_iter = loader_class.__iter__
 
         def loader_iter(loader):
-            if not agent._is_training_pass():
+            if not agent._is_training_pass(loader):
                 return original_iter(loader)
+            try:
+                agent._training_loaders.add(loader)
+            except TypeError:  # pragma: no cover - a loader class that cannot be weakly referenced
+                pass
             agent._reassert_sigterm_handler()
             agent.epoch_index += 1
             agent.train_loader = loader
@@ -576,7 +587,7 @@ class RunAgent:
 
         def loader_iter(loader):
             # Each peer must see its own sample order: offset the script's shuffling seed per peer.
-            if peer and not getattr(loader, "_trainwise_peer_seeded", False) and agent._is_training_pass():
+            if peer and not getattr(loader, "_trainwise_peer_seeded", False) and agent._is_training_pass(loader):
                 from trainwise.run._state import _generators
 
                 for generator in _generators(loader):
