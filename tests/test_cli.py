@@ -43,6 +43,17 @@ def test_profile_mistyped_option_is_named_not_a_missing_double_dash(capsys, tmp_
     assert_one_line_error(code, err, "no such option --bogus")
 
 
+def test_a_script_as_the_command_and_a_script_without_torch(capsys, tmp_path, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text("print('no torch here')\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "profile", "-o", str(tmp_path / "p.json"), "--", "train.py")
+    assert_one_line_error(code, err, "train.py is a Python script, not a command: start with python")
+    code, _, err = run_cli(capsys, "profile", "-o", str(tmp_path / "p.json"), "--", sys.executable, "train.py")
+    assert_one_line_error(code, err, "finished without importing torch")
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_outputs_that_cannot_be_written_fail_before_anything_runs(capsys, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit('must not run')\n")

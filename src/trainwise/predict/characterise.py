@@ -950,8 +950,10 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
             raise TrainwiseError(
                 f"tracing one training step of {model_name} on the {device} device failed "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
-                "a forward pass that needs real values (data-dependent shapes, .item()) cannot be traced on meta: "
-                "retry with device='cpu' at a small batch") from None
+                + ("a forward pass that needs real values (data-dependent shapes, .item()) cannot be traced on meta: "
+                   "retry with device='cpu' at a small batch" if device == "meta" else
+                   "the captured inputs do not fit the model's forward (e.g. a model called with extra arguments): "
+                   "the device model cannot predict this job from its operators")) from None
         finally:
             tracer.phase = "forward"
 

@@ -261,7 +261,7 @@ def malta_estimate(profile: Profile, epochs: int, estimator: str, iterations_per
             total = malta.eq_4_1_total_s(first_epoch_s, later_epoch_s, epochs)
         breakdown = {"first_epoch_s": first_epoch_s, "later_epoch_s": later_epoch_s}
     else:
-        raise TrainwiseError(f"unknown estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)}")
+        raise TrainwiseError(f"unknown estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)} (or all, in `trainwise predict`)")
     return Prediction(estimator, epochs, n_it, total, total, total, breakdown,
                       "published equation: no uncertainty band")
 

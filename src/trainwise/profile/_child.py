@@ -35,6 +35,7 @@ import tempfile
 import threading
 import weakref
 import time
+import warnings
 from typing import Any
 
 from trainwise import denormals
@@ -463,11 +464,16 @@ class Recorder:
 
             optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
             name = self.config.get("workload") or type(model).__name__
-            char = trace_training_step(model, self._model_inputs, precision=self._model_precision,
-                                       optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else "sgd_momentum",
-                                       model_name=name, memory_format=self._model_memory_format)
+            # The reason a trace fails is the profile's note, not a warning in the middle of the job's output.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                char = trace_training_step(model, self._model_inputs, precision=self._model_precision,
+                                           optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else "sgd_momentum",
+                                           model_name=name, memory_format=self._model_memory_format)
             if char is None:
-                self.notes.append("workload characterisation skipped: the model could not be traced")
+                why = next((str(w.message).removeprefix("trainwise: workload characterisation skipped: ")
+                            for w in caught if issubclass(w.category, RuntimeWarning)), "the model could not be traced")
+                self.notes.append(f"workload characterisation skipped: {why}")
                 return
             self.characterisation = json.loads(char.model_dump_json())
         except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation

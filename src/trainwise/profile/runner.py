@@ -103,6 +103,8 @@ def resolve_command(command: list[str]) -> list[str]:
     first = command[0]
     if first in ("python", "python3", "python3.11"):
         return [sys.executable, *command[1:]]
+    if first.endswith(".py") and Path(first).is_file() and not os.access(first, os.X_OK):
+        raise TrainwiseError(f"{first} is a Python script, not a command: start with python, e.g. `-- python {first}`")
     if shutil.which(first) is None and not Path(first).exists():
         raise TrainwiseError(f"command not found: {first!r}; give the full path or start with `python`")
     return list(command)
@@ -177,6 +179,9 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         if exit_code != 0:
             raise TrainwiseError(f"the training command exited with code {exit_code} before its first iteration: "
                                  "run it without trainwise to see its error")
+        if "torch_imported" not in (raw.get("marks") or {}):
+            raise TrainwiseError("the script finished without importing torch: trainwise profiles PyTorch training "
+                                 "scripts; check that the command runs yours")
         raise TrainwiseError("the script finished without a single optimizer step: trainwise finds iterations from "
                              "torch.optim optimizer steps; in a custom loop call trainwise.profile.step() after each iteration")
     if exit_code != 0:
