@@ -123,3 +123,17 @@ def test_unknown_workload(capsys, tmp_path):
 def test_help(capsys):
     code, out, _ = run_cli(capsys, "--help")
     assert code == 0 and "profile" in out and "predict" in out
+
+
+def test_output_files_get_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    from trainwise._io import atomic_write_text
+
+    mask = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "out.json", "{}")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not mkstemp's private 0600

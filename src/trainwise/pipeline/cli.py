@@ -36,6 +36,12 @@ def _ints(text: str, what: str) -> list[int]:
     return values
 
 
+def _positive(values: list[int], what: str) -> list[int]:
+    if any(v < 1 for v in values):
+        raise TrainwiseError(f"{what} must be at least 1 (got {','.join(map(str, values))})")
+    return values
+
+
 def _weights(text: str) -> tuple[float, float, float]:
     try:
         values = tuple(float(v) for v in _list(text, "--weights"))
@@ -94,7 +100,7 @@ def profile_command(
     if skip_errors:
         pipeline = dataclasses.replace(pipeline, skip_online_errors=True)
     strategies = enumerate_strategies(pipeline, splits=_ints(splits, "--splits") if splits else None, formats=_list(formats, "--formats"),
-                                      compressions=_list(compression, "--compression"), shards=[max(1, s) for s in _ints(shards, "--shards")],
+                                      compressions=_list(compression, "--compression"), shards=_positive(_ints(shards, "--shards"), "--shards"),
                                       workers=_ints(workers, "--workers"), worker_kinds=_list(worker_kinds, "--worker-kinds"),
                                       caches=_list(cache, "--cache"))
     bandwidth = measure_read_bandwidth(output_dir, 128 << 20)
@@ -133,7 +139,13 @@ def profile_command(
                   f"{bandwidth.page_cache_bytes_per_s / 1e6:.0f} MB/s (bound = bandwidth / bytes per sample)")
     if prices is not None:
         console.print("prices: " + "; ".join(f"{k}: {v}" for k, v in prices.sources.items()))
-    for note in selection.notes + [n for r in profile.results for n in r.notes][:3]:
+    # A note shared by several strategies is printed once, naming them (or how many).
+    by_note: dict[str, list[str]] = {}
+    for r in profile.results:
+        for n in r.notes:
+            by_note.setdefault(n, []).append(r.strategy_id)
+    strategy_notes = [f"{n} ({ids[0] if len(ids) == 1 else f'{len(ids)} strategies'})" for n, ids in by_note.items()]
+    for note in selection.notes + strategy_notes[:5]:
         console.print(f"[yellow]note:[/yellow] {note}")
     console.print(f"best ({selection.objective}, weights {selection.weights}): [bold]{selection.best.strategy_id}[/bold] "
                   f"{selection.best.throughput_sps:.0f} samples/s" + ("" if selection.keeps_up is None else
