@@ -53,5 +53,7 @@ def test_probe_errors_are_one_line(tmp_path, capsys):
         net_probe.probe("127.0.0.1", port, seconds=0.1, pings=1)
     with pytest.raises(TrainwiseError, match="HOST:PORT"):
         net_probe.parse_target("nohost")
+    with pytest.raises(TrainwiseError, match="port must be 1-65535"):
+        net_probe.parse_target("nohost:99999")
     code = main(["net", "probe"])
     assert code == 2 and "error:" in capsys.readouterr().err

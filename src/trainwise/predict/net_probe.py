@@ -131,6 +131,8 @@ def parse_target(target: str) -> tuple[str, int]:
     host, sep, port = target.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise TrainwiseError(f"probe target {target!r} must be HOST:PORT (e.g. 10.0.0.2:5201)")
+    if not 0 < int(port) < 65536:
+        raise TrainwiseError(f"probe target {target!r}: the port must be 1-65535")
     return host.strip("[]"), int(port)
 
 
