@@ -66,8 +66,9 @@ def test_cloud_sweep_dry_run_writes_valid_tasks(tmp_path, capsys):
 
 
 def test_cloud_sweep_needs_a_results_bucket(tmp_path, capsys):
-    assert main(["sweep", "--candidates", "aws/use1-az1/p3.2xlarge", "--dry-run", "--out-dir", str(tmp_path)]) == 2
+    assert main(["sweep", "--candidates", "aws/use1-az1/p3.2xlarge", "--dry-run", "--out-dir", str(tmp_path / "sw")]) == 2
     assert "--results-uri" in capsys.readouterr().err
+    assert not (tmp_path / "sw").exists()  # nothing created for a refused sweep
 
 
 TINY_JOB = textwrap.dedent("""

@@ -152,13 +152,13 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
         raise TrainwiseError(f"--iterations must be at least 1 (got {iterations})")
     job = list(command) if command else command_for(workload)
     job_workload = None if command else workload
-    out_dir.mkdir(parents=True, exist_ok=True)
     cloud = [c for c in parsed if c.kind == "cloud"]
     local = [c for c in parsed if c.kind == "local"]
+    if cloud and not results_uri:  # checked before anything is created
+        raise TrainwiseError("cloud candidates write their profiles to a bucket: add --results-uri s3://BUCKET/PATH")
+    out_dir.mkdir(parents=True, exist_ok=True)
     configs: dict[str, dict[str, Any]] = {}
     if cloud:
-        if not results_uri:
-            raise TrainwiseError("cloud candidates write their profiles to a bucket: add --results-uri s3://BUCKET/PATH")
         from trainwise.launch.plan_document import portable_command
         from trainwise.launch.skypilot_task import dump_yaml, validate
 
