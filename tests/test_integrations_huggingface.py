@@ -155,9 +155,8 @@ def test_trainwise_run_resumes_a_trainer_run_across_epochs_to_its_step_count(tmp
     """The Trainer ends training after an epoch without a step, and counts global_step from 0 again:
     a resume in a later epoch used to train nothing (or, in the first, its whole max_steps again)."""
     import glob
-    import signal
-    import subprocess
-    import time
+
+    from resume_helpers import resume, stop_with_sigterm
 
     script = tmp_path / "steps.py"
     script.write_text(textwrap.dedent("""
@@ -191,14 +190,6 @@ def test_trainwise_run_resumes_a_trainer_run_across_epochs_to_its_step_count(tmp
     ck = tmp_path / "ck"
     cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "35",
            "--", sys.executable, str(script)]
-    process = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and process.poll() is None and not glob.glob(str(ck / "ckpt-*.twckpt")):
-        time.sleep(0.05)  # 30 steps per epoch: the first checkpoint is in the second epoch
-    process.send_signal(signal.SIGTERM)
-    out, _ = process.communicate(timeout=120)
-    assert process.returncode == 143, out[-2000:]
-    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stdout[-2000:]
-    assert "resumed from ckpt-" in again.stdout
-    assert "END global_step=90" in again.stdout
+    # 30 steps per epoch: the first checkpoint is in the second epoch
+    stop_with_sigterm(cli, lambda: bool(glob.glob(str(ck / "ckpt-*.twckpt"))))
+    assert "END global_step=90" in resume(cli).stdout

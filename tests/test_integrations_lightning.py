@@ -152,9 +152,9 @@ def test_trainwise_run_checkpoints_a_lightning_job_on_sigterm_and_resumes_its_st
     counter restarts at 0 after a resume (a max_steps run would train its budget again): trainwise
     takes SIGTERM back and sets the counter, so the resumed run ends where an uninterrupted one does."""
     import glob
-    import signal
     import subprocess
-    import time
+
+    from resume_helpers import resume, stop_with_sigterm
 
     script = tmp_path / "steps.py"
     script.write_text(textwrap.dedent("""
@@ -192,16 +192,6 @@ def test_trainwise_run_checkpoints_a_lightning_job_on_sigterm_and_resumes_its_st
     ck = tmp_path / "ck"
     cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "30",
            "--", sys.executable, str(script)]
-    process = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and process.poll() is None and not glob.glob(str(ck / "ckpt-*.twckpt")):
-        time.sleep(0.05)
-    time.sleep(0.5)
-    process.send_signal(signal.SIGTERM)
-    out, _ = process.communicate(timeout=120)
-    assert process.returncode == 143, out[-2000:]
+    out = stop_with_sigterm(cli, lambda: bool(glob.glob(str(ck / "ckpt-*.twckpt"))))
     assert not [line for line in out.splitlines() if line.startswith("END")]  # stopped, not finished
-    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stdout[-2000:]
-    assert "resumed from ckpt-" in again.stdout
-    assert [line for line in again.stdout.splitlines() if line.startswith("END")] == expected
+    assert [line for line in resume(cli).stdout.splitlines() if line.startswith("END")] == expected

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from resume_helpers import resume, stop_with_sigterm
 
 from trainwise.cli import main
 from trainwise.errors import TrainwiseError
@@ -258,18 +259,9 @@ def test_a_script_that_calls_train_inside_its_step_resumes_to_the_same_weights(t
     out, ck = tmp_path / "out.pt", tmp_path / "ck"
     cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "3",
            "--", "python", str(CHAOS_SCRIPT), "--out", str(out), *args]
-    process = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    # 8 steps per epoch: wait for a checkpoint of the second epoch
-    while time.time() < deadline and process.poll() is None and not [
-            p for p in ck.glob("ckpt-*.twckpt") if int(p.name[5:17]) > 9]:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 143, stderr[-2000:]
-    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert "resumed from ckpt-" in again.stdout
+    # 8 steps per epoch: stop once there is a checkpoint of the second epoch
+    stop_with_sigterm(cli, lambda: any(int(p.name[5:17]) > 9 for p in ck.glob("ckpt-*.twckpt")))
+    resume(cli)
     final = torch.load(out)
     assert all(torch.equal(final[k], reference[k]) for k in reference)
 

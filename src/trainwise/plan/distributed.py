@@ -544,7 +544,7 @@ def assumptions(options: DistributedOptions) -> list[str]:
         + f"{options.hivemind_round_overhead_s:g} s per round and peers at {options.hivemind_compute_efficiency:.0%} of "
         f"their standalone speed ({HIVEMIND_CALIBRATION_SOURCE}); delayed-parameter-update overlap {options.dpu_overlap:g}",
         "network: " + (net.description or "user network file")[:200],
-        f"egress: each peer's averaging traffic ("
+        "egress: each peer's averaging traffic ("
         + ("gradient rounds only" if options.hivemind_average_state_every is None
            else f"gradient rounds plus parameter averaging every {options.hivemind_average_state_every} epoch(s)")
         + ") split equally over the other peers, priced by the sender's cloud (seed 003 "

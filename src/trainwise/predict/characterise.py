@@ -38,7 +38,6 @@ temporaries. Units: bytes, FLOPs (not MACs). ResNet-50 at 224x224 is 4.1 GMACs =
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import json
@@ -392,7 +391,7 @@ DISPATCH_CACHE = True
 def _make_mode(tracer: _Tracer):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten, tree_map
+    from torch.utils._pytree import tree_flatten
     from torch.utils.flop_counter import flop_registry
 
     meta = torch.device("meta")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from pydantic import BaseModel, Field
 
