@@ -149,7 +149,8 @@ class RunAgent:
         else:
             # Stopped from outside (preemption, a benchmark's time limit, a peer leaving): keep the
             # record of what ran, then end as SIGTERM would.
-            signal.signal(signal.SIGTERM, lambda signum, frame: self._exit(143))
+            self._sigterm_handler = lambda signum, frame: self._exit(143)
+            signal.signal(signal.SIGTERM, self._sigterm_handler)
 
     # ---- set-up -----------------------------------------------------------------------------
     def _setup_checkpointing(self) -> None:
@@ -182,10 +183,16 @@ class RunAgent:
     def _reassert_sigterm_handler(self) -> None:
         """Frameworks install their own SIGTERM handler when training starts: Lightning's makes its loop
         raise SystemExit (exit 0) before the next step, so no checkpoint is written and a spot
-        orchestrator reads "finished". trainwise's handler takes SIGTERM back at each training pass:
-        the job checkpoints at the next boundary and exits 143, whatever framework runs the loop."""
+        orchestrator reads "finished". trainwise's handler takes SIGTERM back from Lightning at each
+        training pass: the job checkpoints at the next boundary and exits 143."""
         handler = getattr(self, "_sigterm_handler", None)
-        if handler is None or signal.getsignal(signal.SIGTERM) is handler:
+        current = signal.getsignal(signal.SIGTERM)
+        if handler is None or current is handler:
+            return
+        # Only a framework's: a script's own handler, or the explicit API's (trainwise.run.checkpoint),
+        # is the script's choice.
+        if not type(current).__module__.startswith(("lightning.", "pytorch_lightning.")) and \
+                not (getattr(current, "__module__", None) or "").startswith(("lightning.", "pytorch_lightning.")):
             return
         try:
             signal.signal(signal.SIGTERM, handler)
