@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 
+import pandas as pd
 import pytest
 
 from trainwise.cli import main
@@ -46,7 +47,11 @@ def test_plan_writes_tables_and_every_report_file(capsys, tmp_path, profiles):
     assert payload["best"]["time_provenance"] and payload["best"]["price_provenance"]
     assert payload["catalog"].startswith("catalog current, prices as of 2026-11-21")
     assert payload["pareto"] and payload["top"] and payload["assumptions"]
-    assert all(row["time_provenance"] and row["price_provenance"] for row in payload["plans"])
+    assert "plans" not in payload and payload["plans_file"] == "plans.csv.gz"
+    plans = pd.read_csv(report / "plans.csv.gz")
+    assert len(plans) == payload["plans_total"] > len(payload["top"])
+    assert plans["time_provenance"].notna().all() and plans["price_provenance"].notna().all()
+    assert payload["best"]["plan_id"] in set(plans["plan_id"])
     assert len(payload["source_inconsistencies"]) == 3
     markdown = (report / "plan.md").read_text()
     assert "| rank | offering |" in markdown and "## Pareto set" in markdown
@@ -59,13 +64,24 @@ def test_plan_writes_tables_and_every_report_file(capsys, tmp_path, profiles):
 def test_plan_default_report_dir_and_json_output(capsys, tmp_path, profiles):
     code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--profile", str(profiles[1]), "--catalog",
                              "packaged", "--out-dir", str(tmp_path), "--json", "--objective", "fastest", "--no-spot",
-                             "--cloud", "aws,gcp", "--epoch-options", "5,10")
+                             "--cloud", "aws,gcp", "--epoch-options", "5,10", "--all-plans")
     assert code == 0, err
     payload = json.loads(out)
+    assert len(payload["plans"]) == payload["plans_total"]
     assert payload["objective"]["kind"] == "fastest" and payload["primary_epochs"] == 10
     assert {row["market"] for row in payload["plans"]} == {"on-demand"}
     assert {row["cloud"] for row in payload["plans"]} <= {"aws", "gcp", "local"}
     assert (tmp_path / "report" / "plan.html").is_file()
+
+
+def test_plan_json_leaves_every_plan_to_all_plans(capsys, tmp_path, profiles):
+    code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--profile", str(profiles[1]), "--catalog",
+                             "packaged", "--out-dir", str(tmp_path), "--json", "--no-spot")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert "plans" not in payload and payload["plans_total"] > len(payload["top"]) > 0
+    code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--all-plans", "--out-dir", str(tmp_path))
+    assert code == 2 and "add --json" in err and "Traceback" not in err
 
 
 def test_plan_local_offering_and_weighted(capsys, tmp_path, profiles):

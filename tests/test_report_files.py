@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import socket
 
+import pandas as pd
 import pytest
 from rich.console import Console
 
+from trainwise._io import _umask
 from trainwise.catalog import load_catalog, load_user_offerings
 from trainwise.plan import Objective, PlanOptions, plan
 from trainwise.plan.synthetic import synthetic_profile
@@ -50,10 +52,14 @@ def test_markdown_and_json(result, tmp_path):
     payload = json.loads(paths["json"].read_text())
     assert payload["objective"]["kind"] == "weighted" and payload["best"]["score"] is not None
     assert payload["not_predicted"] and all(r["status"].startswith("not predicted") for r in payload["not_predicted"])
-    for row in payload["plans"]:
-        assert row["time_provenance"] and row["price_provenance"]
-        for key in ("init_s", "first_epoch_s", "steady_s", "validation_s", "staging_s", "preemption_loss_s"):
-            assert row[key] is not None
+    assert "plans" not in payload and payload["plans_total"] == len(result.ranked)
+    plans = pd.read_csv(paths["plans"])
+    assert list(plans["plan_id"]) == list(result.ranked["plan_id"])
+    for key in ("time_provenance", "price_provenance", "init_s", "first_epoch_s", "steady_s", "validation_s",
+                "staging_s", "preemption_loss_s"):
+        assert plans[key].notna().all(), key
+    assert write_report(result, tmp_path / "again")["plans"].read_bytes() == paths["plans"].read_bytes()
+    assert {oct(p.stat().st_mode & 0o777) for p in paths.values()} == {oct(0o666 & ~_umask())}
     markdown = render_markdown(result)
     assert markdown.count("| rank | offering |") == 2 and "| epochs |" in markdown
     assert "\\<b>" not in markdown and "<b\\>" not in markdown

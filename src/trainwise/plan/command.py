@@ -128,9 +128,13 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
 
 def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_name: str, epoch_options: Sequence[int],
                      out_dir: Path, report_dir: Path | None, local_offering_path: Path | None, json_output: bool,
+                     all_plans: bool = False,
                      console: Console, err_console: Console, **choices: Any) -> PlanResult:
     from trainwise.catalog import load_catalog, load_user_offerings
 
+    if all_plans and not json_output:
+        raise TrainwiseError("--all-plans only changes the --json output: add --json (the report's plans.csv.gz "
+                             "always has every ranked plan)")
     objective, constraints, options = build_inputs(**choices)
     status_console = err_console if json_output else console
     catalog = load_catalog(catalog_name)
@@ -161,7 +165,12 @@ def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_na
     if json_output:
         from trainwise.report.data import plan_payload
 
-        console.print_json(json.dumps(plan_payload(result, options.top_n), allow_nan=False, default=_json_default))
+        # Plain text, not rich's highlighted print_json: with --all-plans the document is tens of MB,
+        # which rich takes minutes to colour.
+        text = json.dumps(plan_payload(result, options.top_n, all_plans=all_plans), indent=1, allow_nan=False,
+                          default=_json_default)
+        console.file.write(text + "\n")
+        console.file.flush()
     else:
         from trainwise.report.terminal import print_plan
 

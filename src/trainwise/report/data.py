@@ -47,11 +47,14 @@ def records(frame: pd.DataFrame, columns: list[str] | None = None) -> list[dict[
     return [{k: _clean(v) for k, v in row.items()} for row in frame[columns].to_dict("records")]
 
 
-def plan_payload(result: Any, top_n: int = 10) -> dict[str, Any]:
+def plan_payload(result: Any, top_n: int = 10, *, all_plans: bool = False) -> dict[str, Any]:
     """Everything a reader needs to check the plan: rows with provenance, Pareto set, flags,
-    assumptions, catalog date, the seeds' inconsistencies."""
+    assumptions, catalog date, the seeds' inconsistencies.
+
+    Every ranked plan (`plans`) only with `all_plans`: a catalog-wide plan has tens of thousands of
+    rows (~2 KB each as JSON); the report keeps them as a table (`plans.csv.gz`) instead."""
     primary = result.primary
-    return {
+    payload = {
         "trainwise_version": __version__,
         "catalog": result.catalog_caption,
         "objective": result.objective.model_dump(),
@@ -64,7 +67,7 @@ def plan_payload(result: Any, top_n: int = 10) -> dict[str, Any]:
         "top": records(primary.head(top_n)),
         "pareto": records(result.pareto),
         "best_per_epochs": records(result.best_per_epochs()),
-        "plans": records(result.ranked),
+        "plans_total": int(len(result.ranked)),
         "excluded": {k: int(v) for k, v in result.exclusions.items()},
         "not_predicted": records(result.not_predicted, list(result.not_predicted.columns)),
         "profiles": [dict(p) for p in result.profiles],
@@ -72,6 +75,14 @@ def plan_payload(result: Any, top_n: int = 10) -> dict[str, Any]:
         "assumptions": list(result.assumptions),
         "source_inconsistencies": list(result.inconsistencies),
     }
+    if all_plans:
+        payload["plans"] = records(result.ranked)
+    return payload
+
+
+def plans_table(result: Any) -> pd.DataFrame:
+    """Every ranked plan, one row each, with the JSON rows' columns (NaN where a value does not apply)."""
+    return result.ranked[[c for c in ROW_COLUMNS if c in result.ranked.columns]]
 
 
 def money(value: Any) -> str:
