@@ -158,7 +158,7 @@ def render_html(result: Any, chart_png: bytes, *, generated_at: str = "", top_n:
     parts.append("<h2>Time breakdown</h2>" + _breakdown_table(top))
     shown_rows = primary.head(MAX_OFFERING_ROWS)
     rows, classes = _plan_rows(shown_rows, best["plan_id"])
-    more = (f' <span class="muted">(first {MAX_OFFERING_ROWS} of {len(primary)}; all in plan.json)</span>'
+    more = (f' <span class="muted">(first {MAX_OFFERING_ROWS} of {len(primary)}; every plan in plans.csv.gz)</span>'
             if len(primary) > MAX_OFFERING_ROWS else "")
     parts.append(f"<h2>Every feasible plan ({len(primary)}, {result.primary_epochs} epochs){more}</h2>"
                  + _table(_PLAN_HEADERS, rows, table_id="offerings-table", left=_LEFT, row_classes=classes))
