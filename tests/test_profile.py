@@ -109,6 +109,23 @@ def test_validation_every_n_steps_is_out_of_the_iterations_and_counted_per_epoch
     assert "4 passes per epoch, 12 in all" in prediction.note
 
 
+def test_checkpoints_saved_during_sampling_leave_the_users_file_untouched(tmp_path):
+    checkpoint = tmp_path / "ckpt.pt"
+    checkpoint.write_bytes(b"the user's real checkpoint")
+    profile = run_profile(script("mlp_train.py", "--epochs", "50", "--checkpoint-file", str(checkpoint)),
+                          ProfileOptions(min_iterations=12, max_iterations=12, validation_batches=3, epoch2_iterations=2),
+                          quiet=True)
+    # the script saved (and read back) its checkpoint every 5 steps: that went to a scratch file, now gone
+    assert profile.stop_reason == "sampled" and len(profile.iterations) == 14
+    assert checkpoint.read_bytes() == b"the user's real checkpoint"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+    assert any("saved " + str(checkpoint) in note and "untouched" in note for note in profile.notes)
+    # a --full run is the user's real run: it writes the file
+    run_profile(script("mlp_train.py", "--epochs", "1", "--checkpoint-file", str(checkpoint)), ProfileOptions(mode="full"),
+                quiet=True)
+    assert checkpoint.read_bytes() != b"the user's real checkpoint"
+
+
 def test_sampling_that_ends_in_the_last_epoch_does_not_save_the_model(tmp_path):
     saved = tmp_path / "model.pt"
     profile = run_profile(script("mlp_train.py", "--epochs", "1", "--save-file", str(saved)),

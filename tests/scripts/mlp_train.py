@@ -15,6 +15,9 @@ parser.add_argument("--done-file", default="")
 parser.add_argument("--train-inside-step", action="store_true", help="call model.train() in each step, not per epoch")
 parser.add_argument("--validate-every", type=int, default=0, help="also validate after every N steps inside an epoch")
 parser.add_argument("--save-file", default="", help="torch.save the model here after training")
+parser.add_argument("--checkpoint-file", default="", help="torch.save a checkpoint here every --checkpoint-every steps, "
+                    "and read it back")
+parser.add_argument("--checkpoint-every", type=int, default=5)
 parser.add_argument("--denormal-file", default="", help="write whether denormal floats are flushed to zero here")
 args = parser.parse_args()
 
@@ -48,6 +51,9 @@ for epoch in range(args.epochs):
         if (step + 1) % args.accumulate == 0:
             optimizer.step()
             optimizer.zero_grad()
+        if args.checkpoint_file and (step + 1) % args.checkpoint_every == 0:
+            torch.save({"step": step, "model": model.state_dict()}, args.checkpoint_file)
+            assert torch.load(args.checkpoint_file)["step"] == step
         if args.validate_every and (step + 1) % args.validate_every == 0 and step + 1 < len(train):
             validate()
             model.train()

@@ -276,6 +276,10 @@ class Recorder:
         self._zeros_seen: dict[str, Any] | None = None
         self._characterise_tried = False
         self.characterise_s = 0.0
+        # A sampled profile's torch.save to a path writes a scratch file beside it instead (same
+        # folder, so the same filesystem and the same cost): the few sampled iterations must not
+        # replace the user's checkpoint. {the path's absolute form: scratch path}
+        self.scratch_saves: dict[str, str] = {}
 
     # ---- time -------------------------------------------------------------------------------
     def now(self) -> float:
@@ -387,15 +391,24 @@ class Recorder:
         optimizer_class.__init__ = optimizer_init
 
         original_save = torch.save
+        original_load = torch.load
 
         def save(obj, f, *args, **kwargs):
-            # Once sampling has stopped, the model has trained a few iterations only: saving it to a
-            # path would overwrite the user's checkpoint or final model with it. End the profile here.
-            if (recorder.sampled and recorder.epoch1_truncated and recorder.framework is None
-                    and isinstance(f, (str, os.PathLike))):
-                recorder._finish("stopped_before_save")
+            if recorder.sampled and isinstance(f, (str, os.PathLike)):
+                if recorder.epoch1_truncated and recorder.framework is None:
+                    # Sampling has stopped: this is the script's end-of-training (or end-of-epoch)
+                    # save of a model trained a few iterations. End the profile here.
+                    recorder._finish("stopped_before_save")
+                f = recorder.scratch_path(f)
             return original_save(obj, f, *args, **kwargs)
 
+        def load(f, *args, **kwargs):
+            # A file the script saved during sampling is read back from where it went.
+            if recorder.scratch_saves and isinstance(f, (str, os.PathLike)):
+                f = recorder.scratch_saves.get(os.path.abspath(os.fspath(f)), f)
+            return original_load(f, *args, **kwargs)
+
+        torch.load = load
         torch.save = save
 
         # Loops without a DataLoader: the first iteration starts at the first forward pass.
@@ -760,6 +773,26 @@ class Recorder:
         if self.current_train_state is not None:
             self.current_train_state.truncate = True
 
+    def scratch_path(self, path: str | os.PathLike) -> str:
+        """Where a sampled profile writes the script's save to `path`: a hidden file beside it."""
+        target = os.path.abspath(os.fspath(path))
+        scratch = self.scratch_saves.get(target)
+        if scratch is None:
+            directory, name = os.path.split(target)
+            scratch = os.path.join(directory, f".{name}.trainwise-profile-{os.getpid()}")
+            self.scratch_saves[target] = scratch
+            self.notes.append(f"the script saved {os.fspath(path)} during sampling: written to a scratch file beside "
+                              "it instead and removed at the end, so the file itself is untouched (the save's time "
+                              "counts in its iteration as usual)")
+        return scratch
+
+    def _remove_scratch_saves(self) -> None:
+        for scratch in self.scratch_saves.values():
+            try:
+                os.unlink(scratch)
+            except OSError:
+                pass  # never written (the save failed) or already gone
+
     # ---- explicit API -----------------------------------------------------------------------
     def explicit_step(self, samples: int | None = None) -> None:
         self.explicit_steps = True
@@ -958,6 +991,7 @@ class Recorder:
         self._characterise()
         self._count_state_zeros()
         self.write()
+        self._remove_scratch_saves()
         sys.stdout.flush()
         sys.stderr.flush()
         # End now, skipping the rest of the script: its end-of-training code (saving a model,
@@ -976,6 +1010,7 @@ class Recorder:
             self._characterise()
             self._count_state_zeros()
             self.write()
+        self._remove_scratch_saves()
 
 
 def _cpu_model() -> str:
