@@ -168,9 +168,13 @@ def test_broken_scripts_give_clear_errors(name, message):
         run_profile(script(name), ProfileOptions(), quiet=True)
 
 
-def test_timeout_kills_a_hanging_job():
+def test_timeout_kills_a_hanging_job(tmp_path):
     with pytest.raises(TrainwiseError, match="--timeout"):
         run_profile(script("hang.py"), ProfileOptions(timeout_s=5), quiet=True)
+    # a checkpoint saved before the hang went to a scratch file, which the runner removes after the kill
+    with pytest.raises(TrainwiseError, match="--timeout"):
+        run_profile(script("hang.py", str(tmp_path / "ckpt.pt")), ProfileOptions(timeout_s=8), quiet=True)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_options_and_commands():

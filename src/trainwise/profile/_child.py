@@ -781,6 +781,9 @@ class Recorder:
             directory, name = os.path.split(target)
             scratch = os.path.join(directory, f".{name}.trainwise-profile-{os.getpid()}")
             self.scratch_saves[target] = scratch
+            # Listed for the runner too, which removes them if this process is killed first.
+            with open(self.out_path + ".scratch", "a") as listing:
+                listing.write(scratch + "\n")
             self.notes.append(f"the script saved {os.fspath(path)} during sampling: written to a scratch file beside "
                               "it instead and removed at the end, so the file itself is untouched (the save's time "
                               "counts in its iteration as usual)")

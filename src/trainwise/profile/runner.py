@@ -132,6 +132,17 @@ def _kill_group(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def _remove_scratch_saves(raw_path: Path) -> None:
+    """The scratch files the job's checkpoint saves went to (trainwise.profile._child.Recorder.scratch_path),
+    also when the job was killed before it could remove them."""
+    listing = raw_path.with_name(raw_path.name + ".scratch")
+    if not listing.exists():
+        return
+    for line in listing.read_text().splitlines():
+        if line:
+            Path(line).unlink(missing_ok=True)
+
+
 def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), *, workload: str | None = None,
                 quiet: bool = False) -> Profile:
     """Run `command` with the recorder armed and return its Profile (nothing is written to disk)."""
@@ -166,6 +177,8 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         except KeyboardInterrupt:
             _kill_group(process)
             raise
+        finally:
+            _remove_scratch_saves(raw_path)
         process_wall = time.time() - launch_wall
         raw = json.loads(raw_path.read_text()) if raw_path.exists() else None
 
