@@ -67,6 +67,22 @@ def test_plan_ranks_data_parallel_groups_and_says_why(catalog):
     assert any("Hivemind rows" in a for a in result.assumptions)
 
 
+def test_group_validation_is_split_over_its_workers_at_their_speed(catalog):
+    # measured on a V100: 2 s steps, 400 validation batches of 0.5 s (200 s of validation per epoch)
+    profiles = [v100(iteration_s=2.0, batches_per_epoch=10_000, val_batch_s=0.5, val_batches_total=400)]
+    result = plan(profiles, catalog, Objective(kind="fastest"), epoch_options=(1,), options=options())
+    plans = result.plans.astype({"offering_id": str, "parallelism": str, "accelerator": str})
+    single = plans[(plans["accelerator"] == "V100") & (plans["accelerator_count"] == 1) & (plans["parallelism"] == "")
+                   & (plans["time_source"].astype(str) == "measured")]
+    assert single["validation_s"].iloc[0] == pytest.approx(200.0, rel=0.01)
+    for kind in ("ddp-node", "ddp-multi-node", "hivemind"):
+        rows = plans[(plans["parallelism"] == kind) & (plans["accelerator"] == "V100")]
+        assert len(rows), kind
+        for row in rows.itertuples():
+            # V100 workers validate as fast as the profiled V100, no communication: 200 s / workers
+            assert row.validation_s == pytest.approx(200.0 / row.workers, rel=0.01), (kind, row.offering_id)
+
+
 def test_small_tbs_is_communication_bound(catalog):
     result = plan([v100(iteration_s=0.02)], catalog, Objective(kind="cheapest"), options=options(target_batch_size=64))
     hivemind = result.plans[result.plans["parallelism"].astype(str) == "hivemind"]

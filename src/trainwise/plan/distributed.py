@@ -443,13 +443,19 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                 notes = list(pred.notes)
             if memory_note:
                 notes.append(memory_note)
-            single_rate = computes[0].worker.samples_per_s
+            # Validation has no gradients to exchange: the validation set is split over the workers
+            # (as training is), each validating at its compute speed. The profile's own validation
+            # time scales by its machine's training rate over the group's summed compute rate (the
+            # device-model rows scale it the same way, trainwise.plan.runtime.device_model).
+            profile_rate = max(1, profile.dataset.global_batch_size) / profile.steady_state.iteration.mean_s
+            per_member = [m.count * (m.accelerators_per_machine if group.kind != "hivemind" else 1) for m in group.members]
+            group_compute_rate = sum(c.worker.samples_per_s * k for c, k in zip(computes, per_member))
             for pred_row in predictions:
                 epochs = int(pred_row["epochs"])
                 samples = epochs * n_train
                 train_s = samples / samples_per_s
                 epoch_s = n_train / samples_per_s
-                validation = float(pred_row["validation_s"]) * single_rate / samples_per_s
+                validation = float(pred_row["validation_s"]) * profile_rate / group_compute_rate
                 total = float(pred_row["init_s"]) + train_s + validation
                 half = (train_s + validation) * band
                 records.append({
