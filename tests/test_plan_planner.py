@@ -282,6 +282,23 @@ def test_local_offering_from_a_user_file(tmp_path, catalog):
     assert row["time_provenance"].startswith("measured here")
 
 
+def test_a_cloud_priced_local_offering_is_already_up_and_a_file_of_several_is_refused(tmp_path, catalog):
+    from trainwise.catalog import load_user_offerings
+
+    # the VM one is on, priced as cloud: no provisioning or staging for it (it is this machine)
+    vm = tmp_path / "vm.toml"
+    vm.write_text('[[offering]]\nname = "my-vm"\nprice_per_hour = 1.0\n')
+    booting = PlanOptions(this_host=HERE, dataset_gb=10.0)
+    result = plan([cpu_here()], catalog, Objective(), local_offering=load_user_offerings(vm), options=booting)
+    row = result.plans[result.plans["offering_id"].astype(str).str.endswith("my-vm")].iloc[0]
+    assert row["provisioning_s"] == 0 and row["staging_s"] == 0
+    assert (result.plans[result.plans["cloud"].astype(str) == "aws"]["provisioning_s"] > 0).all()
+    several = tmp_path / "lab.toml"
+    several.write_text('[[offering]]\nname = "a"\nprice_per_hour = 1\n[[offering]]\nname = "b"\nprice_per_hour = 2\n')
+    with pytest.raises(TrainwiseError, match="has 2 offerings \\(a, b\\).*keep only the one"):
+        plan([cpu_here()], catalog, Objective(), local_offering=load_user_offerings(several), options=NO_BOOT)
+
+
 def test_per_hour_billing_in_a_plan(seed):
     k80 = synthetic_profile(host="old", device_name="Tesla K80", iteration_s=0.01)
     result = plan([k80], seed, Objective(kind="cheapest"), Constraints(clouds=("azure",)), options=NO_BOOT)

@@ -165,8 +165,12 @@ def _local_offerings(local: Offering | Catalog | Sequence[Offering] | None) -> l
         return [local]
     if isinstance(local, Catalog):
         offerings = list(local.iter_offerings())
-        on_premise = [o for o in offerings if o.kind == "on_premise"]
-        return on_premise[:1] or offerings[:1]
+        if len(offerings) > 1:
+            # The file prices this one machine: which of several it is cannot be guessed.
+            names = ", ".join(o.instance_type for o in offerings[:5]) + (", …" if len(offerings) > 5 else "")
+            raise TrainwiseError(f"the local offering file {local.origin.removeprefix('user file ')} has {len(offerings)} offerings ({names}); it "
+                                 "prices this machine, so keep only the one that describes it")
+        return offerings
     return list(local)
 
 
@@ -340,7 +344,7 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
             offerings["billing"] = options.billing
         if options.min_billed_seconds is not None:
             offerings["min_billed_seconds"] = float(options.min_billed_seconds)
-    candidates = _expand_markets(runtime, offerings)
+    candidates = _expand_markets(runtime, offerings, local_ids)
     candidates["price_provenance"] = _take_categorical(_price_provenance(offerings, catalog),
                                                        candidates["offering_row"].to_numpy())
     _cost_model(candidates, catalog, options)
@@ -391,7 +395,7 @@ def _take_categorical(values: pd.Series, idx: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(codes[idx], categories=pd.Index(uniques, dtype=object))
 
 
-def _expand_markets(runtime: pd.DataFrame, offerings: pd.DataFrame) -> pd.DataFrame:
+def _expand_markets(runtime: pd.DataFrame, offerings: pd.DataFrame, local_ids: set[str] | frozenset[str] = frozenset()) -> pd.DataFrame:
     """One row per (runtime row, market with a price), built column by column with numpy takes."""
     rows = runtime["offering_row"].to_numpy().astype("int64")
     on_demand = offerings["price_per_hour"].to_numpy()[rows]
@@ -418,7 +422,9 @@ def _expand_markets(runtime: pd.DataFrame, offerings: pd.DataFrame) -> pd.DataFr
     data["min_billed_seconds"] = np.nan_to_num(data["min_billed_seconds"], nan=0.0)
     # numeric/boolean helpers, computed once per offering (the cost model and filters use them)
     data["_spot"] = is_spot
-    data["_cloudy"] = (kind != "on_premise").to_numpy()[idx]
+    # Provisioning and staging are for machines still to be rented: this machine (a local offering,
+    # whatever its kind — a cloud VM one is already on is priced as cloud) is up and has the data.
+    data["_cloudy"] = ((kind != "on_premise") & ~offerings["offering_id"].isin(local_ids)).to_numpy()[idx]
     data["_granularity_s"] = billing.map(costs.GRANULARITY_S).to_numpy(dtype="float64")[idx]
     data["_seq"] = np.arange(sel.size)
     return pd.DataFrame(data)
