@@ -126,7 +126,8 @@ def render_html(result: Any, chart_png: bytes, *, generated_at: str = "", top_n:
              + (f" · generated {_e(generated_at)}" if generated_at else "") + "</p>",
              f"<p>Objective: <b>{_e(result.objective.describe)}</b> · epoch options {_e(', '.join(map(str, result.epoch_options)))} "
              f"(headline: {result.primary_epochs} epochs) · reference for speedup/cost efficiency: "
-             f"<code>{_e(result.reference or 'none')}</code></p>"]
+             f"<code>{_e(result.reference or 'none')}</code> (speedup compares training time only, as the seed "
+             "defines it; the time column also counts provisioning and data staging)</p>"]
     shown = display_row(best)
     parts.append(f'<div class="best" id="best-plan"><b>Best plan ({result.primary_epochs} epochs):</b> '
                  f"{_e(best['offering_id'])} — {_e(shown['accelerator'])}, {_e(best['market'])}, batch {best['batch_size']}: "
@@ -141,7 +142,7 @@ def render_html(result: Any, chart_png: bytes, *, generated_at: str = "", top_n:
                  f'src="data:image/png;base64,{chart}">'
                  f'<figcaption class="caption">Every feasible plan at {result.primary_epochs} epochs; the red step line '
                  "is the Pareto front (no plan is both faster and cheaper), bars are the uncertainty bands, the star is "
-                 'the best plan for the objective. <span id="chart-status">chart not yet decoded</span></figcaption></figure>')
+                 'the best plan for the objective. <span id="chart-status" hidden>chart not yet decoded</span></figcaption></figure>')
     top = primary.head(top_n)
     rows, classes = _plan_rows(top, best["plan_id"])
     parts.append(f"<h2>Top {len(top)} plans ({result.primary_epochs} epochs)</h2>"
@@ -173,7 +174,8 @@ def render_html(result: Any, chart_png: bytes, *, generated_at: str = "", top_n:
                     r["status"]] for r in records(result.not_predicted, list(result.not_predicted.columns))]
         parts.append(f"<h2>Not predicted ({int(result.not_predicted['offerings'].sum())} offerings)</h2>"
                      '<p class="caption">Priced, but no runtime: no profile was measured on these accelerators and the device '
-                     "model is not available yet. Profile the job on one of them and pass <code>--profile</code>.</p>"
+                     "model could not predict them (the model does not fit in the accelerator's memory, the accelerator is "
+                     "unknown to the model, or devices × the batch per device exceed the training set). Profile the job on one of them and pass <code>--profile</code>.</p>"
                      + _table(["cloud", "accelerator", "count", "offerings", "from $/h", "spot from $/h", "catalog", "status"],
                               np_rows, table_id="not-predicted-table", left={"cloud", "accelerator", "catalog", "status"}))
     prof_rows = [[p["label"], p["host"], str(p["device"]), str(p.get("accelerator") or "—"), str(p["batch_size"]),
@@ -186,7 +188,9 @@ def render_html(result: Any, chart_png: bytes, *, generated_at: str = "", top_n:
     parts.append("<h2>Provenance legend</h2><ul>"
                  "<li><b>measured here</b>: a profile taken on this host; <b>measured on HOST (imported)</b>: a profile "
                  "taken elsewhere on the same accelerator and passed with --profile; <b>modelled ±x %</b>: the device "
-                 "model (not available yet).</li><li>Prices: <b>catalog … snapshot</b> (packaged or imported catalog, its "
+                 "model (a roofline of the profile's traced operations on the offering's accelerator, fitted to measured "
+                 "throughputs; ±x % is its expected error) or the data-parallel model on top of it (all-reduce, "
+                 "Hivemind averaging), each row saying which.</li><li>Prices: <b>catalog … snapshot</b> (packaged or imported catalog, its "
                  "date), <b>seed-2021</b> (the seed documents' prices), <b>user file</b>, <b>assumed</b>.</li></ul>")
     if result.inconsistencies:
         parts.append("<h2>Known inconsistencies in the seed sources (flagged, not reproduced)</h2><ul>"

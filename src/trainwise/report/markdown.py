@@ -34,7 +34,8 @@ def render_markdown(result: Any, *, top_n: int = 10, generated_at: str = "") -> 
         f"_{result.catalog_caption}_" + (f" · generated {generated_at}" if generated_at else ""),
         "",
         f"Objective: **{result.objective.describe}** · epoch options {', '.join(map(str, result.epoch_options))} "
-        f"(headline {result.primary_epochs}) · reference `{result.reference or 'none'}`",
+        f"(headline {result.primary_epochs}) · reference `{result.reference or 'none'}` (speedup: training time only; "
+        "time also counts provisioning and staging)",
         "",
         f"**Best plan ({result.primary_epochs} epochs):** {best['offering_id']} ({shown['accelerator']}, {best['market']}, "
         f"batch {best['batch_size']}): {shown['time']} ({shown['time band']}) for {shown['cost']} ({shown['cost band']}). "

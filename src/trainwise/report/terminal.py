@@ -156,8 +156,12 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
     primary = result.primary
     best_id = primary.iloc[0]["plan_id"]
     compact = console.width < WIDE_TERMINAL
+    caption = result.catalog_caption
+    if not compact:
+        caption += (f"\nspeedup: training time against {result.reference or 'the reference'} (the seed's definition); "
+                    "time also counts provisioning and data staging")
     console.print(plan_table(primary.head(top_n), f"Top {min(top_n, len(primary))} plans, {result.primary_epochs} epochs — "
-                             f"{result.objective.describe}", result.catalog_caption, best_id, compact))
+                             f"{result.objective.describe}", caption, best_id, compact))
     pareto = result.pareto[result.pareto["epochs"] == result.primary_epochs]
     console.print(plan_table(pareto, f"Pareto set ({len(pareto)}): no other plan is both faster and cheaper",
                              "red: on the Pareto front; bold green: the best plan", best_id, compact))
