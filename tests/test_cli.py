@@ -105,6 +105,46 @@ def test_profile_then_predict(capsys, tmp_path):
     assert_one_line_error(code, err, "comma-separated")
 
 
+def test_predict_on_an_accelerator_gives_the_whole_run_the_planner_prices(capsys, tmp_path):
+    from trainwise.catalog import load_catalog
+    from trainwise.plan import Objective, PlanOptions, plan
+    from trainwise.plan.synthetic import synthetic_profile
+
+    profile = synthetic_profile(workload="nn_twins_mlp", batch_size=32, batches_per_epoch=400, iteration_s=0.004,
+                                val_batch_s=0.002, val_batches_total=50)
+    path = profile.save(tmp_path / "twins.json")
+    out = tmp_path / "v100.json"
+    code, stdout, err = run_cli(capsys, "predict", str(path), "-a", "V100", "-n", "2", "--epoch-options", "5,10",
+                                "--json", str(out))
+    assert code == 0, err
+    assert "whole run on 2 × V100" in stdout.replace("\n", " ")
+    [record] = json.loads(out.read_text())
+    assert record["count"] == 2 and [r["epochs"] for r in record["runs"]] == [5, 10]
+    step_s = record["iteration"]["iteration_s"]
+    for run in record["runs"]:
+        assert run["iterations_per_epoch"] == 200  # 400 batches of 32 over 2 devices
+        parts = run["breakdown_s"]
+        assert parts["iterations_s"] == pytest.approx(run["epochs"] * 200 * step_s)
+        assert run["predicted_s"] == pytest.approx(sum(parts.values()))
+        assert run["low_s"] < run["predicted_s"] < run["high_s"]
+    # the planner's device-model row for one V100 machine is the same prediction as `predict -a V100`
+    code, _, err = run_cli(capsys, "predict", str(path), "-a", "V100", "--epochs", "10", "--json", str(out))
+    assert code == 0, err
+    single = json.loads(out.read_text())[0]["runs"][0]
+    result = plan([profile], load_catalog("packaged"), Objective(kind="fastest"), epoch_options=(10,),
+                  options=PlanOptions(this_host="elsewhere", provisioning_s=(0.0, 0.0, 0.0)))
+    rows = result.plans[(result.plans["accelerator"].astype(str) == "V100") & (result.plans["accelerator_count"] == 1)]
+    assert rows["wall_s"].min() == pytest.approx(single["predicted_s"], rel=1e-6)
+    # options that only mean something with --accelerator, or only without it
+    code, _, err = run_cli(capsys, "predict", str(path), "-n", "2")
+    assert_one_line_error(code, err, "add --accelerator")
+    code, _, err = run_cli(capsys, "predict", str(path), "-a", "V100", "--estimator", "eq5.3")
+    assert_one_line_error(code, err, "drop --estimator")
+    code, stdout, err = run_cli(capsys, "predict", str(path), "-a", "V100", "--epochs", "0")
+    assert_one_line_error(code, err, "positive")
+    assert stdout == ""  # refused before any table
+
+
 def test_predict_rejects_bad_profiles(capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{")

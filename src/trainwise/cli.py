@@ -132,25 +132,29 @@ def predict(
     estimator: Annotated[str, typer.Option(help="trainwise (default), eq5.4, eq5.3, averaged, eq5.1, eq4.1, or all")] = "trainwise",
     iterations_per_epoch: Annotated[Optional[int], typer.Option(help="Override the iterations per epoch")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the predictions as JSON")] = None,
-    accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Predict an iteration on this catalog accelerator instead (device model), e.g. V100")] = None,
+    accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Predict on this catalog accelerator instead (device model): the step and the whole run, e.g. V100")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="With --accelerator: number of accelerators (data parallel)")] = 1,
     link: Annotated[Optional[str], typer.Option("--link", help=LINK_HELP)] = None,
 ) -> None:
     """Predict the full training time on the machine each profile was taken on (or, with --accelerator,
-    an iteration on another accelerator from the device model)."""
-    if accelerator is not None:
-        from trainwise.predict.cli import predict_from_profile
-
-        if count < 1:
-            raise TrainwiseError(f"--count must be at least 1 (got {count})")
-        for path in profiles:
-            predict_from_profile(path, accelerator, count, console, link=link)
-        return
+    on another accelerator from the device model: the step and the whole run)."""
     from trainwise._io import check_output_path, write_output_text
     from trainwise.predict.same_machine import ESTIMATORS, epochs_to_converge, predict_total
     from trainwise.profile.schema import load_profile
     from trainwise.report.terminal import prediction_table, print_flips, print_notes
 
+    if accelerator is None and (count != 1 or link is not None):
+        raise TrainwiseError("--count and --link describe the accelerators of --accelerator: add --accelerator NAME "
+                             "(e.g. -a V100), or drop them")
+    if accelerator is not None and estimator != "trainwise":
+        raise TrainwiseError("--estimator picks a same-machine estimator; with --accelerator the device model predicts "
+                             "the step: drop --estimator")
+    if count < 1:
+        raise TrainwiseError(f"--count must be at least 1 (got {count})")
+    if epochs is not None and epochs < 1:
+        raise TrainwiseError(f"--epochs must be a positive whole number (got {epochs}): pass e.g. --epochs 10")
+    if iterations_per_epoch is not None and iterations_per_epoch < 1:
+        raise TrainwiseError(f"--iterations-per-epoch must be at least 1 (got {iterations_per_epoch})")
     if json_out is not None:
         check_output_path(json_out, "--json", inputs=tuple(profiles) + ((epochs_from,) if epochs_from else ()))
     loaded = [(path, load_profile(path)) for path in profiles]
@@ -160,6 +164,12 @@ def predict(
         epoch_list = [epochs_to_converge(load_profile(epochs_from))]
     else:
         epoch_list = _parse_int_list(epoch_options, "--epoch-options")
+    if accelerator is not None:
+        from trainwise.predict.cli import predict_on_accelerator
+
+        predict_on_accelerator(loaded, accelerator, count, epoch_list, console, link=link,
+                               iterations_per_epoch=iterations_per_epoch, json_out=json_out)
+        return
     estimators = list(ESTIMATORS) if estimator == "all" else [estimator]
     rows = []
     skipped: list[str] = []

@@ -170,7 +170,7 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
     if context.catalog is None:
         return _empty()
     from trainwise.predict import device_model as dm
-    from trainwise.predict.offerings import characterisation_or_none
+    from trainwise.predict.offerings import characterisation_or_none, device_full_run, device_iterations_per_epoch
 
     counts = offerings["accelerator_count"].to_numpy()
     gpu = offerings[offerings["accelerator"].notna() & (counts >= 1) & (np.floor(counts) == counts)]
@@ -182,7 +182,6 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
             continue
         predictions = context.predictions[context.predictions["profile"] == item.label]
         host_overhead_s = dm.host_overhead_from_profile(item.profile)
-        measured_iteration_s = item.profile.steady_state.iteration.mean_s
         n_train = item.profile.dataset.n_train or ((item.profile.dataset.iterations_per_epoch or 1) * char.per_device_batch)
         for (accelerator, count), positions in groups.items():
             if int(count) * char.per_device_batch > n_train:
@@ -196,15 +195,13 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
             if not pred.fits_memory:
                 continue
             rows = gpu.index.to_numpy()[positions]
-            iterations_per_epoch = int(np.ceil(n_train / (int(count) * char.per_device_batch)))
-            speedup = measured_iteration_s / pred.iteration_s if pred.iteration_s > 0 else 1.0
+            iterations_per_epoch = device_iterations_per_epoch(item.profile, char, int(count))
             for pred_row in predictions.itertuples():
-                epochs = int(pred_row.epochs)
-                init_s = float(pred_row.init_s)
-                validation_s = float(pred_row.validation_s) / max(speedup, 1e-9) / int(count)
-                iterations_s = epochs * iterations_per_epoch * pred.iteration_s
-                total = init_s + iterations_s + validation_s
-                band = iterations_s * pred.relative_error
+                run = device_full_run(item.profile, pred, int(pred_row.epochs), float(pred_row.validation_s),
+                                      iterations_per_epoch)
+                epochs, init_s, validation_s, iterations_s, total = (run.epochs, run.init_s, run.validation_s,
+                                                                     run.iterations_s, run.total_s)
+                band = run.high_s - total
                 n = rows.size
                 frames.append(pd.DataFrame({
                     "offering_row": rows, "profile": [item.label] * n, "epochs": np.full(n, epochs),

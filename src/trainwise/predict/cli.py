@@ -199,21 +199,54 @@ def render_device_predictions(preds: list[Any], title: str, out: Console | None 
     out.print(table)
 
 
-def predict_from_profile(profile_path: Path, accelerator: str | None, count: int = 1, out: Console | None = None,
-                         json_out: bool = False, link: str | None = None) -> list[Any]:
-    """What `trainwise predict PROFILE --accelerator V100 --count 1` runs (one accelerator, or all)."""
-    from trainwise.predict.device_model import host_overhead_from_profile
-    from trainwise.predict.offerings import characterisation_of, characterisation_or_none, device_predictions
-    from trainwise.profile.schema import load_profile
+def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, count: int, epoch_list: list[int],
+                           out: Console | None = None, *, link: str | None = None,
+                           iterations_per_epoch: int | None = None, json_out: Path | None = None) -> list[dict[str, Any]]:
+    """What `trainwise predict PROFILE --accelerator V100 [--count N] [--epochs E]` runs: the modelled
+    step on the accelerator(s), and the whole run for each epoch count (trainwise.predict.offerings.device_full_run)."""
+    from rich.table import Table
 
-    profile = load_profile(profile_path)
-    char = characterisation_or_none(profile) or characterisation_of(profile)
-    preds = device_predictions(char, accelerator, count, host_overhead_from_profile(profile), link=link)
-    if json_out:
-        typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
-    else:
-        render_device_predictions(preds, f"{profile_path.name}: modelled iteration on {accelerator or 'every accelerator'}", out)
-    return preds
+    from trainwise._io import write_output_text
+    from trainwise.predict.device_model import host_overhead_from_profile
+    from trainwise.predict.offerings import (characterisation_of, characterisation_or_none, device_full_run,
+                                             device_iterations_per_epoch, device_predictions)
+    from trainwise.predict.same_machine import predict_total
+    from trainwise.report.terminal import format_duration
+
+    out = out or console
+    payload = []
+    for path, profile in loaded:
+        char = characterisation_or_none(profile) or characterisation_of(profile)
+        pred = device_predictions(char, accelerator, count, host_overhead_from_profile(profile), link=link)[0]
+        render_device_predictions([pred], f"{path.name}: modelled iteration on {count} × {pred.accelerator}", out)
+        steps = iterations_per_epoch or device_iterations_per_epoch(profile, char, count)
+        runs = [device_full_run(profile, pred, n_epochs,
+                                predict_total(profile, n_epochs).breakdown_s.get("validation_s", 0.0), steps)
+                for n_epochs in epoch_list]
+        table = Table(title=f"{path.name}: whole run on {count} × {pred.accelerator} (batch {char.per_device_batch} per device)",
+                      caption=f"init: measured in the profile; iterations: {pred.provenance}; validation: the profile's, "
+                              "scaled by the modelled speed-up and split over the devices")
+        for column in ("epochs", "iterations/epoch", "init", "iterations", "validation", "total", "band"):
+            table.add_column(column, justify="right")
+        for run in runs:
+            table.add_row(str(run.epochs), f"{run.iterations_per_epoch:,}", format_duration(run.init_s),
+                          format_duration(run.iterations_s), format_duration(run.validation_s),
+                          format_duration(run.total_s), f"{format_duration(run.low_s)}–{format_duration(run.high_s)}")
+        out.print(table)
+        if not pred.fits_memory:
+            out.print(f"[red]the model does not fit: needs ~{pred.memory_required_gib:.1f} GiB per device, "
+                      f"{pred.accelerator} has ~{pred.memory_available_gib:.1f} GiB usable — the run would fail[/red]")
+        payload.append({"profile": path.stem, "accelerator": pred.accelerator, "count": count,
+                        "provenance": f"{pred.provenance} (device model from a measured profile)",
+                        "iteration": pred.model_dump(mode="json"),
+                        "runs": [{"epochs": r.epochs, "iterations_per_epoch": r.iterations_per_epoch,
+                                  "predicted_s": r.total_s, "low_s": r.low_s, "high_s": r.high_s,
+                                  "breakdown_s": {"init_s": r.init_s, "iterations_s": r.iterations_s,
+                                                  "validation_s": r.validation_s}} for r in runs]})
+    if json_out is not None:
+        write_output_text(json_out, json.dumps(payload, indent=1), "--json")
+        out.print(f"predictions written to [bold]{json_out}[/bold]")
+    return payload
 
 
 @device_app.command("predict")

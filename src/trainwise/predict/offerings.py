@@ -4,6 +4,9 @@
   profiler hook), with a one-line fix when it has none.
 - `device_predictions(char, accelerator=None, count=1, host_overhead_s=0)`: one accelerator or every
   catalog accelerator, fastest first.
+- `device_full_run(profile, pred, epochs, same_machine_validation_s)`: the whole run on the predicted
+  device(s): the profile's measured init, epochs × iterations × the modelled step, validation scaled
+  by the modelled speed-up (the planner's device-model rows and `predict --accelerator` share it).
 - `modelled_offerings(char, catalog, measured=...)`: one row per catalog offering with an
   accelerator — iteration time, samples/s, USD per 1M samples — marked "modelled ±x %", or
   "measured" where a measured profile for that accelerator and count is given (it overrides).
@@ -11,6 +14,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from trainwise.errors import TrainwiseError
@@ -62,6 +67,43 @@ def device_predictions(char: WorkloadCharacterisation, accelerator: str | None =
         acc = catalog.accelerator(accelerator)  # unknown names raise with the nearest catalog names
         return [dm.predict_iteration(char, acc, count, None, host_overhead_s, params=params, link=link)]
     return dm.predict_all(char, catalog, count, host_overhead_s, params, link=link)
+
+
+@dataclass(frozen=True)
+class DeviceFullRun:
+    """A whole training run on `count` modelled accelerators; times in seconds."""
+
+    epochs: int
+    iterations_per_epoch: int
+    init_s: float
+    iterations_s: float
+    validation_s: float
+    total_s: float
+    low_s: float
+    high_s: float
+
+
+def device_iterations_per_epoch(profile: Any, char: WorkloadCharacterisation, count: int) -> int:
+    """Steps per epoch with `count` devices at the profile's batch per device (weak scaling)."""
+    n_train = profile.dataset.n_train or ((profile.dataset.iterations_per_epoch or 1) * char.per_device_batch)
+    return int(math.ceil(n_train / (count * char.per_device_batch)))
+
+
+def device_full_run(profile: Any, pred: dm.DevicePrediction, epochs: int, same_machine_validation_s: float,
+                    iterations_per_epoch: int) -> DeviceFullRun:
+    """Init is the profile's own (measured: the same script starts the same way); validation (all
+    epochs' passes, as the same-machine prediction counts them) speeds up as the step does and is
+    split over the devices; the band is the device model's on the iterations."""
+    measured_iteration_s = profile.steady_state.iteration.mean_s
+    speedup = measured_iteration_s / pred.iteration_s if pred.iteration_s > 0 else 1.0
+    init_s = float(profile.init.total_s)
+    validation_s = float(same_machine_validation_s) / max(speedup, 1e-9) / pred.count
+    iterations_s = epochs * iterations_per_epoch * pred.iteration_s
+    total = init_s + iterations_s + validation_s
+    band = iterations_s * pred.relative_error
+    return DeviceFullRun(epochs=int(epochs), iterations_per_epoch=int(iterations_per_epoch), init_s=init_s,
+                         iterations_s=iterations_s, validation_s=validation_s, total_s=total,
+                         low_s=max(0.0, total - band), high_s=total + band)
 
 
 def modelled_offerings(char: WorkloadCharacterisation, catalog: Any = None, *, host_overhead_s: float = 0.0,
