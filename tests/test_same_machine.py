@@ -124,6 +124,8 @@ def test_estimators_never_negative_and_monotone_in_epochs(times, epochs, estimat
     assert a.total_s >= 0 and a.low_s >= 0
     assert b.total_s >= a.total_s
     assert a.low_s <= a.total_s <= a.high_s
+    # the breakdown a report shows adds up to the total
+    assert sum(a.breakdown_s.values()) == pytest.approx(a.total_s, rel=1e-9, abs=1e-9)
 
 
 @settings(max_examples=40, deadline=None)

@@ -238,13 +238,15 @@ def malta_estimate(profile: Profile, epochs: int, estimator: str, iterations_per
     if estimator == "eq5.4":
         total = malta.eq_5_4_total_s(init_s, it1_s, it2_s, n_it, epochs)
         breakdown = {"init_s": init_s, "iterations_s": total - init_s}
-    elif estimator == "eq5.3":
-        total = malta.eq_5_3_total_s(init_s, it1_s, it2_s, n_it, epochs, val1, val2)
-        breakdown = {"init_s": init_s, "validation_s": val1 + (epochs - 1) * val2}
-    elif estimator == "averaged":
-        first_ten = [it.wall_s for it in profile.iterations[1:10]]
-        total = malta.averaged_iterations_total_s(init_s, it1_s, first_ten, n_it, epochs, val1, val2)
-        breakdown = {"init_s": init_s, "validation_s": val1 + (epochs - 1) * val2}
+    elif estimator in ("eq5.3", "averaged"):
+        if estimator == "eq5.3":
+            total = malta.eq_5_3_total_s(init_s, it1_s, it2_s, n_it, epochs, val1, val2)
+        else:
+            first_ten = [it.wall_s for it in profile.iterations[1:10]]
+            total = malta.averaged_iterations_total_s(init_s, it1_s, first_ten, n_it, epochs, val1, val2)
+        validation_s = val1 + (epochs - 1) * val2
+        # the parts add up to the total, as every estimator's do
+        breakdown = {"init_s": init_s, "iterations_s": total - init_s - validation_s, "validation_s": validation_s}
     elif estimator in ("eq5.1", "eq4.1"):
         complete = [e for e in profile.epochs if e.end_s is not None and not e.truncated]
         if len(complete) < 2:
@@ -257,9 +259,11 @@ def malta_estimate(profile: Profile, epochs: int, estimator: str, iterations_per
         later_epoch_s = ends[1] - complete[1].start_s
         if estimator == "eq5.1":
             total = malta.eq_5_1_total_s(init_s, first_epoch_s, later_epoch_s, epochs)
+            breakdown = {"init_s": init_s}
         else:
             total = malta.eq_4_1_total_s(first_epoch_s, later_epoch_s, epochs)
-        breakdown = {"first_epoch_s": first_epoch_s, "later_epoch_s": later_epoch_s}
+            breakdown = {}
+        breakdown.update(first_epoch_s=first_epoch_s, later_epochs_s=(epochs - 1) * later_epoch_s)
     else:
         raise TrainwiseError(f"unknown estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)} (or all, in `trainwise predict`)")
     return Prediction(estimator, epochs, n_it, total, total, total, breakdown,
