@@ -83,6 +83,29 @@ def test_group_validation_is_split_over_its_workers_at_their_speed(catalog):
             assert row.validation_s == pytest.approx(200.0 / row.workers, rel=0.01), (kind, row.offering_id)
 
 
+def test_a_multi_accelerator_machine_has_one_model_whatever_the_mode(catalog):
+    from trainwise.plan.distributed import single_machine_options
+
+    def eight_gpu_rows(profiles, distributed):
+        result = plan(profiles, catalog, Objective(kind="fastest"), epoch_options=(5,),
+                      options=PlanOptions(this_host=HERE, distributed=distributed))
+        rows = result.plans[(result.plans["accelerator"].astype(str) == "V100") & (result.plans["accelerator_count"] == 8)
+                            & result.plans["offering_id"].isin(catalog.offerings["offering_id"])]  # machines, not groups
+        rows = rows.assign(key=rows["offering_id"].astype(str) + "|" + rows["market"].astype(str))
+        return rows.set_index("key")[["wall_s", "time_source"]].astype({"time_source": str}).sort_index()
+
+    # not measured on a V100: the device model predicts 8 × V100 (its all-reduce is fitted), in both modes
+    twins = [synthetic_profile(host=HERE, workload="nn_twins_mlp", batch_size=32, batches_per_epoch=400)]
+    default, single = eight_gpu_rows(twins, DistributedOptions()), eight_gpu_rows(twins, single_machine_options())
+    assert len(default) and default.equals(single)
+    assert set(default["time_source"].astype(str)) == {"device model"}
+    # measured on one V100: DDP extrapolates the measured step inside the machine, in both modes
+    measured = [v100(iteration_s=2.0, batches_per_epoch=10_000)]
+    default, single = eight_gpu_rows(measured, DistributedOptions()), eight_gpu_rows(measured, single_machine_options())
+    assert len(default) and default.equals(single)
+    assert set(default["time_source"].astype(str)) == {"data-parallel model"}
+
+
 def test_small_tbs_is_communication_bound(catalog):
     result = plan([v100(iteration_s=0.02)], catalog, Objective(kind="cheapest"), options=options(target_batch_size=64))
     hivemind = result.plans[result.plans["parallelism"].astype(str) == "hivemind"]

@@ -240,7 +240,7 @@ def plan(
     model_uri: Annotated[Optional[str], typer.Option(help="With --save: where the final model and the run record go")] = None,
     name: Annotated[Optional[str], typer.Option(help="With --save: job/cluster name (default from the workload)")] = None,
     requirements: Annotated[Optional[str], typer.Option(help="With --save: requirements file the cluster installs")] = None,
-    distributed: Annotated[bool, typer.Option("--distributed/--single-machine", help="Also rank multi-GPU, multi-node (DDP), Hivemind and hybrid groups (default), or single machines only")] = True,
+    distributed: Annotated[bool, typer.Option("--distributed/--single-machine", help="Also rank groups of machines: multi-node DDP, Hivemind and hybrid (default); or one machine each (a machine with several accelerators included)")] = True,
     node_counts: Annotated[str, typer.Option(help="With --distributed: machine counts for N x machine groups")] = "2,4,8",
     target_batch_size: Annotated[Optional[int], typer.Option(help="With --distributed: Hivemind target batch size (default: the profile's batch)")] = None,
     network: Annotated[Optional[Path], typer.Option(help="With --distributed: bandwidth/RTT overrides (JSON/YAML, e.g. from `trainwise net probe`)")] = None,
@@ -286,7 +286,9 @@ def _distributed_options(enabled: bool, node_counts: str, target_batch_size: int
                                        average_state_every)):
             raise TrainwiseError("--target-batch-size, --network, --hivemind-groups, --bytes-per-sample, "
                                  "--local-continent and --average-state-every rank distributed groups: drop --single-machine")
-        return None
+        from trainwise.plan.distributed import single_machine_options
+
+        return single_machine_options()
     from trainwise.plan.distributed import options_from_cli
 
     return options_from_cli(_parse_int_list(node_counts, "--node-counts"), target_batch_size, network, groups,

@@ -317,6 +317,7 @@ class _Compute:
     fits: bool
     memory_note: str
     owner: str  # label of the profile whose measurement (or characterisation) this is
+    measured: bool = False  # a profile's measured step, not the device model's
 
 
 def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], catalog: Any, cache: dict) -> _Compute | None:
@@ -333,7 +334,7 @@ def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], ca
             worker = dp.compute_from_profile(candidate.profile).model_copy(
                 update={"source": "measured here" if measured_here else candidate.provenance})
             out = _Compute(worker, candidate.profile.steady_state.iteration.relative_ci95_halfwidth, True, "",
-                           candidate.label)
+                           candidate.label, measured=True)
             break
     if out is None and accelerator is not None and catalog is not None:
         from trainwise.predict import device_model as dm
@@ -389,6 +390,12 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
             # so its device memory and its init/validation apply
             owner = next((c.owner for m, c in zip(group.members, computes) if m.offering_row is not None), item.label)
             if owner != item.label:
+                continue
+            if group.kind == "ddp-node" and not computes[0].measured:
+                # Several accelerators in one machine with no measured step on them: the device model
+                # predicts the whole machine (its all-reduce fitted to published multi-GPU
+                # throughputs), as it does for `plan --single-machine` and `predict -a X -n N` — one
+                # offering, one model. With a measured step, DDP extrapolates the measurement.
                 continue
             fits = all(c.fits for c in computes)
             memory_note = "; ".join(c.memory_note for c in computes if c.memory_note)
@@ -535,13 +542,23 @@ def explain(frame: pd.DataFrame) -> None:
     frame["why"] = why
 
 
+def single_machine_options() -> DistributedOptions:
+    """`plan --single-machine`: machines as the catalog sells them — a machine with several
+    accelerators is still DDP inside it — and no groups of machines."""
+    return DistributedOptions(node_counts=(), hivemind=False)
+
+
 def assumptions(options: DistributedOptions) -> list[str]:
     """The data-parallel model's assumptions, for the plan's assumptions list."""
     net = options.net()
-    return [
+    ddp = [
         "data parallel: DDP rows keep the profile's batch per worker (weak scaling: the global batch grows with the "
         "workers; groups whose global batch, or Hivemind TBS, exceeds the training set are not ranked) and the profile's epochs (a larger global batch may need more epochs to converge: re-profile with `--epochs-from`); all-reduce in 25 MiB buckets overlapped with backward, ring or tree (the cheaper); intra-machine "
         "links from the catalog's interconnect, between machines the seed-003 intra-cloud bandwidth",
+    ]
+    if not options.hivemind and not options.node_counts and not options.groups:
+        return ddp
+    return ddp + [
         f"Hivemind rows: TBS {options.target_batch_size or 'the profile global batch'}, fp16 averaging over the "
         f"slowest pair (one TCP stream, window {net.tcp_window_bytes / 1e6:.1f} MB: {net.tcp_window_source or 'given'}), "
         f"{dp.HIVEMIND_MATCHMAKING_MIN_S:g} s matchmaking minimum, "
