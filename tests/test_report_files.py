@@ -62,6 +62,8 @@ def test_markdown_and_json(result, tmp_path):
     assert {oct(p.stat().st_mode & 0o777) for p in paths.values()} == {oct(0o666 & ~_umask())}
     markdown = render_markdown(result)
     assert markdown.count("| rank | offering |") == 2 and "| epochs |" in markdown
+    assert "## Time breakdown" in markdown and "| plan | provisioning |" in markdown
+    assert "## Not predicted" in markdown and "| cloud | accelerator | count |" in markdown
     assert "\\<b>" not in markdown and "<b\\>" not in markdown
     assert paths["markdown"].read_text().startswith("# trainwise plan")
 
