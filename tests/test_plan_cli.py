@@ -122,3 +122,36 @@ def test_plan_bad_input_is_one_line_and_writes_no_report(capsys, tmp_path, profi
                            "packaged", "--report", str(report), *args)
     assert_one_line_error(code, err, fragment)
     assert not report.exists()
+
+
+def test_plan_outputs_that_cannot_be_written_fail_before_planning(capsys, tmp_path, profiles):
+    lab = tmp_path / "lab.yaml"
+    lab_text = "offerings:\n  - name: lab-node\n    kind: on_premise\n    capex_usd: 25000\n    lifetime_years: 1\n"
+    lab.write_text(lab_text)
+    profile_text = profiles[0].read_text()
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep")
+    report = tmp_path / "rep"
+    cases = [
+        (["--save", str(profiles[0])], "--save", "would overwrite the input"),
+        (["--local-offering", str(lab), "--save", str(lab)], "--save", "would overwrite the input"),
+        (["--save", str(tmp_path)], "--save", "is a folder"),
+        (["--save", str(report / "plan.json")], "--save", "is the report's plan.json"),
+        (["--report", str(a_file)], "--report", "is a file, not a folder"),
+        (["--report", str(a_file / "rep")], "--report", "is a file, not a folder"),
+        # /proc takes no new entries, whatever the permission bits say (root bypasses them)
+        (["--report", "/proc/trainwise-nope"], "--report", "cannot write in /proc"),
+        (["--save", "/proc/trainwise-nope.json"], "--save", "cannot write in /proc"),
+    ]
+    for args, option, fragment in cases:
+        code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged",
+                                 "--single-machine", "--report", str(report), *args)
+        assert_one_line_error(code, err, fragment)
+        assert f"error: {option} " in err, err
+        assert not report.exists() and out == "", args  # refused before planning: no report, no tables
+    assert profiles[0].read_text() == profile_text and lab.read_text() == lab_text and a_file.read_text() == "keep"
+    (report / "plan.html").mkdir(parents=True)
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--single-machine",
+                           "--report", str(report))
+    assert_one_line_error(code, err, "its plan.html would be a file but is a folder")
+    assert sorted(p.name for p in report.iterdir()) == ["plan.html"]

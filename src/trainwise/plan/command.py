@@ -109,6 +109,24 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
     return objective_model, constraints, PlanOptions(**{k: v for k, v in update.items() if v is not None})
 
 
+def check_plan_outputs(*, save_path: Path | None, report_dir: Path | None, inputs: Sequence[Path]) -> None:
+    """Refuse a --save or --report that cannot be written, or would overwrite one of the plan's input
+    files, before any profiling or ranking: not after it, with the report half-written."""
+    from trainwise._io import check_output_folder, check_output_path
+    from trainwise.report.bundle import REPORT_FILES
+
+    if report_dir is not None:
+        check_output_folder(report_dir, "--report", files=tuple(REPORT_FILES.values()), inputs=tuple(inputs))
+    if save_path is not None:
+        check_output_path(save_path, "--save", inputs=tuple(inputs))
+        if report_dir is not None:
+            # The plan is saved after the report is written: the same path would replace a report file.
+            clash = [name for name in REPORT_FILES.values() if (report_dir / name).absolute() == save_path.absolute()]
+            if clash:
+                raise TrainwiseError(f"--save {save_path} is the report's {clash[0]} (--report {report_dir}): "
+                                     "save the plan to another file")
+
+
 @contextmanager
 def _progress(console: Console) -> Iterator[Progress]:
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
