@@ -155,3 +155,16 @@ def test_plan_outputs_that_cannot_be_written_fail_before_planning(capsys, tmp_pa
                            "--report", str(report))
     assert_one_line_error(code, err, "its plan.html would be a file but is a folder")
     assert sorted(p.name for p in report.iterdir()) == ["plan.html"]
+
+
+def test_plan_save_that_fails_while_writing_is_one_line(capsys, tmp_path, profiles, monkeypatch):
+    from trainwise.launch import plan_document
+
+    def disk_full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plan_document, "atomic_write_text", disk_full)
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--single-machine",
+                           "--report", str(tmp_path / "rep"), "--save", str(tmp_path / "best.json"))
+    assert_one_line_error(code, err, "cannot write --save")
+    assert "No space left on device" in err and not (tmp_path / "best.json").exists()
