@@ -268,8 +268,11 @@ def calibrate_command(
     for path in added:
         if not path.is_file():
             raise TrainwiseError(f"--add {path}: no such file")
-    if output is not None and output.is_dir():
-        raise TrainwiseError(f"--output {output} is a directory: give a file path, e.g. {output / 'device_params.json'}")
+    if output is not None:
+        from trainwise._io import check_output_path
+
+        # before the fit (minutes with --loo): the fit is only written at the end
+        check_output_path(output, "--output", inputs=tuple(added))
     params, loo_res = cal.fit_calibration(added, with_loo=loo)
     target = output if output is not None else (dm.PARAMS_PATH if write else None)
     if target is not None:
