@@ -115,6 +115,24 @@ def test_plan_local_offering_and_weighted(capsys, tmp_path, profiles):
     (["--interruption-rate", "0.1", "--interruption-frequency-30d", "0.05"], "not both"),
     (["--reference", "aws/nowhere/p9"], "unknown reference offering"),
     (["--catalog", "seed-2012"], "did you mean seed-2021"),
+    # NaN passes every `x < 0` check and inf (or a finite value past any real setup) turns times and
+    # costs into inf/NaN: each numeric option is a finite number in its range
+    (["--min-gpu-memory", "nan"], "--min-gpu-memory must be a finite number >= 0 GiB"),
+    (["--dataset-gb", "nan"], "--dataset-gb must be a finite number"),
+    (["--dataset-gb", "inf"], "--dataset-gb must be a finite number >= 0 and <= 10,000,000 GB"),
+    (["--dataset-gb", "1e300"], "--dataset-gb must be a finite number >= 0 and <= 10,000,000 GB"),
+    (["--bandwidth-mbps", "nan"], "--bandwidth-mbps must be a finite number >= 0.001 Mb/s"),
+    (["--bandwidth-mbps", "0"], "--bandwidth-mbps must be a finite number >= 0.001 Mb/s"),
+    (["--provisioning-minutes", "inf"], "--provisioning-minutes must be a finite number"),
+    (["--interruption-rate", "nan"], "--interruption-rate must be a finite number"),
+    (["--interruption-rate", "inf"], "--interruption-rate must be a finite number"),
+    (["--checkpoint-write-s", "nan"], "--checkpoint-write-s must be a finite number"),
+    (["--checkpoint-write-s", "inf"], "--checkpoint-write-s must be a finite number"),
+    (["--min-billed-seconds", "nan"], "--min-billed-seconds must be a finite number"),
+    (["--min-billed-seconds", "inf"], "--min-billed-seconds must be a finite number"),
+    (["--min-billed-seconds", "-1"], "--min-billed-seconds must be a finite number >= 0"),
+    (["--bytes-per-sample", "nan"], "--bytes-per-sample must be a finite number"),
+    (["--bytes-per-sample", "inf"], "--bytes-per-sample must be a finite number"),
 ])
 def test_plan_bad_input_is_one_line_and_writes_no_report(capsys, tmp_path, profiles, args, fragment):
     report = tmp_path / "rep"
@@ -168,3 +186,16 @@ def test_plan_save_that_fails_while_writing_is_one_line(capsys, tmp_path, profil
                            "--report", str(tmp_path / "rep"), "--save", str(tmp_path / "best.json"))
     assert_one_line_error(code, err, "cannot write --save")
     assert "No space left on device" in err and not (tmp_path / "best.json").exists()
+
+
+def test_plan_report_that_fails_while_writing_is_one_line(capsys, tmp_path, profiles, monkeypatch):
+    from trainwise.report import bundle
+
+    def disk_full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bundle, "atomic_write_bytes", disk_full)
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--single-machine",
+                           "--report", str(tmp_path / "rep"))
+    assert_one_line_error(code, err, "cannot write the report to --report")
+    assert "No space left on device" in err

@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainwise.errors import TrainwiseError
+from trainwise.plan.objectives import check_option_number
 from trainwise.predict import data_parallel as dp
 from trainwise.predict.topology import NetworkModel, Site, continent_of, load_network, seed_network
 
@@ -107,6 +108,7 @@ def options_from_cli(nodes: Sequence[int] | None = None, target_batch_size: int 
     if groups_path is not None:
         update["groups"] = load_groups(groups_path)
     if bytes_per_sample is not None:
+        check_option_number(bytes_per_sample, "--bytes-per-sample", "bytes", maximum=1e12)  # 1 TB a sample
         update["bytes_per_sample"] = bytes_per_sample
     if local_continent is not None:
         update["local_continent"] = local_continent
