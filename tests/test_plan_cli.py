@@ -199,3 +199,14 @@ def test_plan_report_that_fails_while_writing_is_one_line(capsys, tmp_path, prof
                            "--report", str(tmp_path / "rep"))
     assert_one_line_error(code, err, "cannot write the report to --report")
     assert "No space left on device" in err
+
+
+@pytest.mark.parametrize("price", ["inf", "nan", "-1"])
+def test_plan_refuses_a_local_offering_without_a_finite_price(capsys, tmp_path, profiles, price):
+    lab = tmp_path / "lab.toml"
+    lab.write_text(f'[[offering]]\nname = "lab"\nkind = "on_premise"\nprice_per_hour = {price}\n')
+    report = tmp_path / "rep"
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--local-offering",
+                           str(lab), "--report", str(report))
+    assert_one_line_error(code, err, "offering 1 (lab), field price_per_hour: Input should be")
+    assert not report.exists()
