@@ -234,8 +234,9 @@ def predict_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the predictions as JSON")] = False,
 ) -> None:
     """Predict one training iteration of a model (or a profile) on catalog accelerators."""
-    from trainwise.predict.offerings import device_predictions
+    from trainwise.predict.offerings import check_host_overhead, device_predictions
 
+    check_host_overhead(host_overhead)  # before tracing the model (seconds)
     if source is not None:
         char = _load_characterisation(source)
     elif model is not None and batch is not None:
