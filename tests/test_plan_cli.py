@@ -133,6 +133,7 @@ def test_plan_local_offering_and_weighted(capsys, tmp_path, profiles):
     (["--min-billed-seconds", "-1"], "--min-billed-seconds must be a finite number >= 0"),
     (["--bytes-per-sample", "nan"], "--bytes-per-sample must be a finite number"),
     (["--bytes-per-sample", "inf"], "--bytes-per-sample must be a finite number"),
+    (["--local-continent", "mars"], "--local-continent mars: no such continent: use one of us, eu, asia, oce"),
 ])
 def test_plan_bad_input_is_one_line_and_writes_no_report(capsys, tmp_path, profiles, args, fragment):
     report = tmp_path / "rep"

@@ -236,7 +236,7 @@ def plan(
     network: Annotated[Optional[Path], typer.Option(help="With --distributed: bandwidth/RTT overrides (JSON/YAML, e.g. from `trainwise net probe`)")] = None,
     hivemind_groups: Annotated[Optional[Path], typer.Option(help="With --distributed: YAML list of Hivemind groups {name, peers: [{offering, count}]}")] = None,
     bytes_per_sample: Annotated[Optional[float], typer.Option(help="With --distributed: training data streamed per sample from object storage")] = None,
-    local_continent: Annotated[Optional[str], typer.Option(help="With --distributed: where this machine is (us, eu, asia, oce) for hybrid groups")] = None,
+    local_continent: Annotated[Optional[str], typer.Option(help="With --distributed: where this machine is (us, eu, asia, oce, sa or af) for hybrid groups")] = None,
     average_state_every: Annotated[Optional[int], typer.Option(help="With --distributed: count Hivemind parameter averaging every N epochs in egress (as `trainwise run --average-state-every`; default: gradient rounds only)")] = None,
 ) -> None:
     """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
