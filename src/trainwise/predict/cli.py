@@ -234,7 +234,8 @@ def predict_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the predictions as JSON")] = False,
 ) -> None:
     """Predict one training iteration of a model (or a profile) on catalog accelerators."""
-    from trainwise.predict.offerings import check_host_overhead, device_predictions
+    from trainwise.predict.device_model import check_host_overhead
+    from trainwise.predict.offerings import device_predictions
 
     check_host_overhead(host_overhead)  # before tracing the model (seconds)
     if source is not None:

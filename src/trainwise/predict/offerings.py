@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from trainwise.errors import TrainwiseError
@@ -50,18 +49,11 @@ def characterisation_or_none(profile: Any) -> WorkloadCharacterisation | None:
         return None
 
 
-def check_host_overhead(seconds: float) -> None:
-    """The per-iteration host time is a finite number of seconds >= 0: the model clamps a negative one
-    to 0 and max(0, NaN) is 0 too, so a typo would silently predict without it."""
-    if not math.isfinite(seconds) or seconds < 0:
-        raise TrainwiseError(f"the host overhead (--host-overhead) must be a finite number of seconds >= 0 (got {seconds:g})")
-
-
 def device_predictions(char: WorkloadCharacterisation, accelerator: str | None = None, count: int = 1,
                        host_overhead_s: float = 0.0, catalog: Any = None,
                        params: dm.DeviceModelParams | None = None, link: str | None = None) -> list[dm.DevicePrediction]:
     """One accelerator's prediction, or every catalog accelerator's (`link`: how gradients travel, dm.LINKS)."""
-    check_host_overhead(host_overhead_s)
+    dm.check_host_overhead(host_overhead_s)
     link = dm.normalise_link(link, "--link")
     if catalog is None:
         from trainwise.catalog import load_catalog
