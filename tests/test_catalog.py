@@ -304,6 +304,17 @@ def test_regions_iter_offerings_and_per_region(current):
     assert len(per_region) < len(current)
 
 
+def test_region_summary_counts_each_region_once(current):
+    summary = current.region_summary()
+    assert not summary.duplicated(["cloud", "region"]).any()
+    assert summary["offerings"].sum() == current.offerings["region"].notna().sum()
+    aws = current.region_summary("aws")
+    assert list(aws["region"]) == current.regions("aws") and set(aws["cloud"]) == {"aws"}
+    east = aws.set_index("region").loc["us-east-1"]
+    assert east["continent"] == "us" and east["zones"] >= 1 and "V100" in east["accelerators"]
+    assert set(summary["continent"]) <= {"us", "eu", "asia", "oce", "sa", "af", ""}
+
+
 def test_merged_with_and_billing(current, seed):
     merged = current.merged_with(seed)
     assert len(merged) == len(current) + len(seed)

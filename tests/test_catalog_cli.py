@@ -97,3 +97,32 @@ def test_accelerators_command():
     for name in ("K80", "V100", "TPU-v3", "TPU-v3-8", "A100-80GB"):
         assert name in result.output
     assert "per die" in result.output and "per board" in result.output
+
+
+def test_regions_lists_each_clouds_regions_with_their_continent():
+    result = invoke("regions", "--cloud", "lambda")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("│")]
+    assert "17 regions" in result.output and len(lines) == 17
+    assert all(line.split("│")[1].strip() == "lambda" for line in lines)
+    cells = {line.split("│")[2].strip(): line.split("│")[3].strip() for line in lines}
+    assert cells["us-east-1"] == "us" and cells["australia-east-1"] == "oce" and cells["europe-central-1"] == "eu"
+    every = invoke("regions")
+    assert every.exit_code == 0 and {"aws", "gcp", "azure", "lambda"} <= {
+        line.split("│")[1].strip() for line in every.output.splitlines() if line.startswith("│")}
+    seed = invoke("regions", "--catalog", "seed-2021", "--cloud", "aws")
+    assert seed.exit_code == 0 and "us-east-1" in seed.output and "seed-2021" in seed.output
+    bad = invoke("regions", "--cloud", "awz")
+    assert isinstance(bad.exception, TrainwiseError) and "did you mean aws" in str(bad.exception)
+
+
+@pytest.mark.parametrize("catalog_name", ["current", "seed-2021"])
+def test_an_unknown_region_points_at_a_command_that_lists_the_regions(catalog_name):
+    import re
+
+    result = invoke("search", "--region", "zz-", "--catalog", catalog_name)
+    assert isinstance(result.exception, TrainwiseError)
+    command = re.search(r"`trainwise catalog ([^`]+)`", str(result.exception)).group(1).split()
+    listed = invoke(*command)
+    assert listed.exit_code == 0, listed.output
+    assert "us-east-1" in listed.output and f"catalog {catalog_name}" in " ".join(listed.output.split())

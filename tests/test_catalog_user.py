@@ -120,6 +120,13 @@ def test_yaml_offerings(tmp_path):
     ('[[offering]]\nname = "x"\nprice_per_hour = 1\n[[offering]]\nname = "x"\nprice_per_hour = 2\n', "duplicate offering"),
     ('offering = [', "not valid TOML"),
     ('[catalog]\nname = "empty"\n', "no offerings found"),
+    # inf and nan are TOML floats: an infinite price would rank as a real one
+    ('[[offering]]\nname = "x"\nprice_per_hour = inf\n', "offering 1 (x), field price_per_hour: Input should be a finite number"),
+    ('[[offering]]\nname = "x"\nprice_per_hour = nan\n', "offering 1 (x), field price_per_hour: Input should be a finite number"),
+    ('[[offering]]\nname = "x"\nprice_per_hour = 1\nspot_price_per_hour = -inf\n', "field spot_price_per_hour: Input should be"),
+    ('[[offering]]\nname = "x"\nkind = "on_premise"\ncapex_usd = inf\nlifetime_years = 1\n', "field capex_usd: Input should be a finite"),
+    ('[[offering]]\nname = "x"\nkind = "on_premise"\ncapex_usd = 1e308\nlifetime_hours = 1e-10\n',
+     "offering 1 (x): the price works out to inf $/h"),
 ])
 def test_bad_user_files_name_file_entry_and_field(tmp_path, body, fragment):
     path = tmp_path / "bad.toml"

@@ -153,6 +153,13 @@ def test_user_groups_and_cli_errors(catalog, tmp_path):
                                                                    distributed=options_from_cli(groups_path=bad)))
     with pytest.raises(TrainwiseError, match="--nodes must be"):
         options_from_cli(nodes=[1])
+    # a continent the network model does not know placed this machine nowhere: every hybrid row vanished
+    assert options_from_cli(local_continent=" EU ").local_continent == "eu"
+    assert options_from_cli(local_continent="sa").local_continent == "sa"  # sa-east-1 etc. have spot GPUs
+    with pytest.raises(TrainwiseError, match=r"--local-continent mars: no such continent: use one of us, eu, asia, oce"):
+        options_from_cli(local_continent="mars")
+    with pytest.raises(TrainwiseError, match=r"--local-continent asai: .*did you mean asia\?"):
+        options_from_cli(local_continent="asai")
 
 
 def test_plan_cli_distributed(tmp_path, capsys):

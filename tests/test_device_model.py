@@ -331,6 +331,40 @@ def test_device_predict_cli_link_option(capsys):
     assert "unknown --link" in err and "host" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (["hf:roberta-base", "--task", "foo"], "unknown task 'foo' for an hf: model (--task): use one of mlm, mlm15, clm, qa, cls"),
+    (["hf:roberta-base", "--task", "mlmm"], "did you mean mlm?"),
+    (["hf:roberta-base", "--seq-len", "-5"], "the sequence length (--seq-len) must be a positive whole number (got -5)"),
+    (["hf:roberta-base", "--seq-len", "0"], "the sequence length (--seq-len) must be a positive whole number (got 0)"),
+    (["resnet50", "--image-size", "0"], "the image size (--image-size) must be a positive whole number (got 0)"),
+    (["resnet50", "--host-overhead", "-1"], "--host-overhead) must be a finite number of seconds >= 0 (got -1)"),
+    (["resnet50", "--host-overhead", "nan"], "--host-overhead) must be a finite number of seconds >= 0 (got nan)"),
+    (["resnet50", "--memory-format", "xyz"], "unknown memory format 'xyz' (--memory-format): use nchw or nhwc"),
+])
+def test_device_predict_cli_refuses_impossible_step_options(capsys, monkeypatch, args, fragment):
+    from trainwise.cli import main
+    from trainwise.predict import characterise
+
+    def no_trace(*a, **k):
+        raise AssertionError("refused options must not reach the trace")
+
+    monkeypatch.setattr(characterise, "characterise_model", no_trace)
+    monkeypatch.setenv("TRAINWISE_NO_CACHE", "1")  # a cached characterisation would skip the trace anyway
+    assert main(["device", "predict", *args, "--batch", "8", "-a", "V100"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], err
+
+
+def test_hf_task_and_memory_format_spellings_are_normalised():
+    from trainwise.predict.characterise import characterise_named
+
+    upper, lower = (characterise_named("hf:roberta-base", 2, seq_len=16, task=task).model_dump(exclude={"trace_seconds"})
+                    for task in ("MLM", "mlm"))
+    assert upper == lower
+    assert characterise_named("resnet18", 2, memory_format="Channels_Last").memory_format == "nhwc"
+
+
 @pytest.mark.parametrize("scale", [0.5, 1.0, 2.0])
 def test_priors_stay_gaussian_under_the_soft_l1_loss(scale):
     import numpy as np

@@ -206,6 +206,26 @@ def test_own_measurements_make_an_own_fit_that_every_command_can_use(tmp_path, m
         dm.load_params(tmp_path / "broken.json")
 
 
+def test_calibrate_refuses_an_unwritable_output_before_fitting(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from trainwise.cli import app
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the output must be checked before the (slow) fit")
+
+    monkeypatch.setattr(cal, "fit_calibration", no_fit)
+    mine = tmp_path / "mine.csv"
+    mine.write_text(cal.MEASURED_H100_CSV.read_text(encoding="utf-8"), encoding="utf-8")
+    before = mine.read_text(encoding="utf-8")
+    for output, fragment in ((mine, "would overwrite the input"), (tmp_path, "is a folder"),
+                             (mine / "params.json", "is a file, not a folder")):
+        result = CliRunner().invoke(app, ["device", "calibrate", "--add", str(mine), "--output", str(output), "--no-loo"])
+        assert isinstance(result.exception, TrainwiseError), result.output
+        assert fragment in str(result.exception) and "--output" in str(result.exception)
+    assert mine.read_text(encoding="utf-8") == before
+
+
 def test_device_measure_on_a_gpu_shows_the_device_models_prediction_beside_it(monkeypatch):
     import json
 

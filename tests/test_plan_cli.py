@@ -115,10 +115,99 @@ def test_plan_local_offering_and_weighted(capsys, tmp_path, profiles):
     (["--interruption-rate", "0.1", "--interruption-frequency-30d", "0.05"], "not both"),
     (["--reference", "aws/nowhere/p9"], "unknown reference offering"),
     (["--catalog", "seed-2012"], "did you mean seed-2021"),
+    # NaN passes every `x < 0` check and inf (or a finite value past any real setup) turns times and
+    # costs into inf/NaN: each numeric option is a finite number in its range
+    (["--min-gpu-memory", "nan"], "--min-gpu-memory must be a finite number >= 0 GiB"),
+    (["--dataset-gb", "nan"], "--dataset-gb must be a finite number"),
+    (["--dataset-gb", "inf"], "--dataset-gb must be a finite number >= 0 and <= 10,000,000 GB"),
+    (["--dataset-gb", "1e300"], "--dataset-gb must be a finite number >= 0 and <= 10,000,000 GB"),
+    (["--bandwidth-mbps", "nan"], "--bandwidth-mbps must be a finite number >= 0.001 Mb/s"),
+    (["--bandwidth-mbps", "0"], "--bandwidth-mbps must be a finite number >= 0.001 Mb/s"),
+    (["--provisioning-minutes", "inf"], "--provisioning-minutes must be a finite number"),
+    (["--interruption-rate", "nan"], "--interruption-rate must be a finite number"),
+    (["--interruption-rate", "inf"], "--interruption-rate must be a finite number"),
+    (["--checkpoint-write-s", "nan"], "--checkpoint-write-s must be a finite number"),
+    (["--checkpoint-write-s", "inf"], "--checkpoint-write-s must be a finite number"),
+    (["--min-billed-seconds", "nan"], "--min-billed-seconds must be a finite number"),
+    (["--min-billed-seconds", "inf"], "--min-billed-seconds must be a finite number"),
+    (["--min-billed-seconds", "-1"], "--min-billed-seconds must be a finite number >= 0"),
+    (["--bytes-per-sample", "nan"], "--bytes-per-sample must be a finite number"),
+    (["--bytes-per-sample", "inf"], "--bytes-per-sample must be a finite number"),
+    (["--local-continent", "mars"], "--local-continent mars: no such continent: use one of us, eu, asia, oce"),
 ])
 def test_plan_bad_input_is_one_line_and_writes_no_report(capsys, tmp_path, profiles, args, fragment):
     report = tmp_path / "rep"
     code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--profile", str(profiles[1]), "--catalog",
                            "packaged", "--report", str(report), *args)
     assert_one_line_error(code, err, fragment)
+    assert not report.exists()
+
+
+def test_plan_outputs_that_cannot_be_written_fail_before_planning(capsys, tmp_path, profiles):
+    lab = tmp_path / "lab.yaml"
+    lab_text = "offerings:\n  - name: lab-node\n    kind: on_premise\n    capex_usd: 25000\n    lifetime_years: 1\n"
+    lab.write_text(lab_text)
+    profile_text = profiles[0].read_text()
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep")
+    report = tmp_path / "rep"
+    cases = [
+        (["--save", str(profiles[0])], "--save", "would overwrite the input"),
+        (["--local-offering", str(lab), "--save", str(lab)], "--save", "would overwrite the input"),
+        (["--save", str(tmp_path)], "--save", "is a folder"),
+        (["--save", str(report / "plan.json")], "--save", "is the report's plan.json"),
+        (["--report", str(a_file)], "--report", "is a file, not a folder"),
+        (["--report", str(a_file / "rep")], "--report", "is a file, not a folder"),
+        # /proc takes no new entries, whatever the permission bits say (root bypasses them)
+        (["--report", "/proc/trainwise-nope"], "--report", "cannot write in /proc"),
+        (["--save", "/proc/trainwise-nope.json"], "--save", "cannot write in /proc"),
+    ]
+    for args, option, fragment in cases:
+        code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged",
+                                 "--single-machine", "--report", str(report), *args)
+        assert_one_line_error(code, err, fragment)
+        assert f"error: {option} " in err, err
+        assert not report.exists() and out == "", args  # refused before planning: no report, no tables
+    assert profiles[0].read_text() == profile_text and lab.read_text() == lab_text and a_file.read_text() == "keep"
+    (report / "plan.html").mkdir(parents=True)
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--single-machine",
+                           "--report", str(report))
+    assert_one_line_error(code, err, "its plan.html would be a file but is a folder")
+    assert sorted(p.name for p in report.iterdir()) == ["plan.html"]
+
+
+def test_plan_save_that_fails_while_writing_is_one_line(capsys, tmp_path, profiles, monkeypatch):
+    from trainwise.launch import plan_document
+
+    def disk_full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plan_document, "atomic_write_text", disk_full)
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--single-machine",
+                           "--report", str(tmp_path / "rep"), "--save", str(tmp_path / "best.json"))
+    assert_one_line_error(code, err, "cannot write --save")
+    assert "No space left on device" in err and not (tmp_path / "best.json").exists()
+
+
+def test_plan_report_that_fails_while_writing_is_one_line(capsys, tmp_path, profiles, monkeypatch):
+    from trainwise.report import bundle
+
+    def disk_full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bundle, "atomic_write_bytes", disk_full)
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--single-machine",
+                           "--report", str(tmp_path / "rep"))
+    assert_one_line_error(code, err, "cannot write the report to --report")
+    assert "No space left on device" in err
+
+
+@pytest.mark.parametrize("price", ["inf", "nan", "-1"])
+def test_plan_refuses_a_local_offering_without_a_finite_price(capsys, tmp_path, profiles, price):
+    lab = tmp_path / "lab.toml"
+    lab.write_text(f'[[offering]]\nname = "lab"\nkind = "on_premise"\nprice_per_hour = {price}\n')
+    report = tmp_path / "rep"
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--local-offering",
+                           str(lab), "--report", str(report))
+    assert_one_line_error(code, err, "offering 1 (lab), field price_per_hour: Input should be")
     assert not report.exists()

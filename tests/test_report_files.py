@@ -68,6 +68,18 @@ def test_markdown_and_json(result, tmp_path):
     assert paths["markdown"].read_text().startswith("# trainwise plan")
 
 
+def test_a_rendering_error_writes_no_report_file(result, tmp_path, monkeypatch):
+    from trainwise.report import bundle
+
+    def broken_markdown(*args, **kwargs):
+        raise ValueError("rendering failed")
+
+    monkeypatch.setattr(bundle, "render_markdown", broken_markdown)
+    with pytest.raises(ValueError, match="rendering failed"):
+        write_report(result, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("width", [100, 240])
 def test_terminal_tables(result, width):
     console = Console(width=width, record=True, file=open("/dev/null", "w"))

@@ -160,6 +160,18 @@ def test_profile_roundtrip_and_bad_files(tmp_path):
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(TrainwiseError, match="malformed at `iterations.0.wall_s`"):
         load_profile(tmp_path / "broken.json")
+    # json reads Infinity and NaN (trainwise writes neither): refused where they are, not predicted with
+    for where, value in ((("init", "total_s"), float("inf")), (("iterations", 2, "wall_s"), float("nan")),
+                         (("init", "total_s"), float("-inf"))):
+        edited = json.loads(path.read_text())
+        target = edited
+        for key in where[:-1]:
+            target = target[key]
+        target[where[-1]] = value
+        (tmp_path / "edited.json").write_text(json.dumps(edited))
+        dotted = ".".join(map(str, where))
+        with pytest.raises(TrainwiseError, match=rf"profile .*edited.json is malformed at `{dotted}`: -?(inf|nan) is not a finite number"):
+            load_profile(tmp_path / "edited.json")
     with pytest.raises(TrainwiseError, match="does not exist"):
         load_profile(tmp_path / "missing.json")
     (tmp_path / "other.json").write_text("[1, 2]")

@@ -246,19 +246,23 @@ def plan(
     network: Annotated[Optional[Path], typer.Option(help="With --distributed: bandwidth/RTT overrides (JSON/YAML, e.g. from `trainwise net probe`)")] = None,
     hivemind_groups: Annotated[Optional[Path], typer.Option(help="With --distributed: YAML list of Hivemind groups {name, peers: [{offering, count}]}")] = None,
     bytes_per_sample: Annotated[Optional[float], typer.Option(help="With --distributed: training data streamed per sample from object storage")] = None,
-    local_continent: Annotated[Optional[str], typer.Option(help="With --distributed: where this machine is (us, eu, asia, oce) for hybrid groups")] = None,
+    local_continent: Annotated[Optional[str], typer.Option(help="With --distributed: where this machine is (us, eu, asia, oce, sa or af) for hybrid groups")] = None,
     average_state_every: Annotated[Optional[int], typer.Option(help="With --distributed: count Hivemind parameter averaging every N epochs in egress (as `trainwise run --average-state-every`; default: gradient rounds only)")] = None,
 ) -> None:
     """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
-    from trainwise.plan.command import run_plan_command
+    from trainwise.plan.command import check_plan_outputs, run_plan_command
 
     if history:
         from trainwise.launch.command import show_history
 
         return show_history(console)
+    report_dir = report if report is not None else out_dir / "report"
+    check_plan_outputs(save_path=save, report_dir=report_dir,
+                       inputs=[*(profile_paths or []), *(p for p in (local_offering, pipeline, network, hivemind_groups,
+                                                                      Path(catalog)) if p is not None)])
     result = run_plan_command(workload=workload, profile_paths=profile_paths or [], catalog_name=catalog,
                      epoch_options=_parse_int_list(epoch_options, "--epoch-options"), out_dir=out_dir,
-                     report_dir=report if report is not None else out_dir / "report", local_offering_path=local_offering,
+                     report_dir=report_dir, local_offering_path=local_offering,
                      json_output=json_output, all_plans=all_plans, console=console, err_console=err_console, objective=objective,
                      weights=weights, deadline=deadline, budget=budget, clouds=cloud, regions=region,
                      accelerators=accelerator, spot=spot, min_gpu_memory=min_gpu_memory, max_global_batch=max_global_batch, primary_epochs=epochs,

@@ -1,4 +1,4 @@
-"""`trainwise catalog ...`: show, search and refresh the price catalog (registered in trainwise.cli)."""
+"""`trainwise catalog ...`: show, search, list regions of and refresh the price catalog (registered in trainwise.cli)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.table import Table
 
 from trainwise.errors import TrainwiseError
 
-catalog_app = typer.Typer(no_args_is_help=True, help="Cloud offerings x prices: show, search, import, accelerators.")
+catalog_app = typer.Typer(no_args_is_help=True, help="Cloud offerings x prices: show, search, regions, import, accelerators.")
 console = Console()
 
 CatalogOpt = Annotated[str, typer.Option("--catalog", "-c", help="current, packaged, seed-2021, or a path (import dir, .toml/.yaml, SkyPilot .csv)")]
@@ -106,6 +106,24 @@ def search(
         if with_kind:
             cells.append(row.kind)
         table.add_row(*cells)
+    console.print(table)
+
+
+@catalog_app.command()
+def regions(
+    cloud: Annotated[Optional[str], typer.Option(help="Only this cloud: aws, gcp, azure, lambda, ...")] = None,
+    catalog_name: CatalogOpt = "current",
+    user: UserOpt = None,
+) -> None:
+    """List each cloud's regions (the names --region takes) with their continent, zones, offerings and accelerators."""
+    catalog = _load(catalog_name, user)
+    summary = catalog.region_summary(cloud)
+    table = Table(title=f"{len(summary)} regions", caption=f"{catalog.caption}; continent: as `plan --local-continent` names it")
+    for column in ("cloud", "region", "continent", "zones", "offerings", "with spot", "accelerators"):
+        table.add_column(column, justify="right" if column in ("zones", "offerings", "with spot") else "left")
+    for row in summary.itertuples(index=False):
+        table.add_row(row.cloud, row.region, row.continent or "-", str(row.zones), str(row.offerings), str(row.with_spot),
+                      row.accelerators or "-")
     console.print(table)
 
 

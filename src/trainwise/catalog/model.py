@@ -255,6 +255,26 @@ class Catalog:
         rows = self.offerings[self.offerings["cloud"] == cloud]
         return sorted(rows["region"].dropna().unique().tolist())
 
+    def region_summary(self, cloud: str | None = None) -> pd.DataFrame:
+        """One row per (cloud, region), sorted: its continent (the codes `plan --local-continent` takes;
+        empty when unknown), zones, offerings, offerings with a spot price, and accelerators."""
+        from trainwise.predict.topology import continent_of  # light: pydantic and yaml only
+
+        frame = self.offerings if cloud is None else self.offerings[self.offerings["cloud"] == self._check_cloud(cloud)]
+        rows = [{"cloud": cloud_name, "region": region, "continent": continent_of(str(region)) or "",
+                 "zones": int(part["zone"].nunique()), "offerings": len(part),
+                 "with_spot": int(part["spot_price_per_hour"].notna().sum()),
+                 "accelerators": ", ".join(sorted(part["accelerator"].dropna().unique()))}
+                for (cloud_name, region), part in frame[frame["region"].notna()].groupby(["cloud", "region"], sort=True)]
+        return pd.DataFrame(rows, columns=["cloud", "region", "continent", "zones", "offerings", "with_spot", "accelerators"])
+
+    def regions_hint(self) -> str:
+        """Where to find this catalog's region names, for an unknown-region error."""
+        from trainwise.catalog.loader import CATALOG_NAMES
+
+        option = f" --catalog {self.name}" if self.name in CATALOG_NAMES and self.name != "current" else ""
+        return f"list them with `trainwise catalog regions{option}`"
+
     def _check_cloud(self, cloud: str) -> str:
         clouds = self.clouds()
         match = [c for c in clouds if c.lower() == cloud.strip().lower()]
@@ -293,7 +313,7 @@ class Catalog:
 
                 known = sorted(set(frame["region"].dropna()) | set(frame["zone"].dropna()))
                 near = names.suggest(region, known)
-                hint = f"did you mean {', '.join(near)}?" if near else "list them with `trainwise catalog regions`"
+                hint = f"did you mean {', '.join(near)}?" if near else self.regions_hint()
                 raise TrainwiseError(f"region {region!r}: no such region, zone or region prefix in catalog {self.name}: {hint}")
             mask &= in_region
         if accelerator is not None:

@@ -58,6 +58,7 @@ Price formulas (USD/h):
 
 from __future__ import annotations
 
+import math
 import tomllib
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,7 +97,8 @@ def reserved_price_per_hour(*, upfront_usd: float = 0.0, term_years: float | Non
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # inf/nan are valid TOML and YAML floats: an infinite price or memory would rank as a real number
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class UserAccelerator(_Strict):
@@ -276,6 +278,9 @@ def load_user_offerings(path: str | Path, base_accelerators: dict[str, Accelerat
             price, formula = entry.hourly()
         except TrainwiseError as exc:
             raise TrainwiseError(f"{where}: {exc}") from None
+        if price is not None and not math.isfinite(price):  # finite inputs can still overflow (capex / a tiny lifetime)
+            raise TrainwiseError(f"{where}: the price works out to {price:g} $/h ({formula or 'price_per_hour'}): "
+                                 "give finite, realistic prices, capex and lifetimes")
         provider = entry.provider or ("on-premise" if entry.kind == "on_premise" else "user")
         offering_id = f"{provider}/{entry.zone or entry.region or '-'}/{entry.name}"
         if offering_id in seen:

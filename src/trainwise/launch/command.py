@@ -47,7 +47,10 @@ def save_plan(result: Any, path: Path, *, catalog_name: str, passthrough: list[s
                   else f"the reference workload {workload} at {result.primary_epochs} epochs")
         document = document.model_copy(update={"notes": [*document.notes, f"training command: {origin}; give yours "
                                                                           "after `--` to run something else"]})
-    written = document.save(path)
+    try:
+        written = document.save(path)
+    except OSError as exc:  # checked up front; a disk that fills up meanwhile still gets one line
+        raise TrainwiseError(f"cannot write --save {path} ({exc.strerror or exc}): choose a writable output path") from None
     p = document.prediction
     console.print(f"plan saved to [bold]{written}[/bold]: {document.offering.offering_id} "
                   f"({'spot' if document.offering.spot else 'on-demand'}), {document.nodes} node(s), engine "

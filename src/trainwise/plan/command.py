@@ -17,9 +17,19 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from trainwise.errors import TrainwiseError
 from trainwise.plan import costs
-from trainwise.plan.objectives import Constraints, make_objective, parse_duration, parse_money, parse_weights
+from trainwise.plan.objectives import (Constraints, check_option_number, make_objective, parse_duration, parse_money,
+                                       parse_weights)
 from trainwise.plan.planner import PlanOptions, PlanResult, check_inputs, plan
 from trainwise.profile.schema import Profile, load_profile
+
+
+# Ranges of the numeric options, far past any real setup: beyond them the modelled times and costs
+# stop meaning anything (and products of them overflow to inf).
+MAX_DATASET_GB = 1e7                  # 10 PB staged to one machine
+MIN_BANDWIDTH_MBPS = 0.001            # 1 kb/s
+MAX_PROVISIONING_MINUTES = 525_600.0  # a year
+MAX_INTERRUPTIONS_PER_HOUR = 3600.0   # one a second
+MAX_SECONDS_OPTION = 31_536_000.0     # a year: --min-billed-seconds, --checkpoint-write-s
 
 
 def _split(values: Sequence[str] | None) -> tuple[str, ...]:
@@ -48,8 +58,7 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
         raise TrainwiseError(f"--epochs must be a positive number of epochs (got {primary_epochs})")
     if top < 1:
         raise TrainwiseError(f"--top must be at least 1 (got {top})")
-    if min_gpu_memory is not None and min_gpu_memory < 0:
-        raise TrainwiseError(f"--min-gpu-memory must be >= 0 GiB (got {min_gpu_memory:g})")
+    check_option_number(min_gpu_memory, "--min-gpu-memory", "GiB")
     if max_global_batch is not None and max_global_batch < 1:
         raise TrainwiseError(f"--max-global-batch must be at least 1 sample (got {max_global_batch})")
     constraints = Constraints(clouds=_split(clouds), regions=_split(regions), accelerators=_split(accelerators),
@@ -58,8 +67,8 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
     update: dict[str, Any] = {"reference": reference, "primary_epochs": primary_epochs, "top_n": top,
                               "this_host": this_host or socket.gethostname(), "distributed": distributed}
     if dataset_gb is not None:
-        if dataset_gb < 0:
-            raise TrainwiseError(f"--dataset-gb must be >= 0 (got {dataset_gb:g})")
+        # the storage cost grows with it times the wall time, which grows with it too (staging): squared, it overflows
+        check_option_number(dataset_gb, "--dataset-gb", "GB", maximum=MAX_DATASET_GB)
         if pipeline_profile is not None:
             raise TrainwiseError("give either --dataset-gb or --pipeline (the staged size of a pipeline strategy), not both")
         update["dataset_gb"] = dataset_gb
@@ -70,21 +79,18 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
     elif pipeline_strategy is not None:
         raise TrainwiseError("--pipeline-strategy needs --pipeline PIPE.json (from `trainwise pipeline profile --json`)")
     if bandwidth_mbps is not None:
-        if bandwidth_mbps <= 0:
-            raise TrainwiseError(f"--bandwidth-mbps must be positive (got {bandwidth_mbps:g})")
+        check_option_number(bandwidth_mbps, "--bandwidth-mbps", "Mb/s", minimum=MIN_BANDWIDTH_MBPS)
         update["staging_bytes_per_s"] = bandwidth_mbps * 1e6 / 8
         update["staging_source"] = f"user-given {bandwidth_mbps:g} Mb/s"
     if provisioning_minutes is not None:
-        if provisioning_minutes < 0:
-            raise TrainwiseError(f"--provisioning-minutes must be >= 0 (got {provisioning_minutes:g})")
+        check_option_number(provisioning_minutes, "--provisioning-minutes", "minutes", maximum=MAX_PROVISIONING_MINUTES)
         s = provisioning_minutes * 60
         update["provisioning_s"] = (s, s, s)
         update["provisioning_source"] = f"user-given {provisioning_minutes:g} min"
     if interruption_rate is not None and interruption_frequency_30d is not None:
         raise TrainwiseError("give either --interruption-rate (per hour) or --interruption-frequency-30d, not both")
     if interruption_rate is not None:
-        if interruption_rate < 0:
-            raise TrainwiseError(f"--interruption-rate must be >= 0 per hour (got {interruption_rate:g})")
+        check_option_number(interruption_rate, "--interruption-rate", "per hour", maximum=MAX_INTERRUPTIONS_PER_HOUR)
         update["interruptions_per_hour"] = interruption_rate
         update["interruption_source"] = f"user-given {interruption_rate:g} per hour"
     if interruption_frequency_30d is not None:
@@ -99,14 +105,30 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
             raise TrainwiseError(f"--billing {billing}: use one of {', '.join(GRANULARITY_S)}")
         update["billing"] = billing
     if min_billed_seconds is not None:
-        if min_billed_seconds < 0:
-            raise TrainwiseError(f"--min-billed-seconds must be >= 0 (got {min_billed_seconds:g})")
+        check_option_number(min_billed_seconds, "--min-billed-seconds", "seconds", maximum=MAX_SECONDS_OPTION)
         update["min_billed_seconds"] = min_billed_seconds
     if checkpoint_write_s is not None:
-        if checkpoint_write_s < 0:
-            raise TrainwiseError(f"--checkpoint-write-s must be >= 0 (got {checkpoint_write_s:g})")
+        check_option_number(checkpoint_write_s, "--checkpoint-write-s", "seconds", maximum=MAX_SECONDS_OPTION)
         update["checkpoint_write_s"] = checkpoint_write_s
     return objective_model, constraints, PlanOptions(**{k: v for k, v in update.items() if v is not None})
+
+
+def check_plan_outputs(*, save_path: Path | None, report_dir: Path | None, inputs: Sequence[Path]) -> None:
+    """Refuse a --save or --report that cannot be written, or would overwrite one of the plan's input
+    files, before any profiling or ranking: not after it, with the report half-written."""
+    from trainwise._io import check_output_folder, check_output_path
+    from trainwise.report.bundle import REPORT_FILES
+
+    if report_dir is not None:
+        check_output_folder(report_dir, "--report", files=tuple(REPORT_FILES.values()), inputs=tuple(inputs))
+    if save_path is not None:
+        check_output_path(save_path, "--save", inputs=tuple(inputs))
+        if report_dir is not None:
+            # The plan is saved after the report is written: the same path would replace a report file.
+            clash = [name for name in REPORT_FILES.values() if (report_dir / name).absolute() == save_path.absolute()]
+            if clash:
+                raise TrainwiseError(f"--save {save_path} is the report's {clash[0]} (--report {report_dir}): "
+                                     "save the plan to another file")
 
 
 @contextmanager
@@ -161,7 +183,11 @@ def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_na
             from trainwise.report.bundle import write_report
 
             with _step(progress, f"rendering the chart and writing the report to {report_dir}"):
-                paths = write_report(result, report_dir, top_n=options.top_n)
+                try:
+                    paths = write_report(result, report_dir, top_n=options.top_n)
+                except OSError as exc:  # checked up front; a disk that fills up meanwhile still gets one line
+                    raise TrainwiseError(f"cannot write the report to --report {report_dir} ({exc.strerror or exc}): "
+                                         "choose a writable folder") from None
     if json_output:
         from trainwise.report.data import plan_payload
 

@@ -28,8 +28,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainwise.errors import TrainwiseError
+from trainwise.plan.objectives import check_option_number
 from trainwise.predict import data_parallel as dp
-from trainwise.predict.topology import NetworkModel, Site, continent_of, load_network, seed_network
+from trainwise.predict.topology import CONTINENTS, NetworkModel, Site, continent_of, load_network, seed_network
 
 # Hivemind's costs beyond moving bytes, fitted to seed 003's intra-zone A-8 runs (8 x T4, TBS 32K):
 # CONV (G 5.19 at 261.9 samples/s) and RoBERTa-XLM (G 1.15 at 575.1 samples/s) spend 20.2 s and 26.5 s
@@ -107,14 +108,28 @@ def options_from_cli(nodes: Sequence[int] | None = None, target_batch_size: int 
     if groups_path is not None:
         update["groups"] = load_groups(groups_path)
     if bytes_per_sample is not None:
+        check_option_number(bytes_per_sample, "--bytes-per-sample", "bytes", maximum=1e12)  # 1 TB a sample
         update["bytes_per_sample"] = bytes_per_sample
     if local_continent is not None:
-        update["local_continent"] = local_continent
+        update["local_continent"] = _local_continent(local_continent)
     try:
         return DistributedOptions(**update)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise TrainwiseError(f"distributed options: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+
+
+def _local_continent(value: str) -> str:
+    """A continent code of the network model: any other places this machine nowhere, and every hybrid
+    group (this machine + cloud peers on its continent) silently drops out of the plan."""
+    name = value.strip().lower()
+    if name not in CONTINENTS:
+        import difflib
+
+        near = difflib.get_close_matches(name, CONTINENTS, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise TrainwiseError(f"--local-continent {value}: no such continent: {hint}use one of {', '.join(CONTINENTS)}")
+    return name
 
 
 def load_groups(path: str | Path) -> tuple[GroupSpec, ...]:

@@ -132,6 +132,21 @@ def parse_money(text: str) -> float:
     return value
 
 
+def check_option_number(value: float | None, option: str, unit: str, *, minimum: float = 0.0,
+                        above_minimum: bool = False, maximum: float = math.inf) -> None:
+    """A numeric option is a finite number in [minimum, maximum] ((minimum, maximum] with
+    `above_minimum`). A comparison alone lets NaN through (every comparison with NaN is false), and
+    inf, or a finite value past any real setup, turns times and costs into inf or NaN downstream."""
+    if value is None:
+        return
+    too_low = value <= minimum if above_minimum else value < minimum
+    if not math.isfinite(value) or too_low or value > maximum:
+        bound = f"{'>' if above_minimum else '>='} {minimum:,.15g}"
+        if math.isfinite(maximum):
+            bound += f" and <= {maximum:,.15g}"
+        raise TrainwiseError(f"{option} must be a finite number {bound} {unit} (got {value:g})")
+
+
 def format_money(usd: float) -> str:
     """Dollars with cents, or with significant digits below a cent (a $0.001 budget is not "$0.00")."""
     return f"${usd:,.2f}" if usd >= 0.01 or usd == 0 else f"${usd:.2g}"

@@ -244,7 +244,7 @@ def _check_names(catalog_offerings: pd.DataFrame, catalog: Catalog, constraints:
         match = [r for r in regions_known if r.lower() == region.strip().lower()]
         if not match:
             near = names.suggest(region, regions_known)
-            hint = f"did you mean {', '.join(near)}?" if near else "list them with `trainwise catalog regions`"
+            hint = f"did you mean {', '.join(near)}?" if near else catalog.regions_hint()
             raise TrainwiseError(f"--region {region}: no such region or zone in catalog {catalog.name}: {hint}")
         regions.add(match[0])
     accelerators = {catalog.accelerator(name).name for name in constraints.accelerators}

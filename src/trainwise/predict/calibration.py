@@ -67,6 +67,7 @@ from trainwise.predict.characterise import (
     PRECISIONS,
     WorkloadCharacterisation,
     characterise_named,
+    normalise_memory_format,
     normalise_precision,
 )
 
@@ -169,12 +170,10 @@ class Measurement(BaseModel):
     @field_validator("memory_format")
     @classmethod
     def _layout(cls, v: str) -> str:
-        v = v.strip().lower()
-        if v in ("channels_last", "nhwc"):
-            return "nhwc"
-        if v in ("nchw", "channels_first", "contiguous"):
-            return "nchw"
-        raise ValueError("must be nchw or nhwc (channels_last)")
+        try:
+            return normalise_memory_format(v)
+        except TrainwiseError:
+            raise ValueError("must be nchw or nhwc (channels_last)") from None
 
     @field_validator("model", "accelerator", "source")
     @classmethod

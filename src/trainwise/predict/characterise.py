@@ -1186,6 +1186,17 @@ def model_kinds() -> dict[str, str]:
             "torchvision": "any torchvision.models builder name (resnet50, convnext_large, inception_v3, vit_b_16, ...)"}
 
 
+MEMORY_FORMATS = {"nchw": "nchw", "channels_first": "nchw", "contiguous": "nchw", "nhwc": "nhwc", "channels_last": "nhwc"}
+
+
+def normalise_memory_format(value: str) -> str:
+    """"nchw" or "nhwc" from any of MEMORY_FORMATS' spellings (any case)."""
+    layout = MEMORY_FORMATS.get(str(value).strip().lower())
+    if layout is None:
+        raise TrainwiseError(f"unknown memory format {value!r} (--memory-format): use nchw or nhwc (channels_last)")
+    return layout
+
+
 def characterise_named(model_name: str, per_device_batch: int, precision: str = "fp32", seq_len: int | None = None,
                        *, image_size: int | None = None, optimizer: str | None = None, task: str | None = None,
                        num_classes: int | None = None, memory_format: str = "nchw") -> WorkloadCharacterisation:
@@ -1195,7 +1206,8 @@ def characterise_named(model_name: str, per_device_batch: int, precision: str = 
     prefixed `hf:` (`hf:roberta-base`, from the configs packaged in trainwise/predict/data/hf_configs,
     or a path to a config.json after `hf:`), or a trainwise reference workload (`resnet50_cifar10`).
     """
-    layout = "nhwc" if str(memory_format).lower() in ("nhwc", "channels_last") else "nchw"
+    layout = normalise_memory_format(memory_format)
+    check_step_options(seq_len, image_size, task)
     args = (str(model_name).strip(), int(per_device_batch), normalise_precision(precision), seq_len, image_size,
             optimizer, task, num_classes, layout)
     path = _disk_cache_path(args)
@@ -1281,19 +1293,33 @@ class NamedStep:
     image_size: int | None = None
 
 
+def check_step_options(seq_len: int | None, image_size: int | None, task: str | None) -> None:
+    """Refuse a sequence length, image size or hf: head that no step can have (before a cache lookup
+    or a trace): `seq_len or 512` would take 0 for "not given", a negative size fails deep in torch."""
+    for value, what in ((seq_len, "sequence length (--seq-len)"), (image_size, "image size (--image-size)")):
+        if value is not None and value < 1:
+            raise TrainwiseError(f"the {what} must be a positive whole number (got {value})")
+    if task is not None:
+        from trainwise.predict import hf_models
+
+        hf_models.task_of({}, task)
+
+
 def named_step(model_name: str, batch: int, seq_len: int | None = None, image_size: int | None = None,
                optimizer: str | None = None, task: str | None = None) -> NamedStep:
     """The training step of a torchvision builder, an hf: config or a trainwise reference workload."""
     if batch <= 0:
         raise TrainwiseError(f"per-device batch must be positive (got {batch})")
+    check_step_options(seq_len, image_size, task)
     if model_name.startswith("hf:"):
         from trainwise.predict import hf_models
 
         config = hf_models.load_config(model_name[3:])
+        head = hf_models.task_of(config, task)
         seq = int(seq_len or 512)
         inputs = ((batch, seq), "int64", "index", int(config.get("vocab_size", 30522)))
-        return NamedStep(model_name, batch, lambda: hf_models.build(config, task=task), inputs,
-                         hf_models.loss_for(task or hf_models.default_task(config)), optimizer or "adamw", seq_len=seq)
+        return NamedStep(model_name, batch, lambda: hf_models.build(config, task=head), inputs,
+                         hf_models.loss_for(head), optimizer or "adamw", seq_len=seq)
     from trainwise.workloads import WORKLOADS
 
     if model_name in _EXTRA_MODELS:

@@ -267,8 +267,10 @@ def predict_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the predictions as JSON")] = False,
 ) -> None:
     """Predict one training iteration of a model (or a profile) on catalog accelerators."""
+    from trainwise.predict.device_model import check_host_overhead
     from trainwise.predict.offerings import device_predictions
 
+    check_host_overhead(host_overhead)  # before tracing the model (seconds)
     if source is not None:
         char = _load_characterisation(source)
     elif model is not None and batch is not None:
@@ -301,8 +303,11 @@ def calibrate_command(
     for path in added:
         if not path.is_file():
             raise TrainwiseError(f"--add {path}: no such file")
-    if output is not None and output.is_dir():
-        raise TrainwiseError(f"--output {output} is a directory: give a file path, e.g. {output / 'device_params.json'}")
+    if output is not None:
+        from trainwise._io import check_output_path
+
+        # before the fit (minutes with --loo): the fit is only written at the end
+        check_output_path(output, "--output", inputs=tuple(added))
     params, loo_res = cal.fit_calibration(added, with_loo=loo)
     target = output if output is not None else (dm.PARAMS_PATH if write else None)
     if target is not None:

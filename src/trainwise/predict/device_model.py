@@ -782,6 +782,13 @@ def tpu_per_device_batch(per_core_batch: int, accelerator: Any) -> int:
     return int(per_core_batch) * cores
 
 
+def check_host_overhead(seconds: float) -> None:
+    """The per-iteration host time is a finite number of seconds >= 0: the model clamps a negative one
+    to 0 and max(0, NaN) is 0 too, so a typo would silently predict without it."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise TrainwiseError(f"the host overhead (--host-overhead) must be a finite number of seconds >= 0 (got {seconds:g})")
+
+
 def host_overhead_from_profile(profile: Any) -> float:
     """Per-iteration host time that a faster accelerator does not remove: the mean data wait.
 

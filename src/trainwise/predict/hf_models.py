@@ -58,6 +58,20 @@ def default_task(config: dict[str, Any]) -> str:
     return "clm" if config.get("model_type") == "gpt2" else "mlm"
 
 
+def task_of(config: dict[str, Any], task: str | None) -> str:
+    """The head to train: `task` (any case) when it is one of TASKS, else the config's default."""
+    if task is None:
+        return default_task(config)
+    name = task.strip().lower()
+    if name not in TASKS:
+        import difflib
+
+        near = difflib.get_close_matches(name, TASKS, n=1, cutoff=0.5)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise TrainwiseError(f"unknown task {task!r} for an hf: model (--task): {hint}use one of {', '.join(TASKS)}")
+    return name
+
+
 def _dims(config: dict[str, Any]) -> dict[str, Any]:
     kind = config.get("model_type", "bert")
     if kind == "gpt2":
@@ -87,9 +101,7 @@ def build(config: dict[str, Any], task: str | None = None) -> Any:
     from torch import nn
     import torch.nn.functional as F
 
-    task = (task or default_task(config)).lower()
-    if task not in TASKS:
-        raise TrainwiseError(f"unknown task {task!r} for an hf: model: use one of {', '.join(TASKS)}")
+    task = task_of(config, task)
     d = _dims(config)
     h, heads = d["hidden"], d["heads"]
     head_dim = h // heads

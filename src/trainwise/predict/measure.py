@@ -144,7 +144,7 @@ def _build_real_step(model_name: str, per_device_batch: int, precision: str, *, 
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TrainwiseError(f"device {device!r} asked for but torch.cuda.is_available() is False: pass --device cpu")
-    channels_last = str(memory_format).lower() in ("nhwc", "channels_last")
+    channels_last = ch.normalise_memory_format(memory_format) == "nhwc"
     step_spec = ch.named_step(model_name, per_device_batch, seq_len, image_size, optimizer, task)
     torch.manual_seed(seed)
     model = step_spec.build().to(dev)

@@ -58,6 +58,7 @@ def device_predictions(char: WorkloadCharacterisation, accelerator: str | None =
                        host_overhead_s: float = 0.0, catalog: Any = None,
                        params: dm.DeviceModelParams | None = None, link: str | None = None) -> list[dm.DevicePrediction]:
     """One accelerator's prediction, or every catalog accelerator's (`link`: how gradients travel, dm.LINKS)."""
+    dm.check_host_overhead(host_overhead_s)
     link = dm.normalise_link(link, "--link")
     if catalog is None:
         from trainwise.catalog import load_catalog

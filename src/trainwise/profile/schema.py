@@ -273,12 +273,31 @@ def load_profile(path: str | Path) -> Profile:
         raise TrainwiseError(
             f"profile {p} has schema version {version!r}; this trainwise {__version__} reads version "
             f"{PROFILE_SCHEMA_VERSION}: re-run `trainwise profile` with this version")
+    # json reads Infinity and NaN, which no trainwise profile contains (it writes null): a hand-edited
+    # inf would become an infinite prediction, a NaN a NaN one.
+    bad = _first_non_finite(data)
+    if bad is not None:
+        where, value = bad
+        raise TrainwiseError(f"profile {p} is malformed at `{where}`: {value} is not a finite number; "
+                             "re-run `trainwise profile` to recreate it")
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise TrainwiseError(f"profile {p} is malformed at `{where}`: {first['msg']}; re-run `trainwise profile` to recreate it") from None
+
+
+def _first_non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
+    """(dotted path, value) of the first inf or NaN in parsed JSON, paths as pydantic writes them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _first_non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 # ---- building a Profile from the recorder's raw record --------------------------------------
