@@ -331,6 +331,25 @@ def test_device_predict_cli_link_option(capsys):
     assert "unknown --link" in err and "host" in err and "Traceback" not in err
 
 
+def test_device_predict_from_a_profile_counts_its_data_wait_like_predict_does(capsys, tmp_path):
+    from trainwise.cli import main
+    from trainwise.plan.synthetic import synthetic_profile
+
+    # the synthetic profile waits ~10 % of each 40 ms step for data, which a faster device keeps paying
+    path = synthetic_profile(workload="nn_twins_mlp", iteration_s=0.04).save(tmp_path / "twins.json")
+    assert main(["device", "predict", "--from", str(path), "-a", "V100", "--json"]) == 0
+    device = json.loads(capsys.readouterr().out)[0]
+    assert main(["predict", str(path), "-a", "V100", "--epochs", "1", "--json", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    assert device["iteration_s"] == pytest.approx(json.loads((tmp_path / "p.json").read_text())[0]["iteration"]["iteration_s"])
+    assert main(["device", "predict", "--from", str(path), "-a", "V100", "--host-overhead", "0", "--json"]) == 0
+    bare = json.loads(capsys.readouterr().out)[0]
+    from trainwise.profile.schema import load_profile
+
+    waited_s = dm.host_overhead_from_profile(load_profile(path))
+    assert waited_s > 0.003 and device["iteration_s"] - bare["iteration_s"] == pytest.approx(waited_s, rel=0.01)
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["hf:roberta-base", "--task", "foo"], "unknown task 'foo' for an hf: model (--task): use one of mlm, mlm15, clm, qa, cls"),
     (["hf:roberta-base", "--task", "mlmm"], "did you mean mlm?"),

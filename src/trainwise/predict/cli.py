@@ -34,8 +34,9 @@ def _characterise(model: str, batch: int, precision: str, seq_len: int | None, i
                               memory_format=memory_format)
 
 
-def _load_characterisation(path: Path) -> Any:
-    """A WorkloadCharacterisation JSON, or a Profile JSON that carries one."""
+def _load_characterisation(path: Path) -> tuple[Any, Any]:
+    """(characterisation, the profile or None): a WorkloadCharacterisation JSON, or a Profile JSON
+    that carries one."""
     from trainwise.predict.characterise import WorkloadCharacterisation
 
     try:
@@ -45,12 +46,15 @@ def _load_characterisation(path: Path) -> Any:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TrainwiseError(f"{path} is not a JSON file ({type(exc).__name__})") from None
     if isinstance(data, dict) and data.get("format") == "trainwise.workload/1":
-        return WorkloadCharacterisation.model_validate(data)
+        return WorkloadCharacterisation.model_validate(data), None
     if isinstance(data, dict) and "schema_version" in data:
-        from trainwise.predict.offerings import characterisation_of
+        from trainwise.predict.offerings import characterisation_of, characterisation_or_none
         from trainwise.profile.schema import load_profile
 
-        return characterisation_of(load_profile(path))
+        profile = load_profile(path)
+        # as `predict PROFILE -a` and the planner: a reference workload's profile without a trace is
+        # characterised by name
+        return characterisation_or_none(profile) or characterisation_of(profile), profile
     raise TrainwiseError(f"{path} is neither a workload characterisation (`trainwise device characterise -o`) "
                          "nor a trainwise profile")
 
@@ -262,22 +266,28 @@ def predict_command(
     source: Annotated[Optional[Path], typer.Option("--from", help="A characterisation JSON or a profile JSON instead of MODEL")] = None,
     accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Catalog accelerator (any alias); default: all")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="Accelerators (data parallel, per-device batch fixed)")] = 1,
-    host_overhead: Annotated[float, typer.Option(help="Per-iteration host seconds not hidden by the device (data wait)")] = 0.0,
+    host_overhead: Annotated[Optional[float], typer.Option(help="Per-iteration host seconds not hidden by the device (data wait); default: the data wait measured in a --from profile, else 0")] = None,
     link: Annotated[Optional[str], typer.Option("--link", help=LINK_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the predictions as JSON")] = False,
 ) -> None:
     """Predict one training iteration of a model (or a profile) on catalog accelerators."""
-    from trainwise.predict.device_model import check_host_overhead
+    from trainwise.predict.device_model import check_host_overhead, host_overhead_from_profile
     from trainwise.predict.offerings import device_predictions
 
-    check_host_overhead(host_overhead)  # before tracing the model (seconds)
+    if host_overhead is not None:
+        check_host_overhead(host_overhead)  # before tracing the model (seconds)
+    profile = None
     if source is not None:
-        char = _load_characterisation(source)
+        char, profile = _load_characterisation(source)
     elif model is not None and batch is not None:
         char = _characterise(model, batch, precision, seq_len, image_size, task, optimizer, memory_format)
     else:
         raise TrainwiseError("give MODEL and --batch (e.g. `trainwise device predict resnet50 --batch 256 -a V100`) "
                              "or --from a characterisation/profile JSON")
+    if host_overhead is None:
+        # A profile measured its data wait, which a faster accelerator does not remove: the same
+        # default as `trainwise predict PROFILE -a X` and the planner, so the three agree.
+        host_overhead = host_overhead_from_profile(profile) if profile is not None else 0.0
     preds = device_predictions(char, accelerator, count, host_overhead, link=link)
     if json_out:
         typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
