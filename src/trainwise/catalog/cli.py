@@ -120,7 +120,9 @@ def regions(
     summary = catalog.region_summary(cloud)
     table = Table(title=f"{len(summary)} regions", caption=f"{catalog.caption}; continent: as `plan --local-continent` names it")
     for column in ("cloud", "region", "continent", "zones", "offerings", "with spot", "accelerators"):
-        table.add_column(column, justify="right" if column in ("zones", "offerings", "with spot") else "left")
+        # the region is the name to type: never cut; the accelerator list wraps instead
+        table.add_column(column, justify="right" if column in ("zones", "offerings", "with spot") else "left",
+                         no_wrap=column == "region", overflow="fold", min_width=max(summary["region"].str.len(), default=6) if column == "region" else None)
     for row in summary.itertuples(index=False):
         table.add_row(row.cloud, row.region, row.continent or "-", str(row.zones), str(row.offerings), str(row.with_spot),
                       row.accelerators or "-")
