@@ -84,3 +84,15 @@ def test_load_plan_errors_are_one_line(tmp_path):
     synthetic_profile().save(tmp_path / "profile.json")  # a profile passed where a plan belongs
     with pytest.raises(TrainwiseError, match="is a profile, not a plan: make a plan from it with `trainwise plan --profile"):
         load_plan(tmp_path / "profile.json")
+
+
+def test_hivemind_plan_notes_say_how_it_recovers():
+    result = v100_result()
+    assert result.best["market"] == "spot"
+    document = build_plan_document(result, catalog(), command=COMMAND, engine="hivemind",
+                                   checkpoint_uri="s3://tw-ck/hm")
+    notes = " ".join(document.notes)
+    assert "keeps no checkpoints" in notes and "receives the run records" in notes
+    assert "restarts from the beginning" in notes and "spot plan without --checkpoint-uri" not in notes
+    plain = build_plan_document(result, catalog(), command=COMMAND)
+    assert plain.notes == ["spot plan without --checkpoint-uri: a preempted run restarts from the beginning"]

@@ -216,3 +216,55 @@ def test_multinode_hivemind_task_mounts_the_head_identity_and_needs_one():
     # one node: no head to dial, no identity needed
     single = plan_for("gcp/us-central1-a/n1-standard-8+1xT4", engine="hivemind", per_node=2, target_batch_size=64)
     assert "/trainwise/hivemind/head.key" not in task_config(single)["file_mounts"]
+
+
+class _Parsed(Exception):
+    """Stops `trainwise run` once it has parsed and validated its options."""
+
+
+def parsed_by_trainwise_run(argv: list[str], monkeypatch) -> object:
+    """The RunOptions `trainwise run` builds from `argv` (as the task's run line executes it),
+    validated as run_job does first; nothing is started."""
+    from trainwise.cli import main
+    from trainwise.run import launcher
+
+    seen = []
+
+    def run_job(options, command, **_):
+        options.validate()
+        seen.append(options)
+        raise _Parsed()
+
+    monkeypatch.setattr(launcher, "run_job", run_job)
+    with pytest.raises(_Parsed):
+        main(list(argv))
+    return seen[0]
+
+
+def test_hivemind_task_passes_no_checkpoint_dir_and_trainwise_run_accepts_it(tmp_path, monkeypatch):
+    plan = four_plans()["hivemind"]  # spot, with a checkpoint bucket
+    config = task_config(plan, head_identity=head_identity())
+    assert "--checkpoint-dir" not in config["run"]
+    # the bucket is still mounted: the nodes' run records go there (and whatever the script saves)
+    assert config["file_mounts"]["/trainwise/checkpoints"] == {"source": "gs://tw-checkpoints/mnist", "mode": "MOUNT"}
+    ips = "10.1.0.1\n10.1.0.2\n10.1.0.3\n10.1.0.4"
+    (head,) = run_script(config["run"], tmp_path, SKYPILOT_NODE_RANK="0", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
+    (other,) = run_script(config["run"], tmp_path, SKYPILOT_NODE_RANK="3", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
+    assert other[other.index("--output") + 1] == "/trainwise/checkpoints/run-node3.json"
+    # the head's key is mounted at a fixed path on the cluster; here it is the local file
+    head[head.index("--identity") + 1] = head_identity().local_path
+    for argv in (head, other):
+        options = parsed_by_trainwise_run(argv, monkeypatch)
+        assert options.engine == "hivemind" and options.checkpoint is None and options.target_batch_size == 4096
+
+
+def test_spot_hivemind_needs_no_checkpoint_bucket_and_says_what_a_preemption_costs():
+    plan = plan_for("gcp/us-central1-a/n1-standard-8+1xT4", spot=True, nodes=3, engine="hivemind",
+                    target_batch_size=768, model_uri="gs://tw-models/hm")
+    config = task_config(plan, head_identity=head_identity())
+    assert "/trainwise/checkpoints" not in config["file_mounts"] and "--checkpoint-dir" not in config["run"]
+    assert config["file_mounts"]["/trainwise/model"] == {"source": "gs://tw-models/hm", "mode": "MOUNT"}
+    validate_packaged(config, catalog())
+    # other engines still need the bucket to resume after a preemption
+    with pytest.raises(TrainwiseError, match="checkpoint bucket"):
+        task_config(plan_for("gcp/us-central1-a/n1-standard-8+1xT4", spot=True, nodes=3, engine="ddp"))

@@ -300,7 +300,17 @@ def build_plan_document(result: Any, catalog: Any, *, command: list[str], worklo
     profile = profile_rows.get(str(best.get("profile")), {})
     job_name = name or safety.name_from(workload or (profile.get("workload") or "") or "trainwise-job")
     notes = []
-    if offering.spot and not checkpoint_uri:
+    if chosen_engine == "hivemind":
+        notes.append("engine hivemind keeps no checkpoints: a peer that rejoins loads the training state from the "
+                     "other peers" + ("; --checkpoint-uri receives the run records and whatever the script saves to "
+                                      "$TRAINWISE_CHECKPOINT_DIR" if checkpoint_uri else ""))
+        if offering.spot:
+            # SkyPilot's managed-job recovery cancels the job on every node and relaunches the cluster
+            # (sky/jobs/recovery_strategy.py), so no surviving peer holds the state to rejoin.
+            notes.append("spot Hivemind: SkyPilot recovers a preempted job by restarting all of its nodes, so the "
+                         "run restarts from the beginning unless the script saves and reloads its own state under "
+                         "$TRAINWISE_CHECKPOINT_DIR")
+    elif offering.spot and not checkpoint_uri:
         notes.append("spot plan without --checkpoint-uri: a preempted run restarts from the beginning")
     return PlanDocument(
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), name=job_name, offering=offering,

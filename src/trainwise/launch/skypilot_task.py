@@ -165,10 +165,16 @@ def _mounts(plan: PlanDocument) -> tuple[dict[str, Any], dict[str, str]]:
         mounts[DATA_DIR] = {"source": uri, "mode": "COPY"} if safety.is_bucket_uri(uri) else uri
         envs["TRAINWISE_DATA_DIR"] = DATA_DIR
     if plan.checkpoint_uri:
+        # Mounted for every engine: it also receives the nodes' run records (`--output`), and the
+        # script may save there itself ($TRAINWISE_CHECKPOINT_DIR). Only the local and DDP engines
+        # are given it as --checkpoint-dir (run_command.run_argv).
         uri = safety.check_uri(plan.checkpoint_uri, "checkpoint URI", bucket_only=True)
         mounts[CHECKPOINT_DIR] = {"source": uri, "mode": "MOUNT"}
         envs["TRAINWISE_CHECKPOINT_DIR"] = CHECKPOINT_DIR
-    elif plan.offering.spot:
+    elif plan.offering.spot and plan.engine != "hivemind":
+        # Hivemind does not resume from checkpoints (a rejoining peer loads the state from the
+        # others), so a bucket would not make its spot run resumable; the plan's notes say what a
+        # preemption costs it instead (plan_document.build_plan_document).
         raise TrainwiseError("a spot plan needs a checkpoint bucket so a preempted run resumes: re-plan with "
                              "--checkpoint-uri s3://BUCKET/PATH (or gs://...)")
     if plan.model_uri:
