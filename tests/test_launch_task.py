@@ -268,3 +268,24 @@ def test_spot_hivemind_needs_no_checkpoint_bucket_and_says_what_a_preemption_cos
     # other engines still need the bucket to resume after a preemption
     with pytest.raises(TrainwiseError, match="checkpoint bucket"):
         task_config(plan_for("gcp/us-central1-a/n1-standard-8+1xT4", spot=True, nodes=3, engine="ddp"))
+
+
+@pytest.mark.parametrize("name", ["on-demand", "hivemind"])
+def test_launch_output_is_checked_before_anything_is_written(tmp_path, capsys, name):
+    from trainwise.cli import main
+
+    plan_path = tmp_path / "plan.json"
+    four_plans()[name].save(plan_path)
+    before = plan_path.read_bytes()
+    (tmp_path / "adir").mkdir()
+    cases = [(str(plan_path), "would overwrite the input"), (str(tmp_path / "adir"), "is a folder"),
+             ("/proc/t.yaml", "/proc/t.yaml")]
+    for output, fragment in cases:
+        code = main(["launch", str(plan_path), "--dry-run", "--validate", "packaged", "-o", output])
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and "Traceback" not in err and len(errors) == 1, err
+        assert errors[0].startswith(("error: --output", "error: cannot write --output")) and fragment in errors[0], err
+    assert plan_path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "plan.json"]  # no task, no head key
+    assert not list((tmp_path / "adir").iterdir())
