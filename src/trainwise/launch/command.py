@@ -113,6 +113,12 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
     # itself (`-o plan.json`) is refused here, not after validation or as a traceback.
     target = check_output_path(output or plan_path.with_suffix(".sky.yaml"), "--output",
                                inputs=(plan_path, *([plan.requirements] if plan.requirements else [])))
+    if not dry_run:
+        from trainwise.launch.sky_backend import missing_for_launch
+
+        missing = missing_for_launch(plan)
+        if missing is not None:
+            raise TrainwiseError(missing)
     if workdir is None:
         local_files = local_files_in_command(plan.command)
         if local_files:
