@@ -289,3 +289,34 @@ def test_launch_output_is_checked_before_anything_is_written(tmp_path, capsys, n
     assert plan_path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "plan.json"]  # no task, no head key
     assert not list((tmp_path / "adir").iterdir())
+
+
+SKY_QUIET = textwrap.dedent("""
+    import json, logging, sys
+    from trainwise.cli import main
+    code = main(["launch", "plan.json", "--dry-run", "-o", "task.yaml"])
+    from sky.utils import annotations
+    print(json.dumps({"code": code, "handlers": [type(h).__name__ for h in logging.getLogger("sky").handlers],
+                      "on_api_server": annotations.is_on_api_server}))
+""")
+
+
+def test_skypilot_output_stays_off_the_terminal_when_its_catalog_cannot_be_fetched(tmp_path):
+    pytest.importorskip("sky")
+    four_plans()["on-demand"].save(tmp_path / "plan.json")
+    with __import__("socket").socket() as s:  # a proxy nobody listens on: "offline", whatever the network
+        s.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{s.getsockname()[1]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "SKYPILOT_"))
+           and k.lower() not in ("no_proxy", "https_proxy", "http_proxy")}
+    env.update(HOME=str(tmp_path / "home"), HTTPS_PROXY=proxy, HTTP_PROXY=proxy)
+    done = subprocess.run([sys.executable, "-c", SKY_QUIET], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)
+    out = done.stdout + done.stderr
+    assert "<sky-payload>" not in out and "Failed to fetch" not in out and "Traceback" not in out, out[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "could not download its price catalog" in errors[0], out[-3000:]
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state["code"] == 2 and not (tmp_path / "task.yaml").exists()
+    # SkyPilot's logging and server-side flag are as they were (a later sky.launch still shows its progress)
+    assert state["handlers"] == ["EnvAwareHandler"] and state["on_api_server"] is True

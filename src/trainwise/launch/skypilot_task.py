@@ -16,10 +16,13 @@ writes) plus the offering checked against trainwise's own catalog snapshot, used
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import io
 import re
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -351,13 +354,46 @@ def validate(config: dict[str, Any], validator: str = "auto", catalog: Any | Non
     return "validated by SkyPilot's own loader (sky.Task.from_yaml_config + Task.validate) and the packaged schema"
 
 
+_SKYPILOT_OUTPUT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _skypilot_output_kept_back() -> Iterator[io.StringIO]:
+    """Keep what SkyPilot prints while its loader runs in this process off the user's terminal;
+    trainwise reports the outcome itself, in one line.
+
+    SkyPilot code called outside its client SDK assumes it runs on the API server
+    (`sky.utils.annotations.is_on_api_server`) and writes its spinners as encoded `<sky-payload>`
+    lines for a client to decode — the `sky` CLI marks its own YAML loading as client-side for that
+    reason. Its log lines (e.g. "Failed to fetch … catalog") go to handlers bound to the real stdout
+    when `sky` was imported, which redirect_stdout does not reach, so the `sky` logger's handlers are
+    swapped too. Serialised: redirect_stdout is process-wide and `trainwise sweep` validates in threads."""
+    import logging
+
+    from sky.utils import annotations
+
+    buffer = io.StringIO()
+    sky_logger = logging.getLogger("sky")
+    with _SKYPILOT_OUTPUT_LOCK:
+        saved = annotations.is_on_api_server, sky_logger.handlers[:], sky_logger.propagate
+        annotations.is_on_api_server = False
+        sky_logger.handlers = [logging.StreamHandler(buffer)]
+        sky_logger.propagate = False
+        try:
+            with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+                yield buffer
+        finally:
+            annotations.is_on_api_server, sky_logger.handlers, sky_logger.propagate = saved
+
+
 def validate_with_skypilot(config: dict[str, Any]) -> Any:
     """SkyPilot's own loader and resource validation; returns the `sky.Task`."""
     import sky
 
     try:
-        task = sky.Task.from_yaml_config(copy.deepcopy(config))
-        task.validate()
+        with _skypilot_output_kept_back():
+            task = sky.Task.from_yaml_config(copy.deepcopy(config))
+            task.validate()
     except Exception as exc:  # SkyPilot raises ValueError, its own exceptions, requests errors
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         if "Failed to resolve" in message or "Max retries exceeded" in message or exc.__class__.__name__ == "ConnectionError":
