@@ -145,9 +145,13 @@ def test_real_skypilot_loads_all_four_offline(tmp_path):
     broken["resources"]["instance_type"] = "p9.bogus"
     (tmp_path / "broken.yaml").write_text(dump_yaml(broken))
     four_plans()["on-demand"].save(tmp_path / "broken.plan.json")
+    # what the packaged schema refuses about local sources, SkyPilot refuses too
+    (tmp_path / "noworkdir.yaml").write_text(dump_yaml(task_config(four_plans()["on-demand"], workdir="/nonexistent")))
+    (tmp_path / "nodata.yaml").write_text(dump_yaml(task_config(plan_for("aws/use1-az1/p3.2xlarge",
+                                                                         dataset_uri=str(tmp_path / "missing")))))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "SKYPILOT_"))}
     env.update(HOME=str(home), NO_PROXY="*")
-    done = subprocess.run([sys.executable, "-c", SKY_CHECK, *names, "broken"], cwd=tmp_path, env=env,
+    done = subprocess.run([sys.executable, "-c", SKY_CHECK, *names, "broken", "noworkdir", "nodata"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -163,6 +167,39 @@ def test_real_skypilot_loads_all_four_offline(tmp_path):
     assert f"/tcp/31337/p2p/{head_identity().peer_id}" in out["hivemind"]["run"]
     assert out["hivemind"]["file_mounts"]["/trainwise/hivemind/head.key"] == head_identity().local_path
     assert "Invalid instance type 'p9.bogus'" in out["broken"]["error"]
+    assert "Workdir must be a valid directory" in out["noworkdir"]["error"]
+    assert "does not exist locally" in out["nodata"]["error"]
+
+
+def test_packaged_schema_refuses_local_sources_skypilot_could_not_upload(tmp_path):
+    plan = four_plans()["on-demand"]
+    (tmp_path / "code").mkdir()
+    (tmp_path / "train.py").write_text("print('train')\n")
+    validate_packaged(task_config(plan, workdir=str(tmp_path / "code")), catalog())
+    with pytest.raises(TrainwiseError, match="--workdir .*/nowhere does not exist: give the folder"):
+        validate_packaged(task_config(plan, workdir=str(tmp_path / "nowhere")), catalog())
+    with pytest.raises(TrainwiseError, match="train.py is not a folder"):
+        validate_packaged(task_config(plan, workdir=str(tmp_path / "train.py")), catalog())
+    with_data = plan_for("aws/use1-az1/p3.2xlarge", dataset_uri=str(tmp_path / "code"))
+    validate_packaged(task_config(with_data), catalog())  # a local dataset folder that exists is uploaded
+    missing = plan_for("aws/use1-az1/p3.2xlarge", dataset_uri=str(tmp_path / "data"),
+                       requirements=str(tmp_path / "requirements.txt"))
+    with pytest.raises(TrainwiseError, match=r"dataset URI \(--dataset-uri\): .*/data does not exist here"):
+        validate_packaged(task_config(missing), catalog())
+    (tmp_path / "data").mkdir()
+    with pytest.raises(TrainwiseError, match=r"requirements file \(--requirements\): .*requirements.txt does not exist"):
+        validate_packaged(task_config(missing), catalog())
+
+
+def test_launch_refuses_a_missing_workdir_in_one_line(tmp_path, capsys):
+    from trainwise.cli import main
+
+    four_plans()["on-demand"].save(tmp_path / "plan.json")
+    code = main(["launch", str(tmp_path / "plan.json"), "--dry-run", "--validate", "packaged", "--workdir",
+                 str(tmp_path / "nonexistent"), "-o", str(tmp_path / "t.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --workdir") and "does not exist" in err and "Traceback" not in err
+    assert not (tmp_path / "t.yaml").exists()
 
 
 # ---------------------------------------------------------------- what bash really runs

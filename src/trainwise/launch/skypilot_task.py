@@ -293,6 +293,26 @@ def skypilot_installed() -> bool:
         return False
 
 
+_MOUNT_NAMES = {DATA_DIR: "the plan's dataset URI (--dataset-uri)", REQUIREMENTS_PATH: "the plan's requirements "
+                "file (--requirements)", HEAD_IDENTITY_PATH: "the Hivemind head identity"}
+
+
+def _check_local_sources(spec: TaskSpec) -> None:
+    """What SkyPilot uploads from this machine must be here, as its own validation demands (a
+    workdir that is a folder, file mount sources that exist): the packaged schema refuses the same."""
+    if spec.workdir is not None:
+        path = Path(spec.workdir).expanduser()
+        if not path.is_dir():
+            raise TrainwiseError(f"--workdir {spec.workdir} {'is not a folder' if path.exists() else 'does not exist'}: "
+                                 "give the folder with your training code (SkyPilot syncs it to the cluster)")
+    for destination, mount in spec.file_mounts.items():
+        source = mount if isinstance(mount, str) else mount.source
+        if safety.scheme_of(source) == "file" and not Path(source).expanduser().exists():
+            what = _MOUNT_NAMES.get(destination, f"the file mount for {destination}")
+            raise TrainwiseError(f"{what}: {source} does not exist here, and SkyPilot uploads it from this machine: "
+                                 "fix the path (or run from the folder it is relative to)")
+
+
 def validate_packaged(config: dict[str, Any], catalog: Any | None = None) -> TaskSpec:
     """The packaged schema check, plus the offering checked against trainwise's catalog snapshot."""
     try:
@@ -301,6 +321,7 @@ def validate_packaged(config: dict[str, Any], catalog: Any | None = None) -> Tas
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise TrainwiseError(f"the task does not match SkyPilot's schema at `{where}`: {first['msg']}") from None
+    _check_local_sources(spec)
     if catalog is None:
         from trainwise.catalog import load_catalog
 
