@@ -96,3 +96,29 @@ def test_hivemind_plan_notes_say_how_it_recovers():
     assert "restarts from the beginning" in notes and "spot plan without --checkpoint-uri" not in notes
     plain = build_plan_document(result, catalog(), command=COMMAND)
     assert plain.notes == ["spot plan without --checkpoint-uri: a preempted run restarts from the beginning"]
+
+
+@pytest.mark.parametrize("option, value, fragment", [
+    ("--checkpoint-uri", "gs://ck/hm", "--checkpoint-uri 'gs://ck/hm': bucket name 'ck' is not valid: use 3-222"),
+    ("--model-uri", "s3://tw-models/$(id)", "--model-uri 's3://tw-models/$(id)': the path after the bucket may only"),
+    ("--dataset-uri", "s3://Bad_Bucket/data", "--dataset-uri 's3://Bad_Bucket/data': bucket name 'Bad_Bucket'"),
+    ("--dataset-uri", " ", "--dataset-uri is empty: give a local path or a bucket URI"),
+    ("--requirements", "req\nuirements.txt", "--requirements 'req\\nuirements.txt' contains a control character"),
+])
+def test_plan_save_checks_uris_before_planning(tmp_path, capsys, monkeypatch, option, value, fragment):
+    from trainwise.cli import main
+    from trainwise.plan import command as plan_command
+
+    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02).save(
+        tmp_path / "v100.json")
+
+    def no_planning(**_):
+        raise AssertionError("planned before the URIs were checked")
+
+    monkeypatch.setattr(plan_command, "run_plan_command", no_planning)
+    code = main(["plan", "--profile", str(profile), "--catalog", "packaged", "--out-dir", str(tmp_path / "out"),
+                 "--save", str(tmp_path / "x.json"), option, value, "--", "python", "train.py"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and "Traceback" not in err and len(errors) == 1 and fragment in errors[0], err
+    assert not (tmp_path / "x.json").exists() and not (tmp_path / "out").exists()

@@ -242,6 +242,11 @@ def plan(
     """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
     from trainwise.plan.command import run_plan_command
 
+    if save is not None and not history:
+        from trainwise.launch.plan_document import check_plan_uris
+
+        check_plan_uris(dataset_uri=dataset_uri, checkpoint_uri=checkpoint_uri, model_uri=model_uri,
+                        requirements=requirements)
     if history:
         from trainwise.launch.command import show_history
 

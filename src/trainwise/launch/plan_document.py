@@ -237,6 +237,22 @@ def portable_command(command: list[str]) -> list[str]:
     return list(command)
 
 
+URI_OPTIONS = (("dataset_uri", "--dataset-uri"), ("checkpoint_uri", "--checkpoint-uri"), ("model_uri", "--model-uri"),
+               ("requirements", "--requirements"))
+
+
+def check_plan_uris(**values: str | None) -> None:
+    """The locations `plan --save` records (dataset_uri=, checkpoint_uri=, model_uri=, requirements=),
+    checked by the rules the Plan document applies — before the planning, so that a bad one is one
+    line at once rather than a validation error once the plan and its report are done."""
+    for field, option in URI_OPTIONS:
+        if values.get(field) is not None:
+            safety.check_uri(values[field], option)
+    unknown = set(values) - {field for field, _ in URI_OPTIONS}
+    if unknown:
+        raise TypeError(f"check_plan_uris() got unexpected keyword arguments {sorted(unknown)}")
+
+
 def build_plan_document(result: Any, catalog: Any, *, command: list[str], workload: str | None = None,
                         profile_path: str | None = None, name: str | None = None, engine: str | None = None,
                         nodes: int = 1, dataset_uri: str | None = None, checkpoint_uri: str | None = None,
