@@ -68,8 +68,11 @@ def test_bad_inputs_are_refused():
         build_plan_document(result, catalog(), command=[])
     with pytest.raises(TrainwiseError, match="lower-case"):
         build_plan_document(result, catalog(), command=COMMAND, name="Bad;Name")
-    with pytest.raises(ValueError, match="may only contain"):
+    with pytest.raises(TrainwiseError, match="may only contain"):
         build_plan_document(result, catalog(), command=COMMAND, model_uri="s3://bucket/$(id)")
+    # whatever reaches the document's own validation is one line too, not a pydantic traceback
+    with pytest.raises(TrainwiseError, match=r"the plan cannot be saved: `target_batch_size`: .*greater than 0"):
+        build_plan_document(result, catalog(), command=COMMAND, engine="hivemind", target_batch_size=0)
 
 
 def test_load_plan_errors_are_one_line(tmp_path):

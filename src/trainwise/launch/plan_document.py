@@ -422,12 +422,16 @@ def build_plan_document(result: Any, catalog: Any, *, command: list[str], worklo
                          "$TRAINWISE_CHECKPOINT_DIR")
     elif offering.spot and not checkpoint_uri:
         notes.append("spot plan without --checkpoint-uri: a preempted run restarts from the beginning")
-    return PlanDocument(
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), name=job_name, offering=offering,
-        nodes=nodes, engine=chosen_engine, processes_per_node=per_node, target_batch_size=target_batch_size,
-        command=portable_command(command), workload=workload or profile.get("workload"),
-        profile_label=str(best.get("profile")), profile_path=profile_path, profile_host=profile.get("host"),
-        prediction=_prediction(row), here=here, alternatives=alternatives, dataset_uri=dataset_uri,
-        checkpoint_uri=checkpoint_uri, model_uri=model_uri, requirements=requirements,
-        disk_size_gb=disk_size_gb or 100,
-        objective=objective, catalog=result.catalog_caption, notes=notes)
+    try:
+        return PlanDocument(
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), name=job_name, offering=offering,
+            nodes=nodes, engine=chosen_engine, processes_per_node=per_node, target_batch_size=target_batch_size,
+            command=portable_command(command), workload=workload or profile.get("workload"),
+            profile_label=str(best.get("profile")), profile_path=profile_path, profile_host=profile.get("host"),
+            prediction=_prediction(row), here=here, alternatives=alternatives, dataset_uri=dataset_uri,
+            checkpoint_uri=checkpoint_uri, model_uri=model_uri, requirements=requirements,
+            disk_size_gb=disk_size_gb or 100, objective=objective, catalog=result.catalog_caption, notes=notes)
+    except ValidationError as exc:  # what the checks above do not foresee is still one line
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "document"
+        raise TrainwiseError(f"the plan cannot be saved: `{where}`: {str(first['msg']).removeprefix('Value error, ')}") from None
