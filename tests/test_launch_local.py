@@ -169,6 +169,7 @@ def test_a_command_running_a_local_script_gets_this_directory_as_workdir(tmp_pat
     assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml"]) == 0
     assert "workdir: . (the command names train.py" in " ".join(capsys.readouterr().out.split())
     assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "."
-    # an explicit --workdir wins
+    # an explicit --workdir wins (a folder that exists: SkyPilot syncs it)
+    (tmp_path / "src").mkdir()
     assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml", "--workdir", "src"]) == 0
     assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "src"
