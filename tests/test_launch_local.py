@@ -70,6 +70,20 @@ def test_executor_uses_trainwise_run_or_falls_back_to_profile_full(tmp_path):
         executor_argv(ddp, command=command, checkpoint_dir=None, run_dir=tmp_path, use_run=False)
 
 
+def test_local_hivemind_run_gets_no_checkpoint_dir_and_trainwise_run_accepts_it(tmp_path, monkeypatch):
+    from test_launch_task import parsed_by_trainwise_run
+
+    plan = plan_for("gcp/us-central1-a/n1-standard-8+1xT4", spot=True, nodes=3, engine="hivemind",
+                    target_batch_size=768, checkpoint_uri=str(tmp_path / "ck"))
+    # run_local always hands a checkpoint folder over; Hivemind peers recover from each other instead
+    argv, how = executor_argv(plan, command=["python", "train.py"], checkpoint_dir=str(tmp_path / "ck"),
+                              run_dir=tmp_path, use_run=True)
+    assert how == "trainwise run --engine hivemind" and "--checkpoint-dir" not in argv
+    assert argv[3:9] == ["run", "--engine", "hivemind", "--peers", "3", "--target-batch-size"]
+    options = parsed_by_trainwise_run(argv[3:], monkeypatch)
+    assert options.peers == 3 and options.checkpoint is None
+
+
 def test_history_without_runs_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRAINWISE_HISTORY_DIR", str(tmp_path / "none"))
     assert main(["plan", "--history"]) == 2
@@ -155,6 +169,7 @@ def test_a_command_running_a_local_script_gets_this_directory_as_workdir(tmp_pat
     assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml"]) == 0
     assert "workdir: . (the command names train.py" in " ".join(capsys.readouterr().out.split())
     assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "."
-    # an explicit --workdir wins
+    # an explicit --workdir wins (a folder that exists: SkyPilot syncs it)
+    (tmp_path / "src").mkdir()
     assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml", "--workdir", "src"]) == 0
     assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "src"

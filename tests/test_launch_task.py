@@ -145,9 +145,13 @@ def test_real_skypilot_loads_all_four_offline(tmp_path):
     broken["resources"]["instance_type"] = "p9.bogus"
     (tmp_path / "broken.yaml").write_text(dump_yaml(broken))
     four_plans()["on-demand"].save(tmp_path / "broken.plan.json")
+    # what the packaged schema refuses about local sources, SkyPilot refuses too
+    (tmp_path / "noworkdir.yaml").write_text(dump_yaml(task_config(four_plans()["on-demand"], workdir="/nonexistent")))
+    (tmp_path / "nodata.yaml").write_text(dump_yaml(task_config(plan_for("aws/use1-az1/p3.2xlarge",
+                                                                         dataset_uri=str(tmp_path / "missing")))))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "SKYPILOT_"))}
     env.update(HOME=str(home), NO_PROXY="*")
-    done = subprocess.run([sys.executable, "-c", SKY_CHECK, *names, "broken"], cwd=tmp_path, env=env,
+    done = subprocess.run([sys.executable, "-c", SKY_CHECK, *names, "broken", "noworkdir", "nodata"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -163,6 +167,39 @@ def test_real_skypilot_loads_all_four_offline(tmp_path):
     assert f"/tcp/31337/p2p/{head_identity().peer_id}" in out["hivemind"]["run"]
     assert out["hivemind"]["file_mounts"]["/trainwise/hivemind/head.key"] == head_identity().local_path
     assert "Invalid instance type 'p9.bogus'" in out["broken"]["error"]
+    assert "Workdir must be a valid directory" in out["noworkdir"]["error"]
+    assert "does not exist locally" in out["nodata"]["error"]
+
+
+def test_packaged_schema_refuses_local_sources_skypilot_could_not_upload(tmp_path):
+    plan = four_plans()["on-demand"]
+    (tmp_path / "code").mkdir()
+    (tmp_path / "train.py").write_text("print('train')\n")
+    validate_packaged(task_config(plan, workdir=str(tmp_path / "code")), catalog())
+    with pytest.raises(TrainwiseError, match="--workdir .*/nowhere does not exist: give the folder"):
+        validate_packaged(task_config(plan, workdir=str(tmp_path / "nowhere")), catalog())
+    with pytest.raises(TrainwiseError, match="train.py is not a folder"):
+        validate_packaged(task_config(plan, workdir=str(tmp_path / "train.py")), catalog())
+    with_data = plan_for("aws/use1-az1/p3.2xlarge", dataset_uri=str(tmp_path / "code"))
+    validate_packaged(task_config(with_data), catalog())  # a local dataset folder that exists is uploaded
+    missing = plan_for("aws/use1-az1/p3.2xlarge", dataset_uri=str(tmp_path / "data"),
+                       requirements=str(tmp_path / "requirements.txt"))
+    with pytest.raises(TrainwiseError, match=r"dataset URI \(--dataset-uri\): .*/data does not exist here"):
+        validate_packaged(task_config(missing), catalog())
+    (tmp_path / "data").mkdir()
+    with pytest.raises(TrainwiseError, match=r"requirements file \(--requirements\): .*requirements.txt does not exist"):
+        validate_packaged(task_config(missing), catalog())
+
+
+def test_launch_refuses_a_missing_workdir_in_one_line(tmp_path, capsys):
+    from trainwise.cli import main
+
+    four_plans()["on-demand"].save(tmp_path / "plan.json")
+    code = main(["launch", str(tmp_path / "plan.json"), "--dry-run", "--validate", "packaged", "--workdir",
+                 str(tmp_path / "nonexistent"), "-o", str(tmp_path / "t.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --workdir") and "does not exist" in err and "Traceback" not in err
+    assert not (tmp_path / "t.yaml").exists()
 
 
 # ---------------------------------------------------------------- what bash really runs
@@ -216,3 +253,107 @@ def test_multinode_hivemind_task_mounts_the_head_identity_and_needs_one():
     # one node: no head to dial, no identity needed
     single = plan_for("gcp/us-central1-a/n1-standard-8+1xT4", engine="hivemind", per_node=2, target_batch_size=64)
     assert "/trainwise/hivemind/head.key" not in task_config(single)["file_mounts"]
+
+
+class _Parsed(Exception):
+    """Stops `trainwise run` once it has parsed and validated its options."""
+
+
+def parsed_by_trainwise_run(argv: list[str], monkeypatch) -> object:
+    """The RunOptions `trainwise run` builds from `argv` (as the task's run line executes it),
+    validated as run_job does first; nothing is started."""
+    from trainwise.cli import main
+    from trainwise.run import launcher
+
+    seen = []
+
+    def run_job(options, command, **_):
+        options.validate()
+        seen.append(options)
+        raise _Parsed()
+
+    monkeypatch.setattr(launcher, "run_job", run_job)
+    with pytest.raises(_Parsed):
+        main(list(argv))
+    return seen[0]
+
+
+def test_hivemind_task_passes_no_checkpoint_dir_and_trainwise_run_accepts_it(tmp_path, monkeypatch):
+    plan = four_plans()["hivemind"]  # spot, with a checkpoint bucket
+    config = task_config(plan, head_identity=head_identity())
+    assert "--checkpoint-dir" not in config["run"]
+    # the bucket is still mounted: the nodes' run records go there (and whatever the script saves)
+    assert config["file_mounts"]["/trainwise/checkpoints"] == {"source": "gs://tw-checkpoints/mnist", "mode": "MOUNT"}
+    ips = "10.1.0.1\n10.1.0.2\n10.1.0.3\n10.1.0.4"
+    (head,) = run_script(config["run"], tmp_path, SKYPILOT_NODE_RANK="0", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
+    (other,) = run_script(config["run"], tmp_path, SKYPILOT_NODE_RANK="3", SKYPILOT_NUM_NODES="4", SKYPILOT_NODE_IPS=ips)
+    assert other[other.index("--output") + 1] == "/trainwise/checkpoints/run-node3.json"
+    # the head's key is mounted at a fixed path on the cluster; here it is the local file
+    head[head.index("--identity") + 1] = head_identity().local_path
+    for argv in (head, other):
+        options = parsed_by_trainwise_run(argv, monkeypatch)
+        assert options.engine == "hivemind" and options.checkpoint is None and options.target_batch_size == 4096
+
+
+def test_spot_hivemind_needs_no_checkpoint_bucket_and_says_what_a_preemption_costs():
+    plan = plan_for("gcp/us-central1-a/n1-standard-8+1xT4", spot=True, nodes=3, engine="hivemind",
+                    target_batch_size=768, model_uri="gs://tw-models/hm")
+    config = task_config(plan, head_identity=head_identity())
+    assert "/trainwise/checkpoints" not in config["file_mounts"] and "--checkpoint-dir" not in config["run"]
+    assert config["file_mounts"]["/trainwise/model"] == {"source": "gs://tw-models/hm", "mode": "MOUNT"}
+    validate_packaged(config, catalog())
+    # other engines still need the bucket to resume after a preemption
+    with pytest.raises(TrainwiseError, match="checkpoint bucket"):
+        task_config(plan_for("gcp/us-central1-a/n1-standard-8+1xT4", spot=True, nodes=3, engine="ddp"))
+
+
+@pytest.mark.parametrize("name", ["on-demand", "hivemind"])
+def test_launch_output_is_checked_before_anything_is_written(tmp_path, capsys, name):
+    from trainwise.cli import main
+
+    plan_path = tmp_path / "plan.json"
+    four_plans()[name].save(plan_path)
+    before = plan_path.read_bytes()
+    (tmp_path / "adir").mkdir()
+    cases = [(str(plan_path), "would overwrite the input"), (str(tmp_path / "adir"), "is a folder"),
+             ("/proc/t.yaml", "/proc/t.yaml")]
+    for output, fragment in cases:
+        code = main(["launch", str(plan_path), "--dry-run", "--validate", "packaged", "-o", output])
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and "Traceback" not in err and len(errors) == 1, err
+        assert errors[0].startswith(("error: --output", "error: cannot write --output")) and fragment in errors[0], err
+    assert plan_path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "plan.json"]  # no task, no head key
+    assert not list((tmp_path / "adir").iterdir())
+
+
+SKY_QUIET = textwrap.dedent("""
+    import json, logging, sys
+    from trainwise.cli import main
+    code = main(["launch", "plan.json", "--dry-run", "-o", "task.yaml"])
+    from sky.utils import annotations
+    print(json.dumps({"code": code, "handlers": [type(h).__name__ for h in logging.getLogger("sky").handlers],
+                      "on_api_server": annotations.is_on_api_server}))
+""")
+
+
+def test_skypilot_output_stays_off_the_terminal_when_its_catalog_cannot_be_fetched(tmp_path):
+    pytest.importorskip("sky")
+    four_plans()["on-demand"].save(tmp_path / "plan.json")
+    with __import__("socket").socket() as s:  # a proxy nobody listens on: "offline", whatever the network
+        s.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{s.getsockname()[1]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "SKYPILOT_"))
+           and k.lower() not in ("no_proxy", "https_proxy", "http_proxy")}
+    env.update(HOME=str(tmp_path / "home"), HTTPS_PROXY=proxy, HTTP_PROXY=proxy)
+    done = subprocess.run([sys.executable, "-c", SKY_QUIET], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)
+    out = done.stdout + done.stderr
+    assert "<sky-payload>" not in out and "Failed to fetch" not in out and "Traceback" not in out, out[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "could not download its price catalog" in errors[0], out[-3000:]
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state["code"] == 2 and not (tmp_path / "task.yaml").exists()
+    # SkyPilot's logging and server-side flag are as they were (a later sky.launch still shows its progress)
+    assert state["handlers"] == ["EnvAwareHandler"] and state["on_api_server"] is True

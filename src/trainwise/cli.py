@@ -234,7 +234,7 @@ def plan(
     save: Annotated[Optional[Path], typer.Option("--save", help="Save the best plan as a Plan JSON for `trainwise launch` (training command after --)")] = None,
     history: Annotated[bool, typer.Option("--history", help="Show predicted vs actual for past launched runs, and exit")] = False,
     engine: Annotated[Optional[str], typer.Option(help="With --save: local, ddp or hivemind (default: ddp for several GPUs or nodes)")] = None,
-    nodes: Annotated[int, typer.Option(help="With --save: number of nodes")] = 1,
+    nodes: Annotated[int, typer.Option(help="With --save: number of nodes (the saved plan predicts N x its machine, a row the planner ranks)")] = 1,
     dataset_uri: Annotated[Optional[str], typer.Option(help="With --save: where the dataset lives (local path, s3://, gs://)")] = None,
     checkpoint_uri: Annotated[Optional[str], typer.Option(help="With --save: where checkpoints go (a bucket for cloud runs)")] = None,
     model_uri: Annotated[Optional[str], typer.Option(help="With --save: where the final model and the run record go")] = None,
@@ -252,6 +252,12 @@ def plan(
     """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
     from trainwise.plan.command import check_plan_outputs, run_plan_command
 
+    if save is not None and not history:
+        from trainwise.launch.plan_document import check_plan_uris, check_save_choices
+
+        check_plan_uris(dataset_uri=dataset_uri, checkpoint_uri=checkpoint_uri, model_uri=model_uri,
+                        requirements=requirements)
+        check_save_choices(engine=engine, nodes=nodes, name=name, single_machine=not distributed)
     if history:
         from trainwise.launch.command import show_history
 
@@ -272,7 +278,8 @@ def plan(
                      checkpoint_write_s=checkpoint_write_s, reference=reference, top=top, billing=billing,
                      min_billed_seconds=min_billed_seconds,
                      distributed=_distributed_options(distributed, node_counts, target_batch_size, network, hivemind_groups,
-                                                      bytes_per_sample, local_continent, average_state_every))
+                                                      bytes_per_sample, local_continent, average_state_every,
+                                                      save_nodes=nodes if save is not None else None))
     if save is not None:
         from trainwise.launch.command import save_plan
 
@@ -284,7 +291,7 @@ def plan(
 
 def _distributed_options(enabled: bool, node_counts: str, target_batch_size: int | None, network: Path | None,
                          groups: Path | None, bytes_per_sample: float | None, local_continent: str | None,
-                         average_state_every: int | None = None):
+                         average_state_every: int | None = None, save_nodes: int | None = None):
     if not enabled:
         if any(v is not None for v in (target_batch_size, network, groups, bytes_per_sample, local_continent,
                                        average_state_every)):
@@ -295,8 +302,13 @@ def _distributed_options(enabled: bool, node_counts: str, target_batch_size: int
         return single_machine_options()
     from trainwise.plan.distributed import options_from_cli
 
-    return options_from_cli(_parse_int_list(node_counts, "--node-counts"), target_batch_size, network, groups,
-                            bytes_per_sample, local_continent, average_state_every=average_state_every)
+    counts = _parse_int_list(node_counts, "--node-counts")
+    if save_nodes is not None and save_nodes > 1 and save_nodes not in counts:
+        # `--save --nodes N`: the saved plan takes its prediction from the planner's N × machine row
+        # (launch.plan_document.build_plan_document), so N machines are ranked too.
+        counts.append(save_nodes)
+    return options_from_cli(counts, target_batch_size, network, groups, bytes_per_sample, local_continent,
+                            average_state_every=average_state_every)
 
 
 @app.command("workloads")

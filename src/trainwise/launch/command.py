@@ -4,14 +4,15 @@ calls these with parsed options; the logic lives in the modules beside this one.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from trainwise._io import atomic_write_text
+from trainwise._io import atomic_write_text, check_output_path
 from trainwise.errors import TrainwiseError
 from trainwise.launch import safety
 
@@ -71,6 +72,18 @@ def show_history(console: Console) -> None:
 # ------------------------------------------------------------------------------ launch
 
 
+@contextmanager
+def _writing(target: Path) -> Iterator[None]:
+    """An OS error while writing the task or its head key is one line: check_output_path cannot
+    foresee everything (a disk that fills up, a place that refuses new files whatever its mode says)."""
+    try:
+        yield
+    except OSError as exc:
+        raise TrainwiseError(f"cannot write --output {target} ({exc.strerror or exc}): choose a writable output "
+                             "path") from None
+
+
+
 def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None, workdir: str | None,
            trainwise_spec: str | None, work_dir: Path, timeout_s: float | None, console: Console,
            validator: str = "auto") -> None:
@@ -99,7 +112,16 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
         raise TrainwiseError(f"--backend {backend}: use sky (SkyPilot, the default) or local")
     from trainwise.launch.skypilot_task import dump_yaml, local_files_in_command, needs_head_identity, task_config, validate
 
-    target = output or plan_path.with_suffix(".sky.yaml")
+    # Before anything is written (the head key, the task): a folder, an unwritable place or the plan
+    # itself (`-o plan.json`) is refused here, not after validation or as a traceback.
+    target = check_output_path(output or plan_path.with_suffix(".sky.yaml"), "--output",
+                               inputs=(plan_path, *([plan.requirements] if plan.requirements else [])))
+    if not dry_run:
+        from trainwise.launch.sky_backend import missing_for_launch
+
+        missing = missing_for_launch(plan)
+        if missing is not None:
+            raise TrainwiseError(missing)
     if workdir is None:
         local_files = local_files_in_command(plan.command)
         if local_files:
@@ -112,12 +134,14 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
         from trainwise.launch.run_command import HIVEMIND_PORT, write_head_identity
 
         # A fresh key per launch; it must exist before validation (SkyPilot checks mount sources).
-        head_identity = write_head_identity(target)
+        with _writing(target):
+            head_identity = write_head_identity(target)
     try:
         config = task_config(plan, workdir=workdir, trainwise_spec=trainwise_spec, head_identity=head_identity)
         text = dump_yaml(config)
         how = validate(config, validator)
-        atomic_write_text(target, text)
+        with _writing(target):
+            atomic_write_text(target, text)
     except BaseException:
         if head_identity is not None:
             Path(head_identity.local_path).unlink(missing_ok=True)

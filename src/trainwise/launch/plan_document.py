@@ -208,6 +208,15 @@ def _sky_accelerators(catalog: Any) -> dict[str, str]:
 _GROUP_ID = re.compile(r"^(multi-node|hivemind)/(\d+)x/(.+)$")
 
 
+def _catalog_machine(catalog: Any, offering_id: str) -> dict[str, Any] | None:
+    frame = catalog.offerings
+    rows = frame[frame["offering_id"] == offering_id]
+    if rows.empty:
+        return None
+    return {key: (None if isinstance(value, float) and math.isnan(value) else value)
+            for key, value in rows.iloc[0].to_dict().items()}
+
+
 def resolve_group(best: dict[str, Any], catalog: Any) -> tuple[dict[str, Any], int | None, str | None]:
     """(the machine, nodes, engine) of the best row: a catalog machine as it is, or the machine of a
     planner group of identical machines (`multi-node/Nx/OFFERING`: DDP, `hivemind/Nx/OFFERING`).
@@ -216,14 +225,66 @@ def resolve_group(best: dict[str, Any], catalog: Any) -> tuple[dict[str, Any], i
     if parallelism in ("", "ddp-node", "nan"):
         return best, None, None
     match = _GROUP_ID.match(str(best["offering_id"]))
-    frame = catalog.offerings
-    if match is None or not (frame["offering_id"] == match.group(3)).any():
+    machine = _catalog_machine(catalog, match.group(3)) if match is not None else None
+    if machine is None:
         raise TrainwiseError(f"the best plan {best['offering_id']} mixes different machines (or this machine and the "
                              "cloud); one SkyPilot task runs one machine type: re-plan with --single-machine, or save a "
                              "group of identical machines")
-    row = frame[frame["offering_id"] == match.group(3)].iloc[0].to_dict()
-    row = {key: (None if isinstance(value, float) and math.isnan(value) else value) for key, value in row.items()}
-    return row, int(match.group(2)), "ddp" if match.group(1) == "multi-node" else "hivemind"
+    return machine, int(match.group(2)), "ddp" if match.group(1) == "multi-node" else "hivemind"
+
+
+_GROUP_PREFIX = {"ddp": "multi-node", "hivemind": "hivemind"}
+_ENGINE_WORDS = {"ddp": "DDP", "hivemind": "Hivemind"}
+# What makes two catalog offerings the same machine to launch, zone aside.
+_MACHINE_KEYS = ("cloud", "region", "instance_type", "accelerator", "accelerator_count")
+
+
+def prediction_row(result: Any, best: dict[str, Any], machine: dict[str, Any], nodes: int, engine: str,
+                   catalog: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the ranked row that predicts what the plan launches, the machine it launches). One machine:
+    the best row. Several: the planner's group of `nodes` × the machine under `engine`
+    (`multi-node/Nx/…` for DDP, `hivemind/Nx/…`), same market, profile and epochs — or, since the
+    planner groups only the cheapest zone of a region, its group of the same instance type in the same
+    region, and then that zone's machine is the one launched. A single machine's time and cost are not
+    N machines', so without such a row the plan is refused rather than saved with them."""
+    if nodes == 1:
+        return best, machine
+    prefix = f"{_GROUP_PREFIX[engine]}/{nodes}x/"
+    what = f"{nodes} × {machine['offering_id']} ({best['market']}) with {_ENGINE_WORDS[engine]}"
+    if str(best["offering_id"]) == prefix + str(machine["offering_id"]):
+        return best, machine
+    frame = result.plans
+    ids = frame["offering_id"].astype(str)
+    if not ids.str.match(r"^(multi-node|hivemind)/").any():
+        raise TrainwiseError(f"--nodes {nodes} needs the planner's prediction for {what}, and --single-machine ranked "
+                             "no groups: drop --single-machine")
+    same = ((frame["epochs"] == result.primary_epochs) & (frame["market"].astype(str) == str(best["market"]))
+            & (frame["profile"].astype(str) == str(best["profile"])) & ids.str.startswith(prefix))
+    groups = frame[same].sort_values("rank", na_position="last", kind="stable")
+    exact = groups[groups["offering_id"].astype(str) == prefix + str(machine["offering_id"])]
+    candidates = [(exact.iloc[0].to_dict(), machine)] if len(exact) else []
+    if not candidates:
+        for _, group in groups.iterrows():
+            other = _catalog_machine(catalog, str(group["offering_id"])[len(prefix):])
+            if other is not None and all(str(other.get(k)) == str(machine.get(k)) for k in _MACHINE_KEYS):
+                candidates.append((group.to_dict(), other))
+        candidates.sort(key=lambda pair: not bool(pair[0]["feasible"]))  # a feasible one first, else by rank
+    if candidates:
+        row, launched = candidates[0]
+        if not bool(row["feasible"]):
+            raise TrainwiseError(f"the planner's row for {what}, {row['offering_id']}, is excluded by "
+                                 f"{row['excluded_by']}: relax that constraint, or save fewer --nodes")
+        return row, launched
+    accelerator = str(best.get("accelerator"))
+    groups = groups.assign(_other=groups["accelerator"].astype(str) != accelerator,
+                           _excluded=~groups["feasible"].astype(bool)).sort_values(
+        ["_other", "_excluded", "rank"], na_position="last", kind="stable")
+    named = ", ".join(str(i) for i in groups["offering_id"].head(3)) or "none"
+    more = f" (+{len(groups) - 3} more)" if len(groups) > 3 else ""
+    where = "each cloud region and accelerator" if engine == "ddp" else "each accelerator"
+    raise TrainwiseError(f"the ranking has no row for {what}: the planner groups only the cheapest single-accelerator "
+                         f"machine of {where}; its {nodes}-node {_ENGINE_WORDS[engine]} rows: {named}{more}: re-plan so "
+                         "that one of those machines is the best (e.g. --region, --accelerator), or drop --nodes")
 
 
 def default_engine(nodes: int, accelerator_count: float) -> str:
@@ -235,6 +296,39 @@ def portable_command(command: list[str]) -> list[str]:
     if command and command[0] == sys.executable:
         return ["python", *command[1:]]
     return list(command)
+
+
+URI_OPTIONS = (("dataset_uri", "--dataset-uri"), ("checkpoint_uri", "--checkpoint-uri"), ("model_uri", "--model-uri"),
+               ("requirements", "--requirements"))
+
+
+def check_plan_uris(**values: str | None) -> None:
+    """The locations `plan --save` records (dataset_uri=, checkpoint_uri=, model_uri=, requirements=),
+    checked by the rules the Plan document applies — before the planning, so that a bad one is one
+    line at once rather than a validation error once the plan and its report are done."""
+    for field, option in URI_OPTIONS:
+        if values.get(field) is not None:
+            safety.check_uri(values[field], option)
+    unknown = set(values) - {field for field, _ in URI_OPTIONS}
+    if unknown:
+        raise TypeError(f"check_plan_uris() got unexpected keyword arguments {sorted(unknown)}")
+
+
+def check_save_choices(*, engine: str | None, nodes: int, name: str | None, single_machine: bool) -> None:
+    """--engine, --nodes and --name of `plan --save`, checked before the planning as
+    build_plan_document checks them after it."""
+    if nodes < 1:
+        raise TrainwiseError(f"--nodes must be at least 1 (got {nodes})")
+    if engine is not None and engine not in ENGINES:
+        raise TrainwiseError(f"--engine {engine}: use one of {', '.join(ENGINES)}")
+    if engine == "local" and nodes > 1:
+        raise TrainwiseError(f"--engine local runs one process on one machine; --nodes {nodes} needs --engine ddp or "
+                             "hivemind (or drop --nodes)")
+    if nodes > 1 and single_machine:
+        raise TrainwiseError(f"--nodes {nodes} takes its prediction from the planner's {nodes} × machine rows, which "
+                             "--single-machine does not rank: drop --single-machine")
+    if name is not None:
+        safety.check_name(name, "--name")
 
 
 def build_plan_document(result: Any, catalog: Any, *, command: list[str], workload: str | None = None,
@@ -268,18 +362,29 @@ def build_plan_document(result: Any, catalog: Any, *, command: list[str], worklo
     if math.isnan(count):
         count = 0.0
     chosen_engine = engine or default_engine(nodes, count)
+    if chosen_engine == "local" and nodes > 1:
+        raise TrainwiseError(f"--engine local runs one process on one machine; --nodes {nodes} needs --engine ddp or "
+                             "hivemind (or drop --nodes)")
+    # The saved prediction is for what is launched: N machines' row, not the single machine's.
+    row, launched = prediction_row(result, best, machine, nodes, chosen_engine, catalog)
     per_node = max(1, int(count)) if chosen_engine == "ddp" else 1
     if chosen_engine == "hivemind" and target_batch_size is None:
-        target_batch_size = int(best["batch_size"]) * nodes * per_node
+        target_batch_size = int(row["batch_size"]) * nodes * per_node
     spot = str(best["market"]) == "spot"
-    machine_price = machine.get("spot_price_per_hour" if spot else "price_per_hour")
-    price = float(best["price_per_hour"]) if group_nodes is None or machine_price is None else float(machine_price)
+    if row is best and group_nodes is None:
+        price = float(best["price_per_hour"])  # a single machine's own row (also this machine, user-priced)
+    else:
+        # Per machine, from the catalog: a group's row prices all of its machines.
+        catalog_row = _catalog_machine(catalog, str(launched["offering_id"])) or {}
+        machine_price = catalog_row.get("spot_price_per_hour" if spot else "price_per_hour")
+        price = float(row["price_per_hour"]) / nodes if machine_price is None else float(machine_price)
+    machine = launched
     offering = ChosenOffering(
         offering_id=str(machine["offering_id"]), cloud=str(machine["cloud"]), region=_text(machine.get("region")),
         zone=_text(machine.get("zone")), instance_type=_text(machine.get("instance_type")),
         accelerator=_text(machine.get("accelerator")), sky_accelerator=_text(sky_names.get(str(machine["offering_id"]))),
         accelerator_count=count, spot=spot, kind=_text(machine.get("kind")) or "cloud",
-        price_per_hour=price, price_source=str(best["price_provenance"]))
+        price_per_hour=price, price_source=str(row["price_provenance"]))
     primary = result.primary
     # This machine's prediction even when constraints (e.g. --cloud) excluded it from the ranking: a
     # local run is judged against the prediction for the machine it ran on.
@@ -300,14 +405,33 @@ def build_plan_document(result: Any, catalog: Any, *, command: list[str], worklo
     profile = profile_rows.get(str(best.get("profile")), {})
     job_name = name or safety.name_from(workload or (profile.get("workload") or "") or "trainwise-job")
     notes = []
-    if offering.spot and not checkpoint_uri:
+    if row is not best:
+        notes.append(f"{nodes}-node prediction: the planner's row {row['offering_id']}"
+                     + ("" if launched is best or launched["offering_id"] == best["offering_id"] else
+                        f" (the same {launched.get('instance_type')} in {launched.get('region')} as the best single "
+                        f"machine {best['offering_id']}; the planner groups that zone)"))
+    if chosen_engine == "hivemind":
+        notes.append("engine hivemind keeps no checkpoints: a peer that rejoins loads the training state from the "
+                     "other peers" + ("; --checkpoint-uri receives the run records and whatever the script saves to "
+                                      "$TRAINWISE_CHECKPOINT_DIR" if checkpoint_uri else ""))
+        if offering.spot:
+            # SkyPilot's managed-job recovery cancels the job on every node and relaunches the cluster
+            # (sky/jobs/recovery_strategy.py), so no surviving peer holds the state to rejoin.
+            notes.append("spot Hivemind: SkyPilot recovers a preempted job by restarting all of its nodes, so the "
+                         "run restarts from the beginning unless the script saves and reloads its own state under "
+                         "$TRAINWISE_CHECKPOINT_DIR")
+    elif offering.spot and not checkpoint_uri:
         notes.append("spot plan without --checkpoint-uri: a preempted run restarts from the beginning")
-    return PlanDocument(
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), name=job_name, offering=offering,
-        nodes=nodes, engine=chosen_engine, processes_per_node=per_node, target_batch_size=target_batch_size,
-        command=portable_command(command), workload=workload or profile.get("workload"),
-        profile_label=str(best.get("profile")), profile_path=profile_path, profile_host=profile.get("host"),
-        prediction=_prediction(best), here=here, alternatives=alternatives, dataset_uri=dataset_uri,
-        checkpoint_uri=checkpoint_uri, model_uri=model_uri, requirements=requirements,
-        disk_size_gb=disk_size_gb or 100,
-        objective=objective, catalog=result.catalog_caption, notes=notes)
+    try:
+        return PlanDocument(
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), name=job_name, offering=offering,
+            nodes=nodes, engine=chosen_engine, processes_per_node=per_node, target_batch_size=target_batch_size,
+            command=portable_command(command), workload=workload or profile.get("workload"),
+            profile_label=str(best.get("profile")), profile_path=profile_path, profile_host=profile.get("host"),
+            prediction=_prediction(row), here=here, alternatives=alternatives, dataset_uri=dataset_uri,
+            checkpoint_uri=checkpoint_uri, model_uri=model_uri, requirements=requirements,
+            disk_size_gb=disk_size_gb or 100, objective=objective, catalog=result.catalog_caption, notes=notes)
+    except ValidationError as exc:  # what the checks above do not foresee is still one line
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "document"
+        raise TrainwiseError(f"the plan cannot be saved: `{where}`: {str(first['msg']).removeprefix('Value error, ')}") from None

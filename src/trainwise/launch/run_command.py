@@ -6,7 +6,7 @@ parts are trainwise's own references to SkyPilot's environment (`$SKYPILOT_NODE_
 
     trainwise run --engine {local,ddp,hivemind} [--nproc N] [--nnodes M --node-rank R --master-addr A
         --master-port P] [--peers N --target-batch-size B --initial-peers MULTIADDR/p2p/ID | --identity KEY]
-        [--checkpoint-dir URI] [--output RUN.json] -- python train.py ARGS
+        [--checkpoint-dir URI (local, ddp)] [--output RUN.json] -- python train.py ARGS
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def initial_peers_lines(head: HeadIdentity) -> tuple[str, ...]:
 def run_argv(plan: PlanDocument, *, command: Sequence[str], checkpoint_dir: str | None, output: str | ShellExpr | None,
              program: Sequence[str] = ("trainwise",), multinode: bool = False) -> list[str | ShellExpr]:
     """`trainwise run …` for this plan. With `multinode`, node rank, node count and the head
-    address come from SkyPilot's environment; otherwise the run is on one node."""
+    address come from SkyPilot's environment; otherwise the run is on one node. `checkpoint_dir`
+    applies to the local and DDP engines only (see below)."""
     argv: list[str | ShellExpr] = [*program, "run", "--engine", plan.engine]
     if plan.engine == "ddp":
         argv += ["--nproc", str(plan.processes_per_node)]
@@ -83,7 +84,10 @@ def run_argv(plan: PlanDocument, *, command: Sequence[str], checkpoint_dir: str 
         argv += ["--peers", str(plan.processes_per_node), "--target-batch-size", str(plan.target_batch_size)]
         if multinode:
             argv.append(ShellExpr('"${TRAINWISE_PEER_ARGS[@]}"'))
-    if checkpoint_dir is not None:
+    if checkpoint_dir is not None and plan.engine != "hivemind":
+        # Hivemind peers keep no checkpoints: a peer that (re)joins downloads the current state from
+        # the other peers, and `trainwise run` refuses --checkpoint-dir with --engine hivemind. Both
+        # backends build their command here, so neither can pass it.
         argv += ["--checkpoint-dir", checkpoint_dir]
     if output is not None:
         argv += ["--output", output]

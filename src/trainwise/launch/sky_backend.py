@@ -2,8 +2,13 @@
 
 On-demand plans: `sky.launch` (cluster torn down when the job ends: `down=True`). Spot plans:
 `sky.jobs.launch`, a managed job that SkyPilot relaunches after a preemption (`job_recovery` in the
-task). Before launching, the enabled clouds are checked (`sky.enabled_clouds`), and anything missing
-is explained in one line. trainwise's runtime estimate is attached to the task
+task). Before anything is written, the plan's cloud is checked against the clouds SkyPilot can use
+(`enabled_clouds` below), and anything missing is explained in one line.
+
+SkyPilot 0.14 is a client of an API server: every SDK call (`sky.client.sdk.*`, re-exported as
+`sky.launch`, `sky.get`, …) returns a request id, and `sky.get` / `sky.stream_and_get` wait for its
+result. There is no top-level `sky.enabled_clouds` in 0.14. Like the `sky` CLI, the SDK starts a
+local API server on first use when no remote one is configured. trainwise's runtime estimate is attached to the task
 (`Task.set_time_estimator`); note that SkyPilot 0.14 sends tasks to its API server as YAML, where a
 Python callable does not travel, so the estimate is used by optimizers run in this process
 (`sky.Optimizer.optimize`) — the plan itself already fixed the resources.
@@ -20,18 +25,42 @@ from trainwise.launch.skypilot_task import skypilot_installed, time_estimator, v
 SKY_NAMES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure", "lambda": "Lambda"}
 
 
+def _api_error(exc: Exception) -> str:
+    """One line for a failed API-server request: what went wrong and the fix."""
+    from sky import exceptions as sky_exceptions
+
+    detail = " ".join(str(exc).split())[:200] or exc.__class__.__name__
+    if isinstance(exc, sky_exceptions.ApiServerConnectionError):
+        return (f"no SkyPilot API server answers ({detail}): start a local one with `sky api start`, or connect to "
+                "yours with `sky api login -e URL`")
+    if isinstance(exc, sky_exceptions.ApiServerAuthenticationError):
+        return f"the SkyPilot API server needs a login ({detail}): run `sky api login`"
+    if "SKYPILOT_DISABLE_LOCAL_API_SERVER" in detail:
+        return ("no SkyPilot API server is configured and starting a local one is disabled "
+                "(SKYPILOT_DISABLE_LOCAL_API_SERVER=1): connect to one with `sky api login -e URL`, or unset the variable")
+    return f"SkyPilot could not list the enabled clouds ({detail}): run `sky check`"
+
+
+def enabled_clouds() -> set[str]:
+    """Lower-case names of the clouds SkyPilot has working credentials for, from its API server."""
+    import sky
+    from sky.client import sdk
+
+    try:
+        return {str(cloud).lower() for cloud in sky.get(sdk.enabled_clouds())}
+    except Exception as exc:  # connection, authentication, server start-up or request errors
+        raise TrainwiseError(_api_error(exc)) from None
+
+
 def missing_for_launch(plan: PlanDocument) -> str | None:
     """One line saying what is missing to launch `plan` on its cloud, or None when nothing is."""
     if not skypilot_installed():
         return ("SkyPilot is not installed: pip install 'skypilot[" + plan.offering.cloud + "]==0.14.1', then "
                 f"`sky check {plan.offering.cloud}`; or write the task only with --dry-run")
-    import sky
-
     try:
-        enabled = sky.get(sky.enabled_clouds())
-    except Exception as exc:
-        return f"SkyPilot could not list the enabled clouds ({' '.join(str(exc).split())[:160]}): run `sky check`"
-    names = {str(cloud).lower() for cloud in enabled}
+        names = enabled_clouds()
+    except TrainwiseError as exc:
+        return str(exc)
     if plan.offering.cloud.lower() not in names:
         have = ", ".join(sorted(names)) or "none"
         return (f"cloud {SKY_NAMES.get(plan.offering.cloud, plan.offering.cloud)} is not enabled in SkyPilot (enabled: "
@@ -40,10 +69,8 @@ def missing_for_launch(plan: PlanDocument) -> str | None:
 
 
 def launch_with_skypilot(plan: PlanDocument, config: dict[str, Any]) -> str:
-    """Launch; returns a one-line description of what was started."""
-    missing = missing_for_launch(plan)
-    if missing is not None:
-        raise TrainwiseError(missing)
+    """Launch; returns a one-line description of what was started. Call `missing_for_launch` first
+    (`trainwise launch` does, before it writes anything)."""
     import sky
 
     task = validate_with_skypilot(config)

@@ -16,10 +16,13 @@ writes) plus the offering checked against trainwise's own catalog snapshot, used
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import io
 import re
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -165,10 +168,16 @@ def _mounts(plan: PlanDocument) -> tuple[dict[str, Any], dict[str, str]]:
         mounts[DATA_DIR] = {"source": uri, "mode": "COPY"} if safety.is_bucket_uri(uri) else uri
         envs["TRAINWISE_DATA_DIR"] = DATA_DIR
     if plan.checkpoint_uri:
+        # Mounted for every engine: it also receives the nodes' run records (`--output`), and the
+        # script may save there itself ($TRAINWISE_CHECKPOINT_DIR). Only the local and DDP engines
+        # are given it as --checkpoint-dir (run_command.run_argv).
         uri = safety.check_uri(plan.checkpoint_uri, "checkpoint URI", bucket_only=True)
         mounts[CHECKPOINT_DIR] = {"source": uri, "mode": "MOUNT"}
         envs["TRAINWISE_CHECKPOINT_DIR"] = CHECKPOINT_DIR
-    elif plan.offering.spot:
+    elif plan.offering.spot and plan.engine != "hivemind":
+        # Hivemind does not resume from checkpoints (a rejoining peer loads the state from the
+        # others), so a bucket would not make its spot run resumable; the plan's notes say what a
+        # preemption costs it instead (plan_document.build_plan_document).
         raise TrainwiseError("a spot plan needs a checkpoint bucket so a preempted run resumes: re-plan with "
                              "--checkpoint-uri s3://BUCKET/PATH (or gs://...)")
     if plan.model_uri:
@@ -284,6 +293,26 @@ def skypilot_installed() -> bool:
         return False
 
 
+_MOUNT_NAMES = {DATA_DIR: "the plan's dataset URI (--dataset-uri)", REQUIREMENTS_PATH: "the plan's requirements "
+                "file (--requirements)", HEAD_IDENTITY_PATH: "the Hivemind head identity"}
+
+
+def _check_local_sources(spec: TaskSpec) -> None:
+    """What SkyPilot uploads from this machine must be here, as its own validation demands (a
+    workdir that is a folder, file mount sources that exist): the packaged schema refuses the same."""
+    if spec.workdir is not None:
+        path = Path(spec.workdir).expanduser()
+        if not path.is_dir():
+            raise TrainwiseError(f"--workdir {spec.workdir} {'is not a folder' if path.exists() else 'does not exist'}: "
+                                 "give the folder with your training code (SkyPilot syncs it to the cluster)")
+    for destination, mount in spec.file_mounts.items():
+        source = mount if isinstance(mount, str) else mount.source
+        if safety.scheme_of(source) == "file" and not Path(source).expanduser().exists():
+            what = _MOUNT_NAMES.get(destination, f"the file mount for {destination}")
+            raise TrainwiseError(f"{what}: {source} does not exist here, and SkyPilot uploads it from this machine: "
+                                 "fix the path (or run from the folder it is relative to)")
+
+
 def validate_packaged(config: dict[str, Any], catalog: Any | None = None) -> TaskSpec:
     """The packaged schema check, plus the offering checked against trainwise's catalog snapshot."""
     try:
@@ -292,6 +321,7 @@ def validate_packaged(config: dict[str, Any], catalog: Any | None = None) -> Tas
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise TrainwiseError(f"the task does not match SkyPilot's schema at `{where}`: {first['msg']}") from None
+    _check_local_sources(spec)
     if catalog is None:
         from trainwise.catalog import load_catalog
 
@@ -345,13 +375,46 @@ def validate(config: dict[str, Any], validator: str = "auto", catalog: Any | Non
     return "validated by SkyPilot's own loader (sky.Task.from_yaml_config + Task.validate) and the packaged schema"
 
 
+_SKYPILOT_OUTPUT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _skypilot_output_kept_back() -> Iterator[io.StringIO]:
+    """Keep what SkyPilot prints while its loader runs in this process off the user's terminal;
+    trainwise reports the outcome itself, in one line.
+
+    SkyPilot code called outside its client SDK assumes it runs on the API server
+    (`sky.utils.annotations.is_on_api_server`) and writes its spinners as encoded `<sky-payload>`
+    lines for a client to decode — the `sky` CLI marks its own YAML loading as client-side for that
+    reason. Its log lines (e.g. "Failed to fetch … catalog") go to handlers bound to the real stdout
+    when `sky` was imported, which redirect_stdout does not reach, so the `sky` logger's handlers are
+    swapped too. Serialised: redirect_stdout is process-wide and `trainwise sweep` validates in threads."""
+    import logging
+
+    from sky.utils import annotations
+
+    buffer = io.StringIO()
+    sky_logger = logging.getLogger("sky")
+    with _SKYPILOT_OUTPUT_LOCK:
+        saved = annotations.is_on_api_server, sky_logger.handlers[:], sky_logger.propagate
+        annotations.is_on_api_server = False
+        sky_logger.handlers = [logging.StreamHandler(buffer)]
+        sky_logger.propagate = False
+        try:
+            with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+                yield buffer
+        finally:
+            annotations.is_on_api_server, sky_logger.handlers, sky_logger.propagate = saved
+
+
 def validate_with_skypilot(config: dict[str, Any]) -> Any:
     """SkyPilot's own loader and resource validation; returns the `sky.Task`."""
     import sky
 
     try:
-        task = sky.Task.from_yaml_config(copy.deepcopy(config))
-        task.validate()
+        with _skypilot_output_kept_back():
+            task = sky.Task.from_yaml_config(copy.deepcopy(config))
+            task.validate()
     except Exception as exc:  # SkyPilot raises ValueError, its own exceptions, requests errors
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         if "Failed to resolve" in message or "Max retries exceeded" in message or exc.__class__.__name__ == "ConnectionError":

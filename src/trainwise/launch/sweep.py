@@ -240,10 +240,9 @@ def run_cloud_candidates(candidates: Sequence[Candidate], configs: dict[str, dic
                              "`sky check`; or write the tasks only with --dry-run")
     import sky
 
-    try:
-        enabled = {str(c).lower() for c in sky.get(sky.enabled_clouds())}
-    except Exception as exc:
-        raise TrainwiseError(f"SkyPilot could not list the enabled clouds ({' '.join(str(exc).split())[:160]}): run `sky check`") from None
+    from trainwise.launch.sky_backend import enabled_clouds
+
+    enabled = enabled_clouds()
     frame = catalog.offerings.set_index("offering_id")
     for candidate in candidates:
         cloud = str(frame.loc[candidate.offering_id, "cloud"])
