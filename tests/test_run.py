@@ -160,6 +160,26 @@ def test_a_killed_launcher_takes_its_job_with_it(tmp_path):
     assert not marker.exists()
 
 
+def test_run_output_that_cannot_be_written_is_refused_before_the_job_runs(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    data = tmp_path / "data.csv"
+    data.write_text("1,2\n")
+    (tmp_path / "a_folder").mkdir()
+    cases = [(script, "would overwrite the input"), (data, "would overwrite the input"),
+             (tmp_path / "a_folder", "is a folder"), (script / "run.json", "is a file, not a folder")]
+    if Path("/proc/self").is_dir():
+        cases.append((Path("/proc/run.json"), "cannot write in /proc"))  # os.access says yes there to root
+    for output, message in cases:
+        code = main(["run", "-o", str(output), "--", "python", str(script), f"--data={data}"])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert not marker.exists()  # refused before anything ran
+    assert script.read_text().startswith("open(") and data.read_text() == "1,2\n"
+
+
 def test_cli_run_needs_the_separator_and_a_target_batch_size(capsys):
     assert main(["run", "--engine", "local"]) == 2
     assert "missing `--`" in capsys.readouterr().err

@@ -58,15 +58,39 @@ def check_output_path(path: str | os.PathLike[str], option: str, inputs: tuple[s
                 raise TrainwiseError(f"{option} {target} would overwrite the input {source}: write to another file")
         except OSError:
             continue
-    ancestor = target.absolute().parent
+    _check_writable_folder(target, target.absolute().parent, option)
+    return target
+
+
+def check_output_dir(path: str | os.PathLike[str], option: str) -> Path:
+    """check_output_path for an output folder: an existing file, or a place where no folder can be
+    made, is refused before the work starts. A missing folder is fine (it is created)."""
+    from trainwise.errors import TrainwiseError
+
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise TrainwiseError(f"{option} {target} is a file, not a folder: give a folder (it is created if missing)")
+    _check_writable_folder(target, target.absolute(), option)
+    return target
+
+
+def _check_writable_folder(target: Path, folder: Path, option: str) -> None:
+    """The nearest existing folder of `folder` must take new files. os.access is not enough: it says
+    yes to root for /proc and /sys, where nothing can be created, so a file is made and removed."""
+    from trainwise.errors import TrainwiseError
+
+    ancestor = folder
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise TrainwiseError(f"{option} {target}: {ancestor} is a file, not a folder: choose another output path")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise TrainwiseError(f"{option} {target}: cannot write in {ancestor} (read-only or no permission): "
-                             "choose a writable output path")
-    return target
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".trainwise-probe-", dir=ancestor)
+    except OSError as exc:
+        raise TrainwiseError(f"{option} {target}: cannot write in {ancestor} ({exc.strerror or exc}; read-only or no "
+                             "permission): choose a writable output path") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_output_text(path: str | os.PathLike[str], text: str, option: str) -> Path:

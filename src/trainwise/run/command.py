@@ -51,6 +51,19 @@ def summary_lines(result) -> list[str]:
     return lines
 
 
+def command_inputs(command: list[str]) -> tuple[str, ...]:
+    """The words of the training command that may name its files (the script, data, a config): an
+    output must not replace one. `--data=x.csv` names x.csv; check_output_path compares existing files only."""
+    inputs = []
+    for arg in command:
+        if arg.startswith("-"):
+            if "=" in arg:
+                inputs.append(arg.split("=", 1)[1])
+        else:
+            inputs.append(arg)
+    return tuple(inputs)
+
+
 def run_command(
     ctx: typer.Context,
     engine: Annotated[str, typer.Option(help="local, ddp (torchrun) or hivemind")] = "local",
@@ -108,9 +121,17 @@ def run_command(
                          average_state_every=average_state_every,
                          checkpoint=checkpoint, timeout_s=timeout, tune_allocator=tune_allocator,
                          flush_denormal=flush_denormal)
+    if output is not None:
+        from trainwise._io import check_output_path
+
+        # Before the job runs: a result that cannot be written is the whole run's measurements lost, and
+        # `-o train.py` must not replace the script with JSON.
+        check_output_path(output, "--output", inputs=command_inputs(passthrough) + ((str(identity),) if identity else ()))
     result = run_job(options, passthrough)
     if output is not None:
-        result.save(output)
+        from trainwise._io import write_output_text
+
+        write_output_text(output, result.model_dump_json(indent=1), "--output")
     console = getattr(sys.modules.get("__main__"), "console", None) or cli.console
     console.print(result_table(result))
     for line in summary_lines(result):
