@@ -234,6 +234,63 @@ def test_hivemind_summary_rates_optimizer_steps_apart_from_epochs_jumped():
     assert "hivemind progress: 32.0 samples/s trained" in " ".join(summary_lines(result))
 
 
+def test_hivemind_summary_prints_the_averaging_rounds_the_record_holds_not_the_epoch_transitions():
+    # 5 epoch transitions, but no round with a group: the peers never averaged, and the record says so
+    rounds = [{"epoch": e, "end_wall_s": 1000.0 + 2.0 * e, "blocking_s": 0.01, "peers": 1} for e in range(5)]
+    raws = {r: _raw([{"start_s": 0.0, "end_s": 1.0, "data_wait_s": 0.0, "samples": 8}]) for r in (0, 1)}
+    runs = {r: {"hivemind_rounds": rounds, "notes": ["the ranks' steady windows do not overlap [sic]"],
+                "hivemind": {"averaging": [{"seconds": 0.5, "group": False}]}} for r in (0, 1)}
+    result = build_result(RunOptions(engine="hivemind", peers=2, target_batch_size=64), ["python", "x.py"], [0, 0],
+                          1000.0, 12.0, raws, runs)
+    assert result.hivemind.rounds == 5 and result.hivemind.averaging_rounds == 0
+    text = "\n".join(summary_lines(result))
+    assert "0 gradient-averaging rounds with a group" in text and "5 optimizer steps (epoch transitions)" in text
+    assert "5 averaging rounds" not in text
+    assert "never averaged with a group" in text
+    assert "note: the ranks' steady windows do not overlap" in text  # the record's notes are printed
+    runs[0]["hivemind"]["averaging"] = [{"seconds": 0.5, "group": True, "averaged": True},
+                                        {"seconds": 0.7, "group": True, "averaged": False}]
+    result = build_result(RunOptions(engine="hivemind", peers=2, target_batch_size=64), ["python", "x.py"], [0, 0],
+                          1000.0, 12.0, raws, runs)
+    text = "\n".join(summary_lines(result))
+    assert "2 gradient-averaging rounds with a group, 1 fell back to local gradients (median 600.0 ms)" in text
+    assert "never averaged" not in text
+
+
+def test_the_dht_drops_a_request_whose_sender_exited_and_nothing_else():
+    import multiprocessing as mp
+
+    from trainwise.run._child import _DROPPED_MESSAGE, _SenderTolerantPipe
+
+    class GoneSender:
+        """recv() as multiprocessing fails when the process that shared a reply pipe has exited."""
+
+        def __init__(self, error):
+            self.error = error
+
+        def recv(self):
+            from multiprocessing import resource_sharer
+
+            resource_sharer.DupFd.detach(type("Fd", (), {"_id": ("/nonexistent/listener", 1)})())
+
+        def fileno(self):
+            return 7
+
+    gone = _SenderTolerantPipe(GoneSender(None))
+    assert gone.recv() == _DROPPED_MESSAGE  # FileNotFoundError inside the resource sharer: dropped
+    assert gone.fileno() == 7
+    inner, outer = mp.Pipe(duplex=False)
+    outer.send(("_get", [], {"key": "k"}))
+    assert _SenderTolerantPipe(inner).recv() == ("_get", [], {"key": "k"})
+
+    class Broken:
+        def recv(self):
+            raise OSError("some other failure")
+
+    with pytest.raises(OSError, match="some other failure"):  # not a gone sender: hivemind handles it
+        _SenderTolerantPipe(Broken()).recv()
+
+
 # ---------------------------------------------------------------------------- real runs
 
 

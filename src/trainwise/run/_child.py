@@ -611,8 +611,8 @@ class RunAgent:
         host = cfg.get("host") or "127.0.0.1"
         port = int(cfg.get("port") or 0)
         identity = {"identity_path": cfg["identity_path"]} if cfg.get("identity_path") else {}
-        dht = hivemind.DHT(start=True, host_maddrs=[f"/ip4/{host}/tcp/{port}"],
-                           initial_peers=list(cfg.get("initial_peers") or []), **identity)
+        dht = _quiet_shutdown_dht_class()(start=True, host_maddrs=[f"/ip4/{host}/tcp/{port}"],
+                                          initial_peers=list(cfg.get("initial_peers") or []), **identity)
         maddrs = [str(a) for a in dht.get_visible_maddrs()]
         path = os.path.join(self.config["workdir"], f"peer-{self.rank}.maddrs")
         fd, tmp = tempfile.mkstemp(dir=self.config["workdir"], prefix=".maddrs-")
@@ -711,6 +711,7 @@ class RunAgent:
                 optimizer.shutdown()
             finally:
                 agent._dht.shutdown()
+                _silence_pending_task_warnings()
 
         # Hivemind's threads must stop before the interpreter joins non-daemon threads at exit, which
         # happens before atexit handlers run.
@@ -754,3 +755,70 @@ class RunAgent:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+# A message dropped by the DHT process: its sender had exited before the message could be read.
+_DROPPED_MESSAGE = ("_trainwise_dropped_message", [], {})
+
+
+def _sender_gone(exc: BaseException) -> bool:
+    """True for the error of unpickling a message whose reply pipe was shared by a process that has
+    exited: multiprocessing's resource sharer of that process is gone (its socket file removed, or
+    closed mid-handshake)."""
+    import traceback
+
+    if not isinstance(exc, (EOFError, OSError)):
+        return False
+    return any(frame.f_code.co_filename.endswith(os.path.join("multiprocessing", "resource_sharer.py"))
+               for frame, _ in traceback.walk_tb(exc.__traceback__))
+
+
+class _SenderTolerantPipe:
+    """The DHT process's end of its request pipe. hivemind.Optimizer.shutdown() stops the averager
+    processes while requests they sent to the DHT are still queued; each carries a reply pipe that
+    only the exited averager could hand over, so reading it fails: a FileNotFoundError hivemind logs
+    with its traceback, or an EOFError that ends the DHT's loop with one ("Process DHT-1: ...
+    EOFError", then "Task was destroyed but it is pending!"), at the end of every run. Nobody waits
+    for those replies; such a request is dropped, any other error is hivemind's to handle."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+
+    def recv(self) -> Any:
+        try:
+            return self._pipe.recv()
+        except (EOFError, OSError) as exc:
+            if _sender_gone(exc):
+                return _DROPPED_MESSAGE
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+
+def _quiet_shutdown_dht_class():
+    import hivemind
+
+    class QuietShutdownDHT(hivemind.DHT):
+        def run(self) -> None:
+            # In the DHT process (a fork): only its reading end is wrapped.
+            self._inner_pipe = _SenderTolerantPipe(self._inner_pipe)
+            super().run()
+
+        async def _trainwise_dropped_message(self) -> None:
+            return None
+
+    return QuietShutdownDHT
+
+
+def _silence_pending_task_warnings() -> None:
+    """After hivemind has shut down, at exit: its progress tracker's loop is closed with a DHT store
+    still pending, and asyncio reports "Task was destroyed but it is pending!" when the interpreter
+    collects it. Only that message, only from now on, is dropped."""
+    import logging
+
+    class PendingTaskAtExit(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not str(record.msg).startswith("Task was destroyed but it is pending!")
+
+    logging.getLogger("asyncio").addFilter(PendingTaskAtExit())
