@@ -307,7 +307,7 @@ class RunAgent:
                     else "resume with the script that wrote it")
             self._cannot_resume(f"the script built models {classes}, the checkpoint holds {state['model_classes']}; {hint}")
         for module, weights in zip(roots, state["models"]):
-            module.load_state_dict(weights)
+            self._load_or_refuse(module, weights, f"model {type(module).__name__}")
         for kind, saved in (("optimizers", state["optimizers"]), ("schedulers", state["schedulers"]),
                             ("scalers", state["scalers"])):
             objects = self._alive(getattr(self, kind))
@@ -315,7 +315,24 @@ class RunAgent:
                 self._cannot_resume(f"the script built {len(objects)} {kind}, the checkpoint holds {len(saved)}; "
                                     "resume with the script that wrote it")
             for obj, sd in zip(objects, saved):
-                obj.load_state_dict(sd)
+                self._load_or_refuse(obj, sd, f"{kind[:-1]} {type(obj).__name__}")
+
+    def _load_or_refuse(self, obj: Any, state_dict: Any, what: str) -> None:
+        """load_state_dict, with a state of another model (a changed layer size, a renamed layer, another
+        optimizer's parameter groups) a one-line refusal like a changed model class: torch's error,
+        raised in the script's loop, would read as the script's own bug."""
+        try:
+            obj.load_state_dict(state_dict)
+        except Exception as exc:  # noqa: BLE001 - whatever the object's loader raises on a foreign state
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [repr(exc)]
+            if len(lines) > 1 and lines[0].endswith(":"):
+                # torch's first line only says where ("Error(s) in loading state_dict for Sequential:");
+                # each next one names a difference
+                lines = lines[1:]
+            detail = lines[0].rstrip(".") + (f"; and {len(lines) - 1} more" if len(lines) > 1 else "")
+            self._cannot_resume(f"the script's {what} does not match the checkpoint ({type(exc).__name__}: {detail}); "
+                                "resume with the script and settings that wrote it")
+
 
     @staticmethod
     def _framework_loop() -> tuple[str, Any] | None:
@@ -366,8 +383,9 @@ class RunAgent:
     def _cannot_resume(self, why: str) -> None:
         # Raised inside the user's training loop this would end in a traceback through their code;
         # the launcher turns this exit code into a one-line error.
-        print(f"trainwise: cannot resume from {self.resumed_from}: {why}, or start afresh with another "
-              "--checkpoint-dir", file=sys.stderr, flush=True)
+        where = (self.checkpoint_config or {}).get("dir", "the checkpoint folder")
+        print(f"trainwise: cannot resume from {self.resumed_from} in {where}: {why}, or start afresh with another "
+              f"--checkpoint-dir (or delete {where})", file=sys.stderr, flush=True)
         os._exit(RESUME_MISMATCH_EXIT)
 
     # ---- data loader boundaries -------------------------------------------------------------

@@ -184,7 +184,8 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
     if RESUME_MISMATCH_EXIT in codes or 128 + RESUME_MISMATCH_EXIT in codes:
         where = options.checkpoint.directory if options.checkpoint else "the checkpoint folder"
         raise TrainwiseError(f"the checkpoint in {where} does not match this job (the line above says how): resume with "
-                             "the engine, --nproc and script that wrote it, or start afresh with another --checkpoint-dir")
+                             "the engine, --nproc and script that wrote it, or start afresh with another --checkpoint-dir "
+                             f"(or delete {where})")
     killed = [code for code in codes if code < 0]
     if killed and not any(raw.get("iterations") for raw in raws.values()):
         import signal
