@@ -745,8 +745,6 @@ class RunAgent:
         loader_class.__iter__ = loader_iter
 
     def _start_dht(self):
-        import hivemind
-
         cfg = self.config["hivemind"]
         host = cfg.get("host") or "127.0.0.1"
         port = int(cfg.get("port") or 0)
