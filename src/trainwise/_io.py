@@ -58,37 +58,48 @@ def check_output_path(path: str | os.PathLike[str], option: str, inputs: tuple[s
                 raise TrainwiseError(f"{option} {target} would overwrite the input {source}: write to another file")
         except OSError:
             continue
-    _check_writable_folder(target, target.absolute().parent, option)
+    _check_creatable_in(target.absolute().parent, option, target)
     return target
 
 
-def check_output_dir(path: str | os.PathLike[str], option: str) -> Path:
-    """check_output_path for an output folder: an existing file, or a place where no folder can be
-    made, is refused before the work starts. A missing folder is fine (it is created)."""
+def check_output_folder(path: str | os.PathLike[str], option: str, files: tuple[str, ...] = (),
+                        inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
+    """check_output_path for a folder of outputs: `path` must be a folder or creatable as one, and
+    none of the `files` it will receive may be a folder or one of `inputs`."""
     from trainwise.errors import TrainwiseError
 
     target = Path(path)
     if target.exists() and not target.is_dir():
-        raise TrainwiseError(f"{option} {target} is a file, not a folder: give a folder (it is created if missing)")
-    _check_writable_folder(target, target.absolute(), option)
+        raise TrainwiseError(f"{option} {target} is a file, not a folder: give a folder for the output files "
+                             "(it is created if missing)")
+    _check_creatable_in(target.absolute(), option, target)
+    for name in files:
+        if (target / name).is_dir():
+            raise TrainwiseError(f"{option} {target}: its {name} would be a file but is a folder: "
+                                 "remove it or choose another folder")
+        check_output_path(target / name, option, inputs)
     return target
 
 
-def _check_writable_folder(target: Path, folder: Path, option: str) -> None:
-    """The nearest existing folder of `folder` must take new files. os.access is not enough: it says
-    yes to root for /proc and /sys, where nothing can be created, so a file is made and removed."""
+def _check_creatable_in(folder: Path, option: str, shown: Path) -> None:
+    """`folder` exists and takes new files, or its nearest existing ancestor takes new folders."""
     from trainwise.errors import TrainwiseError
 
     ancestor = folder
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise TrainwiseError(f"{option} {target}: {ancestor} is a file, not a folder: choose another output path")
+        raise TrainwiseError(f"{option} {shown}: {ancestor} is a file, not a folder: choose another output path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise TrainwiseError(f"{option} {shown}: cannot write in {ancestor} (read-only or no permission): "
+                             "choose a writable output path")
+    # os.access answers from the permission bits, which root bypasses; some places refuse new entries
+    # anyway (/proc, /sys): creating one is the only sure test.
     try:
         fd, probe = tempfile.mkstemp(prefix=".trainwise-probe-", dir=ancestor)
     except OSError as exc:
-        raise TrainwiseError(f"{option} {target}: cannot write in {ancestor} ({exc.strerror or exc}; read-only or no "
-                             "permission): choose a writable output path") from None
+        raise TrainwiseError(f"{option} {shown}: cannot write in {ancestor} ({exc.strerror or exc}): "
+                             "choose a writable output path") from None
     os.close(fd)
     os.unlink(probe)
 

@@ -96,7 +96,7 @@ def profile_command(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the profile and the choice as JSON")] = None,
 ) -> None:
     """Profile strategies of SPEC (offline time p, storage s, throughput t through a real DataLoader) and pick one."""
-    from trainwise._io import check_output_dir, check_output_path, write_output_text
+    from trainwise._io import check_output_folder, check_output_path, write_output_text
     from trainwise.pipeline.profiler import confirm_leaders, measure_read_bandwidth, profile_pipeline
     from trainwise.pipeline.resolve import load_spec
     from trainwise.pipeline.select import cloud_prices_from_catalog, required_samples_per_s, select
@@ -110,7 +110,7 @@ def profile_command(
         raise TrainwiseError("--training-profile and --accelerator go together (or give --required-sps)")
     # Before the profiling (minutes): its results must have somewhere to go, and --json must not
     # replace the pipeline's source or the training profile.
-    check_output_dir(output_dir, "--output-dir")
+    check_output_folder(output_dir, "--output-dir")
     if json_out is not None:
         check_output_path(json_out, "--json", inputs=tuple(p for p in (_spec_source(spec), training_profile) if p is not None))
     if training_profile is not None:
@@ -198,10 +198,10 @@ def apply_command(
     from trainwise.pipeline.resolve import load_spec
     from trainwise.pipeline.strategy import Strategy
 
-    from trainwise._io import check_output_dir
+    from trainwise._io import check_output_folder
 
     chosen = Strategy.parse(strategy)
-    check_output_dir(output_dir, "--output-dir")  # before the materialisation, not at its first shard
+    check_output_folder(output_dir, "--output-dir")  # before the materialisation, not at its first shard
     pipeline = load_spec(spec, data_dir=data_dir, size=size)
     chosen.check(pipeline)
     if chosen.materialised:
