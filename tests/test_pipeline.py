@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from trainwise.errors import TrainwiseError
 from trainwise.pipeline import Pipeline, SequenceSource, Step, Strategy, apply, enumerate_strategies
@@ -212,6 +213,34 @@ def test_a_stuck_worker_process_stops_the_profile_with_an_error_naming_the_strat
     assert time.perf_counter() - started < 60
     # the same step in the main process is not stuck: the timeout concerns worker processes only
     assert measure_online(pipeline, Strategy.parse("online-w0p-none"), min_seconds=0.1, max_epochs=1, stall_timeout_s=2)["throughput_sps"] > 0
+
+
+def test_numpy_scalar_fields_come_back_as_the_online_pipeline_gives_them(tmp_path):
+    seen: dict[str, set] = {}
+
+    def label(sample):
+        return {**sample, "label": np.int64(int(sample["data"][0])), "weight": np.float32(0.5), "scale": np.array(2.0)}
+
+    def look(sample):  # an online step sees the same types whatever was stored offline
+        seen.setdefault(sample["__key__"], set()).add((type(sample["label"]), type(sample["weight"])))
+        return sample
+
+    items = [np.full(4, i, dtype=np.float32) for i in range(6)]
+    pipeline = Pipeline("scalars", SequenceSource(items, storage_bytes=96), [Step("label", label), Step("look", look)])
+    for fmt in ("npy", "st"):
+        for batch_size in (None, 3):
+            delivered = {}
+            for strategy_id in ("online-w0p-none", f"m1-{fmt}-zstd-s2-w0p-none"):
+                apply(pipeline, Strategy.parse(strategy_id), tmp_path)  # materialised (once) where it says so
+                loader = make_dataloader(pipeline, Strategy.parse(strategy_id), tmp_path, batch_size=batch_size)
+                first = min(loader, key=lambda b: str(b["__key__"]))
+                delivered[strategy_id] = {k: (type(v), getattr(v, "dtype", None), np.asarray(v).tolist())
+                                          for k, v in first.items() if k != "__key__"}
+            online, stored = delivered.values()
+            assert online == stored, (fmt, batch_size, online, stored)
+            assert online["weight"][1] == torch.float32  # not float64, as a stored JSON number batched
+            assert np.asarray(stored["scale"][2]).shape == ((3,) if batch_size else ())  # a 0-d array stays 0-d
+    assert all(types == {(np.int64, np.float32)} for types in seen.values()), seen
 
 
 def test_strategy_ids_round_trip_and_enumeration_respects_determinism():

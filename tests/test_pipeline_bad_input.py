@@ -218,3 +218,72 @@ def test_cli_bad_builder_and_worker_kind_are_one_line_errors(tmp_path, capsys):
     assert main(["pipeline", "profile", "cv", "--size", "tiny", "--worker-kinds", "fiber",
                  "--output-dir", str(tmp_path / "o"), "--data-dir", str(tmp_path / "d")]) == 2
     assert "unknown worker kind 'fiber'" in capsys.readouterr().err
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_the_profiling(tmp_path, capsys, monkeypatch):
+    import trainwise.pipeline.profiler as profiler
+
+    script = tmp_path / "my_pipe.py"
+    source = ("import numpy as np\n"
+              "from trainwise.pipeline import Pipeline, Step\n"
+              "def build():\n"
+              "    return Pipeline.from_dataset([np.ones(4) * i for i in range(6)], [Step('keep', lambda s: s)], name='mine')\n")
+    script.write_text(source)
+    (tmp_path / "a_folder").mkdir()
+    training = tmp_path / "job.json"
+    training.write_text("{}")
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("profiled before the outputs were checked")
+
+    monkeypatch.setattr(profiler, "profile_pipeline", must_not_run)
+    monkeypatch.setattr(profiler, "measure_read_bandwidth", must_not_run)
+    out = ["--output-dir", str(tmp_path / "o")]
+    cases = [(["--json", str(script)], "would overwrite the input"),
+             (["--json", str(training), "--training-profile", str(training), "--accelerator", "A100"], "would overwrite the input"),
+             (["--json", str(tmp_path / "a_folder")], "is a folder"),
+             (["--json", str(script / "p.json")], "is a file, not a folder"),
+             (["--output-dir", str(script)], "--output-dir"),
+             (["--output-dir", str(script / "o")], "is a file, not a folder")]
+    if Path("/proc/self").is_dir():
+        cases += [(["--json", "/proc/p.json"], "cannot write in /proc"), (["--output-dir", "/proc/o"], "cannot write in /proc")]
+    for options, message in cases:
+        code = main(["pipeline", "profile", f"{script}:build", *out, *options])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err, (options, err)
+        assert len(err.strip().splitlines()) == 1, err
+    assert script.read_text() == source and training.read_text() == "{}"
+    # apply: its --output-dir too, before anything is materialised
+    for directory, message in [(script, "is a file, not a folder"), (Path("/proc/o"), "cannot write in /proc")]:
+        code = main(["pipeline", "apply", f"{script}:build", "--strategy", "m1-npy-none-s1-w0p-none", "--output-dir", str(directory)])
+        captured = capsys.readouterr()
+        assert code == 2 and message in captured.err and "materialising" not in captured.out + captured.err, captured
+    assert script.read_text() == source
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("def build(:\n    pass\n", "bad_pipe.py, line 1: SyntaxError: invalid syntax"),
+    ("import numpy\nx = 1\nraise RuntimeError('boom at import')\n", "bad_pipe.py, line 3: RuntimeError: boom at import"),
+    ("import numpy\nimport no_such_module_here\n", "bad_pipe.py, line 2: ModuleNotFoundError: No module named 'no_such_module_here'"),
+    ("import sys\nsys.exit('no')\n", "bad_pipe.py, line 2: SystemExit: no"),
+])
+def test_a_pipeline_file_that_fails_at_import_is_a_one_line_error_naming_file_line_and_exception(tmp_path, capsys, body, fragment):
+    script = tmp_path / "bad_pipe.py"
+    script.write_text(body)
+    for command in ("profile", "apply"):
+        extra = ["--strategy", "m1-npy-none-s1-w0p-none"] if command == "apply" else []
+        code = main(["pipeline", command, f"{script}:build", *extra, "--output-dir", str(tmp_path / "o")])
+        err = capsys.readouterr().err
+        assert code == 2 and fragment in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    import sys
+
+    assert "bad_pipe" not in sys.modules  # no half-run module left behind
+
+
+def test_a_strategy_id_with_zero_shards_is_a_one_line_error(capsys):
+    with pytest.raises(TrainwiseError, match="has s0: a materialised strategy needs at least one shard"):
+        Strategy.parse("m3-npy-none-s0-w0p-app")
+    assert main(["pipeline", "apply", "cv", "--strategy", "m3-npy-none-s0-w0p-app"]) == 2
+    err = capsys.readouterr().err
+    assert "at least one shard" in err and "Traceback" not in err and "ValidationError" not in err

@@ -160,6 +160,26 @@ def test_a_killed_launcher_takes_its_job_with_it(tmp_path):
     assert not marker.exists()
 
 
+def test_run_output_that_cannot_be_written_is_refused_before_the_job_runs(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    data = tmp_path / "data.csv"
+    data.write_text("1,2\n")
+    (tmp_path / "a_folder").mkdir()
+    cases = [(script, "would overwrite the input"), (data, "would overwrite the input"),
+             (tmp_path / "a_folder", "is a folder"), (script / "run.json", "is a file, not a folder")]
+    if Path("/proc/self").is_dir():
+        cases.append((Path("/proc/run.json"), "cannot write in /proc"))  # os.access says yes there to root
+    for output, message in cases:
+        code = main(["run", "-o", str(output), "--", "python", str(script), f"--data={data}"])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert not marker.exists()  # refused before anything ran
+    assert script.read_text().startswith("open(") and data.read_text() == "1,2\n"
+
+
 def test_cli_run_needs_the_separator_and_a_target_batch_size(capsys):
     assert main(["run", "--engine", "local"]) == 2
     assert "missing `--`" in capsys.readouterr().err
@@ -212,6 +232,63 @@ def test_hivemind_summary_rates_optimizer_steps_apart_from_epochs_jumped():
     assert summary.epoch_throughput_samples_per_s == pytest.approx(64 * 6 / 8.0)
     assert summary.step_throughput_samples_per_s == pytest.approx(64 * 4 / 8.0)
     assert "hivemind progress: 32.0 samples/s trained" in " ".join(summary_lines(result))
+
+
+def test_hivemind_summary_prints_the_averaging_rounds_the_record_holds_not_the_epoch_transitions():
+    # 5 epoch transitions, but no round with a group: the peers never averaged, and the record says so
+    rounds = [{"epoch": e, "end_wall_s": 1000.0 + 2.0 * e, "blocking_s": 0.01, "peers": 1} for e in range(5)]
+    raws = {r: _raw([{"start_s": 0.0, "end_s": 1.0, "data_wait_s": 0.0, "samples": 8}]) for r in (0, 1)}
+    runs = {r: {"hivemind_rounds": rounds, "notes": ["the ranks' steady windows do not overlap [sic]"],
+                "hivemind": {"averaging": [{"seconds": 0.5, "group": False}]}} for r in (0, 1)}
+    result = build_result(RunOptions(engine="hivemind", peers=2, target_batch_size=64), ["python", "x.py"], [0, 0],
+                          1000.0, 12.0, raws, runs)
+    assert result.hivemind.rounds == 5 and result.hivemind.averaging_rounds == 0
+    text = "\n".join(summary_lines(result))
+    assert "0 gradient-averaging rounds with a group" in text and "5 optimizer steps (epoch transitions)" in text
+    assert "5 averaging rounds" not in text
+    assert "never averaged with a group" in text
+    assert "note: the ranks' steady windows do not overlap" in text  # the record's notes are printed
+    runs[0]["hivemind"]["averaging"] = [{"seconds": 0.5, "group": True, "averaged": True},
+                                        {"seconds": 0.7, "group": True, "averaged": False}]
+    result = build_result(RunOptions(engine="hivemind", peers=2, target_batch_size=64), ["python", "x.py"], [0, 0],
+                          1000.0, 12.0, raws, runs)
+    text = "\n".join(summary_lines(result))
+    assert "2 gradient-averaging rounds with a group, 1 fell back to local gradients (median 600.0 ms)" in text
+    assert "never averaged" not in text
+
+
+def test_the_dht_drops_a_request_whose_sender_exited_and_nothing_else():
+    import multiprocessing as mp
+
+    from trainwise.run._child import _DROPPED_MESSAGE, _SenderTolerantPipe
+
+    class GoneSender:
+        """recv() as multiprocessing fails when the process that shared a reply pipe has exited."""
+
+        def __init__(self, error):
+            self.error = error
+
+        def recv(self):
+            from multiprocessing import resource_sharer
+
+            resource_sharer.DupFd.detach(type("Fd", (), {"_id": ("/nonexistent/listener", 1)})())
+
+        def fileno(self):
+            return 7
+
+    gone = _SenderTolerantPipe(GoneSender(None))
+    assert gone.recv() == _DROPPED_MESSAGE  # FileNotFoundError inside the resource sharer: dropped
+    assert gone.fileno() == 7
+    inner, outer = mp.Pipe(duplex=False)
+    outer.send(("_get", [], {"key": "k"}))
+    assert _SenderTolerantPipe(inner).recv() == ("_get", [], {"key": "k"})
+
+    class Broken:
+        def recv(self):
+            raise OSError("some other failure")
+
+    with pytest.raises(OSError, match="some other failure"):  # not a gone sender: hivemind handles it
+        _SenderTolerantPipe(Broken()).recv()
 
 
 # ---------------------------------------------------------------------------- real runs

@@ -52,6 +52,23 @@ def _weights(text: str) -> tuple[float, float, float]:
     return values  # type: ignore[return-value]
 
 
+def _spec_source(spec: str) -> Path | None:
+    """The source file a `file.py:function` or `module:function` SPEC names, if it can be found without
+    running it: an output must not replace the pipeline's own code."""
+    target, sep, _ = spec.rpartition(":")
+    if not sep:
+        return None
+    if target.endswith(".py"):
+        return Path(target)
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(target)
+    except (ImportError, ValueError):  # load_spec names the problem
+        return None
+    return Path(found.origin) if found is not None and found.origin and found.has_location else None
+
+
 @pipeline_app.command("profile")
 def profile_command(
     spec: Annotated[str, typer.Argument(help=SPEC_HELP)],
@@ -79,7 +96,7 @@ def profile_command(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the profile and the choice as JSON")] = None,
 ) -> None:
     """Profile strategies of SPEC (offline time p, storage s, throughput t through a real DataLoader) and pick one."""
-    from trainwise._io import atomic_write_text
+    from trainwise._io import check_output_folder, check_output_path, write_output_text
     from trainwise.pipeline.profiler import confirm_leaders, measure_read_bandwidth, profile_pipeline
     from trainwise.pipeline.resolve import load_spec
     from trainwise.pipeline.select import cloud_prices_from_catalog, required_samples_per_s, select
@@ -91,6 +108,11 @@ def profile_command(
         raise TrainwiseError(f"--confirm-rounds must be 0 or more (got {confirm_rounds})")
     if (training_profile is None) != (accelerator is None):
         raise TrainwiseError("--training-profile and --accelerator go together (or give --required-sps)")
+    # Before the profiling (minutes): its results must have somewhere to go, and --json must not
+    # replace the pipeline's source or the training profile.
+    check_output_folder(output_dir, "--output-dir")
+    if json_out is not None:
+        check_output_path(json_out, "--json", inputs=tuple(p for p in (_spec_source(spec), training_profile) if p is not None))
     if training_profile is not None:
         if required_sps is not None:
             raise TrainwiseError("give either --required-sps or --training-profile/--accelerator, not both")
@@ -153,7 +175,8 @@ def profile_command(
     console.print(f"materialise it: trainwise pipeline apply {spec} --strategy {selection.best.strategy_id} --output-dir {output_dir}"
                   + (f" --data-dir {data_dir} --size {size}" if ":" not in spec else ""))
     if json_out is not None:
-        atomic_write_text(json_out, '{"profile": ' + profile.model_dump_json(indent=1) + ', "selection": ' + selection.model_dump_json(indent=1) + "}")
+        write_output_text(json_out, '{"profile": ' + profile.model_dump_json(indent=1) + ', "selection": '
+                          + selection.model_dump_json(indent=1) + "}", "--json")
         console.print(f"profile written to [bold]{json_out}[/bold]")
 
 
@@ -175,7 +198,10 @@ def apply_command(
     from trainwise.pipeline.resolve import load_spec
     from trainwise.pipeline.strategy import Strategy
 
+    from trainwise._io import check_output_folder
+
     chosen = Strategy.parse(strategy)
+    check_output_folder(output_dir, "--output-dir")  # before the materialisation, not at its first shard
     pipeline = load_spec(spec, data_dir=data_dir, size=size)
     chosen.check(pipeline)
     if chosen.materialised:

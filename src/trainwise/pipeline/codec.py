@@ -2,7 +2,8 @@
 
 A sample {"__key__": k, "image": array, ...} becomes members `k.image.npy` (numpy's .npy format, or
 `k.image.safetensors` with one tensor named "data"), bytes → `.bin`, str → `.txt`, numbers and small
-JSON-able values → `.json`. Compression is per member (`.npy.zst`, `.npy.gz`, `.npy.lz4`), which keeps
+JSON-able values → `.json`, numpy scalars → 0-d `.npy` (read back as numpy scalars of their dtype).
+Compression is per member (`.npy.zst`, `.npy.gz`, `.npy.lz4`), which keeps
 every shard a plain tar any tar reader opens and lets `webdataset` read it (`.gz` members are
 decompressed by webdataset's own decoder; `decode_member` handles all four). Torch tensors are stored
 as arrays; the manifest's field schema says which fields come back as torch tensors.
@@ -64,8 +65,11 @@ def _field_kind(value: Any) -> str:
         return "bytes"
     if isinstance(value, str):
         return "str"
-    if isinstance(value, np.generic):
-        return "json"
+    if isinstance(value, np.generic):  # (np.str_ and np.bytes_ are str and bytes, above)
+        # A numpy scalar (an np.int64 label) is stored as a 0-d .npy array and read back as the same
+        # numpy scalar: the online pipeline hands the DataLoader an np.int64, so must a materialised one
+        # (as JSON it came back a Python int, and batched as float64 where it had been float32).
+        return "numpy_scalar"
     try:
         json.dumps(value)
     except (TypeError, ValueError):
@@ -87,9 +91,9 @@ def encode_sample(sample: dict[str, Any], fmt: str, compression: str) -> tuple[l
             raise TrainwiseError(f"field name {name!r} contains '.' or '/', which the tar layout uses: rename the field")
         kind = _field_kind(value)
         kinds[name] = kind
-        if kind in ("numpy", "torch"):
-            array = value.detach().cpu().numpy() if kind == "torch" else value
-            array = np.ascontiguousarray(array)
+        if kind in ("numpy", "torch", "numpy_scalar"):
+            array = value.detach().cpu().numpy() if kind == "torch" else np.asarray(value)
+            array = np.asarray(array, order="C")  # (np.ascontiguousarray makes a 0-d array 1-d)
             if fmt == "safetensors":
                 from safetensors.numpy import save
 
@@ -103,7 +107,7 @@ def encode_sample(sample: dict[str, Any], fmt: str, compression: str) -> tuple[l
         elif kind == "str":
             payload, ext = value.encode("utf-8"), "txt"
         else:
-            payload, ext = json.dumps(value.item() if isinstance(value, np.generic) else value).encode(), "json"
+            payload, ext = json.dumps(value).encode(), "json"
         members.append((f"{key}.{name}.{ext}{suffix}", _compress(payload, compression)))
     return members, kinds
 
@@ -141,6 +145,8 @@ def decode_member(ext: str, payload: bytes, compression: str, kind: str | None =
         import torch
 
         return torch.from_numpy(array if array.flags.writeable else array.copy())
+    if kind == "numpy_scalar":
+        return array[()]
     return array
 
 

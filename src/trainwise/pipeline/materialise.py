@@ -52,7 +52,7 @@ class SkippedSample(BaseModel):
 
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    layout: str = "webdataset-tar/1"
+    layout: str = "webdataset-tar/2"
     pipeline: str
     strategy_hash: str
     storage_id: str

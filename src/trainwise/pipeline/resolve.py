@@ -21,20 +21,33 @@ def load_spec(spec: str, *, data_dir: str | Path = "trainwise-pipeline-data", si
         raise TrainwiseError(f"unknown pipeline {spec!r}: use a reference pipeline ({', '.join(REFERENCE_NAMES)}) or module:function "
                              "returning a trainwise.pipeline.Pipeline")
     target, _, attribute = spec.rpartition(":")
+    path = Path(target) if target.endswith(".py") else None
+    if path is not None and not path.is_file():
+        raise TrainwiseError(f"pipeline file {path} does not exist")
     try:
-        if target.endswith(".py"):
-            path = Path(target)
-            if not path.is_file():
-                raise TrainwiseError(f"pipeline file {path} does not exist")
+        if path is not None:
             module_spec = importlib.util.spec_from_file_location(path.stem, path)
             module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
             sys.modules[path.stem] = module
-            module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+            try:
+                module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+            except BaseException:
+                sys.modules.pop(path.stem, None)  # not a half-run module for a later import to find
+                raise
         else:
             module = importlib.import_module(target)
     except ImportError as exc:
-        raise TrainwiseError(f"cannot import {target!r} for pipeline {spec!r}: {exc}; check the module path (run from its directory "
-                             "or install it)") from None
+        if path is None and exc.name is not None and target.startswith(exc.name):
+            raise TrainwiseError(f"cannot import {target!r} for pipeline {spec!r}: {exc}; check the module path (run from its "
+                                 "directory or install it)") from None
+        raise TrainwiseError(f"{_where(exc, path)}: {type(exc).__name__}: {exc} while importing pipeline {spec!r}; "
+                             "fix that import") from None
+    except SyntaxError as exc:
+        raise TrainwiseError(f"{exc.filename or target}, line {exc.lineno}: SyntaxError: {exc.msg} in pipeline {spec!r}; "
+                             "fix the file") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: name where it failed, in one line
+        raise TrainwiseError(f"{_where(exc, path)}: {type(exc).__name__}: {exc} while importing pipeline {spec!r}; fix the "
+                             "code that runs at import") from None
     if not hasattr(module, attribute):
         raise TrainwiseError(f"{target!r} has no attribute {attribute!r}")
     value: Any = getattr(module, attribute)
@@ -50,3 +63,16 @@ def load_spec(spec: str, *, data_dir: str | Path = "trainwise-pipeline-data", si
     if not isinstance(pipeline, Pipeline):
         raise TrainwiseError(f"{spec} gave a {type(pipeline).__name__}, not a trainwise.pipeline.Pipeline")
     return pipeline
+
+
+def _where(exc: BaseException, path: Path | None) -> str:
+    """`file, line N` of the failure: the deepest line of the pipeline's own file, else the deepest
+    line outside importlib (a library the module called)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    own = [f for f in frames if path is not None and Path(f.filename).resolve() == path.resolve()]
+    frame = (own or frames or [None])[-1]
+    if frame is None:
+        return str(path) if path is not None else "the pipeline module"
+    return f"{frame.filename}, line {frame.lineno}"

@@ -66,6 +66,10 @@ class Strategy(BaseModel):
         kind = "process" if g["kind"] == "p" else "thread"
         if g["split"] is None:
             return cls(materialised=False, split=0, workers=int(g["workers"]), worker_kind=kind, cache=g["cache"])
+        if int(g["shards"]) < 1:
+            # the only field the id's pattern lets out of range (its other numbers may be 0)
+            raise TrainwiseError(f"strategy id {strategy_id!r} has s{g['shards']}: a materialised strategy needs at least "
+                                 "one shard, e.g. s1 or s4")
         return cls(split=int(g["split"]), format="safetensors" if g["fmt"] == "st" else "npy", compression=g["comp"],
                    shards=int(g["shards"]), workers=int(g["workers"]), worker_kind=kind, cache=g["cache"])
 
@@ -82,7 +86,9 @@ def storage_hash(pipeline: Pipeline, strategy: Strategy) -> str:
     """What a materialisation depends on: source, offline steps (names + versions), storage options."""
     payload = {"pipeline": pipeline.name, "source": pipeline.source.fingerprint(), "steps": pipeline.steps_signature(strategy.split),
                "split": strategy.split, "format": strategy.format, "compression": strategy.compression, "shards": strategy.shards,
-               "layout": 1}
+               # 2: numpy scalars stored as .npy, not JSON (a strategy materialised before is rebuilt, not
+               # resumed into a mix of both)
+               "layout": 2}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -244,6 +244,9 @@ class Recorder:
         # hooks then delimit iterations, epochs and validation, and the DataLoader, optimizer and
         # first-forward hooks record nothing, so that nothing is counted twice.
         self.framework: str | None = None
+        # Set by `trainwise run` while a resumed job lets a batch of an epoch finished before its
+        # checkpoint through the script's loop body (trainwise.run._child): not an iteration of this run.
+        self.paused = False
         self.in_scaler_step = False
         self.eval_depth = 0
         self.eval_mode = False
@@ -323,7 +326,7 @@ class Recorder:
         original_next = iter_class.__next__
 
         def loader_next(iterator):
-            if recorder.framework is not None:
+            if recorder.framework is not None or recorder.paused:
                 return original_next(iterator)
             state = getattr(iterator, "_trainwise_state", None)
             # A DataLoader with persistent workers hands out the same iterator every epoch, reset
@@ -646,12 +649,12 @@ class Recorder:
         self.iter_batches = 0
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if self.in_scaler_step or self.explicit_steps:
+        if self.in_scaler_step or self.explicit_steps or self.paused:
             return
         self._boundary(optimizer)
 
     def _boundary(self, optimizer) -> None:
-        if self.explicit_steps:
+        if self.explicit_steps or self.paused:
             return
         if self.primary_optimizer_id is None:
             self.primary_optimizer_id = id(optimizer)

@@ -10,11 +10,13 @@ then, once the script has imported torch, adds from outside, with no change to t
   order), every optimizer, LR scheduler and GradScaler, the RNG states (Python, NumPy, torch), the
   DataLoader position (epoch, batches consumed, its shuffling generators' state at the start of the
   epoch) and the global batch count. On restart, epochs before the checkpointed one end at once
-  (their training iterators raise StopIteration), and at the checkpointed epoch the RNG states of
-  the epoch start are put back before the iterator is built (so the same shuffle is drawn), the
-  consumed batches are skipped (sampler indices only, no data loaded, for a single-process
-  loader), then the model, optimizer, scheduler, scaler and current RNG states are loaded. SIGTERM
-  sets a flag: the next boundary writes a checkpoint and exits with code 143;
+  (their training iterators raise StopIteration; when the script reads after its loop a name only
+  the loop's body binds, such as the last batch's loss, one batch goes through the body first:
+  trainwise.run._loopscan), and at the checkpointed epoch the RNG states of the epoch start are put
+  back before the iterator is built (so the same shuffle is drawn), the consumed batches are skipped
+  (sampler indices only, no data loaded, for a single-process loader), then the model, optimizer,
+  scheduler, scaler and current RNG states are loaded (gradients cleared). SIGTERM sets a flag: the
+  next boundary writes a checkpoint and exits with code 143;
 - DDP communication timing: every DistributedDataParallel gets a comm hook that runs torch's
   default all-reduce hook and timestamps each gradient bucket (ready → reduced);
 - Hivemind: the script's first torch.optim optimizer is built inside a `hivemind.Optimizer`
@@ -45,6 +47,8 @@ from trainwise.profile import _child as recorder_module
 _agent: "RunAgent | None" = None
 # Exit code of a job whose checkpoint does not match it (trainwise.run.result reads it).
 RESUME_MISMATCH_EXIT = 75
+# Exit code of a resumed job that failed right after an epoch its resume ended at once.
+RESUME_SKIP_FAILED_EXIT = 76
 
 
 def current() -> "RunAgent | None":
@@ -143,6 +147,11 @@ class RunAgent:
         self.train_loader = None
         self._training_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.sigterm_pending = False
+        # A resumed run: a batch of a pass it does not train is going through the script's loop body.
+        self._replaying = False
+        # A resumed run: which pass (an epoch before the checkpoint's) the resume ended at once, until the
+        # next training batch; a script that fails in between is told why (_report_resume_failure).
+        self._emptied_by_resume: str | None = None
         self.writes_checkpoints = self.rank == 0
         if self.checkpoint_config:
             self._setup_checkpointing()
@@ -169,6 +178,8 @@ class RunAgent:
             self.resumed_from, state = found
             if state.get("kind") == "auto":
                 self.resume_state = state
+                self._script_excepthook = sys.excepthook
+                sys.excepthook = self._report_resume_failure
         self.skipped_checkpoints = list(self.store.skipped)
 
         def on_sigterm(signum, frame):
@@ -307,7 +318,10 @@ class RunAgent:
                     else "resume with the script that wrote it")
             self._cannot_resume(f"the script built models {classes}, the checkpoint holds {state['model_classes']}; {hint}")
         for module, weights in zip(roots, state["models"]):
-            module.load_state_dict(weights)
+            self._load_or_refuse(module, weights, f"model {type(module).__name__}")
+            # As in a process that starts here: no gradient left by a batch let through a finished epoch.
+            for parameter in module.parameters():
+                parameter.grad = None
         for kind, saved in (("optimizers", state["optimizers"]), ("schedulers", state["schedulers"]),
                             ("scalers", state["scalers"])):
             objects = self._alive(getattr(self, kind))
@@ -315,7 +329,23 @@ class RunAgent:
                 self._cannot_resume(f"the script built {len(objects)} {kind}, the checkpoint holds {len(saved)}; "
                                     "resume with the script that wrote it")
             for obj, sd in zip(objects, saved):
-                obj.load_state_dict(sd)
+                self._load_or_refuse(obj, sd, f"{kind[:-1]} {type(obj).__name__}")
+
+    def _load_or_refuse(self, obj: Any, state_dict: Any, what: str) -> None:
+        """load_state_dict, with a state of another model (a changed layer size, a renamed layer, another
+        optimizer's parameter groups) a one-line refusal like a changed model class: torch's error,
+        raised in the script's loop, would read as the script's own bug."""
+        try:
+            obj.load_state_dict(state_dict)
+        except Exception as exc:  # noqa: BLE001 - whatever the object's loader raises on a foreign state
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [repr(exc)]
+            if len(lines) > 1 and lines[0].endswith(":"):
+                # torch's first line only says where ("Error(s) in loading state_dict for Sequential:");
+                # each next one names a difference
+                lines = lines[1:]
+            detail = lines[0].rstrip(".") + (f"; and {len(lines) - 1} more" if len(lines) > 1 else "")
+            self._cannot_resume(f"the script's {what} does not match the checkpoint ({type(exc).__name__}: {detail}); "
+                                "resume with the script and settings that wrote it")
 
     @staticmethod
     def _framework_loop() -> tuple[str, Any] | None:
@@ -363,11 +393,40 @@ class RunAgent:
         loop._batches_that_stepped = steps
         self.notes.append(f"Lightning's global_step set to {steps} (the optimizer steps before the interruption)")
 
+    def _report_resume_failure(self, exc_type, exc, tb) -> None:
+        """An uncaught error right after a pass the resume ended at once (an epoch finished before the
+        checkpoint) is most likely the resume's doing: a script that takes something from that pass
+        the loop scan could not see (next() on its iterator, a name bound in a `while` loop). Say so
+        in one line; any other error is the script's, with its traceback."""
+        if self._emptied_by_resume is None or os.getpid() != self.pid or issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            self._script_excepthook(exc_type, exc, tb)
+            return
+        import traceback
+
+        from trainwise.run._loopscan import _HOOK_FILES
+
+        frames = [f for f in traceback.extract_tb(tb) if not f.filename.endswith(_HOOK_FILES)]
+        where = f" at {frames[-1].filename}, line {frames[-1].lineno}" if frames else ""
+        directory = (self.checkpoint_config or {}).get("dir", "the checkpoint folder")
+        error = exc_type.__name__ + (f": {exc}" if str(exc) else "")
+        if issubclass(exc_type, NameError) and getattr(exc, "name", None):
+            hint = f"it reads {exc.name!r}, which that pass's loop binds: give it a value before the loop"
+        elif issubclass(exc_type, StopIteration):
+            hint = "it takes batches from that pass with next(), and the pass has none: iterate it with a for loop"
+        else:
+            hint = "if the script uses something that pass makes, give it a value before the loop"
+        print(f"trainwise: cannot resume from {self.resumed_from} in {directory}: the script failed with {error}{where} "
+              f"right after trainwise ended its training pass {self._emptied_by_resume} at once (an epoch finished before "
+              f"the checkpoint is not run again); {hint}, or start afresh with another --checkpoint-dir (or delete "
+              f"{directory})", file=sys.stderr, flush=True)
+        self._exit(RESUME_SKIP_FAILED_EXIT)
+
     def _cannot_resume(self, why: str) -> None:
         # Raised inside the user's training loop this would end in a traceback through their code;
         # the launcher turns this exit code into a one-line error.
-        print(f"trainwise: cannot resume from {self.resumed_from}: {why}, or start afresh with another "
-              "--checkpoint-dir", file=sys.stderr, flush=True)
+        where = (self.checkpoint_config or {}).get("dir", "the checkpoint folder")
+        print(f"trainwise: cannot resume from {self.resumed_from} in {where}: {why}, or start afresh with another "
+              f"--checkpoint-dir (or delete {where})", file=sys.stderr, flush=True)
         os._exit(RESUME_MISMATCH_EXIT)
 
     # ---- data loader boundaries -------------------------------------------------------------
@@ -399,10 +458,16 @@ class RunAgent:
             except TypeError:  # pragma: no cover - a loader class that cannot be weakly referenced
                 pass
             agent._reassert_sigterm_handler()
+            agent._end_replay(None)  # a replayed pass the script left early (break)
             agent.epoch_index += 1
             agent.train_loader = loader
             resume = agent.resume_state
             loop = agent._framework_loop() if resume is not None else None
+            if resume is not None and agent.epoch_index > resume["epoch"]:
+                # The script left the checkpoint's epoch, ended after the batch let through it, without
+                # asking for the next batch (where the checkpoint is loaded): load it now, before training.
+                agent._resume_from(resume, loader, loop)
+                resume = None
             if resume is not None and agent.epoch_index < resume["epoch"] and loop is not None and loop[0] == "transformers":
                 # The HF Trainer ends training after an epoch without a step: go straight to the epoch
                 # that was interrupted; its restored global_step then ends the run where it would have.
@@ -416,6 +481,12 @@ class RunAgent:
             if resume is not None and agent.epoch_index < resume["epoch"]:
                 iterator = original_iter(loader)
                 iterator._trainwise_skip = True  # an epoch already done before the interruption
+                # Its pass ends at once, unless the script reads afterwards a name only the loop's body
+                # binds (`loss` of the last batch): then one batch goes through the body first. What it
+                # changes in the model and optimizers is replaced when the checkpoint is loaded.
+                iterator._trainwise_replay = 1 if agent._pass_must_bind_names(loop) else 0
+                iterator._trainwise_restore = None
+                agent._emptied_by_resume = None if iterator._trainwise_replay else str(agent.epoch_index + 1)
                 return iterator
             resuming = resume is not None and agent.epoch_index == resume["epoch"]
             if resuming:
@@ -425,18 +496,24 @@ class RunAgent:
             iterator = original_iter(loader)
             iterator._trainwise_skip = False
             iterator._trainwise_train = True
+            iterator._trainwise_replay = 0
+            iterator._trainwise_restore = None
             agent.batches_in_epoch = 0
             if resuming:
-                agent._fast_forward(iterator, int(resume["batches_in_epoch"]))
-                agent._restore_objects(resume)
-                _state.apply_rng(resume["rng"])
-                _state.apply_generator_states(loader, resume["generators"])
-                agent.global_batches = int(resume["global_batches"])
-                agent.last_checkpoint_batches = agent.global_batches
-                agent._restore_framework_steps(agent.global_batches, loop)
-                agent.resume_state = None
-                agent.notes.append(f"resumed from {agent.resumed_from} at epoch {agent.epoch_index}, "
-                                   f"batch {agent.batches_in_epoch}")
+                done = int(resume["batches_in_epoch"])
+                finished = done > 0 and _consumed_all(iterator, done)
+                if finished and agent._pass_must_bind_names(loop):
+                    # Checkpointed at the end of this epoch: the pass would end at once. Its last batch
+                    # goes through the loop body; the checkpoint is loaded at the next batch request,
+                    # the moment it was written.
+                    agent._fast_forward(iterator, done - 1)
+                    iterator._trainwise_replay = 1
+                    iterator._trainwise_restore = (loader, loop)
+                else:
+                    agent._fast_forward(iterator, done)
+                    agent._resume_from(resume, loader, loop)
+                    if finished:
+                        agent._emptied_by_resume = str(agent.epoch_index + 1)
             return iterator
 
         loader_class.__iter__ = loader_iter
@@ -445,12 +522,25 @@ class RunAgent:
         original_next = iter_class.__next__
 
         def iterator_next(iterator):
+            if getattr(iterator, "_trainwise_replay", 0) > 0:
+                # A batch of a pass the resume does not train (above): no checkpoint boundary, not
+                # counted, not measured.
+                iterator._trainwise_replay -= 1
+                agent._begin_replay(iterator)
+                return original_next(iterator)
+            if getattr(iterator, "_trainwise_replaying", False):
+                agent._end_replay(iterator)
+            restore = getattr(iterator, "_trainwise_restore", None)
+            if restore is not None:
+                iterator._trainwise_restore = None
+                agent._resume_from(agent.resume_state, *restore)
             if getattr(iterator, "_trainwise_skip", False):
                 raise StopIteration
             if not getattr(iterator, "_trainwise_train", False):
                 return original_next(iterator)
             agent._boundary()
             batch = original_next(iterator)
+            agent._emptied_by_resume = None
             agent.batches_in_epoch += 1
             agent.global_batches += 1
             return batch
@@ -467,6 +557,52 @@ class RunAgent:
                 iterator._next_data()
             iterator._num_yielded += 1
         self.batches_in_epoch = batches
+
+    def _resume_from(self, resume: dict[str, Any], loader: Any, loop: tuple[str, Any] | None) -> None:
+        """Load the checkpoint's state at its batch of its epoch: the objects, then the RNG and the
+        loader's generators as they were when it was written, and trainwise's counters."""
+        from trainwise.run import _state
+
+        self._restore_objects(resume)
+        _state.apply_rng(resume["rng"])
+        _state.apply_generator_states(loader, resume["generators"])
+        self.global_batches = int(resume["global_batches"])
+        self.batches_in_epoch = int(resume["batches_in_epoch"])
+        self.last_checkpoint_batches = self.global_batches
+        self._restore_framework_steps(self.global_batches, loop)
+        self.resume_state = None
+        self.notes.append(f"resumed from {self.resumed_from} at epoch {self.epoch_index}, batch {self.batches_in_epoch}")
+
+    def _pass_must_bind_names(self, loop: tuple[str, Any] | None) -> bool:
+        """Whether a pass the resume does not train must still run its loop body once (see _loopscan)."""
+        if loop is not None:
+            # A framework's loop calls the script's step as a function (nothing leaks out of it), and
+            # would count the batch as one of its steps.
+            return False
+        from trainwise.run._loopscan import loop_leaves_unbound
+
+        try:
+            return loop_leaves_unbound(sys._getframe(1))
+        except Exception:  # noqa: BLE001 - an unforeseen source layout: one batch more, never a NameError
+            return True
+
+    def _begin_replay(self, iterator: Any) -> None:
+        iterator._trainwise_replaying = True
+        self._replaying = True
+        self._emptied_by_resume = None
+        recorder = recorder_module.current()
+        if recorder is not None:
+            recorder.paused = True  # not a training iteration of this run: not in its measurements
+
+    def _end_replay(self, iterator: Any) -> None:
+        if iterator is not None:
+            iterator._trainwise_replaying = False
+        if not self._replaying:
+            return
+        self._replaying = False
+        recorder = recorder_module.current()
+        if recorder is not None:
+            recorder.paused = False
 
     def _boundary(self) -> None:
         if self.sigterm_pending:
@@ -516,6 +652,10 @@ class RunAgent:
             pass
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self._replaying:  # a resumed run's replayed batch (above): not a step of this run
+            with self._comm_lock:
+                self._comm = None
+            return
         if self._hm_optimizer is None:
             self.mark_started()
         if self._primary_optimizer is None:
@@ -605,14 +745,12 @@ class RunAgent:
         loader_class.__iter__ = loader_iter
 
     def _start_dht(self):
-        import hivemind
-
         cfg = self.config["hivemind"]
         host = cfg.get("host") or "127.0.0.1"
         port = int(cfg.get("port") or 0)
         identity = {"identity_path": cfg["identity_path"]} if cfg.get("identity_path") else {}
-        dht = hivemind.DHT(start=True, host_maddrs=[f"/ip4/{host}/tcp/{port}"],
-                           initial_peers=list(cfg.get("initial_peers") or []), **identity)
+        dht = _quiet_shutdown_dht_class()(start=True, host_maddrs=[f"/ip4/{host}/tcp/{port}"],
+                                          initial_peers=list(cfg.get("initial_peers") or []), **identity)
         maddrs = [str(a) for a in dht.get_visible_maddrs()]
         path = os.path.join(self.config["workdir"], f"peer-{self.rank}.maddrs")
         fd, tmp = tempfile.mkstemp(dir=self.config["workdir"], prefix=".maddrs-")
@@ -711,6 +849,7 @@ class RunAgent:
                 optimizer.shutdown()
             finally:
                 agent._dht.shutdown()
+                _silence_pending_task_warnings()
 
         # Hivemind's threads must stop before the interpreter joins non-daemon threads at exit, which
         # happens before atexit handlers run.
@@ -754,3 +893,78 @@ class RunAgent:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _consumed_all(iterator: Any, batches: int) -> bool:
+    """Whether `batches` is the whole pass (a checkpoint at the epoch's end); False when unknown."""
+    try:
+        return batches >= len(iterator)
+    except Exception:  # noqa: BLE001 - an iterable-style data set without a length
+        return False
+
+
+# A message dropped by the DHT process: its sender had exited before the message could be read.
+_DROPPED_MESSAGE = ("_trainwise_dropped_message", [], {})
+
+
+def _sender_gone(exc: BaseException) -> bool:
+    """True for the error of unpickling a message whose reply pipe was shared by a process that has
+    exited: multiprocessing's resource sharer of that process is gone (its socket file removed, or
+    closed mid-handshake)."""
+    import traceback
+
+    if not isinstance(exc, (EOFError, OSError)):
+        return False
+    return any(frame.f_code.co_filename.endswith(os.path.join("multiprocessing", "resource_sharer.py"))
+               for frame, _ in traceback.walk_tb(exc.__traceback__))
+
+
+class _SenderTolerantPipe:
+    """The DHT process's end of its request pipe. hivemind.Optimizer.shutdown() stops the averager
+    processes while requests they sent to the DHT are still queued; each carries a reply pipe that
+    only the exited averager could hand over, so reading it fails: a FileNotFoundError hivemind logs
+    with its traceback, or an EOFError that ends the DHT's loop with one ("Process DHT-1: ...
+    EOFError", then "Task was destroyed but it is pending!"), at the end of every run. Nobody waits
+    for those replies; such a request is dropped, any other error is hivemind's to handle."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+
+    def recv(self) -> Any:
+        try:
+            return self._pipe.recv()
+        except (EOFError, OSError) as exc:
+            if _sender_gone(exc):
+                return _DROPPED_MESSAGE
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+
+def _quiet_shutdown_dht_class():
+    import hivemind
+
+    class QuietShutdownDHT(hivemind.DHT):
+        def run(self) -> None:
+            # In the DHT process (a fork): only its reading end is wrapped.
+            self._inner_pipe = _SenderTolerantPipe(self._inner_pipe)
+            super().run()
+
+        async def _trainwise_dropped_message(self) -> None:
+            return None
+
+    return QuietShutdownDHT
+
+
+def _silence_pending_task_warnings() -> None:
+    """After hivemind has shut down, at exit: its progress tracker's loop is closed with a DHT store
+    still pending, and asyncio reports "Task was destroyed but it is pending!" when the interpreter
+    collects it. Only that message, only from now on, is dropped."""
+    import logging
+
+    class PendingTaskAtExit(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not str(record.msg).startswith("Task was destroyed but it is pending!")
+
+    logging.getLogger("asyncio").addFilter(PendingTaskAtExit())

@@ -37,8 +37,14 @@ def summary_lines(result) -> list[str]:
         lines.append(f"measured granularity G = compute / communication = {result.granularity:.3g}")
     if result.hivemind is not None:
         h = result.hivemind
-        lines.append(f"hivemind: {h.rounds} averaging rounds, round {_fmt(h.averaging_s)}, T_calc {_fmt(h.t_calc_s)}, "
-                     f"peers seen {h.peers_seen or '—'}")
+        # `rounds` counts a peer's epoch transitions (optimizer steps): a lone peer makes them too.
+        # The rounds that averaged anything are the gradient-averaging rounds with a group.
+        fell_back = f", {h.failed_averaging_rounds} fell back to local gradients" if h.failed_averaging_rounds else ""
+        lines.append(f"hivemind: {h.averaging_rounds} gradient-averaging rounds with a group{fell_back} (median "
+                     f"{_fmt(h.averaging_s)}), {h.rounds} optimizer steps (epoch transitions), T_calc {_fmt(h.t_calc_s)}, "
+                     f"peers per step {h.peers_seen or '—'}")
+        if h.averaging_rounds == 0:
+            lines.append("[yellow]hivemind: the peers never averaged with a group: each trained on its own[/yellow]")
         if h.step_throughput_samples_per_s is not None:
             lines.append(f"hivemind progress: {_fmt(h.step_throughput_samples_per_s, 'samples/s')} trained (target batch × "
                          f"optimizer steps), {_fmt(h.epoch_throughput_samples_per_s, 'samples/s')} by hivemind's epoch count")
@@ -48,7 +54,23 @@ def summary_lines(result) -> list[str]:
                      + (f"; resumed from {c.resumed_from}" if c.resumed_from else ""))
         for skipped in c.skipped_corrupt:
             lines.append(f"[yellow]skipped corrupt checkpoint {skipped}[/yellow]")
+    from rich.markup import escape
+
+    lines += [f"note: {escape(note)}" for note in result.notes]
     return lines
+
+
+def command_inputs(command: list[str]) -> tuple[str, ...]:
+    """The words of the training command that may name its files (the script, data, a config): an
+    output must not replace one. `--data=x.csv` names x.csv; check_output_path compares existing files only."""
+    inputs = []
+    for arg in command:
+        if arg.startswith("-"):
+            if "=" in arg:
+                inputs.append(arg.split("=", 1)[1])
+        else:
+            inputs.append(arg)
+    return tuple(inputs)
 
 
 def run_command(
@@ -108,9 +130,17 @@ def run_command(
                          average_state_every=average_state_every,
                          checkpoint=checkpoint, timeout_s=timeout, tune_allocator=tune_allocator,
                          flush_denormal=flush_denormal)
+    if output is not None:
+        from trainwise._io import check_output_path
+
+        # Before the job runs: a result that cannot be written is the whole run's measurements lost, and
+        # `-o train.py` must not replace the script with JSON.
+        check_output_path(output, "--output", inputs=command_inputs(passthrough) + ((str(identity),) if identity else ()))
     result = run_job(options, passthrough)
     if output is not None:
-        result.save(output)
+        from trainwise._io import write_output_text
+
+        write_output_text(output, result.model_dump_json(indent=1), "--output")
     console = getattr(sys.modules.get("__main__"), "console", None) or cli.console
     console.print(result_table(result))
     for line in summary_lines(result):

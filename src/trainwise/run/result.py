@@ -179,12 +179,17 @@ def _ddp_breakdown(raws: dict[int, dict], runs: dict[int, dict]) -> dict[int, di
 
 def build_result(options: RunOptions, command: list[str], codes: list[int], launch_wall_s: float, wall_s: float,
                  raws: dict[int, dict], runs: dict[int, dict]) -> RunResult:
-    from trainwise.run._child import RESUME_MISMATCH_EXIT
+    from trainwise.run._child import RESUME_MISMATCH_EXIT, RESUME_SKIP_FAILED_EXIT
 
+    where = options.checkpoint.directory if options.checkpoint else "the checkpoint folder"
+    if RESUME_SKIP_FAILED_EXIT in codes:
+        raise TrainwiseError(f"the job failed right after resuming from the checkpoint in {where}, in code that uses an "
+                             "epoch finished before the checkpoint (not run again on resume; the line above says what): "
+                             f"change that code as it says, or start afresh with another --checkpoint-dir (or delete {where})")
     if RESUME_MISMATCH_EXIT in codes or 128 + RESUME_MISMATCH_EXIT in codes:
-        where = options.checkpoint.directory if options.checkpoint else "the checkpoint folder"
         raise TrainwiseError(f"the checkpoint in {where} does not match this job (the line above says how): resume with "
-                             "the engine, --nproc and script that wrote it, or start afresh with another --checkpoint-dir")
+                             "the engine, --nproc and script that wrote it, or start afresh with another --checkpoint-dir "
+                             f"(or delete {where})")
     killed = [code for code in codes if code < 0]
     if killed and not any(raw.get("iterations") for raw in raws.values()):
         import signal
@@ -194,6 +199,14 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
         raise TrainwiseError(f"the training process was killed by {name} before it could record its run (it keeps its "
                              f"record in memory until it exits){where}")
     if not raws or not any(raw.get("iterations") for raw in raws.values()):
+        resumed = next((run["checkpoint"]["resumed_from"] for run in runs.values()
+                        if (run.get("checkpoint") or {}).get("resumed_from")), None)
+        if any(codes) and resumed:
+            # The script ran fine before: what differs is the state it resumed from.
+            raise TrainwiseError(f"the training command exited with code {max(codes, key=abs)} after resuming from "
+                                 f"{resumed} in {where}, before its first optimizer step: its error above may come from "
+                                 "the resume (the checkpoint's state, or the epochs before it, which are not run again); "
+                                 f"start afresh with another --checkpoint-dir (or delete {where}) to tell")
         if any(codes):
             raise TrainwiseError(f"the training command exited with code {max(codes, key=abs)} before its first optimizer "
                                  "step: run it without trainwise to see its error")
