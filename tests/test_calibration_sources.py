@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 from trainwise.predict import calibration as cal
 

@@ -8,7 +8,6 @@ import json
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console

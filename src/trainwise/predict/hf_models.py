@@ -22,7 +22,6 @@ or a path to any config.json of one of these model types.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable
 

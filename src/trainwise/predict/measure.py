@@ -366,7 +366,6 @@ def measure_breakdown(model_name: str, per_device_batch: int, precision: str = "
     """Profile `profiled_steps` real training steps and split their device time by operator category.
 
     On a CPU device the operators' self CPU time stands in for kernel time."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     if warmup_steps < 1 or profiled_steps < 1:

@@ -52,7 +52,6 @@ from trainwise.workloads._common import (
     print_header,
     save_final_model,
     setup,
-    shuffle_generator,
 )
 
 NAME = "mnist_cnn"

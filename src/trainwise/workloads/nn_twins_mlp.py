@@ -47,7 +47,6 @@ from trainwise.workloads._common import (
     print_epoch,
     print_header,
     setup,
-    shuffle_generator,
 )
 
 NAME = "nn_twins_mlp"
