@@ -257,6 +257,43 @@ def test_hivemind_summary_prints_the_averaging_rounds_the_record_holds_not_the_e
     assert "never averaged" not in text
 
 
+def test_a_failed_peer_says_why_though_its_log_is_gone(tmp_path):
+    from trainwise.run.launcher import failed_peer_logs
+
+    (tmp_path / "peer-1.log").write_text("Traceback (most recent call last):\n  File x\n\nP2PDaemonError: Daemon failed "
+                                         "to start: failed to connect to bootstrap peers\n")
+    (tmp_path / "peer-2.log").write_text("stopped\n")
+    logs = failed_peer_logs(str(tmp_path), [0, 1, 143])
+    assert list(logs) == [1] and logs[1].endswith("failed to connect to bootstrap peers") and " | File x | " in logs[1]
+    raws = {0: _raw([{"start_s": 0.0, "end_s": 1.0, "data_wait_s": 0.0, "samples": 8}])}
+    result = build_result(RunOptions(engine="hivemind", peers=3, target_batch_size=64), ["python", "x.py"], [0, 1, 143],
+                          1000.0, 12.0, raws, {0: {}}, logs)
+    note = next(n for n in result.notes if n.startswith("peer 1 exited with code 1"))
+    assert "could not reach the peers it joins through" in note and "bootstrap peers" in note
+    assert not any(n.startswith("peer 2") for n in result.notes)
+
+
+def test_a_peer_asks_its_bootstrap_peers_again_and_only_for_that():
+    from trainwise.run._child import start_with_retries
+
+    pauses: list[float] = []
+    calls = iter([RuntimeError("Daemon failed to start: failed to connect to bootstrap peers"), "dht"])
+
+    def start():
+        outcome = next(calls)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert start_with_retries(start, attempts=3, pause_s=2.0, sleep=pauses.append) == "dht" and pauses == [2.0]
+    # another failure is not retried; nor is the last attempt's
+    with pytest.raises(ValueError, match="identity"):
+        start_with_retries(lambda: (_ for _ in ()).throw(ValueError("identity in use")), sleep=pauses.append)
+    with pytest.raises(RuntimeError, match="bootstrap"):
+        start_with_retries(lambda: (_ for _ in ()).throw(RuntimeError("bootstrap")), attempts=2, sleep=pauses.append)
+    assert pauses == [2.0, 2.0]
+
+
 def test_the_dht_drops_a_request_whose_sender_exited_and_nothing_else():
     import multiprocessing as mp
 

@@ -749,8 +749,9 @@ class RunAgent:
         host = cfg.get("host") or "127.0.0.1"
         port = int(cfg.get("port") or 0)
         identity = {"identity_path": cfg["identity_path"]} if cfg.get("identity_path") else {}
-        dht = _quiet_shutdown_dht_class()(start=True, host_maddrs=[f"/ip4/{host}/tcp/{port}"],
-                                          initial_peers=list(cfg.get("initial_peers") or []), **identity)
+        dht_class = _quiet_shutdown_dht_class()
+        dht = start_with_retries(lambda: dht_class(start=True, host_maddrs=[f"/ip4/{host}/tcp/{port}"],
+                                                   initial_peers=list(cfg.get("initial_peers") or []), **identity))
         maddrs = [str(a) for a in dht.get_visible_maddrs()]
         path = os.path.join(self.config["workdir"], f"peer-{self.rank}.maddrs")
         fd, tmp = tempfile.mkstemp(dir=self.config["workdir"], prefix=".maddrs-")
@@ -940,6 +941,28 @@ class _SenderTolerantPipe:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pipe, name)
+
+
+# A joining peer's p2p daemon gives up when no bootstrap peer answers in time — on a busy 2-core
+# host, peer 0 training flat out answered too late in 2 of 4 local 2-peer runs ("Daemon failed to
+# start: failed to connect to bootstrap peers"). The peer is there: ask again, a little later.
+DHT_START_ATTEMPTS = 3
+DHT_RETRY_PAUSE_S = 2.0
+
+
+def start_with_retries(start: Any, attempts: int = DHT_START_ATTEMPTS, pause_s: float = DHT_RETRY_PAUSE_S,
+                       sleep: Any = time.sleep) -> Any:
+    """`start()`, again after pause_s × attempt when it failed to reach its bootstrap peers."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start()
+        except Exception as exc:  # noqa: BLE001 - hivemind raises P2PDaemonError through the DHT process
+            if "bootstrap" not in str(exc) or attempt == attempts:
+                raise
+            print(f"trainwise: hivemind could not reach its bootstrap peers ({exc}); retrying "
+                  f"({attempt + 1}/{attempts})", file=sys.stderr, flush=True)
+            sleep(pause_s * attempt)
+    raise AssertionError("unreachable")
 
 
 def _quiet_shutdown_dht_class():

@@ -269,8 +269,22 @@ def run_job(options: RunOptions, command: list[str], *, workdir: str | None = No
         Path(workdir).mkdir(parents=True, exist_ok=True)
         codes, launch_wall, wall = launch(options, command, workdir)
         raws, runs = read_records(workdir)
-        return build_result(options, command, codes, launch_wall, wall, raws, runs)
+        return build_result(options, command, codes, launch_wall, wall, raws, runs, failed_peer_logs(workdir, codes))
     with tempfile.TemporaryDirectory(prefix="trainwise-run-") as tmp:
         codes, launch_wall, wall = launch(options, command, tmp)
         raws, runs = read_records(tmp)
-        return build_result(options, command, codes, launch_wall, wall, raws, runs)
+        return build_result(options, command, codes, launch_wall, wall, raws, runs, failed_peer_logs(tmp, codes))
+
+
+def failed_peer_logs(workdir: str, codes: list[int], lines: int = 4) -> dict[int, str]:
+    """{peer: the last lines of its log, joined by " | "} for each peer (past the first, whose output is
+    the terminal's) that exited with an error; a stop on SIGTERM (143, -15) is not one."""
+    out = {}
+    for rank, code in enumerate(codes):
+        path = Path(workdir) / f"peer-{rank}.log"
+        if rank == 0 or code in (0, 143, -15) or not path.exists():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        kept = [line.strip() for line in text if line.strip()][-lines:]
+        out[rank] = " | ".join(kept)[-1000:] if kept else "(nothing)"
+    return out

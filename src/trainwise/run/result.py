@@ -178,7 +178,7 @@ def _ddp_breakdown(raws: dict[int, dict], runs: dict[int, dict]) -> dict[int, di
 
 
 def build_result(options: RunOptions, command: list[str], codes: list[int], launch_wall_s: float, wall_s: float,
-                 raws: dict[int, dict], runs: dict[int, dict]) -> RunResult:
+                 raws: dict[int, dict], runs: dict[int, dict], failed_logs: dict[int, str] | None = None) -> RunResult:
     from trainwise.run._child import RESUME_MISMATCH_EXIT, RESUME_SKIP_FAILED_EXIT
 
     where = options.checkpoint.directory if options.checkpoint else "the checkpoint folder"
@@ -268,6 +268,11 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
     if throughput is None and rates:
         throughput = sum(rates)
         notes.append("the ranks' steady windows do not overlap: throughput is the sum of their own rates")
+    for rank, tail in sorted((failed_logs or {}).items()):
+        # its output went to a log in the run's temporary folder, gone once the run ends
+        hint = (" — it could not reach the peers it joins through: they had left (a job shorter than a peer's "
+                "start-up) or are unreachable from it" if "bootstrap peers" in tail else "")
+        notes.append(f"peer {rank} exited with code {codes[rank]}{hint}; the end of its output: {tail}")
     return RunResult(engine=options.engine, command=list(command), world_size=options.world_size, exit_codes=codes,
                      wall_s=wall_s, launch_wall_s=launch_wall_s,
                      throughput_samples_per_s=throughput, step=step, granularity=granularity,
