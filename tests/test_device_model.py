@@ -353,6 +353,9 @@ def test_device_predict_from_a_profile_counts_its_data_wait_like_predict_does(ca
 @pytest.mark.parametrize("args, fragment", [
     (["hf:roberta-base", "--task", "foo"], "unknown task 'foo' for an hf: model (--task): use one of mlm, mlm15, clm, qa, cls"),
     (["hf:roberta-base", "--task", "mlmm"], "did you mean mlm?"),
+    (["resnet50", "--seq-len", "128"], "--seq-len applies to hf: models; resnet50 (torchvision) takes --image-size"),
+    (["hf:roberta-base", "--image-size", "64"], "--image-size applies to image models; hf:roberta-base takes --seq-len"),
+    (["nn_twins_mlp", "--task", "mlm"], "nn_twins_mlp has a fixed input: drop --task"),
     (["hf:roberta-base", "--seq-len", "-5"], "the sequence length (--seq-len) must be a positive whole number (got -5)"),
     (["hf:roberta-base", "--seq-len", "0"], "the sequence length (--seq-len) must be a positive whole number (got 0)"),
     (["resnet50", "--image-size", "0"], "the image size (--image-size) must be a positive whole number (got 0)"),

@@ -30,8 +30,28 @@ def _characterise(model: str, batch: int, precision: str, seq_len: int | None, i
                   task: str | None, optimizer: str | None, memory_format: str) -> Any:
     from trainwise.predict.characterise import characterise_named
 
+    _check_options_apply(model, seq_len, image_size, task)
     return characterise_named(model, batch, precision, seq_len, image_size=image_size, task=task, optimizer=optimizer,
                               memory_format=memory_format)
+
+
+def _check_options_apply(model: str, seq_len: int | None, image_size: int | None, task: str | None) -> None:
+    """An option the model's step does not take would be ignored without a word: refuse it."""
+    if str(model).startswith("hf:"):
+        if image_size is not None:
+            raise TrainwiseError(f"--image-size applies to image models; {model} takes --seq-len (and --task)")
+        return
+    from trainwise.predict.characterise import _EXTRA_MODELS
+    from trainwise.workloads import WORKLOADS
+
+    given = [flag for flag, value in (("--seq-len", seq_len), ("--task", task)) if value is not None]
+    if model in WORKLOADS or model in _EXTRA_MODELS:
+        given += ["--image-size"] if image_size is not None else []
+        if given:
+            raise TrainwiseError(f"{model} has a fixed input: drop {' and '.join(given)}")
+    elif given:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise TrainwiseError(f"{' and '.join(given)} {verb} to hf: models; {model} (torchvision) takes --image-size")
 
 
 def _load_characterisation(path: Path) -> tuple[Any, Any]:
