@@ -153,6 +153,9 @@ def test_user_groups_and_cli_errors(catalog, tmp_path):
                                                                    distributed=options_from_cli(groups_path=bad)))
     with pytest.raises(TrainwiseError, match="--nodes must be"):
         options_from_cli(nodes=[1])
+    bad.write_text(yaml.safe_dump([{"name": "g", "peers": [{"offering": "local", "continent": "mars"}]}]))
+    with pytest.raises(TrainwiseError, match="group g: continent 'mars' is not one of us, eu"):
+        options_from_cli(groups_path=bad)
     # a continent the network model does not know placed this machine nowhere: every hybrid row vanished
     assert options_from_cli(local_continent=" EU ").local_continent == "eu"
     assert options_from_cli(local_continent="sa").local_continent == "sa"  # sa-east-1 etc. have spot GPUs

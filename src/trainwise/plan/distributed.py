@@ -140,10 +140,17 @@ def load_groups(path: str | Path) -> tuple[GroupSpec, ...]:
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
         items = data.get("groups", data) if isinstance(data, dict) else data
-        return tuple(GroupSpec.model_validate(item) for item in items or [])
+        groups = tuple(GroupSpec.model_validate(item) for item in items or [])
     except (yaml.YAMLError, ValidationError, TypeError, AttributeError) as exc:
         raise TrainwiseError(f"group file {p}: not a list of {{name, peers: [{{offering, count}}]}} groups ({exc.__class__.__name__}): "
                              "fix it") from exc
+    for group in groups:
+        for peer in group.peers:
+            if peer.continent is not None and peer.continent not in CONTINENTS:
+                # an unknown one would place the peer nowhere on the network model
+                raise TrainwiseError(f"group file {p}, group {group.name}: continent {peer.continent!r} is not one of "
+                                     f"{', '.join(CONTINENTS)}")
+    return groups
 
 
 # ----------------------------------------------------------------------------- group building
