@@ -5,7 +5,7 @@
     app.command("validate")(validate_command)     # trainwise validate [--dataset FILE.csv] [--json]
 
 `render_device_predictions(...)` prints the table `trainwise predict --accelerator V100 --count 1`
-shows for a profile (see `predict_from_profile`). Heavy imports (torch, pandas) happen inside the
+shows for a profile (see `predict_on_accelerator`). Heavy imports (torch, pandas) happen inside the
 commands, so registering them costs nothing at start-up.
 """
 
