@@ -34,6 +34,7 @@ from trainwise.predict.same_machine import host_stray_fraction, predict_total, r
 from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
 from _machine import machine
+from _parallel import parse_cpus, run_tasks, write_worker_result
 from same_machine_prediction import band_coverage, same_steps_errors, same_window_mean_iteration_s
 
 RESULTS = Path(__file__).parent / "results"
@@ -52,7 +53,7 @@ class Config:
     extra: tuple[str, ...] = ()
 
     def command(self, train_samples: int) -> list[str]:
-        argv = ["python", "-m", self.module, "--batch-size", str(self.batch_size), "--epochs", str(self.epochs),
+        argv = [sys.executable, "-m", self.module, "--batch-size", str(self.batch_size), "--epochs", str(self.epochs),
                 "--train-samples", str(train_samples), "--val-samples", str(self.val_samples),
                 "--threads", str(THREADS), *self.extra]
         if self.accumulate is not None:
@@ -115,11 +116,131 @@ def write(rows: list[dict], target_s: float, started: float, args: argparse.Name
         },
         "rows": rows, "target_full_run_s": target_s, "benchmark_wall_s": time.time() - started,
         "quick": args.quick, "pinned_cpu": args.cpu,
-        "notes": "shared 2-core development machine: other engineers' jobs ran at the same time; each row's "
-                 "load_average says how busy the machine was around its full run",
+        "parallel": ({"cpus": args.parallel_cpus, "repeat_cpus": args.repeat_cpus,
+                      "how": "each integration in its own process pinned to one CPU, all at once, the repeat of each "
+                             "full run at the same time on its own CPU"} if args.parallel_cpus else None),
+        "notes": ("run side by side (--parallel-cpus), meant for a dedicated many-core machine; each row's "
+                  "load_average says how busy it was around its full run"
+                  if args.parallel_cpus else
+                  "shared 2-core development machine: other engineers' jobs ran at the same time; each row's "
+                  "load_average says how busy the machine was around its full run"),
     }
     atomic_write_text(RESULTS / name, json.dumps(result, indent=1))
     return result
+
+
+def measure(config: Config, train_samples: int) -> dict:
+    """Profile, predict and fully run one sized configuration: its results row (without the repeat)."""
+    profile = sampled_profile(config, train_samples)
+    load_before = os.getloadavg()[0]
+    full = run_profile(config.command(train_samples), options(mode="full"), workload=config.module, quiet=True)
+    load_after = os.getloadavg()[0]
+    return build_row(config, train_samples, profile, full, [load_before, load_after])
+
+
+def sampled_profile(config: Config, train_samples: int) -> Profile:
+    return run_profile(config.command(train_samples), options(epochs_hint=config.epochs), workload=config.module,
+                       quiet=True)
+
+
+def build_row(config: Config, train_samples: int, profile: Profile, full: Profile, load_average: list[float]) -> dict:
+    """The results row of one integration (without its repeat): the profile's prediction against its full run."""
+    command = config.command(train_samples)
+    prediction = predict_total(profile, config.epochs)
+    actual_s = full.full_run.training_end_s
+    return {
+        "integration": config.integration, "workload": config.module, "command": command,
+        "batch_size": config.batch_size, "accumulate": config.accumulate or 1, "epochs": config.epochs,
+        "train_samples": train_samples, "val_samples": config.val_samples,
+        "iterations_per_epoch": profile.dataset.iterations_per_epoch,
+        "batches_per_iteration": profile.dataset.batches_per_iteration,
+        "profiled_iterations": len(profile.iterations), "profile_stop": profile.stop_reason,
+        "profile_sampling_stopped_by": profile.steady_state.sampling_stopped_by,
+        "profile_validation_batches_timed": sum(v.batches_timed for v in profile.validations),
+        "profile_wall_s": profile.process_wall_s, "full_run_wall_s": full.process_wall_s,
+        "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,
+        "actual_s": actual_s, "predicted_s": prediction.total_s, "band_s": [prediction.low_s, prediction.high_s],
+        "abs_error": relative_error(actual_s, prediction.total_s),
+        "predicted_breakdown_s": prediction.breakdown_s,
+        "actual_init_s": full.init.total_s, "profile_init_s": profile.init.total_s,
+        "steady_iteration_profile_s": profile.steady_state.iteration.mean_s,
+        "steady_iteration_full_s": full.steady_state.iteration.mean_s,
+        # Diagnostic: the full run's iterations in the window the profile sampled. Close to the
+        # profile's mean while the full run's overall mean differs = the machine's speed changed
+        # along the run (neighbours' load), not a measurement error of the profile.
+        "full_same_window_mean_iteration_s": same_window_mean_iteration_s(full, profile),
+        "profile_warmup_iterations": profile.steady_state.warmup_iterations,
+        "sampled_steps_s": sampled_steps_s(profile), "host_stray": host_stray_fraction(profile),
+        # Accounting check without run-to-run noise: the estimator fed the full run's own profile
+        # should give back the full run's time (any missing or double-counted time shows here).
+        "self_consistency_error": relative_error(actual_s, predict_total(full, config.epochs).total_s),
+        "actual_validation_s": sum(v.wall_s for v in full.validations),
+        "load_average": load_average,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def full_run_s(config: Config, train_samples: int) -> float:
+    """The instrumented full run's launch → end-of-training time."""
+    full = run_profile(config.command(train_samples), options(mode="full"), workload=config.module, quiet=True)
+    return full.full_run.training_end_s
+
+
+def add_repeat(row: dict, repeat_s: float) -> None:
+    """The repeat of the same full run: the row's noise floor."""
+    row["repeat_full_run_s"] = repeat_s
+    row["noise_floor"] = abs(row["actual_s"] - repeat_s) / ((row["actual_s"] + repeat_s) / 2)
+    row["abs_error_vs_repeat"] = relative_error(repeat_s, row["predicted_s"])
+
+
+def worker(task: dict) -> dict:
+    """One measurement of a parallel run (`_parallel.run_tasks`), in this process pinned to its CPU."""
+    config = next(c for c in CONFIGS if c.integration == task["integration"])
+    if task["task"] == "size":
+        train_samples, pilot = size_run(config, task["target_s"])
+        return {"train_samples": train_samples, "pilot_iteration_s": pilot.steady_state.iteration.mean_s}
+    if task["task"] == "profile":
+        return {"profile": sampled_profile(config, task["train_samples"]).model_dump_json()}
+    if task["task"] == "full":
+        load_before = os.getloadavg()[0]
+        full = run_profile(config.command(task["train_samples"]), options(mode="full"), workload=config.module,
+                           quiet=True)
+        return {"actual_s": full.full_run.training_end_s, "load_average": [load_before, os.getloadavg()[0]],
+                "profile": full.model_dump_json() if task.get("keep") else None}
+    raise ValueError(f"unknown worker task {task['task']!r}")
+
+
+def parallel_rows(configs: list[Config], cpus: list[int], repeat_cpus: list[int], target_s: float) -> list[dict]:
+    """Every configuration side by side, one pinned CPU each: pilots, profiles, then full runs with the
+    repeat of each at the same time on the repeat CPUs."""
+    script = str(Path(__file__).resolve())
+    console.print(f"[bold]parallel[/bold]: {len(configs)} integrations on CPUs {cpus}, repeats on {repeat_cpus}")
+    # The pilots run on the repeat CPUs too (results unused there), so that they size the full runs
+    # under the load the full runs will have.
+    sizes = run_tasks(script, [(cpu_list[n % len(cpu_list)],
+                                {"task": "size", "integration": c.integration, "target_s": target_s})
+                               for cpu_list in [cpus, repeat_cpus] for n, c in enumerate(configs)],
+                      label="pilot")[:len(configs)]
+    # Then every sampled profile at once (the same profiles on the repeat CPUs as load); then every
+    # full run at once with its repeat: each profile and each full run see the neighbours in the same phase.
+    def sized(c: Config, size: dict, **more) -> dict:
+        return {"integration": c.integration, "train_samples": size["train_samples"], **more}
+
+    profile_tasks = [(cpu_list[n % len(cpu_list)], {"task": "profile", **sized(c, size)})
+                     for cpu_list in [cpus, repeat_cpus] for n, (c, size) in enumerate(zip(configs, sizes))]
+    profiles = [Profile.model_validate_json(p["profile"])
+                for p in run_tasks(script, profile_tasks, label="profile")[:len(configs)]]
+    full_tasks = [(cpu_list[n % len(cpu_list)], {"task": "full", **sized(c, size, keep=cpu_list is cpus)})
+                  for cpu_list in [cpus, repeat_cpus] for n, (c, size) in enumerate(zip(configs, sizes))]
+    results = run_tasks(script, full_tasks, label="full run / repeat")
+    rows = []
+    for c, size, profile, full_result, repeat in zip(configs, sizes, profiles, results[:len(configs)],
+                                                     results[len(configs):]):
+        row = build_row(c, size["train_samples"], profile, Profile.model_validate_json(full_result["profile"]),
+                        full_result["load_average"])
+        add_repeat(row, repeat["actual_s"])
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -128,68 +249,50 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny runs to check the script works (results not committed)")
     parser.add_argument("--only", choices=[c.integration for c in CONFIGS], action="append")
     parser.add_argument("--cpu", type=int, default=None, help="pin the benchmark and its runs to one CPU")
+    parser.add_argument("--parallel-cpus", metavar="CPUS",
+                        help="measure the integrations side by side, one process pinned per CPU (e.g. 0-2): for a "
+                             "dedicated many-core machine; needs --repeat-cpus for the repeats")
+    parser.add_argument("--repeat-cpus", metavar="CPUS", help="with --parallel-cpus: CPUs for the repeat full runs")
+    parser.add_argument("--output", help="results file name under benchmarks/results (default: integrations_prediction.json)")
+    parser.add_argument("--worker-task", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     os.environ.setdefault("KERAS_BACKEND", "torch")
+    if args.worker_task:
+        write_worker_result(args.worker_out, worker(json.loads(args.worker_task)))
+        return
     target_s = 25.0 if args.quick else args.target_minutes * 60
     name = "integrations_prediction_quick.json" if args.quick else "integrations_prediction.json"
     configs = [c for c in CONFIGS if not args.only or c.integration in args.only]
+    if args.output:
+        name = args.output
     rows: list[dict] = []
     started = time.time()
+    if args.parallel_cpus:
+        cpus = parse_cpus(args.parallel_cpus)
+        if not args.repeat_cpus:
+            raise SystemExit("error: --parallel-cpus needs --repeat-cpus (CPUs for the repeat full runs, e.g. 3-5)")
+        repeat_cpus = parse_cpus(args.repeat_cpus)
+        if set(cpus) & set(repeat_cpus):
+            raise SystemExit("error: --parallel-cpus and --repeat-cpus overlap: give the repeats their own CPUs")
+        rows = parallel_rows(configs, cpus, repeat_cpus, target_s)
+        configs = []
     for config in configs:
         train_samples, pilot = size_run(config, target_s)
-        command = config.command(train_samples)
         console.print(f"[bold]{config.integration}[/bold] ({config.module}): {train_samples} samples × {config.epochs} "
                       f"epochs (pilot {pilot.steady_state.iteration.mean_s * 1000:.1f} ms/iteration, "
                       f"init {pilot.init.total_s:.1f} s)")
-        profile = run_profile(command, options(epochs_hint=config.epochs), workload=config.module, quiet=True)
-        prediction = predict_total(profile, config.epochs)
-        load_before = os.getloadavg()[0]
-        full = run_profile(command, options(mode="full"), workload=config.module, quiet=True)
-        load_after = os.getloadavg()[0]
+        row = measure(config, train_samples)
         # The same full run again: how much this machine alone moves a run's time (noise floor).
-        repeat = run_profile(command, options(mode="full"), workload=config.module, quiet=True)
-        actual_s = full.full_run.training_end_s
-        repeat_s = repeat.full_run.training_end_s
-        row = {
-            "integration": config.integration, "workload": config.module, "command": command,
-            "batch_size": config.batch_size, "accumulate": config.accumulate or 1, "epochs": config.epochs,
-            "train_samples": train_samples, "val_samples": config.val_samples,
-            "iterations_per_epoch": profile.dataset.iterations_per_epoch,
-            "batches_per_iteration": profile.dataset.batches_per_iteration,
-            "profiled_iterations": len(profile.iterations), "profile_stop": profile.stop_reason,
-            "profile_sampling_stopped_by": profile.steady_state.sampling_stopped_by,
-            "profile_validation_batches_timed": sum(v.batches_timed for v in profile.validations),
-            "profile_wall_s": profile.process_wall_s, "full_run_wall_s": full.process_wall_s,
-            "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,
-            "actual_s": actual_s, "predicted_s": prediction.total_s, "band_s": [prediction.low_s, prediction.high_s],
-            "abs_error": relative_error(actual_s, prediction.total_s),
-            "predicted_breakdown_s": prediction.breakdown_s,
-            "actual_init_s": full.init.total_s,
-            "steady_iteration_profile_s": profile.steady_state.iteration.mean_s,
-            "steady_iteration_full_s": full.steady_state.iteration.mean_s,
-            # Diagnostic: the full run's iterations in the window the profile sampled. Close to the
-            # profile's mean while the full run's overall mean differs = the machine's speed changed
-            # along the run (neighbours' load), not a measurement error of the profile.
-            "full_same_window_mean_iteration_s": same_window_mean_iteration_s(full, profile),
-            "profile_warmup_iterations": profile.steady_state.warmup_iterations,
-            "sampled_steps_s": sampled_steps_s(profile), "host_stray": host_stray_fraction(profile),
-            "repeat_full_run_s": repeat_s,
-            # Accounting check without run-to-run noise: the estimator fed the full run's own profile
-            # should give back the full run's time (any missing or double-counted time shows here).
-            "self_consistency_error": relative_error(actual_s, predict_total(full, config.epochs).total_s),
-            "noise_floor": abs(actual_s - repeat_s) / ((actual_s + repeat_s) / 2),
-            "abs_error_vs_repeat": relative_error(repeat_s, prediction.total_s),
-            "actual_validation_s": sum(v.wall_s for v in full.validations),
-            "load_average": [load_before, load_after],
-        }
+        add_repeat(row, full_run_s(config, train_samples))
         rows.append(row)
         write(rows, target_s, started, args, name)
-        console.print(f"  predicted {prediction.total_s:.1f} s, actual {actual_s:.1f} s (repeat {repeat_s:.1f} s), "
-                      f"error {row['abs_error']:.1%} "
-                      f"(init {profile.init.total_s:.1f} vs {full.init.total_s:.1f} s, iteration "
-                      f"{row['steady_iteration_profile_s'] * 1000:.1f} vs {row['steady_iteration_full_s'] * 1000:.1f} ms)")
+        console.print(f"  predicted {row['predicted_s']:.1f} s, actual {row['actual_s']:.1f} s "
+                      f"(repeat {row['repeat_full_run_s']:.1f} s), error {row['abs_error']:.1%} "
+                      f"(iteration {row['steady_iteration_profile_s'] * 1000:.1f} vs "
+                      f"{row['steady_iteration_full_s'] * 1000:.1f} ms)")
     result = write(rows, target_s, started, args, name)
     table = Table(title="Same-machine prediction through the framework integrations (trainwise estimator)")
     for column in ("integration", "epochs", "it/epoch", "actual", "predicted", "error", "profile cost"):

@@ -36,6 +36,7 @@ from trainwise.profile.runner import DEFAULT_MIN_ITERATIONS, ProfileOptions, run
 from trainwise.profile.schema import Profile
 from trainwise.workloads import command_for, get_workload
 from _machine import machine
+from _parallel import parse_cpus, run_tasks, write_worker_result
 
 RESULTS = Path(__file__).parent / "results"
 console = Console()
@@ -136,15 +137,38 @@ def measure(config: tuple, target_s: float) -> tuple[dict, list[str], Profile]:
     workload, batch, fixed_epochs, val_samples, fixed_train_samples = config
     epochs, train_samples, pilot_iteration_s = size_run(workload, batch, fixed_epochs, val_samples,
                                                         fixed_train_samples, target_s)
-    command = command_for(workload, batch_size=batch, epochs=epochs, train_samples=train_samples, val_samples=val_samples,
-                          threads=THREADS)
+    return measure_sized(config, epochs, train_samples, pilot_iteration_s)
+
+
+def sized_command(config: tuple, epochs: int, train_samples: int) -> list[str]:
+    workload, batch, _, val_samples, _ = config
+    return command_for(workload, batch_size=batch, epochs=epochs, train_samples=train_samples, val_samples=val_samples,
+                       threads=THREADS)
+
+
+def measure_sized(config: tuple, epochs: int, train_samples: int,
+                  pilot_iteration_s: float) -> tuple[dict, list[str], Profile]:
+    """Profile, predict and fully run one configuration whose run is already sized: its results row."""
+    workload, batch, _, val_samples, _ = config
+    command = sized_command(config, epochs, train_samples)
     console.print(f"[bold]{workload}[/bold] batch {batch}: {train_samples} samples × {epochs} epochs "
                   f"(pilot {pilot_iteration_s * 1000:.1f} ms/iteration)")
-    profile = run_profile(command, ProfileOptions(epochs_hint=epochs), workload=workload, quiet=True)
+    profile = sampled_profile(config, command, epochs)
+    full = full_run(command)
+    return build_row(config, epochs, train_samples, profile, full), command, full
+
+
+def sampled_profile(config: tuple, command: list[str], epochs: int) -> Profile:
+    """`trainwise profile` (sampled, the default options) of the sized command."""
+    return run_profile(command, ProfileOptions(epochs_hint=epochs), workload=config[0], quiet=True)
+
+
+def build_row(config: tuple, epochs: int, train_samples: int, profile: Profile, full: Profile) -> dict:
+    """The results row of one configuration: the profile's predictions against its full run."""
+    workload, batch, _, val_samples, _ = config
     predictions = {"trainwise": predict_total(profile, epochs)}
     for name in SEED_ESTIMATORS:
         predictions[name] = predict_total(profile, epochs, name)
-    full = full_run(command)
     actual_s = full.full_run.training_end_s
     row = {
         "workload": workload, "data": get_workload(workload).data_kind, "batch_size": batch, "epochs": epochs,
@@ -170,7 +194,7 @@ def measure(config: tuple, target_s: float) -> tuple[dict, list[str], Profile]:
     }
     console.print(f"  predicted {row['predicted_s']['trainwise']:.1f} s, actual {actual_s:.1f} s, "
                   f"error {row['abs_error']['trainwise']:.1%}, profiling cost {row['profiling_cost_fraction']:.2%}")
-    return row, command, full
+    return row
 
 
 def same_steps_errors(rows: list[dict]) -> list[float]:
@@ -254,6 +278,134 @@ def write_partial(rows: list[dict], target_s: float) -> None:
         "rows": rows}, indent=1))
 
 
+def worker(task: dict) -> dict:
+    """One measurement of a parallel run (`_parallel.run_tasks`), in this process pinned to its CPU."""
+    config = CONFIGS[task["config"]]
+    if task["task"] == "size":
+        epochs, train_samples, pilot_iteration_s = size_run(*config, task["target_s"])
+        return {"epochs": epochs, "train_samples": train_samples, "pilot_iteration_s": pilot_iteration_s}
+    command = sized_command(config, task.get("epochs", 1), task.get("train_samples", 1))
+    if task["task"] == "profile":
+        return {"profile": sampled_profile(config, command, task["epochs"]).model_dump_json()}
+    if task["task"] == "full":
+        full = full_run(command)
+        return {"actual_s": full.full_run.training_end_s, "process_wall_s": full.process_wall_s,
+                "profile": full.model_dump_json() if task.get("keep") else None}
+    if task["task"] == "overhead":
+        workload, batch, _, val_samples, _ = config
+        command = command_for(workload, batch_size=batch, epochs=2, train_samples=batch * task["batches"],
+                              val_samples=val_samples, threads=THREADS)
+        if task["plain_first"]:
+            plain = plain_run_s(command)
+            instrumented = full_run(command).process_wall_s
+        else:
+            instrumented = full_run(command).process_wall_s
+            plain = plain_run_s(command)
+        return {"plain_s": plain, "instrumented_s": instrumented}
+    raise ValueError(f"unknown worker task {task['task']!r}")
+
+
+def parallel_main(args: argparse.Namespace, target_s: float) -> None:
+    """The benchmark with its configurations measured side by side, one pinned CPU each (a dedicated
+    many-core machine): pilots; profiles; full runs, with the same full run repeated on the repeat CPUs
+    at the same time (the noise floor of each configuration); then one interleaved overhead pair per CPU."""
+    cpus = parse_cpus(args.parallel_cpus)
+    repeat_cpus = parse_cpus(args.repeat_cpus) if args.repeat_cpus else []
+    if set(cpus) & set(repeat_cpus):
+        raise SystemExit("error: --parallel-cpus and --repeat-cpus overlap: give the repeats their own CPUs")
+    indices = [0, 4] if args.quick else list(range(len(CONFIGS)))
+    script = str(Path(__file__).resolve())
+    started = time.time()
+    console.print(f"[bold]parallel[/bold]: {len(indices)} configurations on CPUs {cpus}, repeats on {repeat_cpus or cpus}")
+    # The pilots run on the repeat CPUs too (results unused there), so that they size the full runs
+    # under the load the full runs will have.
+    size_tasks = [(cpu_list[n % len(cpu_list)], {"task": "size", "config": i, "target_s": target_s})
+                  for cpu_list in [cpus, repeat_cpus] if cpu_list for n, i in enumerate(indices)]
+    sizes = run_tasks(script, size_tasks, label="pilot")[:len(indices)]
+    # Then every sampled profile at once (and, as load, the same profiles on the repeat CPUs); then every
+    # full run at once, with its repeat on the repeat CPUs: each profile's steps and each full run
+    # see the same neighbours' phase (start-up, then steady training).
+    def sized(i: int, size: dict, **more) -> dict:
+        return {"config": i, "epochs": size["epochs"], "train_samples": size["train_samples"], **more}
+
+    profile_tasks = [(cpu_list[n % len(cpu_list)], {"task": "profile", **sized(i, size)})
+                     for cpu_list in [cpus, repeat_cpus] if cpu_list for n, (i, size) in enumerate(zip(indices, sizes))]
+    profiles = [Profile.model_validate_json(p["profile"])
+                for p in run_tasks(script, profile_tasks, label="profile")[:len(indices)]]
+    full_tasks = [(cpus[n % len(cpus)], {"task": "full", **sized(i, size, keep=True)})
+                  for n, (i, size) in enumerate(zip(indices, sizes))]
+    repeat_tasks = [(cpu_list[n % len(cpu_list)], {"task": "full", **sized(i, size)})
+                    for cpu_list in [repeat_cpus or cpus] for n, (i, size) in enumerate(zip(indices, sizes))]
+    if repeat_cpus:
+        results = run_tasks(script, full_tasks + repeat_tasks, label="full run / repeat")
+        fulls, repeats = results[:len(indices)], results[len(indices):]
+    else:
+        fulls = run_tasks(script, full_tasks, label="full run")
+        repeats = run_tasks(script, repeat_tasks, label="repeat")
+    rows = []
+    sweeps: dict[int, list[float]] = {}
+    sweep_costs: dict[int, list[float]] = {}
+    for i, size, profile, full_result, repeat in zip(indices, sizes, profiles, fulls, repeats):
+        full = Profile.model_validate_json(full_result["profile"])
+        row = build_row(CONFIGS[i], size["epochs"], size["train_samples"], profile, full)
+        a, b = row["actual_s"], repeat["actual_s"]
+        row["repeat_actual_s"] = b
+        row["noise_floor"] = abs(a - b) / ((a + b) / 2)
+        rows.append(row)
+        for entry in k_sweep(full, row["epochs"], [3, 5, 10, 20, 40, 80, 160]):
+            sweeps.setdefault(entry["k"], []).append(entry["iteration_error"])
+            sweep_costs.setdefault(entry["k"], []).append(entry["cost_fraction"])
+    pair_cpus = cpus + repeat_cpus
+    # One interleaved pair per CPU at once (order alternated), at least --overhead-pairs in all.
+    pairs = run_tasks(script, [(pair_cpus[n % len(pair_cpus)],
+                                {"task": "overhead", "config": indices[0], "plain_first": n % 2 == 0,
+                                 "batches": 60 if args.quick else 300})
+                               for n in range(max(args.overhead_pairs, len(pair_cpus)))], label="overhead pair")
+    ratios = [p["instrumented_s"] / p["plain_s"] for p in pairs]
+    noise = [r["noise_floor"] for r in rows]
+    summary = summarise(rows, statistics.median(ratios) - 1, statistics.median(noise))
+    summary["noise_floor_max"] = max(noise)
+    summary["noise_floor_meaning"] = ("median over the configurations of |full run − the same full run repeated at the "
+                                      "same time on another CPU| / their mean")
+    finish(args, rows, summary, sweeps, sweep_costs, started, target_s,
+           extra={"overhead_pairs": ratios, "noise_floor_runs_s": [[r["actual_s"], r["repeat_actual_s"]] for r in rows],
+                  "parallel": {"cpus": cpus, "repeat_cpus": repeat_cpus,
+                               "how": "each configuration in its own process pinned to one CPU, all at once"}})
+
+
+def finish(args: argparse.Namespace, rows: list[dict], summary: dict, sweeps: dict[int, list[float]],
+           sweep_costs: dict[int, list[float]], started: float, target_s: float, extra: dict) -> None:
+    """Write the results (and the k sweep) and print the table."""
+    k_rows = [{"k": k, "median_iteration_error": statistics.median(v), "max_iteration_error": max(v),
+               "median_cost_fraction": statistics.median(sweep_costs[k]), "configurations": len(v)}
+              for k, v in sorted(sweeps.items())]
+    result = {
+        "benchmark": "same_machine_prediction", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(), "summary": summary, "rows": rows, **extra, "k_sweep": k_rows,
+        "default_min_iterations": DEFAULT_MIN_ITERATIONS, "target_full_run_s": target_s,
+        "benchmark_wall_s": time.time() - started, "quick": args.quick,
+        "pinned_cpu": args.cpu, "threads_per_run": THREADS,
+    }
+    name = args.output or ("same_machine_prediction_quick.json" if args.quick else "same_machine_prediction.json")
+    atomic_write_text(RESULTS / name, json.dumps(result, indent=1))
+    if not args.output:
+        atomic_write_text(RESULTS / ("profile_iterations_quick.json" if args.quick else "profile_iterations.json"),
+                          json.dumps({"benchmark": "profile_iterations", "machine": result["machine"],
+                                      "summary": {"default_min_iterations": DEFAULT_MIN_ITERATIONS,
+                                                  "k_sweep": k_rows}, "source": name}, indent=1))
+
+    table = Table(title="Same-machine prediction (trainwise estimator vs seed equations)")
+    for column in ("workload", "batch", "epochs", "actual", "trainwise", "err", "eq5.4 err", "eq5.3 err", "avg err", "profile cost"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        table.add_row(r["workload"], str(r["batch_size"]), str(r["epochs"]), f"{r['actual_s']:.1f} s",
+                      f"{r['predicted_s']['trainwise']:.1f} s", f"{r['abs_error']['trainwise']:.1%}",
+                      f"{r['abs_error']['eq5.4']:.1%}", f"{r['abs_error']['eq5.3']:.1%}", f"{r['abs_error']['averaged']:.1%}",
+                      f"{r['profiling_cost_fraction']:.2%}")
+    console.print(table)
+    console.print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in summary.items()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target-minutes", type=float, default=6.0)
@@ -266,7 +418,23 @@ def main() -> None:
     parser.add_argument("--reason", default="", help="why the rerun replaces the first measurement (kept in the JSON)")
     parser.add_argument("--resummarise", action="store_true",
                         help="recompute the summary of the committed results from their rows (no runs)")
+    parser.add_argument("--parallel-cpus", metavar="CPUS",
+                        help="measure the configurations side by side, one process pinned per CPU (e.g. 0-7): for a "
+                             "dedicated many-core machine")
+    parser.add_argument("--repeat-cpus", metavar="CPUS",
+                        help="with --parallel-cpus: run each full run's repeat (noise floor) at the same time on these CPUs")
+    parser.add_argument("--output", help="results file name under benchmarks/results (default: same_machine_prediction.json)")
+    parser.add_argument("--worker-task", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker_task:
+        if args.cpu is not None:
+            os.sched_setaffinity(0, {args.cpu})
+        write_worker_result(args.worker_out, worker(json.loads(args.worker_task)))
+        return
+    if args.parallel_cpus:
+        parallel_main(args, 20.0 if args.quick else args.target_minutes * 60)
+        return
     if args.resummarise:
         path = RESULTS / "same_machine_prediction.json"
         result = json.loads(path.read_text())
@@ -323,34 +491,8 @@ def main() -> None:
     overhead = statistics.median(ratios) - 1
 
     summary = summarise(rows, overhead, noise_floor)
-    k_rows = [{"k": k, "median_iteration_error": statistics.median(v), "max_iteration_error": max(v),
-               "median_cost_fraction": statistics.median(sweep_costs[k]), "configurations": len(v)}
-              for k, v in sorted(sweeps.items())]
-    result = {
-        "benchmark": "same_machine_prediction", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(), "summary": summary, "rows": rows,
-        "overhead_pairs": ratios, "noise_floor_runs_s": [a, b], "k_sweep": k_rows,
-        "default_min_iterations": DEFAULT_MIN_ITERATIONS, "target_full_run_s": target_s,
-        "benchmark_wall_s": time.time() - started, "quick": args.quick,
-        "pinned_cpu": args.cpu, "threads_per_run": THREADS,
-    }
-    name = "same_machine_prediction_quick.json" if args.quick else "same_machine_prediction.json"
-    atomic_write_text(RESULTS / name, json.dumps(result, indent=1))
-    atomic_write_text(RESULTS / ("profile_iterations_quick.json" if args.quick else "profile_iterations.json"),
-                      json.dumps({"benchmark": "profile_iterations", "machine": result["machine"],
-                                  "summary": {"default_min_iterations": DEFAULT_MIN_ITERATIONS,
-                                              "k_sweep": k_rows}, "source": name}, indent=1))
-
-    table = Table(title="Same-machine prediction (trainwise estimator vs seed equations)")
-    for column in ("workload", "batch", "epochs", "actual", "trainwise", "err", "eq5.4 err", "eq5.3 err", "avg err", "profile cost"):
-        table.add_column(column, justify="right")
-    for r in rows:
-        table.add_row(r["workload"], str(r["batch_size"]), str(r["epochs"]), f"{r['actual_s']:.1f} s",
-                      f"{r['predicted_s']['trainwise']:.1f} s", f"{r['abs_error']['trainwise']:.1%}",
-                      f"{r['abs_error']['eq5.4']:.1%}", f"{r['abs_error']['eq5.3']:.1%}", f"{r['abs_error']['averaged']:.1%}",
-                      f"{r['profiling_cost_fraction']:.2%}")
-    console.print(table)
-    console.print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in summary.items()})
+    finish(args, rows, summary, sweeps, sweep_costs, started, target_s,
+           extra={"overhead_pairs": ratios, "noise_floor_runs_s": [a, b]})
 
 
 if __name__ == "__main__":

@@ -161,6 +161,13 @@ def test_gcp_join_and_quirks_in_a_small_file(tmp_path):
     assert catalog.get("gcp", "tpu-v3-8").accelerator_count == 4
 
 
+def test_a_missing_catalog_file_says_where_skypilot_keeps_them(tmp_path):
+    # The old message named only the path; the pinned SkyPilot (0.14) keeps its files under v8/.
+    with pytest.raises(TrainwiseError, match=r"no such catalog file: .*missing.csv: pass a SkyPilot vms.csv .*"
+                                             r"~/.sky/catalogs/v8/<cloud>/"):
+        import_skypilot([tmp_path / "missing.csv"])
+
+
 def test_file_problems(tmp_path):
     with pytest.raises(TrainwiseError, match="no such catalog file"):
         import_skypilot([tmp_path / "missing.csv"])

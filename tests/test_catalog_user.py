@@ -142,3 +142,9 @@ def test_unsupported_suffix(tmp_path):
     path.write_text("{}")
     with pytest.raises(TrainwiseError, match=r"\.toml, \.yaml or \.yml"):
         load_user_offerings(path)
+
+
+def test_a_missing_user_file_says_how_to_write_one(tmp_path):
+    # the old message ended at "No such file or directory"
+    with pytest.raises(TrainwiseError, match=r"lab.toml does not exist: write one, e.g. \[\[offering\]\] .*capex_usd"):
+        load_user_offerings(tmp_path / "lab.toml")

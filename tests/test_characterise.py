@@ -309,3 +309,17 @@ def test_the_characterisation_cache_is_keyed_by_the_tracer_source(monkeypatch, t
     # a changed tracer (or model builder) never reads an entry traced by the old one
     monkeypatch.setattr(ch, "_tracer_digest", lambda: "0123456789abcdef")
     assert ch._disk_cache_path(args) != current
+
+
+def test_characterise_output_folder_is_one_line_before_the_trace(tmp_path, capsys, monkeypatch):
+    # `device characterise ... -o FOLDER` traced the model, then died with IsADirectoryError
+    from trainwise.cli import main
+    from trainwise.predict import cli as predict_cli
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("traced although --output could not be written")
+
+    monkeypatch.setattr(predict_cli, "_characterise", no_trace)
+    code = main(["device", "characterise", "nn_twins_mlp", "--batch", "8", "-o", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--output" in err and "is a folder" in err and "Traceback" not in err

@@ -43,6 +43,27 @@ def test_profile_mistyped_option_is_named_not_a_missing_double_dash(capsys, tmp_
     assert_one_line_error(code, err, "no such option --bogus")
 
 
+def test_a_usage_error_points_at_the_help_of_the_command_that_was_mistyped(capsys):
+    # `trainwise plan job.json` (the profile belongs after --profile): the top-level help lists only
+    # the commands, so the hint must name `trainwise plan --help`, which lists --profile.
+    code, _, err = run_cli(capsys, "plan", "job.json")
+    assert_one_line_error(code, err, "unexpected extra argument(s) (job.json); see `trainwise plan --help`")
+    code, _, err = run_cli(capsys, "device", "predict", "--bogus", "1")
+    assert_one_line_error(code, err, "see `trainwise device predict --help`")
+    code, _, err = run_cli(capsys, "nosuchcommand")
+    assert_one_line_error(code, err, "No such command 'nosuchcommand'; see `trainwise --help`")
+
+
+def test_profile_budget_options_without_epochs_are_refused_before_the_job_runs(capsys, tmp_path):
+    # the budget is a share of the planned run (--epochs); without it they were ignored without a word
+    out = tmp_path / "p.json"
+    code, _, err = run_cli(capsys, "profile", "--budget", "0.05", "-o", str(out), "--", "python", "train.py")
+    assert_one_line_error(code, err, "--budget needs --epochs E")
+    code, _, err = run_cli(capsys, "profile", "--min-budget-seconds", "2", "--budget", "0.05", "--", "python", "train.py")
+    assert_one_line_error(code, err, "--budget, --min-budget-seconds need --epochs E")
+    assert not out.exists()
+
+
 def test_a_script_as_the_command_and_a_script_without_torch(capsys, tmp_path, monkeypatch):
     script = tmp_path / "train.py"
     script.write_text("print('no torch here')\n")
@@ -152,6 +173,29 @@ def test_predict_rejects_bad_profiles(capsys, tmp_path):
     assert_one_line_error(code, err, "not valid JSON")
     code, _, err = run_cli(capsys, "predict", str(tmp_path / "nope.json"), "--epochs", "3")
     assert_one_line_error(code, err, "does not exist")
+    # a saved plan or a run result was "malformed at `mode`: re-run `trainwise profile`"
+    plan_doc = tmp_path / "plan.json"
+    plan_doc.write_text(json.dumps({"schema_version": 1, "offering": {}, "prediction": {}, "profile_path": "job.json"}))
+    code, _, err = run_cli(capsys, "predict", str(plan_doc), "--epochs", "3")
+    assert_one_line_error(code, err, "is a saved plan, not a profile: pass the profile it was made from (job.json)")
+    run_result = tmp_path / "run.json"
+    run_result.write_text(json.dumps({"schema_version": 1, "engine": "local", "world_size": 1, "ranks": []}))
+    code, _, err = run_cli(capsys, "predict", str(run_result), "--epochs", "3")
+    assert_one_line_error(code, err, "is a `trainwise run` result, not a profile")
+
+
+def test_predict_epochs_from_a_missing_file_asks_for_a_full_run_and_conflicts_with_epochs(capsys, tmp_path):
+    from trainwise.plan.synthetic import synthetic_profile
+
+    path = synthetic_profile().save(tmp_path / "job.json")
+    # methodology 1 needs a complete run: the hint must say --full (the generic one recorded a sampled profile)
+    code, out, err = run_cli(capsys, "predict", str(path), "--epochs-from", str(tmp_path / "full.json"))
+    assert_one_line_error(code, err, "record the complete run with `trainwise profile --full -o")
+    assert out == ""
+    # both give the epoch count; --epochs-from used to be ignored without a word
+    code, out, err = run_cli(capsys, "predict", str(path), "--epochs", "3", "--epochs-from", str(path))
+    assert_one_line_error(code, err, "--epochs and --epochs-from both give the epoch count")
+    assert out == ""
 
 
 def test_unknown_workload(capsys, tmp_path):
@@ -163,6 +207,31 @@ def test_unknown_workload(capsys, tmp_path):
 def test_help(capsys):
     code, out, _ = run_cli(capsys, "--help")
     assert code == 0 and "profile" in out and "predict" in out
+
+
+def test_an_output_that_is_a_device_or_a_link_is_written_through_not_replaced(capsys, tmp_path):
+    import os
+    import stat
+
+    from trainwise._io import atomic_write_text
+    from trainwise.plan.synthetic import synthetic_profile
+
+    # `predict --json /dev/stdout` renamed a temporary file over the name /dev/stdout: the device
+    # link became a regular file for every later process. A link to /dev/null stands in for it here.
+    to_device = tmp_path / "stdout"
+    to_device.symlink_to(os.devnull)
+    profile = synthetic_profile().save(tmp_path / "job.json")
+    code, _, err = run_cli(capsys, "predict", str(profile), "--epochs", "3", "--json", str(to_device))
+    assert code == 0, err
+    assert to_device.is_symlink() and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    # a link to a regular file stays a link; its target gets the new content, atomically
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
 def test_output_files_get_the_usual_permissions(tmp_path):

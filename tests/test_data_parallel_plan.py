@@ -180,6 +180,12 @@ def test_plan_cli_distributed(tmp_path, capsys):
     assert any("Hivemind rows: TBS 4096" in a for a in payload["assumptions"])
     code = main(["plan", "--profile", str(path), "--single-machine", "--network", str(tmp_path / "x.json")])
     assert code == 2 and "drop --single-machine" in capsys.readouterr().err
+    # --node-counts was the one distributed option --single-machine dropped without a word
+    code = main(["plan", "--profile", str(path), "--single-machine", "--node-counts", "2,16"])
+    assert code == 2 and "--node-counts" in (err := capsys.readouterr().err) and "drop --single-machine" in err
+    # and a malformed list's example is a node count, not the epoch options' 5,10,20
+    code = main(["plan", "--profile", str(path), "--node-counts", "2,x"])
+    assert code == 2 and "e.g. 2,4,8" in capsys.readouterr().err
 
 
 def test_seed_replay_hivemind_beats_synchronous_ddp_across_nodes():

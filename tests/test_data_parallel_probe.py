@@ -57,3 +57,32 @@ def test_probe_errors_are_one_line(tmp_path, capsys):
         net_probe.parse_target("nohost:99999")
     code = main(["net", "probe"])
     assert code == 2 and "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--serve", "99999"], "--serve 99999: the port must be 1-65535"),  # was an OverflowError traceback
+    (["--serve", "-1"], "--serve -1: the port must be 1-65535"),
+    (["--serve", "0", "--bind", "no.such.host.invalid"], "--bind takes an address of this host"),  # was "pick a free port"
+])
+def test_serve_with_a_bad_port_or_address_is_one_line_and_never_says_serving(capsys, args, fragment):
+    code = main(["net", "probe", *args])
+    captured = capsys.readouterr()
+    assert code == 2 and "Traceback" not in captured.err and "serving" not in captured.out
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and fragment in errors[0], captured.err
+
+
+def test_an_output_that_cannot_take_the_entry_is_refused_before_probing(tmp_path, capsys, monkeypatch):
+    # `-o FOLDER` was an IsADirectoryError traceback, after the measurement
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed although the output could not take the entry")
+
+    monkeypatch.setattr(net_probe, "probe", no_probe)
+    not_json = tmp_path / "train.py"
+    not_json.write_text("print('hi')\n")
+    for output, fragment in ((tmp_path, "is a folder"), (not_json, "is not JSON")):
+        code = main(["net", "probe", "127.0.0.1:5201", "-o", str(output)])
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and "Traceback" not in err and len(errors) == 1 and fragment in errors[0], err
+    assert not_json.read_text() == "print('hi')\n"

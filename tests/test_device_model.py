@@ -234,6 +234,8 @@ def test_validation_csv_allows_extra_columns_and_reports(tmp_path, catalog):
     assert payload["summary"]["rows"] == 3 and len(payload["predictions"]) == 3
     bad = CliRunner().invoke(app, ["validate", "--dataset", str(tmp_path / "missing.csv")])
     assert bad.exit_code != 0 and "does not exist" in str(bad.exception)
+    # ... and says what to pass instead (the old message named only the path)
+    assert "or a packaged set (validation, calibration, measured-h100)" in str(bad.exception)
 
 
 def test_packaged_datasets_parse_and_cite_sources(catalog):
@@ -350,6 +352,16 @@ def test_device_predict_from_a_profile_counts_its_data_wait_like_predict_does(ca
     assert waited_s > 0.003 and device["iteration_s"] - bare["iteration_s"] == pytest.approx(waited_s, rel=0.01)
 
 
+def test_device_predict_from_a_missing_file_says_what_to_pass(capsys, tmp_path):
+    from trainwise.cli import main
+
+    # the old message was only "PATH does not exist"
+    assert main(["device", "predict", "--from", str(tmp_path / "nothere.json")]) != 0
+    err = capsys.readouterr().err
+    assert "--from" in err and "does not exist: pass a profile (`trainwise profile -o FILE`) or a characterisation" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["hf:roberta-base", "--task", "foo"], "unknown task 'foo' for an hf: model (--task): use one of mlm, mlm15, clm, qa, cls"),
     (["hf:roberta-base", "--task", "mlmm"], "did you mean mlm?"),
@@ -358,6 +370,10 @@ def test_device_predict_from_a_profile_counts_its_data_wait_like_predict_does(ca
     (["nn_twins_mlp", "--task", "mlm"], "nn_twins_mlp has a fixed input: drop --task"),
     (["hf:roberta-base", "--seq-len", "-5"], "the sequence length (--seq-len) must be a positive whole number (got -5)"),
     (["hf:roberta-base", "--seq-len", "0"], "the sequence length (--seq-len) must be a positive whole number (got 0)"),
+    (["hf:bert-base-uncased", "--seq-len", "4096"],
+     "--seq-len 4096 is longer than hf:bert-base-uncased's 512 positions: use --seq-len 512 or less"),
+    (["hf:roberta-base", "--seq-len", "513"], "--seq-len 513 is longer than hf:roberta-base's 512 positions"),
+    (["hf:gpt2", "--seq-len", "1025"], "--seq-len 1025 is longer than hf:gpt2's 1024 positions: use --seq-len 1024 or less"),
     (["resnet50", "--image-size", "0"], "the image size (--image-size) must be a positive whole number (got 0)"),
     (["resnet50", "--host-overhead", "-1"], "--host-overhead) must be a finite number of seconds >= 0 (got -1)"),
     (["resnet50", "--host-overhead", "nan"], "--host-overhead) must be a finite number of seconds >= 0 (got nan)"),
@@ -376,6 +392,34 @@ def test_device_predict_cli_refuses_impossible_step_options(capsys, monkeypatch,
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err and len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], err
+
+
+@pytest.mark.parametrize("name, longest", [("bert-base-uncased", 512), ("distilbert-base-uncased", 512),
+                                           ("roberta-base", 512), ("xlm-roberta-large", 512), ("gpt2-medium", 1024)])
+def test_an_hf_model_takes_sequences_up_to_its_positions_and_no_longer(name, longest):
+    from trainwise.predict.characterise import named_step
+
+    # RoBERTa's 514 position rows hold 512 tokens: its positions start after the padding index
+    assert named_step(f"hf:{name}", 1, longest).seq_len == longest
+    with pytest.raises(TrainwiseError, match=f"--seq-len {longest + 1} is longer than hf:{name}'s {longest} positions"):
+        named_step(f"hf:{name}", 1, longest + 1)
+
+
+def test_an_hf_config_file_bounds_the_sequence_and_the_default(tmp_path):
+    from trainwise.predict import hf_models
+    from trainwise.predict.characterise import named_step
+
+    short = tmp_path / "short-bert.json"
+    short.write_text(json.dumps({**hf_models.load_config("bert-base-uncased"), "max_position_embeddings": 128}))
+    # not given: 512 would not fit, the model's own 128 is the default
+    assert named_step(f"hf:{short}", 1).seq_len == 128
+    with pytest.raises(TrainwiseError, match=f"--seq-len 129 is longer than hf:{short}'s 128 positions"):
+        named_step(f"hf:{short}", 1, 129)
+    # older GPT-2 configs name the context n_ctx
+    old_gpt2 = {k: v for k, v in hf_models.load_config("gpt2").items() if k != "n_positions"} | {"n_ctx": 256}
+    assert hf_models.max_seq_len(old_gpt2) == 256
+    # a RoBERTa config with another padding index moves the first position with it
+    assert hf_models.max_seq_len({**hf_models.load_config("roberta-base"), "pad_token_id": 0}) == 513
 
 
 def test_hf_task_and_memory_format_spellings_are_normalised():
@@ -474,3 +518,20 @@ def test_a_host_sensitive_step_says_so(catalog):
     large = dm.predict_iteration(characterise_named("resnet50", 256, "amp_fp16"), h100, precision="amp_fp16")
     assert large.host_bound_s < dm.HOST_SENSITIVE_SHARE * large.device_s
     assert not any(n.startswith("host-sensitive") for n in large.notes)
+
+
+def test_a_link_for_one_device_is_refused_not_ignored(capsys):
+    from trainwise.cli import main
+
+    # one device exchanges no gradients: --link used to be accepted and change nothing
+    assert main(["device", "predict", "resnet50", "--batch", "64", "-a", "V100", "--link", "host"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--link host" in err and "--count 2 or more" in err and "Traceback" not in err
+
+
+def test_predict_a_profile_with_a_link_for_one_device_is_refused(tmp_path, capsys):
+    from trainwise.cli import main
+
+    # refused before the profile is even read
+    assert main(["predict", str(tmp_path / "missing.json"), "-a", "V100", "--link", "nvlink"]) == 2
+    assert "--count 2 or more" in capsys.readouterr().err

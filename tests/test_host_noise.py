@@ -221,3 +221,14 @@ def test_band_rescoring_swaps_only_the_host_term():
     assert (low, high) == pytest.approx((row["band_s"][0] - widened, row["band_s"][1] + widened))  # the +5 kept
     scored = module.rescore([row, {**row, "host_stray": None}], noise_for(stray_p90=0.3))
     assert scored["of"] == 1 and scored["inside_then"] == 0 and scored["inside_now"] == 1
+
+
+def test_an_output_folder_is_refused_before_the_probe(tmp_path, capsys, monkeypatch):
+    # `host-noise -o FOLDER` probed for the whole --seconds and only then said it could not write
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed although --output could not be written")
+
+    monkeypatch.setattr(host_noise, "measure", no_probe)
+    code = main(["host-noise", "--seconds", "40", "-o", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--output" in err and "is a folder" in err and "Traceback" not in err

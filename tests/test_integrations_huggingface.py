@@ -3,6 +3,8 @@ initialised BERT built from a config (nothing is downloaded)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 import textwrap
 
@@ -151,45 +153,100 @@ def _source_of(obj) -> str:
     return inspect.getsource(obj)
 
 
-def test_trainwise_run_resumes_a_trainer_run_across_epochs_to_its_step_count(tmp_path):
-    """The Trainer ends training after an epoch without a step, and counts global_step from 0 again:
-    a resume in a later epoch used to train nothing (or, in the first, its whole max_steps again)."""
+STEPS_SCRIPT = textwrap.dedent("""
+    import hashlib, sys, time, torch
+    from torch.utils.data import Dataset
+    from transformers import (BertConfig, BertForSequenceClassification, Trainer, TrainerCallback,
+                              TrainingArguments)
+
+    class Tokens(Dataset):
+        def __init__(self, n):
+            g = torch.Generator().manual_seed(1)
+            self.ids, self.labels = torch.randint(1, 1000, (n, 32), generator=g), torch.randint(0, 2, (n,), generator=g)
+        def __len__(self):
+            return len(self.labels)
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+    class Slow(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            time.sleep(0.03)
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2,
+                                                     num_attention_heads=2, intermediate_size=64,
+                                                     max_position_embeddings=32, num_labels=2))
+    args = TrainingArguments(output_dir=sys.argv[1], max_steps=90, per_device_train_batch_size=16, save_strategy="no",
+                             report_to=[], use_cpu=True, seed=0, logging_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens(480), callbacks=[Slow()])
+    trainer.train()
+    weights = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    print(f"END global_step={trainer.state.global_step} weights={weights}", flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def steps_script(tmp_path_factory):
+    """A 90-step Trainer run (30 steps per epoch, 3 epochs) and the weights it ends with when run
+    plainly, without trainwise."""
+    folder = tmp_path_factory.mktemp("hf-steps")
+    script = folder / "steps.py"
+    script.write_text(STEPS_SCRIPT)
+    plain = subprocess.run([sys.executable, str(script), str(folder / "plain")], capture_output=True, text=True,
+                           timeout=300)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    return script, re.search(r"END global_step=90 weights=(\w+)", plain.stdout).group(1)
+
+
+@pytest.mark.parametrize("every, epoch", [(20, 0), (35, 1)])
+def test_trainwise_run_resumes_a_trainer_run_to_the_weights_of_the_plain_run(tmp_path, steps_script, every, epoch):
+    """Interrupted (SIGTERM) in its first or second epoch and resumed, a Trainer run under `trainwise
+    run` ends with the very weights of the same run without trainwise. Three defects made it differ:
+    the Trainer's DataLoader wrapper (accelerate) fetches a batch ahead, so a checkpoint counted one
+    batch that was not trained yet; the sampler's epoch was set one behind from the third epoch on
+    (that epoch repeated the second's order, interrupted or not); and the Trainer ends training after
+    an epoch without a step and counts global_step from 0 again (a resume in a later epoch trained
+    nothing, or in the first its whole max_steps again)."""
     import glob
 
     from resume_helpers import resume, stop_with_sigterm
 
-    script = tmp_path / "steps.py"
-    script.write_text(textwrap.dedent("""
-        import time, torch
-        from torch.utils.data import Dataset
-        from transformers import (BertConfig, BertForSequenceClassification, Trainer, TrainerCallback,
-                                  TrainingArguments)
-
-        class Tokens(Dataset):
-            def __init__(self, n):
-                g = torch.Generator().manual_seed(1)
-                self.ids, self.labels = torch.randint(1, 1000, (n, 32), generator=g), torch.randint(0, 2, (n,), generator=g)
-            def __len__(self):
-                return len(self.labels)
-            def __getitem__(self, i):
-                return {"input_ids": self.ids[i], "labels": self.labels[i]}
-
-        class Slow(TrainerCallback):
-            def on_step_end(self, args, state, control, **kwargs):
-                time.sleep(0.03)
-
-        model = BertForSequenceClassification(BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2,
-                                                         num_attention_heads=2, intermediate_size=64,
-                                                         max_position_embeddings=32, num_labels=2))
-        args = TrainingArguments(output_dir=%r, max_steps=90, per_device_train_batch_size=16, save_strategy="no",
-                                 report_to=[], use_cpu=True, seed=0, logging_strategy="no", disable_tqdm=True)
-        trainer = Trainer(model=model, args=args, train_dataset=Tokens(480), callbacks=[Slow()])
-        trainer.train()
-        print(f"END global_step={trainer.state.global_step}", flush=True)
-    """ % str(tmp_path / "out")))
+    script, plain_weights = steps_script
     ck = tmp_path / "ck"
-    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "35",
-           "--", sys.executable, str(script)]
-    # 30 steps per epoch: the first checkpoint is in the second epoch
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches",
+           str(every), "--", sys.executable, str(script), str(tmp_path / "out")]
     stop_with_sigterm(cli, lambda: bool(glob.glob(str(ck / "ckpt-*.twckpt"))))
-    assert "END global_step=90" in resume(cli).stdout
+    resumed = resume(cli).stdout
+    assert f"END global_step=90 weights={plain_weights}" in resumed, resumed[-2000:]
+    assert f"at epoch {epoch}, batch" in resumed  # the checkpoint was in the epoch this case is about
+
+
+@pytest.mark.parametrize("seq_len, message", [
+    ("0", "--seq-len must be >= 1 (got 0)"),
+    ("-3", "--seq-len must be >= 1 (got -3)"),
+    ("4096", "--seq-len 4096 is longer than the synthetic reviews' 300 tokens: use --seq-len 300 or less"),
+])
+def test_hf_tiny_bert_refuses_a_sequence_length_its_data_cannot_give(capsys, seq_len, message):
+    from trainwise.workloads import hf_tiny_bert
+
+    # before: 0 kept all 300 tokens for a model of 0 positions and -3 asked for -3 (two tracebacks),
+    # 4096 trained on 300 tokens while saying 4096
+    with pytest.raises(SystemExit) as exit_info:
+        hf_tiny_bert.main(["--seq-len", seq_len, "--epochs", "1", "--train-samples", "8", "--val-samples", "8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith(f"error: {message}"), err
+
+
+def test_hf_tiny_bert_takes_the_whole_review(monkeypatch):
+    from trainwise.workloads import hf_tiny_bert
+
+    class Accepted(Exception):
+        pass
+
+    def accepted(train_samples, val_samples, seq_len, seed=0):
+        raise Accepted(seq_len)
+
+    monkeypatch.setattr(hf_tiny_bert, "build_datasets", accepted)
+    with pytest.raises(Accepted, match="300"):
+        hf_tiny_bert.main(["--seq-len", "300", "--epochs", "1", "--train-samples", "8", "--val-samples", "8"])

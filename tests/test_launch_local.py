@@ -90,6 +90,19 @@ def test_history_without_runs_is_one_line(tmp_path, monkeypatch, capsys):
     assert "no past runs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (["--timeout", "600"], "--timeout applies to --backend local only: add --backend local"),
+    (["--work-dir", "runs", "--timeout", "5"], "--timeout, --work-dir apply to --backend local only"),
+    (["--backend", "local", "-o", "task.yaml"], "--output describes the SkyPilot task, which --backend local does not write"),
+    (["--backend", "local", "--workdir", "src", "--validate", "packaged"], "--workdir, --validate describe the SkyPilot task"),
+])
+def test_an_option_of_the_other_backend_is_refused_before_the_plan_is_read(tmp_path, capsys, args, fragment):
+    # they used to be dropped without a word (`--timeout 600` on a cloud launch limited nothing)
+    assert main(["launch", str(tmp_path / "missing.json"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_launch_bad_plan_is_one_line(tmp_path, capsys):
     (tmp_path / "bad.json").write_text('{"schema_version": 1, "name": "Bad Name"}')
     assert main(["launch", str(tmp_path / "bad.json"), "--backend", "local"]) == 2
@@ -173,3 +186,47 @@ def test_a_command_running_a_local_script_gets_this_directory_as_workdir(tmp_pat
     (tmp_path / "src").mkdir()
     assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml", "--workdir", "src"]) == 0
     assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "src"
+
+
+def test_a_cloud_launch_that_would_keep_nothing_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    from launch_helpers import plan_for
+
+    from trainwise.launch import sky_backend
+
+    def not_reached(plan):
+        raise AssertionError("the plan is refused before SkyPilot is asked anything")
+
+    monkeypatch.setattr(sky_backend, "missing_for_launch", not_reached)
+    plan_for("aws/use1-az1/p3.2xlarge", name="no-buckets").save(tmp_path / "plan.json")
+    assert main(["launch", str(tmp_path / "plan.json"), "-o", str(tmp_path / "task.yaml")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert "trained model and the run records would be lost" in err and "--model-uri" in err and "--keep-cluster" in err
+    assert not (tmp_path / "task.yaml").exists()
+    # a spot plan cannot keep its cluster: only a bucket helps
+    plan_for("aws/use1-az1/p3.2xlarge", spot=True, name="spot-no-buckets").save(tmp_path / "spot.json")
+    assert main(["launch", str(tmp_path / "spot.json"), "-o", str(tmp_path / "task.yaml")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--model-uri" in err and "--keep-cluster" not in err
+    assert main(["launch", str(tmp_path / "spot.json"), "--keep-cluster", "-o", str(tmp_path / "task.yaml")]) == 2
+    assert "a managed spot job always ends its cluster" in " ".join(capsys.readouterr().err.split())
+    # --dry-run writes the task for the user to launch; nothing is torn down that they did not ask for
+    assert main(["launch", str(tmp_path / "plan.json"), "--dry-run", "--validate", "packaged",
+                 "-o", str(tmp_path / "task.yaml")]) == 0
+    assert main(["launch", str(tmp_path / "plan.json"), "--dry-run", "--keep-cluster", "-o", str(tmp_path / "t2.yaml")]) == 2
+    assert not (tmp_path / "t2.yaml").exists()
+
+
+def test_keep_cluster_launches_a_plan_without_buckets_and_leaves_its_cluster_up(tmp_path, monkeypatch, capsys):
+    from launch_helpers import plan_for
+
+    from trainwise.launch import sky_backend
+
+    launched = {}
+    monkeypatch.setattr(sky_backend, "missing_for_launch", lambda plan: None)
+    monkeypatch.setattr(sky_backend, "launch_with_skypilot",
+                        lambda plan, config, keep_cluster=False: launched.update(keep=keep_cluster) or "launched")
+    plan_for("aws/use1-az1/p3.2xlarge", name="no-buckets").save(tmp_path / "plan.json")
+    assert main(["launch", str(tmp_path / "plan.json"), "--keep-cluster", "--validate", "packaged",
+                 "-o", str(tmp_path / "task.yaml")]) == 0
+    assert launched == {"keep": True}

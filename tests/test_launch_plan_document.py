@@ -249,3 +249,24 @@ def test_plan_save_choices_are_checked_before_planning(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and fragment in errors[0] and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--nodes", "4"], "--nodes goes into a saved plan: add --save plan.json, or drop it"),
+    (["--checkpoint-uri", "s3://my-ckpt/run1", "--engine", "ddp"], "--engine, --checkpoint-uri go into a saved plan"),
+    (["--", "python", "train.py"], "a training command after -- goes into a saved plan"),
+])
+def test_save_only_options_without_save_are_refused_before_planning(tmp_path, capsys, monkeypatch, args, fragment):
+    # they used to be dropped without a word: `plan --nodes 4` ranked and reported as if never asked
+    from trainwise.cli import main
+    from trainwise.plan import command as plan_command
+
+    def no_planning(**_):
+        raise AssertionError("planned although the options asked for a saved plan")
+
+    monkeypatch.setattr(plan_command, "run_plan_command", no_planning)
+    code = main(["plan", "--catalog", "packaged", "--out-dir", str(tmp_path / "out"), *args])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and fragment in errors[0] and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()

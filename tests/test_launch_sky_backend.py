@@ -101,6 +101,18 @@ def test_launch_calls_bind_to_the_installed_sdk(monkeypatch, name, call):
     assert task.time_estimator_func is not None  # trainwise's prediction, for in-process optimizers
 
 
+def test_keep_cluster_launches_without_tearing_down(monkeypatch):
+    plan = four_plans()["on-demand"]
+    task = sky.Task(name=plan.name, run="true")
+    monkeypatch.setattr(sky_backend, "validate_with_skypilot", lambda config: task)
+    launch = mock.create_autospec(sky.launch, return_value="launch-request")
+    monkeypatch.setattr(sky, "launch", launch)
+    monkeypatch.setattr(sky, "stream_and_get", mock.create_autospec(sky.stream_and_get, return_value=(3, None)))
+    line = sky_backend.launch_with_skypilot(plan, {}, keep_cluster=True)
+    launch.assert_called_once_with(task, cluster_name=plan.name, down=False)
+    assert f"sky down {plan.name}" in line
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -118,3 +118,13 @@ def test_local_sweep_end_to_end(tmp_path, capsys):
     assert summary["plan_best"]["offering_id"] in ("local/local-1t", "local/local-2t")
     assert "measured here by the sweep" in summary["plan_best"]["time_source"]
     assert "sweep cost" in captured.out
+
+
+def test_an_out_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    # was a FileExistsError traceback from mkdir
+    a_file = tmp_path / "train.py"
+    a_file.write_text("print('hi')\n")
+    code = main(["sweep", "--candidates", "local:1", "--out-dir", str(a_file), "--", "python", str(a_file)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--out-dir" in err and "is a file, not a folder" in err and "Traceback" not in err
+    assert a_file.read_text() == "print('hi')\n"

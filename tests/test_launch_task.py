@@ -26,7 +26,15 @@ def test_single_node_on_demand_task():
     assert config["num_nodes"] == 1
     assert config["file_mounts"] == {"/trainwise/model": {"source": "s3://tw-models/mnist", "mode": "MOUNT"}}
     assert "python -m pip install trainwise==0.1.0" in config["setup"]
-    assert config["run"].splitlines()[-1] == "trainwise run --engine local --output /tmp/run-node\"${SKYPILOT_NODE_RANK}\".json -- python train.py --epochs 3 --lr 0.1"
+    # no checkpoint bucket: the run records go to the model bucket, which outlives the cluster
+    assert config["run"].splitlines()[-1] == ("trainwise run --engine local --output /trainwise/model/run-node\"${SKYPILOT_NODE_RANK}\".json "
+                                              "-- python train.py --epochs 3 --lr 0.1")
+
+
+def test_a_plan_without_buckets_writes_its_run_records_on_the_node():
+    config = task_config(plan_for("aws/use1-az1/p3.2xlarge", name="no-buckets"))
+    assert config["file_mounts"] == {}
+    assert "--output /tmp/run-node" in config["run"].splitlines()[-1]
 
 
 def test_spot_task_is_a_recoverable_managed_job_with_buckets():
@@ -357,3 +365,18 @@ def test_skypilot_output_stays_off_the_terminal_when_its_catalog_cannot_be_fetch
     assert state["code"] == 2 and not (tmp_path / "task.yaml").exists()
     # SkyPilot's logging and server-side flag are as they were (a later sky.launch still shows its progress)
     assert state["handlers"] == ["EnvAwareHandler"] and state["on_api_server"] is True
+
+
+def test_an_offline_catalog_failure_names_the_offline_validator(monkeypatch):
+    # `launch --dry-run` offline used to say only "connect once, or put the catalog CSVs under
+    # ~/.sky/catalogs/", although `--validate packaged` checks the task with no network at all.
+    sky = pytest.importorskip("sky")
+    from trainwise.launch.skypilot_task import validate_with_skypilot
+
+    def offline(config):
+        raise ConnectionError("HTTPSConnectionPool(host='raw.githubusercontent.com', port=443): Max retries exceeded")
+
+    monkeypatch.setattr(sky.Task, "from_yaml_config", staticmethod(offline))
+    config = task_config(four_plans()["on-demand"])
+    with pytest.raises(TrainwiseError, match=r"could not download its price catalog .*`--validate packaged`"):
+        validate_with_skypilot(config)

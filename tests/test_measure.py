@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,6 +70,25 @@ def test_bad_input_is_a_clear_error(catalog):
     if not torch.cuda.is_available():
         with pytest.raises(TrainwiseError, match="cuda"):
             me.measure_throughput("mnist_cnn", 2, device="cuda")
+
+
+@pytest.mark.parametrize("command", [["device", "measure", "--device", "cpu", "--seconds", "0.1", "--warmup", "1"],
+                                     ["device", "characterise"], ["device", "predict", "-a", "V100"]])
+def test_a_sequence_longer_than_the_models_positions_is_refused_before_building_it(capsys, monkeypatch, command):
+    from trainwise.cli import main
+    from trainwise.predict import hf_models
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a sequence the model has no positions for must be refused before the model is built")
+
+    # before: a trace on meta priced the impossible step without a word, a real step died in an IndexError
+    monkeypatch.setattr(hf_models, "build", no_build)
+    assert main([*command, "hf:distilbert-base-uncased", "--batch", "1", "--seq-len", "600"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert lines[0] == ("error: --seq-len 600 is longer than hf:distilbert-base-uncased's 512 positions: "
+                        "use --seq-len 512 or less")
 
 
 @pytest.mark.parametrize("name, cls, momentum", [("sgd", torch.optim.SGD, 0), ("sgd_momentum", torch.optim.SGD, 0.9),
@@ -224,6 +244,82 @@ def test_calibrate_refuses_an_unwritable_output_before_fitting(tmp_path, monkeyp
         assert isinstance(result.exception, TrainwiseError), result.output
         assert fragment in str(result.exception) and "--output" in str(result.exception)
     assert mine.read_text(encoding="utf-8") == before
+
+
+def test_calibrate_says_how_long_it_takes_before_the_silent_fit(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from trainwise.cli import app
+
+    def fit_that_stops(*args, with_loo, **kwargs):
+        raise TrainwiseError(f"fit stopped here (with_loo={with_loo})")
+
+    monkeypatch.setattr(cal, "fit_calibration", fit_that_stops)
+    output = tmp_path / "my-fit.json"
+    # the README's `trainwise device calibrate --add mine.csv --output my-fit.json` printed nothing for
+    # minutes (leave-one-model-out is on by default): the notice must come before the fit starts
+    result = CliRunner().invoke(app, ["device", "calibrate", "--output", str(output)])
+    assert "fit stopped here (with_loo=True)" in str(result.exception)
+    assert "leave-one-model-out: several minutes; --no-loo fits once" in " ".join(result.output.split())
+    result = CliRunner().invoke(app, ["device", "calibrate", "--output", str(output), "--no-loo"])
+    assert "with_loo=False" in str(result.exception) and "about a minute" in result.output
+    result = CliRunner().invoke(app, ["device", "calibrate", "--output", str(output), "--json"])
+    assert result.output == ""  # --json prints JSON only
+
+
+def _no_fit(*args, **kwargs):
+    raise AssertionError("the destination must be checked before the (slow) fit")
+
+
+def test_calibrate_refuses_an_unwritable_packaged_fit_before_fitting(tmp_path, monkeypatch, capsys):
+    from trainwise.cli import main
+    from trainwise.predict import device_model as dm
+
+    # before: the fit ran (minutes with leave-one-model-out) and then died in a write traceback
+    monkeypatch.setattr(cal, "fit_calibration", _no_fit)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    # /proc refuses new files even to root, whom permission bits do not stop
+    for packaged, fragment in ((Path("/proc/trainwise-package/device_model_params.json"), "cannot write in /proc"),
+                               (blocker / "device_model_params.json", "is a file, not a folder")):
+        monkeypatch.setattr(dm, "PARAMS_PATH", packaged)
+        assert main(["device", "calibrate", "--no-loo"]) == 2
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert "Traceback" not in err and len(lines) == 1, err
+        assert str(packaged) in lines[0] and fragment in lines[0], err
+        assert lines[0].endswith("use --output PATH to write the fit elsewhere (or --no-write to fit without saving)")
+    assert blocker.read_text(encoding="utf-8") == ""
+
+
+def test_calibrate_without_writing_needs_no_writable_destination(monkeypatch):
+    from trainwise.cli import main
+    from trainwise.predict import device_model as dm
+
+    fitted = []
+    monkeypatch.setattr(dm, "PARAMS_PATH", Path("/proc/trainwise-package/device_model_params.json"))
+    monkeypatch.setattr(cal, "fit_calibration", lambda *a, **k: fitted.append(1) or (dm.load_params(), None))
+    monkeypatch.setattr(cal, "save_params", lambda *a, **k: pytest.fail("--no-write must write nothing"))
+    assert main(["device", "calibrate", "--no-loo", "--no-write"]) == 0
+    assert fitted == [1]
+
+
+def test_calibrate_turns_a_write_failing_after_the_fit_into_one_line(tmp_path, monkeypatch, capsys):
+    from trainwise.cli import main
+    from trainwise.predict import device_model as dm
+
+    def destination_gone(params, path):
+        raise PermissionError(13, "Permission denied")
+
+    packaged = tmp_path / "package" / "device_model_params.json"
+    monkeypatch.setattr(dm, "PARAMS_PATH", packaged)
+    monkeypatch.setattr(cal, "fit_calibration", lambda *a, **k: (dm.load_params(), None))
+    monkeypatch.setattr(cal, "save_params", destination_gone)
+    assert main(["device", "calibrate", "--no-loo"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"cannot write the fit to {packaged} (Permission denied): use --output PATH" in err
+    assert not packaged.exists()
 
 
 def test_device_measure_on_a_gpu_shows_the_device_models_prediction_beside_it(monkeypatch):

@@ -287,3 +287,13 @@ def test_a_strategy_id_with_zero_shards_is_a_one_line_error(capsys):
     assert main(["pipeline", "apply", "cv", "--strategy", "m3-npy-none-s0-w0p-app"]) == 2
     err = capsys.readouterr().err
     assert "at least one shard" in err and "Traceback" not in err and "ValidationError" not in err
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_a_negative_min_seconds_is_a_one_line_error_before_anything_is_profiled(tmp_path, capsys, value):
+    # Before: accepted, and every strategy was profiled with it.
+    code = main(["pipeline", "profile", "cv", "--size", "tiny", "--min-seconds", value,
+                 "--output-dir", str(tmp_path / "o"), "--data-dir", str(tmp_path / "d")])
+    assert code == 2
+    assert "--min-seconds must be 0 or more" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "d").exists()

@@ -52,6 +52,7 @@ def test_plan_writes_tables_and_every_report_file(capsys, tmp_path, profiles):
     assert len(plans) == payload["plans_total"] > len(payload["top"])
     assert plans["time_provenance"].notna().all() and plans["price_provenance"].notna().all()
     assert payload["best"]["plan_id"] in set(plans["plan_id"])
+    assert plans["rank"].dtype.kind == "i" and plans["rank"].iloc[0] == 1  # integers, not 1.0, 2.0, …
     assert len(payload["source_inconsistencies"]) == 3
     markdown = (report / "plan.md").read_text()
     assert "| rank | offering |" in markdown and "## Pareto set" in markdown
@@ -210,4 +211,16 @@ def test_plan_refuses_a_local_offering_without_a_finite_price(capsys, tmp_path, 
     code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--catalog", "packaged", "--local-offering",
                            str(lab), "--report", str(report))
     assert_one_line_error(code, err, "offering 1 (lab), field price_per_hour: Input should be")
+    assert not report.exists()
+
+
+def test_plan_with_a_missing_device_params_file_is_one_line_not_every_offering_unpredicted(
+        capsys, tmp_path, profiles, monkeypatch):
+    # A typo in TRAINWISE_DEVICE_PARAMS used to leave every cloud offering "not predicted" and rank
+    # this machine alone, exit 0; the fit the user asked for must be there or the plan must stop.
+    monkeypatch.setenv("TRAINWISE_DEVICE_PARAMS", str(tmp_path / "my-fit-typo.json"))
+    report = tmp_path / "rep"
+    code, _, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--single-machine",
+                           "--report", str(report), "--out-dir", str(tmp_path / "out"))
+    assert_one_line_error(code, err, "my-fit-typo.json do not exist")
     assert not report.exists()

@@ -109,6 +109,52 @@ def test_validation_every_n_steps_is_out_of_the_iterations_and_counted_per_epoch
     assert "4 passes per epoch, 12 in all" in prediction.note
 
 
+def test_a_validation_loop_without_eval_or_no_grad_is_validation_not_an_epoch():
+    from trainwise.predict.same_machine import predict_total
+
+    # the validation loop just computes the loss over its own loader: gradients on, train mode, no step
+    full = run_profile(script("mlp_train.py", "--epochs", "2", "--plain-validation"), ProfileOptions(mode="full"), quiet=True)
+    assert [e.iterations for e in full.epochs] == [40, 40]
+    assert [(v.epoch, v.batches_timed, v.batches_total) for v in full.validations] == [(0, 20, 20), (1, 20, 20)]
+    assert full.dataset.n_train == 640 and full.dataset.n_val == 320 and full.dataset.val_batches_per_pass == 20
+    assert full.dataset.iterations_per_epoch == 40 and full.full_run.epochs_completed == 2
+    assert all(it.batches == 1 and it.samples == 16 for it in full.iterations)
+    # an epoch's span is its training pass: it ends before the validation pass begins
+    assert full.epochs[0].end_s <= full.validations[0].start_s < full.epochs[1].start_s
+    assert any("without model.eval() or torch.no_grad()" in note for note in full.notes)
+    prediction = predict_total(full, 2)
+    assert prediction.breakdown_s["validation_s"] > 0 and "no validation pass observed" not in prediction.note
+    # sampled: validation is timed and cut short like any other, then epoch 2's first iterations
+    sampled = run_profile(script("mlp_train.py", "--epochs", "50", "--plain-validation"),
+                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2),
+                          quiet=True)
+    assert sampled.stop_reason == "sampled" and len(sampled.epochs) == 2
+    assert sampled.epochs[0].truncated and sampled.epochs[1].iterations == 2
+    assert [it.epoch for it in sampled.iterations][-2:] == [1, 1]
+    v = sampled.validations[0]
+    assert len(sampled.validations) == 1 and v.truncated and v.batches_timed == 3 and v.batches_total == 20
+    assert sampled.dataset.n_val == 320
+
+
+def test_a_mid_epoch_validation_loop_without_eval_is_kept_out_of_the_epoch_and_its_iterations():
+    full = run_profile(script("mlp_train.py", "--epochs", "1", "--validate-every", "10", "--val-samples", "3200",
+                              "--plain-validation"), ProfileOptions(mode="full"), quiet=True)
+    assert len(full.epochs) == 1 and full.epochs[0].iterations == 40 and full.epochs[0].end_s is not None
+    assert len(full.iterations) == 40 and len(full.validations) == 4
+    assert all(it.epoch == 0 and it.batches == 1 for it in full.iterations)
+    pass_s = min(v.wall_s for v in full.validations)
+    for after in (10, 20, 30):
+        assert full.iterations[after].wall_s < pass_s / 2
+
+
+def test_a_look_at_one_batch_before_training_is_neither_an_epoch_nor_validation():
+    profile = run_profile(script("mlp_train.py", "--epochs", "2", "--peek"), ProfileOptions(mode="full"), quiet=True)
+    assert [e.iterations for e in profile.epochs] == [40, 40]
+    assert [v.batches_timed for v in profile.validations] == [20, 20]
+    assert profile.dataset.n_train == 640 and profile.dataset.n_val == 320
+    assert profile.iterations[0].start_s >= profile.epochs[0].start_s
+
+
 def test_checkpoints_saved_during_sampling_leave_the_users_file_untouched(tmp_path):
     checkpoint = tmp_path / "ckpt.pt"
     checkpoint.write_bytes(b"the user's real checkpoint")
@@ -144,6 +190,32 @@ def test_sampling_that_ends_in_the_last_epoch_does_not_save_the_model(tmp_path):
                           quiet=True)
     assert profile.stop_reason == "script_ended_after_sampling"
     assert any("end-of-training code ran" in note for note in profile.notes)
+
+
+def test_a_script_that_calls_sys_exit_mid_training_still_gets_its_profile_and_says_so(tmp_path):
+    seen = tmp_path / "seen.json"
+    full = run_profile(script("exit_mid_training.py", str(seen), "--exit-after", "12"), ProfileOptions(mode="full"),
+                       quiet=True)
+    assert full.exit_code == 0 and len(full.iterations) == 12
+    assert full.stop_reason == "script_exited_mid_training"
+    assert any("sys.exit(0) after 12 iterations, in the middle of epoch 1" in note for note in full.notes)
+    assert len(full.epochs) == 1 and full.epochs[0].end_s is None and full.full_run.epochs_completed == 0
+    sampled = run_profile(script("exit_mid_training.py", str(seen), "--exit-after", "12"), ProfileOptions(), quiet=True)
+    assert sampled.stop_reason == "script_exited_mid_training" and len(sampled.iterations) == 12
+    assert any("before sampling had stopped" in note for note in sampled.notes)
+    # a script that ends after its training, with or without sys.exit, is an ordinary end
+    ended = run_profile(script("exit_mid_training.py", str(seen)), ProfileOptions(mode="full"), quiet=True)
+    assert ended.stop_reason == "script_exited" and len(ended.iterations) == 80
+
+
+def test_the_scripts_arguments_and_environment_reach_it_unchanged(tmp_path, monkeypatch):
+    import json
+
+    seen = tmp_path / "seen.json"
+    args = ["--lr", "0.1 0.2", "é \"quoted\" $HOME *", "", "--", "{x}", "--exit-after", "3"]
+    monkeypatch.setenv("TRAINWISE_TEST_VALUE", "a b 'c' $PATH é")
+    run_profile(script("exit_mid_training.py", str(seen), *args), ProfileOptions(mode="full"), quiet=True)
+    assert json.loads(seen.read_text()) == {"argv": args, "env": "a b 'c' $PATH é"}
 
 
 def test_explicit_api_for_custom_loops():
@@ -348,3 +420,14 @@ def test_zeros_in_adams_state_are_counted_and_their_square_root_timed():
     # a model whose state has no zeros to speak of is counted, not timed
     plain = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
     assert plain.optimizer_state_zeros is not None and plain.optimizer_state_zeros.step_time_at_stake_s is None
+
+
+def test_two_optimizers_one_iteration_per_batch_and_the_whole_model_described():
+    profile = run_profile(script("two_optimizers.py"), ProfileOptions(mode="full", characterise=False), quiet=True)
+    # the first optimizer to step delimits iterations: one per batch, not two
+    assert len(profile.iterations) == 32 and profile.dataset.iterations_per_epoch == 16
+    # Both models' parameters: before, only the first optimizer's (the critic's 161 of 585), so the
+    # gradient bytes a data-parallel plan all-reduces were the critic's alone.
+    assert profile.model.parameters == 424 + 161
+    assert profile.model.gradient_bytes == (424 + 161) * 4
+    assert profile.model.optimizer == "Adam"

@@ -173,3 +173,22 @@ def test_a_resumed_job_that_fails_before_its_first_step_is_not_sent_to_run_witho
         build_result(options, ["python", "x.py"], [1], 0.0, 1.0, raws, {0: {"checkpoint": {"resumed_from": None}}})
     with pytest.raises(TrainwiseError, match="failed right after resuming"):
         build_result(options, ["python", "x.py"], [76], 0.0, 1.0, raws, runs)
+
+
+SELF_RESUMING_SCRIPT = SCRIPTS / "self_resuming.py"
+
+
+@pytest.mark.slow
+def test_a_script_that_resumes_itself_is_refused_instead_of_skipping_its_remaining_epochs(tmp_path):
+    own, out, ck = tmp_path / "own.pt", tmp_path / "model.pt", tmp_path / "ck"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "4",
+           "--", sys.executable, str(SELF_RESUMING_SCRIPT), "--own", str(own), "--out", str(out), "--sleep", "0.05"]
+    # Stopped in its second epoch (8 batches each), once it has its own checkpoint of the first.
+    stop_with_sigterm(cli, lambda: own.exists() and any(int(p.name[5:17]) > 9 for p in ck.glob("ckpt-*.twckpt")))
+    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    # Before: trainwise ended the script's epochs 1-3 at once as "done before the checkpoint" (it counts epochs
+    # from the script's start), the checkpoint was never loaded, and the run ended with exit 0 and a model
+    # trained for one epoch.
+    assert again.returncode != 0, again.stdout[-1500:]
+    assert "the script resumed itself" in again.stderr and "Traceback" not in again.stderr
+    assert not out.exists()

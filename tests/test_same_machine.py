@@ -112,6 +112,17 @@ def test_non_positive_epochs_rejected(epochs):
         trainwise_estimate(profile, epochs)
 
 
+def test_a_band_wider_than_the_estimate_stops_at_the_measured_start_up():
+    # A few wildly different steps (a shared host mid-sample) give a band wider than the estimate
+    # itself; its low end used to be clamped to 0 ("0.0 ms–4.0 min"), below the start-up the profile
+    # measured and every run pays.
+    profile = make([0.5, 0.01, 0.01, 3.0, 0.01, 0.01], init_s=5.0)
+    prediction = trainwise_estimate(profile, 3)
+    assert prediction.total_s - (prediction.high_s - prediction.total_s) < 0  # the symmetric band would go below 0
+    assert prediction.low_s == pytest.approx(profile.init.total_s)
+    assert prediction.low_s <= prediction.total_s <= prediction.high_s
+
+
 iteration_lists = st.lists(st.floats(min_value=1e-4, max_value=10.0, allow_nan=False), min_size=3, max_size=40)
 
 
@@ -122,6 +133,8 @@ def test_estimators_never_negative_and_monotone_in_epochs(times, epochs, estimat
     a = predict_total(profile, epochs, estimator)
     b = predict_total(profile, epochs + 1, estimator)
     assert a.total_s >= 0 and a.low_s >= 0
+    if estimator == "trainwise":
+        assert a.low_s >= profile.init.total_s
     assert b.total_s >= a.total_s
     assert a.low_s <= a.total_s <= a.high_s
     # the breakdown a report shows adds up to the total

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -13,8 +14,18 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same folder and a rename: a reader
-    sees the old file or the whole new one, never part of it."""
+    sees the old file or the whole new one, never part of it.
+
+    A stream (`--json /dev/stdout`, a FIFO, /dev/null) is written straight into: a rename would
+    replace the device's name in /dev with a regular file. A symbolic link is followed and its
+    target replaced, so the link stays a link."""
     target = Path(path)
+    if is_stream(target):
+        with open(target, "wb") as handle:
+            handle.write(data)
+        return target
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -31,6 +42,16 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return target
 
 
+def is_stream(path: str | os.PathLike[str]) -> bool:
+    """`path` exists and is not a regular file or folder (a character device, a FIFO, a socket;
+    /dev/stdout follows to one of these)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -44,21 +65,29 @@ def cache_root() -> Path | None:
     return Path(os.environ.get("TRAINWISE_CACHE_DIR") or Path.home() / ".cache" / "trainwise")
 
 
-def check_output_path(path: str | os.PathLike[str], option: str, inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
+def check_output_path(path: str | os.PathLike[str], option: str, inputs: tuple[str | os.PathLike[str], ...] = (),
+                      fix: str | None = None) -> Path:
     """Fail early, with the fix, when `path` cannot receive an output file: before a long job runs,
-    not after it. Missing parent folders are fine (atomic_write_text creates them)."""
+    not after it. Missing parent folders are fine (atomic_write_text creates them). `fix` replaces the
+    advice when no file can be created there (for a destination the user did not name: how to name one)."""
     from trainwise.errors import TrainwiseError
 
     target = Path(path)
     if target.is_dir():
         raise TrainwiseError(f"{option} {target} is a folder: give a file name, e.g. {target / 'out.json'}")
+    if is_stream(target):
+        if not os.access(target, os.W_OK):
+            raise TrainwiseError(f"{option} {target}: cannot write to it (no permission): choose a writable output path")
+        return target  # written straight into (atomic_write_bytes): nothing is created beside it
     for source in inputs:
         try:
             if target.exists() and Path(source).exists() and target.samefile(source):
                 raise TrainwiseError(f"{option} {target} would overwrite the input {source}: write to another file")
         except OSError:
             continue
-    _check_creatable_in(target.absolute().parent, option, target)
+    # a link is written through to its target (atomic_write_bytes): that folder must take the new file
+    written = Path(os.path.realpath(target)) if target.is_symlink() else target.absolute()
+    _check_creatable_in(written.parent, option, target, fix)
     return target
 
 
@@ -81,7 +110,7 @@ def check_output_folder(path: str | os.PathLike[str], option: str, files: tuple[
     return target
 
 
-def _check_creatable_in(folder: Path, option: str, shown: Path) -> None:
+def _check_creatable_in(folder: Path, option: str, shown: Path, fix: str | None = None) -> None:
     """`folder` exists and takes new files, or its nearest existing ancestor takes new folders."""
     from trainwise.errors import TrainwiseError
 
@@ -89,17 +118,17 @@ def _check_creatable_in(folder: Path, option: str, shown: Path) -> None:
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise TrainwiseError(f"{option} {shown}: {ancestor} is a file, not a folder: choose another output path")
+        raise TrainwiseError(f"{option} {shown}: {ancestor} is a file, not a folder: {fix or 'choose another output path'}")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise TrainwiseError(f"{option} {shown}: cannot write in {ancestor} (read-only or no permission): "
-                             "choose a writable output path")
+                             f"{fix or 'choose a writable output path'}")
     # os.access answers from the permission bits, which root bypasses; some places refuse new entries
     # anyway (/proc, /sys): creating one is the only sure test.
     try:
         fd, probe = tempfile.mkstemp(prefix=".trainwise-probe-", dir=ancestor)
     except OSError as exc:
         raise TrainwiseError(f"{option} {shown}: cannot write in {ancestor} ({exc.strerror or exc}): "
-                             "choose a writable output path") from None
+                             f"{fix or 'choose a writable output path'}") from None
     os.close(fd)
     os.unlink(probe)
 

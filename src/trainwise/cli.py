@@ -48,11 +48,23 @@ app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_o
 _passthrough: list[str] | None = None
 
 
+DEFAULT_NODE_COUNTS = "2,4,8"  # plan --node-counts: N x machine groups ranked by default
+
+# An example value of each comma-separated option, for its error message.
+_INT_LIST_EXAMPLES = {"--batch-sizes": "64,128,256", "--epoch-options": "5,10,20", "--node-counts": "2,4,8"}
+
+
+def options_given(*options: tuple[str, object, object]) -> list[str]:
+    """The names among (name, value, default) whose value is not the default: options the user gave."""
+    return [name for name, value, default in options if value != default]
+
+
 def _parse_int_list(text: str, what: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise TrainwiseError(f"{what} must be comma-separated whole numbers (got {text!r}), e.g. 5,10,20") from None
+        raise TrainwiseError(f"{what} must be comma-separated whole numbers (got {text!r}), "
+                             f"e.g. {_INT_LIST_EXAMPLES.get(what, '5,10,20')}") from None
     if not values or any(v <= 0 for v in values):
         raise TrainwiseError(f"{what} must be positive whole numbers (got {text!r})")
     return values
@@ -97,6 +109,13 @@ def profile(
                              + (f": did you mean {near[0]}?" if near else ": see `trainwise profile --help`"))
     if _passthrough is None or ctx.args:
         raise TrainwiseError("missing `--` before the training command: use `trainwise profile [OPTIONS] -- python train.py ARGS`")
+    # The cost budget is a share of the planned run, which only --epochs gives: without it the
+    # budget options used to be ignored without a word.
+    budget_given = options_given(("--budget", budget, ProfileOptions.budget_fraction),
+                                 ("--min-budget-seconds", min_budget_seconds, ProfileOptions.min_budget_seconds))
+    if epochs is None and budget_given:
+        raise TrainwiseError(f"{', '.join(budget_given)} {'needs' if len(budget_given) == 1 else 'need'} --epochs E, the "
+                             "planned run the profile's cost is a share of: add --epochs")
     options = ProfileOptions(mode="full" if full else "sampled", min_iterations=iterations, max_iterations=max_iterations,
                              max_profile_seconds=max_seconds, min_profile_seconds=min_seconds,
                              validation_batches=val_batches,
@@ -146,6 +165,10 @@ def predict(
     if accelerator is None and (count != 1 or link is not None):
         raise TrainwiseError("--count and --link describe the accelerators of --accelerator: add --accelerator NAME "
                              "(e.g. -a V100), or drop them")
+    if accelerator is not None:
+        from trainwise.predict.offerings import check_link_count
+
+        check_link_count(link, count)
     if accelerator is not None and estimator != "trainwise":
         raise TrainwiseError("--estimator picks a same-machine estimator; with --accelerator the device model predicts "
                              "the step: drop --estimator")
@@ -157,6 +180,12 @@ def predict(
         raise TrainwiseError(f"--iterations-per-epoch must be at least 1 (got {iterations_per_epoch})")
     if json_out is not None:
         check_output_path(json_out, "--json", inputs=tuple(profiles) + ((epochs_from,) if epochs_from else ()))
+    if epochs is not None and epochs_from is not None:
+        raise TrainwiseError("--epochs and --epochs-from both give the epoch count: pass one of them")
+    if epochs_from is not None and not epochs_from.exists():
+        # load_profile's own hint records a sampled profile; this one must be a complete run.
+        raise TrainwiseError(f"--epochs-from {epochs_from} does not exist: record the complete run with "
+                             f"`trainwise profile --full -o {epochs_from} -- python train.py`")
     loaded = [(path, load_profile(path)) for path in profiles]
     if epochs is not None:
         epoch_list = [epochs]
@@ -241,7 +270,7 @@ def plan(
     name: Annotated[Optional[str], typer.Option(help="With --save: job/cluster name (default from the workload)")] = None,
     requirements: Annotated[Optional[str], typer.Option(help="With --save: requirements file the cluster installs")] = None,
     distributed: Annotated[bool, typer.Option("--distributed/--single-machine", help="Also rank groups of machines: multi-node DDP, Hivemind and hybrid (default); or one machine each (a machine with several accelerators included)")] = True,
-    node_counts: Annotated[str, typer.Option(help="With --distributed: machine counts for N x machine groups")] = "2,4,8",
+    node_counts: Annotated[str, typer.Option(help="With --distributed: machine counts for N x machine groups")] = DEFAULT_NODE_COUNTS,
     target_batch_size: Annotated[Optional[int], typer.Option(help="With --distributed: Hivemind target batch size (default: the profile's batch)")] = None,
     network: Annotated[Optional[Path], typer.Option(help="With --distributed: bandwidth/RTT overrides (JSON/YAML, e.g. from `trainwise net probe`)")] = None,
     hivemind_groups: Annotated[Optional[Path], typer.Option(help="With --distributed: YAML list of Hivemind groups {name, peers: [{offering, count}]}")] = None,
@@ -252,6 +281,16 @@ def plan(
     """Rank where to train: time and cost on every offering with a measured profile (the default workload profiled here when no --profile is given)."""
     from trainwise.plan.command import check_plan_outputs, run_plan_command
 
+    if save is None and not history:
+        # These go into the saved plan only: without --save they were dropped without a word, and a
+        # user who asked for `--nodes 4` or a checkpoint bucket got a plan that knows neither.
+        given = options_given(
+            ("--engine", engine, None), ("--nodes", nodes, 1), ("--dataset-uri", dataset_uri, None),
+            ("--checkpoint-uri", checkpoint_uri, None), ("--model-uri", model_uri, None), ("--name", name, None),
+            ("--requirements", requirements, None), ("a training command after --", _passthrough, None))
+        if given:
+            raise TrainwiseError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} into a saved plan: add "
+                                 "--save plan.json, or drop " + ("it" if len(given) == 1 else "them"))
     if save is not None and not history:
         from trainwise.launch.plan_document import check_plan_uris, check_save_choices
 
@@ -294,8 +333,8 @@ def _distributed_options(enabled: bool, node_counts: str, target_batch_size: int
                          average_state_every: int | None = None, save_nodes: int | None = None):
     if not enabled:
         if any(v is not None for v in (target_batch_size, network, groups, bytes_per_sample, local_continent,
-                                       average_state_every)):
-            raise TrainwiseError("--target-batch-size, --network, --hivemind-groups, --bytes-per-sample, "
+                                       average_state_every)) or node_counts != DEFAULT_NODE_COUNTS:
+            raise TrainwiseError("--node-counts, --target-batch-size, --network, --hivemind-groups, --bytes-per-sample, "
                                  "--local-continent and --average-state-every rank distributed groups: drop --single-machine")
         from trainwise.plan.distributed import single_machine_options
 
@@ -338,6 +377,10 @@ def host_noise_command(
     from trainwise.profile import host_noise
 
     host_noise.check_seconds(seconds)  # before minutes of probing, not after
+    if output is not None:
+        from trainwise._io import check_output_path
+
+        check_output_path(output, "--output")  # likewise: a folder was refused only after the probe
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("probing this host's speed", total=seconds)
         noise = host_noise.measure(seconds, on_progress=lambda done: progress.update(task, completed=done))
@@ -380,8 +423,12 @@ def main(argv: list[str] | None = None) -> int:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         return int(code or 0)
     except typer.exceptions.TyperException as exc:  # usage errors from the parser
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        err_console.print(f"[red]error:[/red] {message}; see `trainwise --help`", highlight=False, soft_wrap=True)
+        message = (exc.format_message() if hasattr(exc, "format_message") else str(exc)).rstrip(".")
+        # Point at the help of the command that was mistyped (`trainwise plan --help`), which lists its
+        # options, not at the top-level help, which lists only the commands.
+        context = getattr(exc, "ctx", None)
+        command = getattr(context, "command_path", None) or "trainwise"
+        err_console.print(f"[red]error:[/red] {message}; see `{command} --help`", highlight=False, soft_wrap=True)
         return int(getattr(exc, "exit_code", 2) or 2)
     return 0
 

@@ -19,6 +19,9 @@ parser.add_argument("--checkpoint-file", default="", help="torch.save a checkpoi
                     "and read it back")
 parser.add_argument("--checkpoint-every", type=int, default=5)
 parser.add_argument("--denormal-file", default="", help="write whether denormal floats are flushed to zero here")
+parser.add_argument("--plain-validation", action="store_true",
+                    help="validate without model.eval() or torch.no_grad(): just the loss over the validation loader")
+parser.add_argument("--peek", action="store_true", help="look at one training batch (next(iter(loader))) before training")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -32,6 +35,11 @@ optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
 
 def validate() -> int:
+    if args.plain_validation:
+        loss = 0.0
+        for xb, yb in val:
+            loss += torch.nn.functional.cross_entropy(model(xb), yb).item()
+        return int(loss)
     model.eval()
     correct = 0
     with torch.no_grad():
@@ -40,6 +48,9 @@ def validate() -> int:
     return correct
 
 
+if args.peek:
+    first_x, first_y = next(iter(train))
+    print(f"batch shape {tuple(first_x.shape)}", flush=True)
 for epoch in range(args.epochs):
     if not args.train_inside_step:
         model.train()

@@ -131,7 +131,7 @@ def regions(
 
 @catalog_app.command("import")
 def import_(
-    paths: Annotated[list[Path], typer.Argument(help="SkyPilot catalog CSVs, e.g. ~/.sky/catalogs/v7/aws/vms.csv")],
+    paths: Annotated[list[Path], typer.Argument(help="SkyPilot catalog CSVs, e.g. ~/.sky/catalogs/v8/aws/vms.csv")],
     cloud: Annotated[Optional[str], typer.Option(help="The files' cloud when the name does not say (aws, gcp, azure, lambda)")] = None,
     skip_unknown_accelerators: Annotated[bool, typer.Option("--skip-unknown-accelerators", help="Drop rows whose accelerator has no spec instead of failing")] = False,
 ) -> None:

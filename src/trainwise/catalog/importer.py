@@ -1,6 +1,7 @@
 """`trainwise catalog import`: refresh prices from SkyPilot catalog files.
 
-SkyPilot users have the files locally (`~/.sky/catalogs/v7/<cloud>/vms.csv`; Azure v6). Each file
+SkyPilot users have the files locally (`~/.sky/catalogs/<schema>/<cloud>/vms.csv`: v8 for the pinned SkyPilot
+0.14, v7/v6 for older releases; the packaged snapshot was built from v7 files). Each file
 is validated (`skypilot.read_skypilot_csv`: header, numbers, negatives, duplicate keys, unknown
 accelerators, each error naming file, row and column), normalised with the same quirk handling as
 the packaged snapshot, and stored in the user's data directory (`$TRAINWISE_DATA_DIR` or
@@ -82,15 +83,21 @@ def catalog_from_skypilot(paths: list[str | Path], cloud: str | None = None, ski
                    report={c: info for c, info in clouds.items()})
 
 
+# Where the pinned SkyPilot (0.14, catalog schema v8) keeps the files a user would import.
+EXAMPLE_CATALOG_FILE = "~/.sky/catalogs/v8/aws/vms.csv"
+
+
 def import_skypilot(paths: list[str | Path], *, cloud: str | None = None, skip_unknown: bool = False,
                     directory: Path | None = None) -> ImportResult:
     """Validate `paths`, merge them over the catalog in effect, and store the result for `load_catalog("current")`."""
     if not paths:
-        raise TrainwiseError("give at least one SkyPilot catalog file, e.g. ~/.sky/catalogs/v7/aws/vms.csv")
+        raise TrainwiseError(f"give at least one SkyPilot catalog file, e.g. {EXAMPLE_CATALOG_FILE}")
     files = [Path(p).expanduser() for p in paths]
     for path in files:
         if not path.is_file():
-            raise TrainwiseError(f"no such catalog file: {path}")
+            raise TrainwiseError(f"no such catalog file: {path}: pass a SkyPilot vms.csv (SkyPilot 0.14 keeps them "
+                                 f"under ~/.sky/catalogs/v8/<cloud>/, e.g. {EXAMPLE_CATALOG_FILE}, "
+                                 "downloaded the first time it needs prices)")
     new_rows, clouds = _read_all(files, cloud, skip_unknown)
     directory = directory or user_catalog_dir()
     previous_meta: dict[str, Any] = {}

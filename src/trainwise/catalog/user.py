@@ -201,6 +201,10 @@ class UserFile(_Strict):
 def _read(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TrainwiseError(f"user offerings file {path} does not exist: write one, e.g. [[offering]] name = \"my-box\", "
+                             "kind = \"on_premise\", capex_usd = 25000, lifetime_years = 1 (the format is in "
+                             "trainwise.catalog.user's docstring)") from None
     except OSError as exc:
         raise TrainwiseError(f"cannot read user offerings file {path}: {exc.strerror or exc}") from None
     suffix = path.suffix.lower()

@@ -19,6 +19,9 @@ def _passthrough() -> list[str] | None:
     return cli._passthrough
 
 
+DEFAULT_WORK_DIR = Path("trainwise-out/runs")
+
+
 def launch_command(
     plan: Annotated[Path, typer.Argument(help="Plan JSON written by `trainwise plan --save`")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and validate the SkyPilot task; launch nothing")] = False,
@@ -26,17 +29,33 @@ def launch_command(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write the SkyPilot task YAML (default PLAN.sky.yaml)")] = None,
     workdir: Annotated[Optional[str], typer.Option(help="Directory SkyPilot syncs to the cluster (your training code)")] = None,
     trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the cluster (default trainwise==VERSION)")] = None,
-    work_dir: Annotated[Path, typer.Option(help="Local backend: where each run's staged data, log and working files go")] = Path("trainwise-out/runs"),
+    work_dir: Annotated[Path, typer.Option(help="Local backend: where each run's staged data, log and working files go")] = DEFAULT_WORK_DIR,
     timeout: Annotated[Optional[float], typer.Option(help="Local backend: kill the training after this many seconds")] = None,
     validate: Annotated[str, typer.Option("--validate", help="auto (SkyPilot's loader when installed, else the packaged schema), skypilot or packaged")] = "auto",
+    keep_cluster: Annotated[bool, typer.Option("--keep-cluster", help="On-demand SkyPilot plans: keep the cluster up after the job (you copy the results off and `sky down` it); needed to launch a plan with no --model-uri/--checkpoint-uri")] = False,
 ) -> None:
     """Run a saved plan: a SkyPilot task on the plan's cloud (managed job for spot), or here with --backend local."""
     from trainwise.launch.command import launch
 
     if _passthrough():
         raise TrainwiseError("launch takes no command after `--`: the training command is in the plan (trainwise plan --save PLAN -- python train.py)")
+    # Each backend reads only its own options; one given to the other backend used to be dropped
+    # without a word (`--timeout 600` on a cloud launch limited nothing).
+    from trainwise.cli import options_given
+
+    if backend == "sky":
+        given = options_given(("--timeout", timeout, None), ("--work-dir", work_dir, DEFAULT_WORK_DIR))
+        if given:
+            raise TrainwiseError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend local only: "
+                                 "add --backend local, or drop " + ("it" if len(given) == 1 else "them"))
+    elif backend == "local":
+        given = options_given(("--output", output, None), ("--workdir", workdir, None),
+                              ("--trainwise-spec", trainwise_spec, None), ("--validate", validate, "auto"))
+        if given:
+            raise TrainwiseError(f"{', '.join(given)} {'describes' if len(given) == 1 else 'describe'} the SkyPilot task, "
+                                 "which --backend local does not write: drop " + ("it" if len(given) == 1 else "them"))
     launch(plan, dry_run=dry_run, backend=backend, output=output, workdir=workdir, trainwise_spec=trainwise_spec,
-           work_dir=work_dir, timeout_s=timeout, console=console, validator=validate)
+           work_dir=work_dir, timeout_s=timeout, console=console, validator=validate, keep_cluster=keep_cluster)
 
 
 def sweep_command(

@@ -86,10 +86,15 @@ def _writing(target: Path) -> Iterator[None]:
 
 def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None, workdir: str | None,
            trainwise_spec: str | None, work_dir: Path, timeout_s: float | None, console: Console,
-           validator: str = "auto") -> None:
+           validator: str = "auto", keep_cluster: bool = False) -> None:
     from trainwise.launch.plan_document import load_plan
 
     plan = load_plan(plan_path)
+    if keep_cluster and (backend != "sky" or dry_run or plan.offering.spot):
+        raise TrainwiseError("--keep-cluster keeps an on-demand SkyPilot cluster up after its job: "
+                             + ("a managed spot job always ends its cluster; re-plan with --model-uri/--checkpoint-uri"
+                                if plan.offering.spot else "drop it" + (" with --dry-run (the task you launch "
+                                "yourself is not torn down unless you ask)" if dry_run else " with --backend local")))
     if backend == "local":
         from trainwise.launch.local_backend import run_local
 
@@ -118,6 +123,15 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
                                inputs=(plan_path, *([plan.requirements] if plan.requirements else [])))
     if not dry_run:
         from trainwise.launch.sky_backend import missing_for_launch
+        from trainwise.launch.skypilot_task import keeps_nothing
+
+        if keeps_nothing(plan) and not keep_cluster:
+            # The launch tears the cluster down when the job ends (a managed spot job always does):
+            # a paid-for model that was never written anywhere else would go with it.
+            raise TrainwiseError(
+                f"plan {plan.name} writes nothing outside its cluster, which is torn down when the job ends: the "
+                "trained model and the run records would be lost; re-plan with --model-uri s3://BUCKET/PATH (or gs://...)"
+                + ("" if plan.offering.spot else ", or launch with --keep-cluster and copy them off yourself"))
 
         missing = missing_for_launch(plan)
         if missing is not None:
@@ -156,7 +170,7 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
         return
     from trainwise.launch.sky_backend import launch_with_skypilot
 
-    console.print(launch_with_skypilot(plan, config))
+    console.print(launch_with_skypilot(plan, config, keep_cluster=keep_cluster))
 
 
 # ------------------------------------------------------------------------------ sweep
@@ -183,6 +197,9 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
     local = [c for c in parsed if c.kind == "local"]
     if cloud and not results_uri:  # checked before anything is created
         raise TrainwiseError("cloud candidates write their profiles to a bucket: add --results-uri s3://BUCKET/PATH")
+    from trainwise._io import check_output_folder
+
+    check_output_folder(out_dir, "--out-dir")  # a file there was a FileExistsError traceback
     out_dir.mkdir(parents=True, exist_ok=True)
     configs: dict[str, dict[str, Any]] = {}
     if cloud:

@@ -68,9 +68,10 @@ def missing_for_launch(plan: PlanDocument) -> str | None:
     return None
 
 
-def launch_with_skypilot(plan: PlanDocument, config: dict[str, Any]) -> str:
+def launch_with_skypilot(plan: PlanDocument, config: dict[str, Any], keep_cluster: bool = False) -> str:
     """Launch; returns a one-line description of what was started. Call `missing_for_launch` first
-    (`trainwise launch` does, before it writes anything)."""
+    (`trainwise launch` does, before it writes anything). `keep_cluster`: an on-demand cluster stays
+    up when the job ends (the user copies the results off and tears it down)."""
     import sky
 
     task = validate_with_skypilot(config)
@@ -80,8 +81,11 @@ def launch_with_skypilot(plan: PlanDocument, config: dict[str, Any]) -> str:
             request = sky.jobs.launch(task, name=plan.name)
             job_ids, _ = sky.stream_and_get(request)
             return f"managed spot job {plan.name} launched (job id {job_ids}); follow it with `sky jobs logs`"
-        request = sky.launch(task, cluster_name=plan.name, down=True)
+        request = sky.launch(task, cluster_name=plan.name, down=not keep_cluster)
         job_id, _ = sky.stream_and_get(request)
+        if keep_cluster:
+            return (f"cluster {plan.name} launched, job {job_id}; it stays up when the job ends (billed until "
+                    f"`sky down {plan.name}`): copy the model and /tmp/run-node*.json off it first")
         return f"cluster {plan.name} launched, job {job_id}; it is torn down when the job ends (`sky status`)"
     except Exception as exc:
         raise TrainwiseError(f"SkyPilot could not launch {plan.name}: {' '.join(str(exc).split())[:300]}") from None

@@ -189,6 +189,22 @@ def _mounts(plan: PlanDocument) -> tuple[dict[str, Any], dict[str, str]]:
     return mounts, envs
 
 
+def run_records_dir(plan: PlanDocument) -> str:
+    """Where the nodes write their run records: a mounted bucket when the plan has one (the checkpoint
+    bucket, else the model bucket), so they outlive the cluster; /tmp on the node otherwise."""
+    if plan.checkpoint_uri:
+        return CHECKPOINT_DIR
+    if plan.model_uri:
+        return MODEL_DIR
+    return "/tmp"
+
+
+def keeps_nothing(plan: PlanDocument) -> bool:
+    """True when nothing of the run (the trained model, the run records) is written outside the
+    cluster: no checkpoint bucket and no model bucket."""
+    return not plan.checkpoint_uri and not plan.model_uri
+
+
 def setup_script(plan: PlanDocument, trainwise_spec: str) -> str:
     lines = ["set -euo pipefail"]
     if plan.requirements:
@@ -205,7 +221,7 @@ def needs_head_identity(plan: PlanDocument) -> bool:
 def run_script(plan: PlanDocument, head_identity: HeadIdentity | None = None) -> str:
     multinode = plan.nodes > 1
     checkpoint = CHECKPOINT_DIR if plan.checkpoint_uri else None
-    output_dir = CHECKPOINT_DIR if plan.checkpoint_uri else "/tmp"
+    output_dir = run_records_dir(plan)
     output = safety.ShellExpr(f'{output_dir}/run-node"${{SKYPILOT_NODE_RANK}}".json')
     argv = run_argv(plan, command=plan.command, checkpoint_dir=checkpoint, output=output, multinode=multinode)
     lines = ["set -euo pipefail"]
@@ -418,8 +434,10 @@ def validate_with_skypilot(config: dict[str, Any]) -> Any:
     except Exception as exc:  # SkyPilot raises ValueError, its own exceptions, requests errors
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         if "Failed to resolve" in message or "Max retries exceeded" in message or exc.__class__.__name__ == "ConnectionError":
-            raise TrainwiseError("SkyPilot could not download its price catalog (no network?): connect once, or "
-                                 f"put the catalog CSVs under ~/.sky/catalogs/ (detail: {message[:160]})") from None
+            # `launch --dry-run` and `sweep --dry-run` offline: the packaged validator needs no network.
+            raise TrainwiseError("SkyPilot could not download its price catalog (no network?): connect once, put the "
+                                 "catalog CSVs under ~/.sky/catalogs/, or validate offline with `--validate packaged` "
+                                 f"(detail: {message[:160]})") from None
         raise TrainwiseError(f"SkyPilot rejected the task: {message[:400]}") from None
     return task
 

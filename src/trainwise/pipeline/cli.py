@@ -106,6 +106,8 @@ def profile_command(
     chosen_weights = _weights(weights)
     if confirm_rounds < 0:
         raise TrainwiseError(f"--confirm-rounds must be 0 or more (got {confirm_rounds})")
+    if not min_seconds >= 0:  # (also NaN) a negative time is a typo, not "one epoch"
+        raise TrainwiseError(f"--min-seconds must be 0 or more (got {min_seconds:g}): the least time each strategy is measured")
     if (training_profile is None) != (accelerator is None):
         raise TrainwiseError("--training-profile and --accelerator go together (or give --required-sps)")
     # Before the profiling (minutes): its results must have somewhere to go, and --json must not

@@ -172,6 +172,9 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
     from trainwise.predict import device_model as dm
     from trainwise.predict.offerings import characterisation_or_none, device_full_run, device_iterations_per_epoch
 
+    # Load the fit up front: a missing or unreadable $TRAINWISE_DEVICE_PARAMS is the user's error to
+    # report, not thousands of offerings the model "could not predict" (the per-accelerator guard below).
+    dm.load_params()
     counts = offerings["accelerator_count"].to_numpy()
     gpu = offerings[offerings["accelerator"].notna() & (counts >= 1) & (np.floor(counts) == counts)]
     groups = gpu.groupby(["accelerator", "accelerator_count"], sort=False).indices

@@ -233,7 +233,8 @@ def _read_csv(path: str | Path, required: Sequence[str]) -> list[tuple[int, dict
     try:
         text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise TrainwiseError(f"dataset {p} does not exist") from None
+        raise TrainwiseError(f"dataset {p} does not exist: pass a CSV with the columns {','.join(required)}, or a "
+                             f"packaged set ({', '.join(PACKAGED_DATASETS)})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TrainwiseError(f"dataset {p} cannot be read ({type(exc).__name__}): pass a UTF-8 CSV file") from None
     lines = text.splitlines()

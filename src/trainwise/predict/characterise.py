@@ -1316,7 +1316,10 @@ def named_step(model_name: str, batch: int, seq_len: int | None = None, image_si
 
         config = hf_models.load_config(model_name[3:])
         head = hf_models.task_of(config, task)
-        seq = int(seq_len or 512)
+        # 512 unless the model has fewer positions (a user config.json); a given length must fit them:
+        # the one check that predicting, characterising, measuring and calibrating all pass through
+        seq = int(seq_len or min(512, hf_models.max_seq_len(config) or 512))
+        hf_models.check_seq_len(model_name, config, seq)
         inputs = ((batch, seq), "int64", "index", int(config.get("vocab_size", 30522)))
         return NamedStep(model_name, batch, lambda: hf_models.build(config, task=head), inputs,
                          hf_models.loss_for(head), optimizer or "adamw", seq_len=seq)

@@ -62,7 +62,8 @@ def _load_characterisation(path: Path) -> tuple[Any, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TrainwiseError(f"{path} does not exist") from None
+        raise TrainwiseError(f"--from {path} does not exist: pass a profile (`trainwise profile -o FILE`) or a "
+                             "characterisation (`trainwise device characterise MODEL --batch B -o FILE`)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TrainwiseError(f"{path} is not a JSON file ({type(exc).__name__})") from None
     if isinstance(data, dict) and data.get("format") == "trainwise.workload/1":
@@ -82,7 +83,7 @@ def _load_characterisation(path: Path) -> tuple[Any, Any]:
 ModelArg = Annotated[Optional[str], typer.Argument(help="torchvision builder (resnet50), hf:<config> (hf:roberta-base) or a trainwise workload")]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Per-device batch size")]
 PrecisionOpt = Annotated[str, typer.Option(help="fp32, tf32, amp_fp16 or amp_bf16")]
-SeqOpt = Annotated[Optional[int], typer.Option(help="Sequence length (hf: models; default 512)")]
+SeqOpt = Annotated[Optional[int], typer.Option(help="Sequence length (hf: models; default 512, or the model's positions if fewer)")]
 ImageOpt = Annotated[Optional[int], typer.Option(help="Input image size (torchvision models; default per model)")]
 TaskOpt = Annotated[Optional[str], typer.Option(help="hf: head: mlm, mlm15, clm, qa, cls")]
 OptimOpt = Annotated[Optional[str], typer.Option(help="sgd, sgd_momentum, adam, adamw, ... (default per model)")]
@@ -105,9 +106,13 @@ def characterise_command(
     """Trace one training step of MODEL on the meta device: FLOPs, bytes, parameters, memory."""
     if model is None or batch is None:
         raise TrainwiseError("give a model and --batch, e.g. `trainwise device characterise resnet50 --batch 256`")
+    from trainwise._io import check_output_path, write_output_text
+
+    if output is not None:
+        check_output_path(output, "--output")  # before the trace; a folder was an IsADirectoryError traceback
     char = _characterise(model, batch, precision, seq_len, image_size, task, optimizer, memory_format)
     if output is not None:
-        char.save(output)
+        write_output_text(output, char.model_dump_json(), "--output")
     totals = {"model": char.model, "per_device_batch": char.per_device_batch, "precision": char.precision,
               "parameters": char.parameters, "gradient_bytes": char.gradient_bytes,
               "flops_forward": char.total_flops("forward"), "flops_backward": char.total_flops("backward"),
@@ -292,10 +297,11 @@ def predict_command(
 ) -> None:
     """Predict one training iteration of a model (or a profile) on catalog accelerators."""
     from trainwise.predict.device_model import check_host_overhead, host_overhead_from_profile
-    from trainwise.predict.offerings import device_predictions
+    from trainwise.predict.offerings import check_link_count, device_predictions
 
+    check_link_count(link, count)  # before tracing the model (seconds)
     if host_overhead is not None:
-        check_host_overhead(host_overhead)  # before tracing the model (seconds)
+        check_host_overhead(host_overhead)
     profile = None
     if source is not None:
         char, profile = _load_characterisation(source)
@@ -313,6 +319,9 @@ def predict_command(
         typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
         return
     render_device_predictions(preds, f"{char.model} at batch {char.per_device_batch} per device ({char.precision})")
+
+
+WRITE_ELSEWHERE = "use --output PATH to write the fit elsewhere (or --no-write to fit without saving)"
 
 
 @device_app.command("calibrate")
@@ -333,15 +342,27 @@ def calibrate_command(
     for path in added:
         if not path.is_file():
             raise TrainwiseError(f"--add {path}: no such file")
-    if output is not None:
+    target = output if output is not None else (dm.PARAMS_PATH if write else None)
+    if target is not None:
         from trainwise._io import check_output_path
 
         # before the fit (minutes with --loo): the fit is only written at the end
-        check_output_path(output, "--output", inputs=tuple(added))
+        if output is not None:
+            check_output_path(output, "--output", inputs=tuple(added))
+        else:  # the packaged file, which an installed (site-packages) trainwise may not let anyone write
+            check_output_path(target, "the packaged fit", fix=WRITE_ELSEWHERE)
+    if not json_out:
+        # The fit prints nothing until it ends: say up front how long it takes, so a silent terminal
+        # is not taken for a hang (with --loo it is one fit per calibration model, minutes on 2 cores).
+        console.print("fitting the device model once" + (" and once per held-out model (leave-one-model-out: "
+                      "several minutes; --no-loo fits once)" if loo else " (about a minute)") + "…")
     params, loo_res = cal.fit_calibration(added, with_loo=loo)
-    target = output if output is not None else (dm.PARAMS_PATH if write else None)
     if target is not None:
-        cal.save_params(params, target)
+        try:
+            cal.save_params(params, target)
+        except OSError as exc:  # the destination changed during the fit
+            raise TrainwiseError(f"cannot write the fit to {target} ({exc.strerror or exc}): "
+                                 f"{'choose a writable output path' if output is not None else WRITE_ELSEWHERE}") from None
     summary = cal.summarise_errors(loo_res.errors) if loo_res is not None else None
     if json_out:
         typer.echo(json.dumps({"loo_group": "model" if summary else None, **(summary or {}),

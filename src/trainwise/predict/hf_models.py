@@ -71,6 +71,30 @@ def task_of(config: dict[str, Any], task: str | None) -> str:
     return name
 
 
+def max_seq_len(config: dict[str, Any]) -> int | None:
+    """The longest sequence the config's position embeddings cover (None when it names no table size)."""
+    kind = config.get("model_type", "bert")
+    rows = config.get("n_positions", config.get("n_ctx")) if kind == "gpt2" else config.get("max_position_embeddings")
+    try:
+        rows = int(rows)
+        if kind in ("roberta", "xlm-roberta"):
+            # RoBERTa numbers a token's position from pad_token_id + 1 on (transformers'
+            # create_position_ids_from_input_ids): 514 rows hold 512 tokens, a 513th is out of range
+            rows -= int(config.get("pad_token_id", 1)) + 1
+    except (TypeError, ValueError):  # missing or malformed: building the model reports it
+        return None
+    return rows
+
+
+def check_seq_len(model_name: str, config: dict[str, Any], seq_len: int) -> None:
+    """Refuse a sequence longer than the model has positions for: a real run fails on it (an index
+    error, a device-side assert on a GPU) while a trace on the meta device would price it without a word."""
+    limit = max_seq_len(config)
+    if limit is not None and seq_len > limit:
+        raise TrainwiseError(f"--seq-len {seq_len} is longer than {model_name}'s {limit} positions: "
+                             f"use --seq-len {limit} or less")
+
+
 def _dims(config: dict[str, Any]) -> dict[str, Any]:
     kind = config.get("model_type", "bert")
     if kind == "gpt2":

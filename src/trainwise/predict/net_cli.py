@@ -36,12 +36,14 @@ def probe_command(
     if serve is not None:
         if target:
             raise TrainwiseError("give either --serve PORT or HOST:PORT, not both")
-        console.print(f"serving trainwise net probes on {bind}:{serve} (Ctrl-C to stop)")
-        net_probe.serve(serve, bind)
+        # printed once listening: a bad port or address is an error, not a "serving" line and then one
+        net_probe.serve(serve, bind, on_listening=lambda: console.print(
+            f"serving trainwise net probes on {bind}:{serve} (Ctrl-C to stop)"))
         return
     if not target:
         raise TrainwiseError("give HOST:PORT of a probe server, or --serve PORT to be one")
     host, port = net_probe.parse_target(target)
+    net_probe.existing_entries(output)  # a folder or a non-network file is refused before the measurement
     entry = net_probe.probe(host, port, seconds=seconds, pings=pings, local_name=name, remote_name=remote_name)
     path = net_probe.write_entry(entry, output)
     console.print(f"{entry.a} <-> {entry.b}: {entry.bandwidth_bps / 1e6:,.1f} Mb/s, RTT {entry.rtt_s * 1e3:.3f} ms "

@@ -24,9 +24,10 @@ import statistics
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from trainwise._io import atomic_write_text
+from trainwise._io import check_output_path, write_output_text
 from trainwise.errors import TrainwiseError
 from trainwise.predict.topology import PairLink
 
@@ -67,23 +68,32 @@ class ProbeServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
 
+def _listen(port: int, host: str) -> ProbeServer:
+    # Checked here: socket.bind raises OverflowError (a traceback) for a port outside 0-65535.
+    if not 0 <= port < 65536:
+        raise TrainwiseError(f"--serve {port}: the port must be 1-65535 (0: any free port)")
+    try:
+        return ProbeServer((host, port), _Handler)
+    except socket.gaierror as exc:
+        raise TrainwiseError(f"cannot listen on {host}:{port} ({exc.strerror}): --bind takes an address of this host, "
+                             "e.g. 0.0.0.0 (all interfaces)") from None
+    except OSError as exc:
+        raise TrainwiseError(f"cannot listen on {host}:{port} ({exc.strerror}): pick a free port") from None
+
+
 def start_server(port: int = 0, host: str = "127.0.0.1") -> tuple[ProbeServer, int]:
     """A probe server in a background thread; returns it (call .shutdown()) and its port."""
-    try:
-        server = ProbeServer((host, port), _Handler)
-    except OSError as exc:
-        raise TrainwiseError(f"cannot listen on {host}:{port} ({exc.strerror}): pick a free port") from exc
+    server = _listen(port, host)
     thread = threading.Thread(target=server.serve_forever, name="trainwise-net-probe", daemon=True)
     thread.start()
     return server, server.server_address[1]
 
 
-def serve(port: int, host: str = "0.0.0.0") -> None:
-    """Serve probes until interrupted (the `--serve PORT` mode)."""
-    try:
-        server = ProbeServer((host, port), _Handler)
-    except OSError as exc:
-        raise TrainwiseError(f"cannot listen on {host}:{port} ({exc.strerror}): pick a free port") from exc
+def serve(port: int, host: str = "0.0.0.0", on_listening: Callable[[], None] | None = None) -> None:
+    """Serve probes until interrupted (the `--serve PORT` mode); `on_listening` is called once bound."""
+    server = _listen(port, host)
+    if on_listening is not None:
+        on_listening()
     with server:
         try:
             server.serve_forever()
@@ -179,18 +189,28 @@ def probe(host: str, port: int, *, seconds: float = 1.0, pings: int = 20, timeou
     return PairLink(a=a, b=b, bandwidth_bps=bandwidth, rtt_s=rtt, source=source)
 
 
+def existing_entries(path: str | Path) -> list[dict]:
+    """The pair entries already in the network file at `path` (none when it does not exist yet); a
+    one-line error when it cannot take the new one. Called before probing too: a folder or a file
+    that is not a network file is refused before the measurement, not after it."""
+    p = Path(path)
+    check_output_path(p, "--output")
+    if not p.is_file():
+        return []
+    try:
+        existing = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainwiseError(f"--output {p} cannot be read ({type(exc).__name__}): choose another --output") from None
+    except json.JSONDecodeError as exc:
+        raise TrainwiseError(f"{p} is not JSON ({exc.msg}): remove it or choose another --output") from None
+    if not isinstance(existing, list):
+        raise TrainwiseError(f"{p} is not a list of pair entries: choose another --output")
+    return existing
+
+
 def write_entry(entry: PairLink, path: str | Path) -> Path:
     """Merge `entry` into the JSON list at `path` (replacing an entry for the same pair), atomically."""
-    p = Path(path)
-    entries: list[dict] = []
-    if p.is_file():
-        try:
-            existing = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise TrainwiseError(f"{p} is not JSON ({exc.msg}): remove it or choose another --output") from exc
-        if not isinstance(existing, list):
-            raise TrainwiseError(f"{p} is not a list of pair entries: choose another --output")
-        pair = {entry.a, entry.b}
-        entries = [e for e in existing if {e.get("a"), e.get("b")} != pair]
+    pair = {entry.a, entry.b}
+    entries = [e for e in existing_entries(path) if {e.get("a"), e.get("b")} != pair]
     entries.append(entry.model_dump())
-    return atomic_write_text(p, json.dumps(entries, indent=2) + "\n")
+    return write_output_text(path, json.dumps(entries, indent=2) + "\n", "--output")

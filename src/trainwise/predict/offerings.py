@@ -54,11 +54,20 @@ def characterisation_or_none(profile: Any) -> WorkloadCharacterisation | None:
         return None
 
 
+def check_link_count(link: str | None, count: int) -> None:
+    """--link says how gradients travel between devices: one device exchanges none, and a link given
+    with it would be ignored without a word."""
+    if link is not None and count == 1:
+        raise TrainwiseError(f"--link {link} describes how gradients travel between devices: it needs --count 2 or "
+                             "more (one device exchanges none); drop --link or add --count N")
+
+
 def device_predictions(char: WorkloadCharacterisation, accelerator: str | None = None, count: int = 1,
                        host_overhead_s: float = 0.0, catalog: Any = None,
                        params: dm.DeviceModelParams | None = None, link: str | None = None) -> list[dm.DevicePrediction]:
     """One accelerator's prediction, or every catalog accelerator's (`link`: how gradients travel, dm.LINKS)."""
     dm.check_host_overhead(host_overhead_s)
+    check_link_count(link, count)
     link = dm.normalise_link(link, "--link")
     if catalog is None:
         from trainwise.catalog import load_catalog

@@ -217,7 +217,9 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
                          f"{model.sparse_elements:,} elements (fitted to {model.points} counts), {filled:.0%} zeros after "
                          f"{total_steps:,} steps: {correction_s:+.1f} s on the iterations (half of it kept in the band)")
     note = "; ".join(notes)
-    return Prediction("trainwise", epochs, n_it, total, max(0.0, low), high, breakdown, note)
+    # The band's terms are the steps' and validation's uncertainty; the start-up was measured and no run
+    # ends before it, so a wide band (a drifting sample) stops at T(Init), not at "0.0 ms".
+    return Prediction("trainwise", epochs, n_it, total, max(init_s, low), high, breakdown, note)
 
 
 def _malta_inputs(profile: Profile) -> tuple[float, float, float]:

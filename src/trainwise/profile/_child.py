@@ -9,7 +9,9 @@ user's code:
   the optimizer step on inf/NaN gradients); with several optimizers the first one to step is the
   "primary" whose steps delimit iterations;
 - data wait: time spent inside DataLoader iterators' ``__next__``;
-- validation: DataLoader iterators consumed while autograd is disabled or the model is in eval mode;
+- validation: DataLoader iterators consumed while autograd is disabled or the model is in eval mode,
+  and passes with neither during which no optimizer step happens, over a loader training never
+  stepped on (a validation loop that just computes the loss);
 - epochs: a training DataLoader iterator that is exhausted;
 - init: process launch → first iteration start, with marks for torch import, first module,
   first DataLoader and first optimizer construction.
@@ -84,7 +86,20 @@ def arm() -> None:
     # Keras / Lightning / Hugging Face Trainer loops: their fit entry point gets trainwise's callback
     # when the script imports it (trainwise.integrations); the callback then delimits iterations.
     sys.meta_path.insert(0, _FrameworkImportWatcher())
+    _watch_sys_exit(_recorder)
     atexit.register(_recorder.on_process_exit)
+
+
+def _watch_sys_exit(recorder: "Recorder") -> None:
+    """A script that ends itself with sys.exit() in the middle of training looks, at exit, like one that
+    ran to its end: the call is noted so that the profile can say where it stopped (on_process_exit)."""
+    original_exit = sys.exit
+
+    def exit_noted(status=None):
+        recorder.on_sys_exit(status)
+        original_exit(status)
+
+    sys.exit = exit_noted
 
 
 class _TorchImportWatcher(importlib.abc.MetaPathFinder):
@@ -177,7 +192,10 @@ def _batch_length(batch: Any) -> int | None:
 
 
 class _LoaderState:
-    __slots__ = ("role", "key", "batches", "truncate", "record", "info", "grad_at_last_batch")
+    """One pass over a DataLoader (one iterator, or one reset of a persistent-workers iterator)."""
+
+    __slots__ = ("role", "key", "batches", "truncate", "record", "info", "grad_at_last_batch", "loader",
+                 "undecided", "exhausted_s", "epoch", "reopen_epoch", "before")
 
     def __init__(self, role: str, key: int, info: dict[str, Any] | None = None) -> None:
         self.role = role
@@ -187,6 +205,18 @@ class _LoaderState:
         self.record: dict[str, Any] | None = None
         self.info: dict[str, Any] = info or {}
         self.grad_at_last_batch = False
+        # The DataLoader iterated (weakly: the recorder must not keep it alive), None if unknown
+        self.loader: Any = None
+        # A pass begun with gradients on and the model in train mode, over a loader no optimizer step
+        # has yet been taken on: training if a step comes during it, validation (or a look at a batch)
+        # if it ends without one (Recorder._settle_undecided)
+        self.undecided = False
+        self.exhausted_s: float | None = None
+        # What the pass changed when it began as training, undone if it turns out not to be:
+        # the epoch entry it opened, the open epoch it closed, and the recorder's iteration state before it
+        self.epoch: dict[str, Any] | None = None
+        self.reopen_epoch: dict[str, Any] | None = None
+        self.before: dict[str, Any] | None = None
 
 
 class _FinishNow(Exception):
@@ -224,7 +254,12 @@ class Recorder:
         self.epochs: list[dict[str, Any]] = []
         self.loaders: dict[str, dict[str, Any]] = {}
         self.model: dict[str, Any] = {}
+        # Optimizers and parameters already in self.model (ids: the recorder must not keep them alive).
+        self._described_optimizers: set[int] = set()
+        self._described_parameters: set[int] = set()
         self.stop_reason = "script_exited"
+        # Set when the script calls sys.exit() with a training pass unfinished or before sampling stopped
+        self.exit_mid_training: str | None = None
         self.stability: dict[str, Any] = {}
         self.notes: list[str] = []
 
@@ -257,6 +292,12 @@ class Recorder:
         self._torch = None
         self._forward_hook = None
         self._loader_counter = 0
+        # The pass whose role waits on whether an optimizer step comes during it (at most one: the next
+        # pass to begin settles it), and the DataLoaders optimizer steps were taken on
+        self._undecided: _LoaderState | None = None
+        self._training_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        # The most batches one iteration has consumed (gradient accumulation: several)
+        self._most_batches_per_iteration = 0
         self._lock = threading.Lock()
         # Workload characterisation (device model): the module that owns the most parameters among
         # those called in the first training iteration is the model; its first call's input shapes,
@@ -324,6 +365,18 @@ class Recorder:
 
         iter_class = dataloader_module._BaseDataLoaderIter
         original_next = iter_class.__next__
+        original_iter_init = iter_class.__init__
+
+        def loader_iter_init(iterator, loader, *args, **kwargs):
+            original_iter_init(iterator, loader, *args, **kwargs)
+            try:
+                # Which DataLoader a pass iterates: a pass with no optimizer step is validation only
+                # over a loader training does not iterate.
+                iterator._trainwise_loader = weakref.ref(loader)
+            except (AttributeError, TypeError):  # pragma: no cover - __slots__ iterators or loaders
+                pass
+
+        iter_class.__init__ = loader_iter_init
 
         def loader_next(iterator):
             if recorder.framework is not None or recorder.paused:
@@ -331,7 +384,12 @@ class Recorder:
             state = getattr(iterator, "_trainwise_state", None)
             # A DataLoader with persistent workers hands out the same iterator every epoch, reset
             # (its yield count back to 0): that is a new pass too.
-            if state is None or (state.batches and getattr(iterator, "_num_yielded", 1) == 0):
+            new_pass = state is None or (state.batches and getattr(iterator, "_num_yielded", 1) == 0)
+            undecided = recorder._undecided
+            if undecided is not None and (new_pass or state is not undecided):
+                # Another pass begins or goes on: the undecided one has ended without an optimizer step.
+                recorder._settle_undecided()
+            if new_pass:
                 state = recorder._new_loader_state(iterator)
             if state.truncate:
                 recorder._on_truncated(iterator, state)
@@ -509,10 +567,14 @@ class Recorder:
         # A first guess: a pass begun under no_grad or in eval mode is validation. Scripts that call
         # model.train() inside their step start the next epoch's pass while the model is still in
         # eval mode from the last validation; an optimizer step on its batches corrects the guess
-        # (_reclassify_as_training).
+        # (_reclassify_as_training). Any other pass is training, for sure over a loader optimizer
+        # steps were taken on; over another one it is undecided until it ends: a validation loop
+        # without eval() or no_grad looks the same until no optimizer step comes (_settle_undecided).
         validation = (not torch.is_grad_enabled()) or self.eval_mode
         self._loader_counter += 1
         state = _LoaderState("val" if validation else "train", self._loader_counter)
+        state.loader = getattr(iterator, "_trainwise_loader", None)
+        state.undecided = not validation and not self._is_training_loader(state)
         try:
             iterator._trainwise_state = state
         except AttributeError:  # pragma: no cover - exotic iterator subclasses with __slots__
@@ -531,11 +593,24 @@ class Recorder:
         state.info = info
         self.loaders.setdefault(state.role, info)
         if state.role == "train":
+            if state.undecided:
+                self._undecided = state
+                state.before = {"iter_start": self.iter_start, "iter_data_wait": self.iter_data_wait,
+                                "iter_samples": self.iter_samples, "iter_batches": self.iter_batches,
+                                "current_train_state": self.current_train_state,
+                                "first_iteration_marked": "first_iteration_start" in self.marks}
+                if self.epochs and self.epochs[-1]["end_s"] is None:
+                    state.reopen_epoch = self.epochs[-1]
             self.current_train_state = state
             self._start_epoch(info)
+            state.epoch = self.epochs[-1]
         elif self.sampled and self.epoch1_truncated and not self.validation_done and self.validation_batches <= 0:
             self._finish("sampled_without_validation")
         return state
+
+    def _is_training_loader(self, state: _LoaderState) -> bool:
+        loader = state.loader() if state.loader is not None else None
+        return loader is not None and loader in self._training_loaders
 
     def _start_epoch(self, info: dict[str, Any]) -> None:
         if self.epochs and self.epochs[-1]["end_s"] is None:
@@ -558,24 +633,57 @@ class Recorder:
             self.iter_data_wait += end_s - start_s
             self.iter_samples += samples or 0
             self.iter_batches += 1
-            return
-        record = state.record
-        if record is None:
-            record = {"epoch": max(0, len(self.epochs) - 1), "start_s": start_s, "end_s": None,
-                      "batch_starts_s": [], "data_wait_s": [], "samples": 0, "truncated": False,
-                      "batches_total": self.loaders.get("val", {}).get("batches_per_pass")}
-            state.record = record
-            self.validations.append(record)
-        record["batch_starts_s"].append(start_s)
-        record["data_wait_s"].append(end_s - start_s)
-        record["samples"] += samples or 0
+            if not state.undecided:
+                return
+            # Also timed as a validation pass would be, in case no optimizer step comes during it.
+            if state.record is None:
+                state.record = self._validation_record(start_s)
+            self._record_validation_batch(state.record, start_s, end_s, samples)
+            if not (self.sampled and self.epoch1_truncated
+                    and state.batches > 2 * max(1, self._most_batches_per_iteration)):
+                return
+            # Sampling has stopped and this pass has fetched more batches than two whole iterations
+            # without an optimizer step: it is the validation pass, to be cut short like one (should a
+            # step still come while it runs, _reclassify_as_training makes it training again).
+            self._settle_undecided()
+            record = state.record
+            if not self.validation_done and self.validation_batches <= 0:
+                self._finish("sampled_without_validation")
+        else:
+            record = state.record
+            if record is None:
+                record = state.record = self._validation_record(start_s)
+                self.validations.append(record)
+            self._record_validation_batch(record, start_s, end_s, samples)
         if self.sampled and not self.validation_done and len(record["batch_starts_s"]) >= self.validation_batches \
                 and self.epoch1_truncated:
             # Enough validation batches timed: the next request ends this validation pass.
             state.truncate = True
 
+    def _validation_record(self, start_s: float) -> dict[str, Any]:
+        return {"epoch": max(0, len(self.epochs) - 1), "start_s": start_s, "end_s": None,
+                "batch_starts_s": [], "data_wait_s": [], "samples": 0, "truncated": False,
+                "batches_total": self.loaders.get("val", {}).get("batches_per_pass")}
+
+    @staticmethod
+    def _record_validation_batch(record: dict[str, Any], start_s: float, end_s: float, samples: int | None) -> None:
+        record["batch_starts_s"].append(start_s)
+        record["data_wait_s"].append(end_s - start_s)
+        record["samples"] += samples or 0
+
     def _on_exhausted(self, iterator, state: _LoaderState, start: float) -> None:
         end_s = start - self.perf0 + self.offset_s
+        if state.undecided and self.iterations:
+            # Training has begun, and no optimizer step came during this pass: validation. (Before the
+            # first step the pass may be one the script collects its batches with, to train on them
+            # after it: settled below as a training pass is, then by the next step or the next pass.)
+            state.exhausted_s = end_s
+            self._settle_undecided()
+            if state.record is not None:  # an empty pass is nothing: no validation was timed
+                self._after_validation()
+            return
+        if state.undecided:
+            state.exhausted_s = end_s
         if state.role == "train":
             if self.epochs and self.epochs[-1]["end_s"] is None:
                 self.epochs[-1]["end_s"] = end_s
@@ -606,11 +714,77 @@ class Recorder:
         if self.iter_start is not None and record["start_s"] >= self.iter_start and record["end_s"] is not None:
             self.iter_start += record["end_s"] - record["start_s"]
 
+    # ---- what a pass was: decided once the evidence is in -------------------------------------
+    # A pass's role is guessed when it begins (_new_loader_state) and corrected at the one moment that
+    # shows it: an optimizer step on batches of a pass taken for validation makes it training
+    # (_reclassify_as_training); an undecided pass is training at its first step (_confirm_training)
+    # and validation when it ends without one (_settle_undecided).
+
+    def _confirm_training(self, state: _LoaderState) -> None:
+        """An optimizer step came during `state`: it is the training pass it was taken for."""
+        if state is self._undecided:
+            self._undecided = None
+        state.undecided = False
+        state.record = None
+        state.before = None
+        state.reopen_epoch = None
+        loader = state.loader() if state.loader is not None else None
+        if loader is not None:
+            self._training_loaders.add(loader)
+
+    def _settle_undecided(self) -> None:
+        """The undecided pass ended without an optimizer step (or, sampling over, has fetched more
+        batches than two iterations take): it was validation, or, abandoned before training began, a look
+        at a batch (`next(iter(loader))`) that is neither. What it recorded as training is undone: its
+        epoch entry goes, the epoch it closed is open again (training goes on in it after a mid-epoch
+        pass), and the interrupted iteration gets back its start, data wait and batches, less the pass."""
+        state = self._undecided
+        if state is None:
+            return
+        self._undecided = None
+        state.undecided = False
+        self.epochs = [e for e in self.epochs if e is not state.epoch]
+        if state.reopen_epoch is not None and self.epochs and self.epochs[-1] is state.reopen_epoch:
+            state.reopen_epoch["end_s"] = None
+        before = state.before or {}
+        self.iter_start = before.get("iter_start")
+        self.iter_data_wait = before.get("iter_data_wait", 0.0)
+        self.iter_samples = before.get("iter_samples", 0)
+        self.iter_batches = before.get("iter_batches", 0)
+        self.current_train_state = before.get("current_train_state")
+        if not before.get("first_iteration_marked", True):
+            self.marks.pop("first_iteration_start", None)
+        if self.loaders.get("train") is state.info:
+            del self.loaders["train"]
+        state.role = "val"
+        state.epoch = state.reopen_epoch = state.before = None
+        record, state.record = state.record, None
+        if record is None or (state.exhausted_s is None and not self.iterations):
+            note = ("a DataLoader pass abandoned before the first optimizer step (a look at a batch, "
+                    "next(iter(loader))) is neither an epoch nor validation")
+        else:
+            state.record = record
+            self.loaders.setdefault("val", state.info)
+            record["epoch"] = max(0, len(self.epochs) - 1)
+            record["batches_total"] = self.loaders["val"].get("batches_per_pass")
+            self.validations.append(record)
+            if state.exhausted_s is not None:
+                record["end_s"] = state.exhausted_s
+                self._exclude_from_iteration(record)
+            note = ("a DataLoader pass with gradients on and the model in train mode ended without an optimizer "
+                    "step, over a loader training does not iterate: timed as validation (a validation loop "
+                    "without model.eval() or torch.no_grad())")
+        if note not in self.notes:
+            self.notes.append(note)
+
     def _reclassify_as_training(self, state: _LoaderState) -> None:
         """An optimizer step consumed batches of a pass first taken for validation: it is the
         training pass of a new epoch, begun while the model was still in eval mode."""
         record = state.record
         state.role = "train"
+        loader = state.loader() if state.loader is not None else None
+        if loader is not None:
+            self._training_loaders.add(loader)
         state.truncate = False
         state.record = None
         if record is not None:
@@ -662,7 +836,11 @@ class Recorder:
             self._stop_capturing()
             self._describe_model(optimizer)
         elif id(optimizer) != self.primary_optimizer_id:
-            return  # a secondary optimizer's step is part of the primary's iteration
+            # A secondary optimizer's step is part of the primary's iteration; its parameters (a GAN's
+            # generator) are still the model's: gradients to all-reduce, state to checkpoint.
+            if id(optimizer) not in self._described_optimizers:
+                self._describe_model(optimizer)
+            return
         last = self._last_batch_state
         # Only a pass still running, whose last batch was fetched with gradients enabled: a finished
         # (or abandoned, no_grad) validation pass before a DataLoader-less training step stays validation.
@@ -682,7 +860,11 @@ class Recorder:
             # No batch was requested and no forward seen: start at the previous boundary.
             start_s = self.iterations[-1]["end_s"] if self.iterations else self.marks.get("torch_imported", 0.0)
             self.mark("first_iteration_start")
+        if self._undecided is not None:
+            # The pass still running (or collected before the first step) is training.
+            self._confirm_training(self._undecided)
         epoch = max(0, len(self.epochs) - 1)
+        self._most_batches_per_iteration = max(self._most_batches_per_iteration, self.iter_batches)
         self.iterations.append({
             "index": len(self.iterations), "epoch": epoch, "start_s": start_s, "end_s": end_s,
             "data_wait_s": self.iter_data_wait,
@@ -812,25 +994,26 @@ class Recorder:
 
     # ---- model / environment ----------------------------------------------------------------
     def _describe_model(self, optimizer) -> None:
-        parameters = trainable = gradient_bytes = 0
-        device = "cpu"
-        dtypes: set[str] = set()
-        seen: set[int] = set()
+        """Add the parameters `optimizer` steps to the model's description (every optimizer that steps,
+        each parameter once; the optimizer named is the primary's, the first to step)."""
+        self._described_optimizers.add(id(optimizer))
+        model = self.model or {"parameters": 0, "trainable_parameters": 0, "gradient_bytes": 0, "device": "cpu",
+                               "parameter_dtypes": [], "optimizer": type(optimizer).__name__}
+        dtypes = set(model["parameter_dtypes"])
         for group in getattr(optimizer, "param_groups", []):
             for p in group.get("params", []):
-                if id(p) in seen:
+                if id(p) in self._described_parameters:
                     continue
-                seen.add(id(p))
+                self._described_parameters.add(id(p))
                 count = p.numel()
-                parameters += count
+                model["parameters"] += count
                 if p.requires_grad:
-                    trainable += count
-                    gradient_bytes += count * p.element_size()
-                device = str(p.device)
+                    model["trainable_parameters"] += count
+                    model["gradient_bytes"] += count * p.element_size()
+                model["device"] = str(p.device)
                 dtypes.add(str(p.dtype).replace("torch.", ""))
-        self.model = {"parameters": parameters, "trainable_parameters": trainable,
-                      "gradient_bytes": gradient_bytes, "device": device,
-                      "parameter_dtypes": sorted(dtypes), "optimizer": type(optimizer).__name__}
+        model["parameter_dtypes"] = sorted(dtypes)
+        self.model = model
 
     def _environment(self) -> dict[str, Any]:
         torch = self._torch
@@ -982,6 +1165,8 @@ class Recorder:
         if self.written:
             return
         self.written = True
+        # A pass still undecided when the record is written ended with the process, without a step.
+        self._settle_undecided()
         record = self.raw_record()
         directory = os.path.dirname(os.path.abspath(self.out_path))
         fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=directory)
@@ -1004,8 +1189,25 @@ class Recorder:
         # writing results) must not run on a model that was trained for a few iterations only.
         os._exit(0)
 
+    def on_sys_exit(self, status: Any) -> None:
+        if self.finished or not self.iterations or threading.current_thread() is not threading.main_thread():
+            return
+        train = self.current_train_state
+        in_epoch = train is not None and train.role == "train" and bool(self.epochs) and self.epochs[-1]["end_s"] is None
+        sampling = self.sampled and not self.epoch1_truncated
+        if not (in_epoch or sampling):
+            return  # after its training (`sys.exit(main())`): an ordinary end
+        call = "sys.exit()" if status is None else f"sys.exit({status!r})"
+        where = [f"in the middle of epoch {len(self.epochs)} (its training DataLoader pass unfinished)"] if in_epoch else []
+        if sampling:
+            where.append("before sampling had stopped (the steady state rests on these iterations, not on a stable sample)")
+        self.exit_mid_training = f"the script called {call} after {len(self.iterations)} iterations, {' and '.join(where)}"
+
     def on_process_exit(self) -> None:
-        if not self.finished and self.sampled and self.epoch1_truncated:
+        if not self.finished and self.exit_mid_training is not None:
+            self.stop_reason = "script_exited_mid_training"
+            self.notes.append(f"{self.exit_mid_training}: the profile holds what ran until then")
+        elif not self.finished and self.sampled and self.epoch1_truncated:
             # The script went on past its sampled epoch to its end (a one-epoch job, or sampling stopped
             # in the last epoch): whatever it does after training ran on a barely trained model.
             self.stop_reason = "script_ended_after_sampling"

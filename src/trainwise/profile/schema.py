@@ -268,6 +268,14 @@ def load_profile(path: str | Path) -> Profile:
         raise TrainwiseError(f"profile {p} is not valid JSON (line {exc.lineno}): re-run `trainwise profile` to recreate it") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise TrainwiseError(f"profile {p} is not a trainwise profile (no schema_version): pass a file written by `trainwise profile`")
+    # trainwise's other JSON outputs also carry a schema_version: name them, rather than call them a
+    # malformed profile to re-record.
+    if "offering" in data and "prediction" in data:
+        raise TrainwiseError(f"{p} is a saved plan, not a profile: pass the profile it was made from "
+                             f"({data.get('profile_path') or 'its profile_path'}), or launch it with `trainwise launch {p}`")
+    if "world_size" in data and "ranks" in data:
+        raise TrainwiseError(f"{p} is a `trainwise run` result, not a profile: profile the job with "
+                             "`trainwise profile -o job.json -- python train.py` (or `--full` for a whole run)")
     version = data.get("schema_version")
     if version != PROFILE_SCHEMA_VERSION:
         raise TrainwiseError(

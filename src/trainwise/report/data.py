@@ -81,8 +81,12 @@ def plan_payload(result: Any, top_n: int = 10, *, all_plans: bool = False) -> di
 
 
 def plans_table(result: Any) -> pd.DataFrame:
-    """Every ranked plan, one row each, with the JSON rows' columns (NaN where a value does not apply)."""
-    return result.ranked[[c for c in ROW_COLUMNS if c in result.ranked.columns]]
+    """Every ranked plan, one row each, with the JSON rows' columns (NaN where a value does not apply);
+    the rank is an integer (a rank column that held a NaN once came out as 1.0, 2.0, …)."""
+    table = result.ranked[[c for c in ROW_COLUMNS if c in result.ranked.columns]]
+    if "rank" in table.columns:
+        table = table.assign(rank=table["rank"].astype("Int64"))
+    return table
 
 
 def money(value: Any) -> str:

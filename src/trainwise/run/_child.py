@@ -153,6 +153,8 @@ class RunAgent:
         # next training batch; a script that fails in between is told why (_report_resume_failure).
         self._emptied_by_resume: str | None = None
         self.writes_checkpoints = self.rank == 0
+        # The optimizer class whose state the script loaded itself before training (a resume of its own).
+        self.script_resumed_itself: str | None = None
         if self.checkpoint_config:
             self._setup_checkpointing()
         else:
@@ -233,6 +235,18 @@ class RunAgent:
             return result
 
         optimizer_class.__init__ = optimizer_init
+
+        if self.resume_state is not None:
+            original_optimizer_load = optimizer_class.load_state_dict
+
+            def optimizer_load_state_dict(optimizer, *args, **kwargs):
+                if agent.epoch_index < 0 and not _placing_on_device(sys._getframe(1)):
+                    # Before the first training pass, only the script itself loads an optimizer's state:
+                    # it resumes from a checkpoint of its own (trainwise loads its one at the pass).
+                    agent.script_resumed_itself = type(optimizer).__name__
+                return original_optimizer_load(optimizer, *args, **kwargs)
+
+            optimizer_class.load_state_dict = optimizer_load_state_dict
 
         scheduler_class = torch.optim.lr_scheduler.LRScheduler
         original_scheduler_init = scheduler_class.__init__
@@ -338,14 +352,10 @@ class RunAgent:
         try:
             obj.load_state_dict(state_dict)
         except Exception as exc:  # noqa: BLE001 - whatever the object's loader raises on a foreign state
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [repr(exc)]
-            if len(lines) > 1 and lines[0].endswith(":"):
-                # torch's first line only says where ("Error(s) in loading state_dict for Sequential:");
-                # each next one names a difference
-                lines = lines[1:]
-            detail = lines[0].rstrip(".") + (f"; and {len(lines) - 1} more" if len(lines) > 1 else "")
-            self._cannot_resume(f"the script's {what} does not match the checkpoint ({type(exc).__name__}: {detail}); "
-                                "resume with the script and settings that wrote it")
+            from trainwise.run.checkpoint import load_error_detail
+
+            self._cannot_resume(f"the script's {what} does not match the checkpoint ({type(exc).__name__}: "
+                                f"{load_error_detail(exc)}); resume with the script and settings that wrote it")
 
     @staticmethod
     def _framework_loop() -> tuple[str, Any] | None:
@@ -462,6 +472,14 @@ class RunAgent:
             agent.epoch_index += 1
             agent.train_loader = loader
             resume = agent.resume_state
+            if resume is not None and agent.script_resumed_itself and agent.epoch_index == 0:
+                # The script continues from its own checkpoint (its first pass is a later epoch), while
+                # trainwise counts epochs from the script's start: ending "finished" epochs at once would
+                # skip the script's remaining epochs, and the run would end without training them.
+                agent._cannot_resume(f"the script resumed itself (it loaded its {agent.script_resumed_itself}'s state "
+                                     "before training, from a checkpoint of its own), and trainwise's resume would "
+                                     "skip its remaining epochs as already done; use one of the two resumes: run "
+                                     "without --checkpoint-dir, or remove the script's own resume")
             loop = agent._framework_loop() if resume is not None else None
             if resume is not None and agent.epoch_index > resume["epoch"]:
                 # The script left the checkpoint's epoch, ended after the batch let through it, without
@@ -472,12 +490,12 @@ class RunAgent:
                 # The HF Trainer ends training after an epoch without a step: go straight to the epoch
                 # that was interrupted; its restored global_step then ends the run where it would have.
                 agent.epoch_index = int(resume["epoch"])
-            if agent.epoch_index > 1 and (loop or agent._framework_loop() or ("",))[0] == "transformers":
+            if agent.epoch_index > 0 and (loop or agent._framework_loop() or ("",))[0] == "transformers":
                 # The HF Trainer numbers its epochs itself (set_epoch seeds the shuffle), from 0 again
                 # after a resume: keep the sampler on trainwise's count, which the resume continued.
                 for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
                     if hasattr(sampler, "set_epoch"):
-                        sampler.set_epoch(agent.epoch_index - 1)
+                        sampler.set_epoch(agent.epoch_index)  # epoch_index counts from 0, as the Trainer does
             if resume is not None and agent.epoch_index < resume["epoch"]:
                 iterator = original_iter(loader)
                 iterator._trainwise_skip = True  # an epoch already done before the interruption
@@ -498,6 +516,11 @@ class RunAgent:
             iterator._trainwise_train = True
             iterator._trainwise_replay = 0
             iterator._trainwise_restore = None
+            # A wrapper that fetches a batch ahead (accelerate's DataLoaderShard, under the HF Trainer)
+            # asks for batch j+1 before it trains batch j: its first request trains nothing, and a
+            # batch counts as done one request later (see iterator_next).
+            iterator._trainwise_ahead = _fetches_ahead()
+            iterator._trainwise_primed = False
             agent.batches_in_epoch = 0
             if resuming:
                 done = int(resume["batches_in_epoch"])
@@ -538,8 +561,20 @@ class RunAgent:
                 raise StopIteration
             if not getattr(iterator, "_trainwise_train", False):
                 return original_next(iterator)
+            ahead = getattr(iterator, "_trainwise_ahead", False)
+            if ahead and not iterator._trainwise_primed:
+                # The wrapper's first request of the pass: nothing trained since the last boundary.
+                iterator._trainwise_primed = True
+                return original_next(iterator)
             agent._boundary()
-            batch = original_next(iterator)
+            try:
+                batch = original_next(iterator)
+            except StopIteration:
+                if ahead:
+                    # the wrapper still trains the batch it fetched ahead: it is done before the next request
+                    agent.batches_in_epoch += 1
+                    agent.global_batches += 1
+                raise
             agent._emptied_by_resume = None
             agent.batches_in_epoch += 1
             agent.global_batches += 1
@@ -894,6 +929,27 @@ class RunAgent:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _placing_on_device(frame: Any) -> bool:
+    """True when `frame` is accelerate wrapping a fresh optimizer (AcceleratedOptimizer.__init__ reloads
+    the optimizer's own state to move it to the device, as the HF Trainer's setup does): not a resume."""
+    return (frame is not None and frame.f_code.co_name == "__init__"
+            and str(frame.f_globals.get("__name__", "")).startswith("accelerate."))
+
+
+def _fetches_ahead() -> bool:
+    """True when the DataLoader being iterated is driven by accelerate's DataLoaderShard (the HF
+    Trainer's loader), which requests each next batch before it yields the current one to training."""
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self")
+        if owner is not None and type(owner).__module__.startswith("accelerate.") and frame.f_code.co_name == "__iter__":
+            return hasattr(owner, "end_of_dataloader")
+        frame = frame.f_back
+    return False
 
 
 def _consumed_all(iterator: Any, batches: int) -> bool:

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from trainwise._io import _umask
 from trainwise.errors import TrainwiseError
 
 MAGIC = b"TRAINWISE-CKPT"
@@ -139,6 +140,9 @@ class CheckpointStore:
         if self.local:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
             try:
+                # mkstemp makes the file private (0600); a checkpoint gets what any new file would (the
+                # umask), so whoever shares the folder (a rerun under another account) can read it
+                os.fchmod(fd, 0o666 & ~_umask())
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(blob)
                     handle.flush()
@@ -285,15 +289,46 @@ def _collect(step: int, objects: dict[str, Any], extra: dict[str, Any] | None) -
             "rng": _state.capture_rng(), "extra": extra or {}}
 
 
+def _process_rank() -> int:
+    """This process's data-parallel rank: the run agent's under `trainwise run`; else torch.distributed's
+    when it is initialised, else torchrun's RANK (0 for a single process)."""
+    agent = _run_agent()
+    if agent is not None:
+        return agent.rank
+    distributed = sys.modules.get("torch.distributed")
+    try:
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            return int(distributed.get_rank())
+    except (RuntimeError, ValueError):
+        pass
+    try:
+        return int(os.environ.get("RANK", "0") or 0)
+    except ValueError:
+        return 0
+
+
 def save(step: int, *, directory: str | None = None, extra: dict[str, Any] | None = None, **objects: Any) -> str | None:
-    """Write a checkpoint now (objects: anything with state_dict(), e.g. model=, optimizer=, scheduler=)."""
+    """Write a checkpoint now (objects: anything with state_dict(), e.g. model=, optimizer=, scheduler=).
+    Under data parallelism only rank 0 writes (the replicas hold the same state; several writers of the
+    same file names would race): the other ranks return None."""
     store = _explicit_store(directory)
-    if store is None:
+    if store is None or _process_rank() != 0:
         return None
-    name, _, seconds = store.write(step, _collect(step, objects, extra))
+    name, size, seconds = store.write(step, _collect(step, objects, extra))
     _explicit["last"] = time.monotonic()
     _explicit["write_s"] = seconds
+    agent = _run_agent()
+    if agent is not None:
+        # The run's result counts the checkpoints the script wrote through this API too.
+        agent.checkpoint_events.append({"name": name, "reason": "explicit", "global_batches": step, "epoch": None,
+                                        "bytes": size, "write_s": seconds, "wall_s": time.time()})
     return name
+
+
+def _run_agent():
+    """trainwise run's agent in this process, or None (a script run on its own)."""
+    module = sys.modules.get("trainwise.run._child")
+    return None if module is None else module.current()
 
 
 def maybe_save(step: int, *, directory: str | None = None, extra: dict[str, Any] | None = None, **objects: Any) -> str | None:
@@ -309,6 +344,11 @@ def maybe_save(step: int, *, directory: str | None = None, extra: dict[str, Any]
         due = due or time.monotonic() - _explicit["last"] >= policy.interval_s(_explicit["write_s"])
     name = save(step, directory=directory, extra=extra, **objects) if due else None
     if _sigterm["pending"]:
+        agent = _run_agent()
+        if agent is not None:
+            # Under `trainwise run`: its records must be written before the process ends (os._exit skips
+            # atexit), or the run reads as having failed before its first step instead of as preempted.
+            agent._exit(143)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(143)
@@ -325,9 +365,37 @@ def restore(*, directory: str | None = None, **objects: Any) -> dict[str, Any] |
     found = store.load_newest()
     if found is None:
         return None
-    _, state = found
+    name, state = found
+    saved = state.get("objects", {})
+    missing = [key for key in objects if key not in saved]
+    if missing:
+        _refuse_restore(name, store, f"it holds no {', '.join(missing)} (it holds {', '.join(sorted(saved)) or 'nothing'}); "
+                                     "pass restore() the names save() was given")
     for key, obj in objects.items():
-        if key in state["objects"]:
-            obj.load_state_dict(state["objects"][key])
+        try:
+            obj.load_state_dict(saved[key])
+        except Exception as exc:  # noqa: BLE001 - whatever the object's loader raises on a foreign state
+            _refuse_restore(name, store, f"its {key} does not fit the script's ({load_error_detail(exc)}); resume with "
+                                         "the script and settings that wrote it")
     _state.apply_rng(state["rng"])
     return {"step": state["step"], "extra": state.get("extra", {})}
+
+
+def load_error_detail(exc: BaseException) -> str:
+    """One line of a failed load_state_dict: torch's first line only says where ("Error(s) in loading
+    state_dict for Sequential:"); each next one names a difference."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [repr(exc)]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        lines = lines[1:]
+    return lines[0].rstrip(".") + (f"; and {len(lines) - 1} more" if len(lines) > 1 else "")
+
+
+def _refuse_restore(name: str, store: CheckpointStore, why: str) -> None:
+    """A checkpoint that does not match the objects restore() was given: one line, not a traceback
+    from inside torch. Under `trainwise run` the job stops as the automatic resume does on a mismatch."""
+    agent = _run_agent()
+    if agent is not None:
+        agent.resumed_from = name
+        agent._cannot_resume(why)  # says where, and how to start afresh; ends the job
+    raise TrainwiseError(f"cannot restore from {name} in {store.root}: {why}, or start afresh with another "
+                         "checkpoint folder")

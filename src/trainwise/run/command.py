@@ -54,6 +54,18 @@ def summary_lines(result) -> list[str]:
                      + (f"; resumed from {c.resumed_from}" if c.resumed_from else ""))
         for skipped in c.skipped_corrupt:
             lines.append(f"[yellow]skipped corrupt checkpoint {skipped}[/yellow]")
+    stopped = next((code for code in result.exit_codes if code in (130, 143, -15)), None)
+    if stopped is not None:
+        how = "by Ctrl-C" if stopped == 130 else "by SIGTERM (a preemption notice)"
+        newest = result.checkpoint and (result.checkpoint.last or result.checkpoint.resumed_from)
+        if newest:
+            lines.append(f"[yellow]stopped {how}; newest checkpoint {newest}: run the same command again to resume "
+                         "from it[/yellow]")
+        elif result.checkpoint is not None:
+            lines.append(f"[yellow]stopped {how} before any checkpoint was written: a rerun starts from the "
+                         "beginning[/yellow]")
+        else:
+            lines.append(f"[yellow]stopped {how}; without --checkpoint-dir a rerun starts from the beginning[/yellow]")
     from rich.markup import escape
 
     lines += [f"note: {escape(note)}" for note in result.notes]
@@ -148,6 +160,8 @@ def run_command(
     if output is not None:
         console.print(f"run result written to [bold]{output}[/bold]")
     codes = [c for c in result.exit_codes if c != 0]
+    if 130 in codes:
+        cli.err_console.print("[red]interrupted[/red]")
     if codes:
         # The job's own exit code (143: stopped by SIGTERM after checkpointing) is trainwise's.
         # (SystemExit, not typer.Exit: click swallows Exit's code when not in standalone mode)

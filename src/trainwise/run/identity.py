@@ -29,7 +29,8 @@ def _read_identity(identity_path: str | os.PathLike[str]) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         raise TrainwiseError(f"identity file {path} does not exist: give the private-key file the head peer was "
-                             "started with (trainwise launch writes one next to the task YAML)") from None
+                             "started with (trainwise launch writes one next to the task YAML), or create one with "
+                             f"trainwise.run.identity.generate_identity('{path}'), which returns its peer id") from None
     except OSError as exc:
         raise TrainwiseError(f"cannot read identity file {path} ({exc.strerror}): check its permissions") from None
 

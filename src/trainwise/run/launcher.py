@@ -31,6 +31,8 @@ from trainwise.run.options import RunOptions
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 RUN_CONFIG_ENV = "TRAINWISE_RUN_CONFIG"
 PEER_ADDRESS_TIMEOUT_S = 180.0
+# Exit code of a job stopped by Ctrl-C (SIGINT to `trainwise run`), after it checkpointed.
+INTERRUPTED_EXIT = 128 + signal.SIGINT
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -151,9 +153,19 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
             except ProcessLookupError:
                 pass
 
-    previous = None
+    interrupted: list[int] = []
+
+    def stop_on_ctrl_c(signum, frame):
+        # Ctrl-C stops the job as a preemption would (each process checkpoints at its next boundary and
+        # exits), so the run's result and summary are still written; a second Ctrl-C aborts at once.
+        interrupted.append(signum)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        forward_sigterm(signum, frame)
+
+    previous = previous_sigint = None
     try:
         previous = signal.signal(signal.SIGTERM, forward_sigterm)
+        previous_sigint = signal.signal(signal.SIGINT, stop_on_ctrl_c)
     except ValueError:  # not the main thread (a benchmark running nodes in threads)
         pass
     try:
@@ -170,10 +182,15 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if previous_sigint is not None:
+            signal.signal(signal.SIGINT, previous_sigint)
     if forwarded and options.engine == "ddp":
         # torchrun answers SIGTERM with a SignalException (its traceback, exit 1) after its workers
         # checkpointed and exited 143: the job's outcome is "stopped by SIGTERM", as for one process.
         codes = [128 + signal.SIGTERM if code != 0 else code for code in codes]
+    if interrupted:
+        # Stopped by the user, not preempted: the shell's code for Ctrl-C (a script must not read success).
+        codes = [INTERRUPTED_EXIT if code in (128 + signal.SIGTERM, -signal.SIGTERM) else code for code in codes]
     return codes, job.launch_wall_s, time.time() - job.launch_wall_s
 
 

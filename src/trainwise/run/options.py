@@ -121,6 +121,16 @@ class RunOptions:
                 peer_id_of(self.identity_path)  # a clear error now for a missing or malformed key file
         elif self.identity_path is not None:
             raise TrainwiseError("--identity applies to --engine hivemind only")
+        else:
+            # `trainwise run --peers 3 -- …` without --engine hivemind used to train one local process
+            # and say nothing: a Hivemind option given to another engine is a mistake to name.
+            given = [name for name, value, default in (("--peers", self.peers, 2), ("--target-batch-size", self.target_batch_size, None),
+                                                       ("--initial-peers", self.initial_peers, []), ("--host", self.host, None),
+                                                       ("--port", self.port, 0)) if value != default]
+            if given:
+                verb, pronoun = ("applies", "it") if len(given) == 1 else ("apply", "them")
+                raise TrainwiseError(f"{', '.join(given)} {verb} to --engine hivemind only: add --engine hivemind, or drop "
+                                     f"{pronoun} for --engine {self.engine}")
         if self.matchmaking_time_s <= 0 or self.averaging_timeout_s <= 0:
             raise TrainwiseError("matchmaking time and averaging timeout must be positive")
         if self.average_state_every < 1:

@@ -199,6 +199,16 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
         raise TrainwiseError(f"the training process was killed by {name} before it could record its run (it keeps its "
                              f"record in memory until it exits){where}")
     if not raws or not any(raw.get("iterations") for raw in raws.values()):
+        from trainwise.run.launcher import INTERRUPTED_EXIT
+
+        stopped = next((code for code in codes if code in (INTERRUPTED_EXIT, 143, -15)), None)
+        if stopped is not None:
+            # Stopped from outside during start-up: not the script's error, and a rerun simply starts afresh.
+            how = "interrupted (Ctrl-C)" if stopped == INTERRUPTED_EXIT else "stopped by SIGTERM (a preemption notice)"
+            error = TrainwiseError(f"{how} before the job's first optimizer step: nothing was trained or checkpointed; "
+                                   "run the same command again to start it")
+            error.exit_code = INTERRUPTED_EXIT if stopped == INTERRUPTED_EXIT else 143
+            raise error
         resumed = next((run["checkpoint"]["resumed_from"] for run in runs.values()
                         if (run.get("checkpoint") or {}).get("resumed_from")), None)
         if any(codes) and resumed:
@@ -268,6 +278,13 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
     if throughput is None and rates:
         throughput = sum(rates)
         notes.append("the ranks' steady windows do not overlap: throughput is the sum of their own rates")
+    if ranks and not any(summary.samples for summary in ranks):
+        # No DataLoader batch and no samples= marker: the batch size is unknown, so is the rate (not 0 samples/s).
+        throughput = None
+        for summary in ranks:
+            summary.samples_per_s = None
+        notes.append("samples per iteration unknown (no DataLoader batch seen): throughput not measured; a loop "
+                     "without a DataLoader can say it with trainwise.profile.step(samples=N) or iteration(samples=N)")
     for rank, tail in sorted((failed_logs or {}).items()):
         # its output went to a log in the run's temporary folder, gone once the run ends
         hint = (" — it could not reach the peers it joins through: they had left (a job shorter than a peer's "

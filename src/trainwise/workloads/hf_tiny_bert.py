@@ -26,7 +26,7 @@ from torch.utils.data import Dataset
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
 from trainwise.workloads._common import build_parser, parse_args, setup
-from trainwise.workloads.synthetic_data import VOCAB_SIZE, synth_reviews
+from trainwise.workloads.synthetic_data import SEQ_LEN, VOCAB_SIZE, synth_reviews
 
 NAME = "hf_tiny_bert"
 DEFAULTS = {"batch_size": 16, "epochs": 3, "train_samples": 4096, "val_samples": 512, "lr": 5e-4}
@@ -63,6 +63,13 @@ def main(argv: Sequence[str] | None = None, callbacks: list | None = None) -> in
     parser.add_argument("--accumulate", type=int, default=1, help="TrainingArguments(gradient_accumulation_steps=N)")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per review (the last ones)")
     args = parse_args(parser, argv)
+    # the model takes its positions from --seq-len, so only the data bounds it: `tokens[:, -n:]` would
+    # keep all 300 tokens for 0, drop the first ones for a negative n, and stop at 300 for a longer one
+    if args.seq_len < 1:
+        parser.error(f"--seq-len must be >= 1 (got {args.seq_len})")
+    if args.seq_len > SEQ_LEN:
+        parser.error(f"--seq-len {args.seq_len} is longer than the synthetic reviews' {SEQ_LEN} tokens: "
+                     f"use --seq-len {SEQ_LEN} or less")
     setup(args)
     train_ds, val_ds = build_datasets(args.train_samples, args.val_samples, args.seq_len, args.seed)
     print(f"data: synthetic (IMDb-shaped token sequences, last {args.seq_len} tokens); transformers "
