@@ -118,8 +118,13 @@ def test_profile_then_predict(capsys, tmp_path):
     assert code == 0, err
     rows = json.loads(predictions.read_text())
     assert {row["estimator"] for row in rows} == {"trainwise", "eq5.4", "eq5.3", "averaged"}
-    assert {row["epochs"] for row in rows} == {5, 10, 20}
+    # no --epochs: the script's own `--epochs 20`, which the profile read from its arguments
+    assert {row["epochs"] for row in rows} == {20}
+    assert "epochs: 20, set by the script itself" in stdout
     assert "skipped eq5.1" in stdout
+    code, stdout, err = run_cli(capsys, "predict", str(out), "--epoch-options", "5,10", "--json", str(predictions))
+    assert code == 0, err
+    assert {row["epochs"] for row in json.loads(predictions.read_text())} == {5, 10}
     code, _, err = run_cli(capsys, "predict", str(out), "--epochs", "0")
     assert_one_line_error(code, err, "positive")
     code, _, err = run_cli(capsys, "predict", str(out), "--epoch-options", "5,x")

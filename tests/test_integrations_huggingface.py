@@ -77,6 +77,7 @@ def test_sampled_profile_with_gradient_accumulation_and_evaluation(tmp_path):
     assert profile.validations[0].samples == 40
     assert profile.model.optimizer == "AdamW" and profile.model.parameters > 0
     assert predict_total(profile, 3).breakdown_s["validation_s"] > 0
+    assert profile.script_epochs is not None and profile.script_epochs.epochs == 3  # num_train_epochs=3
 
 
 def test_full_mode_with_evaluation_every_few_steps(tmp_path):

@@ -45,6 +45,8 @@ def test_sampled_profile_stops_training_like_the_core_profiler(tmp_path):
     assert profile.dataset.train_batches_per_epoch == 32 and profile.dataset.iterations_per_epoch == 32
     assert profile.dataset.global_batch_size == 32 and profile.dataset.n_train == 1024
     assert profile.dataset.val_batch_size == 32 and profile.dataset.n_val == 256
+    assert profile.script_epochs is not None and profile.script_epochs.epochs == 3  # fit(epochs=3)
+    assert "Keras Model.fit(epochs=3)" in profile.script_epochs.source
     assert profile.model.parameters == 5 * 5 + 5 + 5 * 5 + 5 + 5 * 3 + 3 and profile.model.optimizer == "RMSprop"
     assert all(it.samples == 32 and it.batches == 1 for it in profile.iterations)
     # init runs from the process start to the first iteration, which starts at the first epoch

@@ -74,6 +74,7 @@ def test_sampled_profile_with_gradient_accumulation(tmp_path):
     assert profile.validations[0].batches_total == 20
     assert profile.model.parameters == 16 * 64 + 64 + 64 + 1 and profile.model.optimizer == "SGD"
     assert profile.init.total_s == pytest.approx(profile.iterations[0].start_s)
+    assert profile.script_epochs is not None and profile.script_epochs.epochs == 3  # Trainer(max_epochs=3)
 
 
 def test_full_mode_with_mid_epoch_validation():

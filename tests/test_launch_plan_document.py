@@ -270,3 +270,27 @@ def test_save_only_options_without_save_are_refused_before_planning(tmp_path, ca
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and fragment in errors[0] and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_plan_saved_with_a_command_predicts_the_commands_own_epochs(tmp_path, capsys):
+    """`plan --save -- python train.py --epochs 1` predicted the plan's largest epoch option (20), a run
+    20x longer than the one the saved command launches."""
+    from trainwise.cli import main
+
+    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02).save(
+        tmp_path / "v100.json")
+    base = ["plan", "--profile", str(profile), "--catalog", "packaged", "--cloud", "aws", "--single-machine",
+            "--out-dir", str(tmp_path / "out")]
+    one, twenty = tmp_path / "one.json", tmp_path / "twenty.json"
+    assert main([*base, "--save", str(one), "--", "python", "t.py", "--epochs", "1"]) == 0
+    assert "headline: 1 epochs, the training command's --epochs" in capsys.readouterr().out
+    assert main([*base, "--save", str(twenty), "--", "python", "t.py", "--num-epochs=20"]) == 0
+    capsys.readouterr()
+    saved_one, saved_twenty = load_plan(one), load_plan(twenty)
+    assert saved_one.prediction.epochs == 1 and saved_twenty.prediction.epochs == 20
+    assert saved_twenty.prediction.training_s > 10 * saved_one.prediction.training_s
+    # an explicit --epochs that contradicts the command is refused before anything is written
+    assert main([*base, "--save", str(tmp_path / "x.json"), "--epochs", "5", "--", "python", "t.py", "--epochs", "1"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--epochs 5 but the training command trains --epochs 1" in err
+    assert not (tmp_path / "x.json").exists()

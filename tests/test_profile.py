@@ -53,6 +53,9 @@ def test_sampled_profile_stops_early_and_times_validation_and_epoch2(tmp_path):
     assert profile.model.optimizer == "Adam"
     assert profile.memory.peak_rss_bytes > 10 * 2**20
     assert profile.environment.torch_version.startswith("2.14")
+    # the script's own --epochs, read from its argparse namespace: the N_ep predict and plan default to
+    assert profile.script_epochs is not None and profile.script_epochs.epochs == 50
+    assert "argparse" in profile.script_epochs.source
 
 
 def test_full_mode_runs_to_completion(tmp_path):

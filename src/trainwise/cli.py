@@ -59,6 +59,13 @@ def options_given(*options: tuple[str, object, object]) -> list[str]:
     return [name for name, value, default in options if value != default]
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """The option was on the command line (or in the environment), not left at its default."""
+    source = ctx.get_parameter_source(name)
+    # by name: typer's click and the `click` package need not be the same module
+    return source is not None and getattr(source, "name", "") not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def _parse_int_list(text: str, what: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -85,7 +92,7 @@ def profile(
     timeout: Annotated[Optional[float], typer.Option(help="Kill the job after this many seconds")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Profile once per batch size, e.g. 64,128,256; the command must contain {batch}")] = None,
     workload: Annotated[Optional[str], typer.Option(help="A name for the job, kept in the profile")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Planned epochs: keeps the whole profile within --budget of the predicted run")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="Planned epochs: keeps the whole profile within --budget of the predicted run (default: the script's own epoch count, when it sets one with argparse --epochs, Keras, Lightning or the HF Trainer)")] = None,
     budget: Annotated[float, typer.Option(help="With --epochs: the profile, start-up included, may cost at most this fraction of the predicted full run (at least --iterations and --min-budget-seconds are always sampled)")] = 0.02,
     min_budget_seconds: Annotated[float, typer.Option(help="With --epochs: sample at least this many seconds of iterations even when --budget would stop sooner")] = 1.0,
     characterise: Annotated[bool, typer.Option(help="Trace one training step on the meta device after sampling (per-operator FLOPs/bytes for the device model; a few seconds)")] = True,
@@ -144,9 +151,10 @@ def profile(
 
 @app.command()
 def predict(
+    ctx: typer.Context,
     profiles: Annotated[list[Path], typer.Argument(help="Profile JSON file(s), e.g. one per batch size")],
     epochs: Annotated[Optional[int], typer.Option(help="Epochs of the full run")] = None,
-    epoch_options: Annotated[str, typer.Option(help="Epoch counts to tabulate when --epochs is not given (Malta methodology 2)")] = "5,10,20",
+    epoch_options: Annotated[str, typer.Option(help="Epoch counts to tabulate when --epochs is not given (Malta methodology 2; default: the script's own epoch count when the profile read it, else 5,10,20)")] = "5,10,20",
     epochs_from: Annotated[Optional[Path], typer.Option(help="Methodology 1: take the epochs from a --full profile of a run with early stopping")] = None,
     estimator: Annotated[str, typer.Option(help="trainwise (default), eq5.4, eq5.3, averaged, eq5.1, eq4.1, or all")] = "trainwise",
     iterations_per_epoch: Annotated[Optional[int], typer.Option(help="Override the iterations per epoch")] = None,
@@ -159,7 +167,7 @@ def predict(
     on another accelerator from the device model: the step and the whole run)."""
     from trainwise._io import check_output_path, write_output_text
     from trainwise.predict.same_machine import ESTIMATORS, epochs_to_converge, predict_total
-    from trainwise.profile.schema import load_profile
+    from trainwise.profile.schema import load_profile, script_epochs_of
     from trainwise.report.terminal import prediction_table, print_flips, print_notes
 
     if accelerator is None and (count != 1 or link is not None):
@@ -191,6 +199,10 @@ def predict(
         epoch_list = [epochs]
     elif epochs_from is not None:
         epoch_list = [epochs_to_converge(load_profile(epochs_from))]
+    elif not _given(ctx, "epoch_options") and (own := script_epochs_of([prof for _, prof in loaded])) is not None:
+        epoch_list = [own.epochs]
+        console.print(f"epochs: {own.epochs}, set by the script itself ({own.source}); --epochs N or "
+                      "--epoch-options predict others")
     else:
         epoch_list = _parse_int_list(epoch_options, "--epoch-options")
     if accelerator is not None:
@@ -228,6 +240,7 @@ def predict(
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     workload: Annotated[str, typer.Option(help="Reference workload to profile here when no --profile is given")] = "mnist_cnn",
     profile_paths: Annotated[Optional[list[Path]], typer.Option("--profile", help="Measured profile(s) to plan from, from this or other machines (repeatable)")] = None,
     catalog: Annotated[str, typer.Option(help="Price catalog: current, seed-2021, or a path")] = "current",
@@ -242,7 +255,7 @@ def plan(
     min_gpu_memory: Annotated[Optional[float], typer.Option(help="Minimum memory per accelerator, GiB")] = None,
     max_global_batch: Annotated[Optional[int], typer.Option(help="Only plans whose samples per optimizer step (devices x the profile's batch per device) are at most this")] = None,
     epoch_options: Annotated[str, typer.Option(help="Epoch counts to plan for (Malta methodology 2)")] = "5,10,20",
-    epochs: Annotated[Optional[int], typer.Option(help="The headline epoch count (default: the largest option)")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="The headline epoch count (default: the --save command's --epochs, else the script's own count the --profile read, else the largest option)")] = None,
     report: Annotated[Optional[Path], typer.Option("--report", help="Write the HTML/PNG/JSON/Markdown report here (default OUT_DIR/report)")] = None,
     local_offering: Annotated[Optional[Path], typer.Option(help="TOML/YAML user offering pricing this machine (e.g. on-premise capex)")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables (the top plans, Pareto set and best per epoch option)")] = False,
@@ -301,12 +314,18 @@ def plan(
         from trainwise.launch.command import show_history
 
         return show_history(console)
+    if save is not None and _passthrough:
+        from trainwise.launch.command import headline_epochs_for_command
+
+        # The saved plan must predict the run its command does: `-- python train.py --epochs 1` is 1 epoch.
+        epochs = headline_epochs_for_command(_passthrough, epochs, console=err_console if json_output else console)
     report_dir = report if report is not None else out_dir / "report"
     check_plan_outputs(save_path=save, report_dir=report_dir,
                        inputs=[*(profile_paths or []), *(p for p in (local_offering, pipeline, network, hivemind_groups,
                                                                       Path(catalog)) if p is not None)])
     result = run_plan_command(workload=workload, profile_paths=profile_paths or [], catalog_name=catalog,
                      epoch_options=_parse_int_list(epoch_options, "--epoch-options"), out_dir=out_dir,
+                     epochs_from_profiles=epochs is None and not _given(ctx, "epoch_options"),
                      report_dir=report_dir, local_offering_path=local_offering,
                      json_output=json_output, all_plans=all_plans, console=console, err_console=err_console, objective=objective,
                      weights=weights, deadline=deadline, budget=budget, clouds=cloud, regions=region,

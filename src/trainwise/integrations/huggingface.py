@@ -90,6 +90,10 @@ class ProfilingCallback(TrainerCallback):
             self.session.watch_optimizer(optimizer)
         self.session.recorder.notes.append(
             f"transformers {transformers.__version__}, gradient_accumulation_steps={args.gradient_accumulation_steps}")
+        if not args.max_steps or args.max_steps <= 0:  # max_steps ends the run mid-epoch: not an epoch count
+            self.session.recorder.note_script_epochs(
+                args.num_train_epochs, f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs})",
+                framework=True)
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.session.epoch_begin()

@@ -149,6 +149,8 @@ class ProfilingCallback(keras.callbacks.Callback):
             parameter_dtypes=[dtype_name(w.dtype) for w in weights],
             optimizer=type(optimizer).__name__ if optimizer is not None else None)
         session.recorder.notes.append(f"keras {keras.__version__}, backend {keras.config.backend()}")
+        epochs = (self.params or {}).get("epochs")
+        session.recorder.note_script_epochs(epochs, f"Keras Model.fit(epochs={epochs})", framework=True)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.session.epoch_begin()

@@ -102,6 +102,13 @@ class ProfilingCallback(pl.Callback):
             self.session.watch_optimizer(optimizers[0])
         self.session.recorder.notes.append(
             f"lightning {pl.__version__}, accumulate_grad_batches={trainer.accumulate_grad_batches}")
+        # An epoch-bound run only: a step or time limit ends it elsewhere, and 1000 is what Lightning sets
+        # when the script gives no limit at all (an explicit 1000 cannot be told from it).
+        max_epochs = trainer.max_epochs
+        time_bound = any(type(callback).__name__ == "Timer" for callback in trainer.callbacks)
+        if trainer.max_steps in (-1, None) and max_epochs not in (None, -1, 1000) and not time_bound:
+            self.session.recorder.note_script_epochs(max_epochs, f"Lightning Trainer(max_epochs={max_epochs})",
+                                                     framework=True)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.session.epoch_begin()

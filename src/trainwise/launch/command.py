@@ -34,6 +34,23 @@ def training_command(passthrough: list[str] | None, profile_paths: Sequence[Path
     return command_for(workload, epochs=epochs)
 
 
+def headline_epochs_for_command(passthrough: list[str], epochs: int | None, *, console: Console) -> int | None:
+    """The headline epoch count of a plan saved with a training command: the command's own `--epochs N`
+    (a plan of 20 epochs saved for `train.py --epochs 1` predicted a run 20x longer than the one launched)."""
+    from trainwise.profile.script_epochs import epochs_in_command
+
+    found = epochs_in_command(passthrough)
+    if found is None:
+        return epochs
+    command_epochs, flag = found
+    if epochs is not None and epochs != command_epochs:
+        raise TrainwiseError(f"--epochs {epochs} but the training command trains {flag} {command_epochs}: the saved plan "
+                             f"would predict a run the command does not do; drop --epochs or change {flag}")
+    if epochs is None:
+        console.print(f"headline: {command_epochs} epochs, the training command's {flag}")
+    return command_epochs
+
+
 def save_plan(result: Any, path: Path, *, catalog_name: str, passthrough: list[str] | None, profile_paths: Sequence[Path],
               workload: str, console: Console, **choices: Any) -> Path:
     from trainwise.catalog import load_catalog

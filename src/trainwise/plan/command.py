@@ -20,7 +20,7 @@ from trainwise.plan import costs
 from trainwise.plan.objectives import (Constraints, check_option_number, make_objective, parse_duration, parse_money,
                                        parse_weights)
 from trainwise.plan.planner import PlanOptions, PlanResult, check_inputs, plan
-from trainwise.profile.schema import Profile, load_profile
+from trainwise.profile.schema import Profile, load_profile, script_epochs_of
 
 
 # Ranges of the numeric options, far past any real setup: beyond them the modelled times and costs
@@ -150,8 +150,10 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
 
 def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_name: str, epoch_options: Sequence[int],
                      out_dir: Path, report_dir: Path | None, local_offering_path: Path | None, json_output: bool,
-                     all_plans: bool = False,
+                     all_plans: bool = False, epochs_from_profiles: bool = False,
                      console: Console, err_console: Console, **choices: Any) -> PlanResult:
+    """epochs_from_profiles: neither --epochs nor --epoch-options was given, so the headline epoch
+    count is the one the profiled script sets for itself, when the profiles read it."""
     from trainwise.catalog import load_catalog, load_user_offerings
 
     if all_plans and not json_output:
@@ -175,6 +177,12 @@ def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_na
             path = measured.save(out_dir / f"{workload}.profile.json")
             status_console.print(f"profile written to [bold]{path}[/bold]")
             profiles = [(workload, measured)]
+        if epochs_from_profiles and profile_paths and options.primary_epochs is None:
+            own = script_epochs_of([prof for _, prof in profiles])
+            if own is not None:
+                options = options.model_copy(update={"primary_epochs": own.epochs})
+                status_console.print(f"headline: {own.epochs} epochs, set by the script itself ({own.source}); "
+                                     "--epochs N plans another")
         with _step(progress, "ranking candidates"):
             result = plan(profiles, catalog, objective, constraints, epoch_options=epoch_options, local_offering=local,
                           options=options)

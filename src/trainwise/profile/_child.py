@@ -42,6 +42,7 @@ from typing import Any
 
 from trainwise import denormals
 from trainwise.allocator import recorded_settings as recorded_allocator_settings
+from trainwise.profile import script_epochs as script_epochs_source
 from trainwise.profile import stats
 
 CONFIG_ENV = "TRAINWISE_PROFILE_CONFIG"
@@ -87,6 +88,7 @@ def arm() -> None:
     # when the script imports it (trainwise.integrations); the callback then delimits iterations.
     sys.meta_path.insert(0, _FrameworkImportWatcher())
     _watch_sys_exit(_recorder)
+    _watch_argparse(_recorder)
     atexit.register(_recorder.on_process_exit)
 
 
@@ -100,6 +102,26 @@ def _watch_sys_exit(recorder: "Recorder") -> None:
         original_exit(status)
 
     sys.exit = exit_noted
+
+
+def _watch_argparse(recorder: "Recorder") -> None:
+    """The script's own epoch count from its argparse arguments (`--epochs 30`): the N_ep of the run
+    the user will launch, kept in the profile so that predict and plan need not be told it again."""
+    import argparse
+
+    original = argparse.ArgumentParser.parse_known_args
+
+    def parse_known_args(parser, *args, **kwargs):
+        namespace, extras = original(parser, *args, **kwargs)
+        try:
+            found = script_epochs_source.epochs_in_namespace(namespace)
+            if found is not None:
+                recorder.note_script_epochs(*found)
+        except Exception:  # noqa: BLE001 - reading the arguments must never break the script
+            pass
+        return namespace, extras
+
+    argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 class _TorchImportWatcher(importlib.abc.MetaPathFinder):
@@ -244,6 +266,10 @@ class Recorder:
         # With the planned epoch count known, sampling also stops when the profile would cost more
         # than this fraction of the predicted full run.
         self.epochs_hint = config.get("epochs_hint")
+        # The epoch count the script sets for itself ({"epochs", "source"}), when it can be read: argparse,
+        # or a framework's loop settings (which replace an argparse reading: they are what the loop runs)
+        self.script_epochs: dict[str, Any] | None = None
+        self._script_epochs_from_framework = False
         self.budget_fraction = float(config.get("budget_fraction", 0.02))
         self.out_path = config["out_path"]
 
@@ -324,6 +350,21 @@ class Recorder:
         # folder, so the same filesystem and the same cost): the few sampled iterations must not
         # replace the user's checkpoint. {the path's absolute form: scratch path}
         self.scratch_saves: dict[str, str] = {}
+
+    def note_script_epochs(self, epochs: Any, source: str, *, framework: bool = False) -> None:
+        """Keep the script's own epoch count: the first argparse reading, replaced by a framework's."""
+        value = script_epochs_source.whole_epochs(epochs)
+        if value is None or (self.script_epochs is not None and (self._script_epochs_from_framework or not framework)):
+            return
+        self.script_epochs = {"epochs": value, "source": source}
+        self._script_epochs_from_framework = framework
+
+    @property
+    def planned_epochs(self) -> int | None:
+        """The full run's epochs: --epochs when given, else the script's own count."""
+        if self.epochs_hint:
+            return int(self.epochs_hint)
+        return self.script_epochs["epochs"] if self.script_epochs else None
 
     # ---- time -------------------------------------------------------------------------------
     def now(self) -> float:
@@ -811,7 +852,8 @@ class Recorder:
         if not self.sampled or not self.epoch1_truncated or self.validation_done:
             return
         self.validation_done = True
-        last_epoch = self.epochs_hint is not None and self._truncated_epoch >= int(self.epochs_hint) - 1
+        planned = self.planned_epochs
+        last_epoch = planned is not None and self._truncated_epoch >= planned - 1
         if self.epoch2_iterations <= 0 or last_epoch:
             # Nothing more to measure (or no epoch 2 to come): the script's end-of-training code must not run.
             self._finish("validation_timed")
@@ -937,7 +979,8 @@ class Recorder:
     def _over_budget(self, times: list[float], elapsed_s: float) -> bool:
         """With the planned epoch count known, the whole profile — start-up included — should cost
         at most `budget_fraction` of the predicted full run."""
-        if not self.epochs_hint or not self.epochs or not self.epochs[0].get("batches_per_epoch"):
+        planned = self.planned_epochs
+        if not planned or not self.epochs or not self.epochs[0].get("batches_per_epoch"):
             return False
         warmup = stats.detect_warmup(times)
         steady = times[warmup:] or times[-1:]
@@ -947,7 +990,7 @@ class Recorder:
         batches = sum(it["batches"] for it in self.iterations)
         batches_per_iteration = max(1.0, batches / len(self.iterations)) if self.iterations else 1.0
         iterations_per_epoch = self.epochs[0]["batches_per_epoch"] / batches_per_iteration
-        predicted_full_s = init_s + mean_s * iterations_per_epoch * float(self.epochs_hint)
+        predicted_full_s = init_s + mean_s * iterations_per_epoch * float(planned)
         # What is still to come: the validation batches (about half an iteration each: no backward)
         # and the epoch-2 iterations.
         reserve_s = (0.5 * self.validation_batches + self.epoch2_iterations) * mean_s
@@ -1061,6 +1104,7 @@ class Recorder:
             "observer_s": self.observer_s,
             "characterisation": self.characterisation,
             "optimizer_state_zeros": self.optimizer_state_zeros,
+            "script_epochs": self.script_epochs,
             "notes": self.notes,
         }
 

@@ -12,7 +12,7 @@ import math
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -210,6 +210,15 @@ class OptimizerStateZeros(_Model):
         return self.zeros / self.elements if self.elements else 0.0
 
 
+class ScriptEpochs(_Model):
+    """The epoch count the profiled script sets for itself (its argparse `--epochs`, Keras
+    `fit(epochs=)`, Lightning `Trainer(max_epochs=)`, HF `num_train_epochs`): the N_ep of the run the
+    user launches, which `predict` and `plan` take when not told another."""
+
+    epochs: int = Field(ge=1)
+    source: str = Field(description="where it was read, e.g. \"the script's argparse argument epochs=30\"")
+
+
 class FullRun(_Model):
     """Recorded only with `--full`: the real totals the prediction is judged against."""
 
@@ -246,11 +255,22 @@ class Profile(_Model):
     # This host's speed wander (`trainwise host-noise`), attached when it was measured on this host:
     # the estimator widens its band by it. None when never measured here.
     host_noise: HostNoise | None = None
+    # None when the script's epoch count could not be read (or in profiles made before trainwise read it)
+    script_epochs: ScriptEpochs | None = None
     notes: list[str] = []
 
     # ---- persistence ----
     def save(self, path: str | Path) -> Path:
         return atomic_write_text(path, self.model_dump_json(indent=1))
+
+
+def script_epochs_of(profiles: Sequence[Profile]) -> ScriptEpochs | None:
+    """The epoch count every profile's script sets for itself; None when one of them sets none or they
+    differ (a batch-size sweep of one script agrees)."""
+    found = {p.script_epochs.epochs: p.script_epochs for p in profiles if p.script_epochs is not None}
+    if len(found) != 1 or any(p.script_epochs is None for p in profiles):
+        return None
+    return next(iter(found.values()))
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -435,5 +455,6 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         memory=Memory(**raw["memory"]), model=ModelShape(**raw["model"]) if raw["model"] else ModelShape(),
         steady_state=steady_state_of(iterations, raw["stop_reason"], raw.get("stability") or {}),
         full_run=full_run, notes=list(raw.get("notes", [])),
+        script_epochs=ScriptEpochs(**raw["script_epochs"]) if raw.get("script_epochs") else None,
         characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
     )

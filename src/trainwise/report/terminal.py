@@ -54,6 +54,9 @@ def profile_table(profile: Profile) -> Table:
         table.add_row("validation (timed)", format_duration(v.wall_s), f"{v.batches_timed} of {v.batches_total or '?'} batches")
     table.add_row("samples / iteration", str(d.global_batch_size), f"{d.batches_per_iteration:g} batch(es) per optimizer step")
     table.add_row("iterations / epoch", str(d.iterations_per_epoch or "unknown"), f"N_train={d.n_train}, N_val={d.n_val}")
+    if profile.script_epochs is not None:
+        table.add_row("epochs (the script's)", str(profile.script_epochs.epochs),
+                      f"{profile.script_epochs.source}: predict and plan use it unless given --epochs")
     table.add_row("parameters", f"{profile.model.parameters:,}", f"gradients {profile.model.gradient_bytes / 1e6:.1f} MB")
     table.add_row("peak RSS", f"{profile.memory.peak_rss_bytes / 2**20:.0f} MiB",
                   "" if profile.memory.peak_device_bytes is None else f"device peak {profile.memory.peak_device_bytes / 2**20:.0f} MiB")
