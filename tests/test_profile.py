@@ -206,6 +206,10 @@ def test_a_script_that_calls_sys_exit_mid_training_still_gets_its_profile_and_sa
     sampled = run_profile(script("exit_mid_training.py", str(seen), "--exit-after", "12"), ProfileOptions(), quiet=True)
     assert sampled.stop_reason == "script_exited_mid_training" and len(sampled.iterations) == 12
     assert any("before sampling had stopped" in note for note in sampled.notes)
+    builtin = run_profile(script("exit_mid_training.py", str(seen), "--exit-after", "7", "--builtin-exit"),
+                          ProfileOptions(mode="full"), quiet=True)
+    assert builtin.stop_reason == "script_exited_mid_training" and len(builtin.iterations) == 7
+    assert any("exit(0) after 7 iterations, in the middle of epoch 1" in note for note in builtin.notes)
     # a script that ends after its training, with or without sys.exit, is an ordinary end
     ended = run_profile(script("exit_mid_training.py", str(seen)), ProfileOptions(mode="full"), quiet=True)
     assert ended.stop_reason == "script_exited" and len(ended.iterations) == 80

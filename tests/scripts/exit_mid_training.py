@@ -1,5 +1,6 @@
 """Writes the arguments and TRAINWISE_TEST_VALUE it got to argv[1], then trains and calls sys.exit(0)
-in the middle of its first epoch (`--exit-after N` steps; 0: trains its 2 epochs to the end)."""
+in the middle of its first epoch (`--exit-after N` steps; 0: trains its 2 epochs to the end); with
+`--builtin-exit`, the exit() builtin instead."""
 import json
 import os
 import sys
@@ -26,4 +27,4 @@ for epoch in range(2):
         optimizer.zero_grad()
         steps += 1
         if steps == exit_after:
-            sys.exit(0)
+            (exit if "--builtin-exit" in args else sys.exit)(0)

@@ -93,8 +93,11 @@ def arm() -> None:
 
 
 def _watch_sys_exit(recorder: "Recorder") -> None:
-    """A script that ends itself with sys.exit() in the middle of training looks, at exit, like one that
-    ran to its end: the call is noted so that the profile can say where it stopped (on_process_exit)."""
+    """A script that ends itself with sys.exit() (or the exit()/quit() builtins) in the middle of training
+    looks, at exit, like one that ran to its end: the call is noted so that the profile can say where it
+    stopped (on_process_exit). A bare `raise SystemExit` cannot be seen without tracing every call."""
+    import builtins
+
     original_exit = sys.exit
 
     def exit_noted(status=None):
@@ -102,6 +105,24 @@ def _watch_sys_exit(recorder: "Recorder") -> None:
         original_exit(status)
 
     sys.exit = exit_noted
+    for name in ("exit", "quit"):
+        original = getattr(builtins, name, None)
+        if original is not None:
+            setattr(builtins, name, _NotedQuitter(original, recorder, name))
+
+
+class _NotedQuitter:
+    """site's exit()/quit() builtins, noting the call first; prints as the original does."""
+
+    def __init__(self, original: Any, recorder: "Recorder", name: str) -> None:
+        self._original, self._recorder, self._name = original, recorder, name
+
+    def __repr__(self) -> str:
+        return repr(self._original)
+
+    def __call__(self, code=None):
+        self._recorder.on_sys_exit(code, call=self._name)
+        return self._original(code)
 
 
 def _watch_argparse(recorder: "Recorder") -> None:
@@ -1233,7 +1254,7 @@ class Recorder:
         # writing results) must not run on a model that was trained for a few iterations only.
         os._exit(0)
 
-    def on_sys_exit(self, status: Any) -> None:
+    def on_sys_exit(self, status: Any, call: str = "sys.exit") -> None:
         if self.finished or not self.iterations or threading.current_thread() is not threading.main_thread():
             return
         train = self.current_train_state
@@ -1241,7 +1262,7 @@ class Recorder:
         sampling = self.sampled and not self.epoch1_truncated
         if not (in_epoch or sampling):
             return  # after its training (`sys.exit(main())`): an ordinary end
-        call = "sys.exit()" if status is None else f"sys.exit({status!r})"
+        call = f"{call}()" if status is None else f"{call}({status!r})"
         where = [f"in the middle of epoch {len(self.epochs)} (its training DataLoader pass unfinished)"] if in_epoch else []
         if sampling:
             where.append("before sampling had stopped (the steady state rests on these iterations, not on a stable sample)")

@@ -147,6 +147,12 @@ class RunAgent:
         self.train_loader = None
         self._training_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.sigterm_pending = False
+        # Under DDP the ranks must stop at the same step: a rank that stopped at its own next boundary left
+        # the others waiting in an all-reduce it never joined ("Connection closed by peer", a traceback on
+        # rank 0). Each rank's SIGTERM flag rides on the last gradient bucket's all-reduce instead, and
+        # every rank stops at the boundary of the step whose all-reduce carried one (_allreduce_with_stop).
+        self.ddp_coordinated = False
+        self.stop_agreed = False
         # A resumed run: a batch of a pass it does not train is going through the script's loop body.
         self._replaying = False
         # A resumed run: which pass (an epoch before the checkpoint's) the resume ended at once, until the
@@ -640,7 +646,7 @@ class RunAgent:
             recorder.paused = False
 
     def _boundary(self) -> None:
-        if self.sigterm_pending:
+        if self.stop_agreed if self.ddp_coordinated else self.sigterm_pending:
             if self.writes_checkpoints and self.global_batches > self.last_checkpoint_batches:
                 self.save_checkpoint(reason="sigterm")
             self._exit(143)
@@ -726,7 +732,10 @@ class RunAgent:
                 record["bytes"] += nbytes
                 span = [ready, None, nbytes]
                 record["buckets"][str(index)] = span
-            future = default_hooks.allreduce_hook(process_group, bucket)
+            if bucket.is_last():
+                future = agent._allreduce_with_stop(process_group, bucket)
+            else:
+                future = default_hooks.allreduce_hook(process_group, bucket)
 
             def done(fut):
                 finished = time.time()
@@ -742,10 +751,32 @@ class RunAgent:
             try:
                 module.register_comm_hook(None, timed_allreduce)
                 agent.notes.append("DDP all-reduce timed by a comm hook wrapping torch's default allreduce_hook")
+                agent.ddp_coordinated = agent._torch.distributed.get_world_size() > 1
             except RuntimeError as exc:  # the script registered its own hook first
                 agent.notes.append(f"DDP comm hook not registered ({exc}); communication not timed")
 
         DistributedDataParallel.__init__ = ddp_init
+
+    def _allreduce_with_stop(self, process_group: Any, bucket: Any) -> Any:
+        """torch's default all-reduce of a gradient bucket (the mean over ranks), with one element more:
+        this rank's SIGTERM flag, summed; any rank's flag stops every rank at this step's boundary."""
+        torch = self._torch
+        dist = torch.distributed
+        group = process_group if process_group is not None else dist.group.WORLD
+        buffer = bucket.buffer()
+        size = buffer.numel()
+        flag = buffer.new_full((1,), 1.0 if self.sigterm_pending else 0.0)
+        combined = torch.cat([buffer.div(dist.get_world_size(group)), flag])
+        future = dist.all_reduce(combined, group=group, async_op=True).get_future()
+        agent = self
+
+        def split(fut):
+            reduced = fut.value()[0]
+            if float(reduced[size]) > 0:
+                agent.stop_agreed = True
+            return reduced.narrow(0, 0, size)
+
+        return future.then(split)
 
     # ---- Hivemind ---------------------------------------------------------------------------
     def _install_hivemind(self) -> None:

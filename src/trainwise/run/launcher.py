@@ -2,7 +2,7 @@
 every training process, and gather the per-rank records into a RunResult.
 
 - local: the command itself;
-- ddp: `python -m torch.distributed.run --no-python … COMMAND` (torchrun sets RANK, WORLD_SIZE,
+- ddp: `python -m trainwise.run._torchrun --no-python … COMMAND` (torchrun, quiet on a forwarded SIGTERM; it sets RANK, WORLD_SIZE,
   MASTER_ADDR…; the script does its own `init_process_group` and DistributedDataParallel wrap);
 - hivemind: N copies of the command, peer 0 first; the others join the DHT through peer 0's
   multiaddrs (or all through `--initial-peers` on real hosts).
@@ -185,8 +185,9 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
         if previous_sigint is not None:
             signal.signal(signal.SIGINT, previous_sigint)
     if forwarded and options.engine == "ddp":
-        # torchrun answers SIGTERM with a SignalException (its traceback, exit 1) after its workers
-        # checkpointed and exited 143: the job's outcome is "stopped by SIGTERM", as for one process.
+        # torchrun ends after its workers checkpointed and exited 143 (trainwise.run._torchrun turns its
+        # SignalException into 143; other torch versions' agents exit 1): the job's outcome is "stopped by
+        # SIGTERM", as for one process.
         codes = [128 + signal.SIGTERM if code != 0 else code for code in codes]
     if interrupted:
         # Stopped by the user, not preempted: the shell's code for Ctrl-C (a script must not read success).
@@ -197,7 +198,8 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
 def _launch_ddp(job: _Launch) -> None:
     o = job.options
     port = o.master_port if o.master_port is not None else free_port()
-    torchrun = [*o.prefix, sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={o.nproc}",
+    # trainwise.run._torchrun is torchrun, quiet when the SIGTERM trainwise forwards reaches it
+    torchrun = [*o.prefix, sys.executable, "-m", "trainwise.run._torchrun", f"--nproc-per-node={o.nproc}",
                 f"--nnodes={o.nnodes}", f"--node-rank={o.node_rank}", f"--master-addr={o.master_addr}",
                 f"--master-port={port}", "--no-python", *job.argv]
     job.popen(torchrun, job.base_config())
