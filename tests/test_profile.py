@@ -177,19 +177,20 @@ def test_checkpoints_saved_during_sampling_leave_the_users_file_untouched(tmp_pa
 
 def test_sampling_that_ends_in_the_last_epoch_does_not_save_the_model(tmp_path):
     saved = tmp_path / "model.pt"
-    profile = run_profile(script("mlp_train.py", "--epochs", "1", "--save-file", str(saved)),
-                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2),
+    quick = dict(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2)
+    # epochs the profile cannot read (--passes): the sampled epoch is the last, and its save is stopped
+    profile = run_profile(script("mlp_train.py", "--passes", "1", "--save-file", str(saved)), ProfileOptions(**quick),
                           quiet=True)
-    assert profile.stop_reason == "stopped_before_save" and not saved.exists()
+    assert profile.stop_reason == "stopped_before_save" and not saved.exists() and profile.script_epochs is None
     done = tmp_path / "done"
-    # with --epochs the profile knows the sampled epoch is the last: it ends once validation is timed
-    profile = run_profile(script("mlp_train.py", "--epochs", "1", "--done-file", str(done)),
-                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2,
-                                         epochs_hint=1), quiet=True)
-    assert profile.stop_reason == "validation_timed" and not done.exists()
-    # without it, the end of the script runs, and the profile says so
-    profile = run_profile(script("mlp_train.py", "--epochs", "1", "--done-file", str(done)),
-                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2),
+    # with --epochs, or the script's own --epochs read from its arguments, the profile knows the sampled
+    # epoch is the last: it ends once validation is timed
+    for command, hint in ((("--passes", "1"), 1), (("--epochs", "1"), None)):
+        profile = run_profile(script("mlp_train.py", *command, "--done-file", str(done)),
+                              ProfileOptions(**quick, epochs_hint=hint), quiet=True)
+        assert profile.stop_reason == "validation_timed" and not done.exists()
+    # without either, the end of the script runs, and the profile says so
+    profile = run_profile(script("mlp_train.py", "--passes", "1", "--done-file", str(done)), ProfileOptions(**quick),
                           quiet=True)
     assert profile.stop_reason == "script_ended_after_sampling"
     assert any("end-of-training code ran" in note for note in profile.notes)
@@ -353,7 +354,8 @@ def test_denormals_are_flushed_in_the_job_recorded_and_can_be_kept(tmp_path):
 
 def test_stability_verdict_waits_for_the_minimum_sampling_time():
     # Millisecond iterations are "stable" after a handful; the verdict must still wait min_profile_seconds.
-    command = script("mlp_train.py", "--epochs", "3", "--train-samples", "160000")
+    # (--passes: epochs the profile cannot read, which would set a cost budget that stops sooner.)
+    command = script("mlp_train.py", "--passes", "3", "--train-samples", "160000")
     quick = run_profile(command, ProfileOptions(min_iterations=10, min_profile_seconds=0.0, validation_batches=0,
                                                 epoch2_iterations=0, characterise=False, target_relative_ci=0.5),
                         quiet=True)

@@ -6,7 +6,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--epochs", type=int, default=None, help="default 3")
+parser.add_argument("--passes", type=int, default=0, help="epochs under a name trainwise does not read (replaces --epochs)")
 parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--train-samples", type=int, default=640)
 parser.add_argument("--val-samples", type=int, default=320)
@@ -51,7 +52,7 @@ def validate() -> int:
 if args.peek:
     first_x, first_y = next(iter(train))
     print(f"batch shape {tuple(first_x.shape)}", flush=True)
-for epoch in range(args.epochs):
+for epoch in range(args.passes or args.epochs or 3):
     if not args.train_inside_step:
         model.train()
     for step, (xb, yb) in enumerate(train):
