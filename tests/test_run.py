@@ -493,6 +493,29 @@ def test_ddp_resume_gives_each_rank_its_own_rng_states(tmp_path):
 
 
 @pytest.mark.slow
+def test_ddp_sigterm_to_one_worker_stops_all_ranks_as_preempted(tmp_path):
+    """A preemption notice that reaches one worker only (one node of a multi-node job; trainwise run on the
+    other node is not signalled): the ranks stop together and checkpoint, and the job is "stopped by
+    SIGTERM" (143). torchrun, not signalled itself, used to report the workers' 143 as a ChildFailedError
+    (a traceback) and the job as failed (exit 1)."""
+    ck = tmp_path / "ck"
+    run = subprocess.run([sys.executable, "-m", "trainwise.cli", "run", "--engine", "ddp", "--nproc", "2",
+                          "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "1000",
+                          "--output", str(tmp_path / "run.json"), "--", sys.executable, str(SCRIPTS / "ddp_train.py"),
+                          "--out", str(tmp_path / "w.pt"), "--rank1-sigterm-at", "5"],
+                         capture_output=True, text=True, timeout=200)
+    output = run.stdout + run.stderr
+    assert run.returncode == 143, output[-3000:]
+    assert "Traceback" not in output and "ChildFailedError" not in output, output[-3000:]
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["exit_codes"] == [143]
+    ranks = {r["rank"]: r for r in record["ranks"]}
+    assert ranks[0]["iterations"] == ranks[1]["iterations"]
+    assert [p.name for p in ck.glob("ckpt-*.twckpt")] == [record["checkpoint"]["last"]]
+    assert 5 <= int(record["checkpoint"]["last"][5:17]) <= 7  # at the next synchronised step's boundary
+
+
+@pytest.mark.slow
 def test_ddp_resume_refuses_another_number_of_processes_in_one_line(tmp_path):
     """A DDP checkpoint resumed with another number of processes (each resumes its own data shard and RNG
     states) is refused in one line; torchrun used to wrap the worker's refusal in its ChildFailedError

@@ -8,6 +8,7 @@ and a small bucket_cap_mb (gradients over several buckets). Rank 0 writes the fi
 import argparse
 import os
 import random
+import signal
 import time
 
 import numpy as np
@@ -29,6 +30,8 @@ p.add_argument("--same-seed", action="store_true", help="seed every rank alike (
 p.add_argument("--sleep", type=float, default=0.0, help="seconds per batch (to give a signal time to land)")
 p.add_argument("--trace", default="", help="each rank appends a line per batch (epoch, batch, its random draws, the weights' sum) "
                "to <this>-rank<R>.txt")
+p.add_argument("--rank1-sigterm-at", type=int, default=0,
+               help="rank 1 alone gets a SIGTERM after this many batches (a preemption notice to one node)")
 args = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -73,6 +76,8 @@ for epoch in range(args.epochs):
             # the batch by its samples' sum: a resumed run's enumerate counts from 0 again
             batch = float((xb - 0.01 * noise * scale).double().sum())
             trace.write(f"{epoch} {batch!r} {scale!r} {float(noise.double().sum())!r} {weights!r}\n")
+        if rank == 1 and args.rank1_sigterm_at and epoch * len(train) + step + 1 == args.rank1_sigterm_at:
+            os.kill(os.getpid(), signal.SIGTERM)
         if args.sleep:
             time.sleep(args.sleep)
 if rank == 0:

@@ -5,6 +5,11 @@ process group: the workers checkpoint and exit 143, and torchrun's agent raises 
 traceback, printed over the run's summary, read like a crash. Here that exception is the exit status a
 process stopped by the signal has (128 + signal).
 
+A preemption notice may reach only some workers (one node of several is preempted; trainwise run on
+the other node was not signalled): the ranks still stop together at the step they agree on, checkpoint and
+exit 143, and torchrun, not signalled itself, reported a ChildFailedError (a traceback; exit 1, "failed").
+Workers that all exited 143 were stopped by SIGTERM: so is torchrun (143).
+
 A worker that cannot resume from the checkpoint (another model, another number of processes) says why in
 one line and exits with trainwise's code for it (trainwise.run._child.RESUME_MISMATCH_EXIT,
 RESUME_SKIP_FAILED_EXIT); torchrun would wrap that in its ChildFailedError report (a traceback, "exited with
@@ -19,6 +24,8 @@ import sys
 
 # trainwise.run._child.RESUME_MISMATCH_EXIT and RESUME_SKIP_FAILED_EXIT (not imported: _child arms a recorder)
 TRAINWISE_EXITS = (75, 76)
+# A worker that checkpointed and stopped on SIGTERM (with the other ranks, at the step they agreed on).
+STOPPED_EXIT = 143
 
 
 class _QuietTrainwiseExit(logging.Filter):
@@ -26,7 +33,7 @@ class _QuietTrainwiseExit(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (str(record.msg).startswith("failed (exitcode:") and record.args
-                    and record.args[0] in TRAINWISE_EXITS)
+                    and record.args[0] in (*TRAINWISE_EXITS, STOPPED_EXIT))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,9 +47,12 @@ def main(argv: list[str] | None = None) -> None:
     except SignalException as exc:
         sys.exit(128 + int(exc.sigval))
     except ChildFailedError as exc:
-        own = sorted({f.exitcode for f in exc.failures.values()} & set(TRAINWISE_EXITS))
+        codes = {f.exitcode for f in exc.failures.values()}
+        own = sorted(codes & set(TRAINWISE_EXITS))
         if own:
             sys.exit(own[0])
+        if codes == {STOPPED_EXIT}:
+            sys.exit(STOPPED_EXIT)
         raise
 
 
