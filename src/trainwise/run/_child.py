@@ -216,8 +216,9 @@ class RunAgent:
             return state
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if len(per_rank) != world:
+            how = "--nproc/--nnodes" if self.engine == "ddp" else "--engine ddp and --nproc/--nnodes"
             self._cannot_resume(f"it was written by {len(per_rank)} DDP processes, this job runs {world} (each "
-                                "process resumes its own data shard and RNG states); resume with --nproc/--nnodes "
+                                f"process resumes its own data shard and RNG states); resume with {how} "
                                 f"giving {len(per_rank)} processes")
         return {**state, **per_rank[self.rank]}
 
