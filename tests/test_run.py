@@ -458,6 +458,89 @@ def test_ddp_ranks_stop_together_on_sigterm_checkpoint_and_resume(tmp_path):
 
 
 @pytest.mark.slow
+def test_ddp_resume_gives_each_rank_its_own_rng_states(tmp_path):
+    """Only rank 0 writes checkpoints, and they held rank 0's RNG states only: on resume rank 1 drew rank 0's
+    dropout masks and noise (a script seeding seed + rank), and the resumed run's weights differed from an
+    uninterrupted run's. Every rank's states are now gathered into the checkpoint at a boundary the ranks
+    agree on (rank 0's "due" rides on the all-reduce, as SIGTERM's flag does). Resumed here from an
+    interval checkpoint older than the stop, the ranks retrain steps the first run already traced: each
+    rank's draws and the weights must be the same, step for step. With gradient accumulation (no_sync) and
+    gradients over several DDP buckets (the flags ride on the last one)."""
+    ck = tmp_path / "ck"
+    script = [sys.executable, str(SCRIPTS / "ddp_train.py"), "--out", str(tmp_path / "w.pt"), "--epochs", "2",
+              "--samples", "384", "--accumulate", "2", "--layers", "3", "--width", "64", "--bucket-cap-mb", "0.01",
+              "--sleep", "0.02"]
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--engine", "ddp", "--nproc", "2", "--checkpoint-dir", str(ck),
+           "--checkpoint-every-batches", "10", "--output", str(tmp_path / "run.json"), "--"]
+    out = stop_with_sigterm([*cli, *script, "--trace", str(tmp_path / "first")],
+                            lambda: any(int(p.name[5:17]) >= 20 for p in ck.glob("ckpt-*.twckpt")))
+    assert "Traceback" not in out, out[-3000:]
+    ranks = {r["rank"]: r for r in json.loads((tmp_path / "run.json").read_text())["ranks"]}
+    assert ranks[0]["iterations"] == ranks[1]["iterations"]  # optimizer steps: the same stop on both ranks
+    steps = sorted(int(p.name[5:17]) for p in ck.glob("ckpt-*.twckpt"))
+    assert all(s % 2 == 0 for s in steps), steps  # only at synchronised steps: no accumulated gradient is lost
+    for path in ck.glob("ckpt-*.twckpt"):
+        if int(path.name[5:17]) > 10:
+            path.unlink()  # resume from batch 10: the first run's batches 11.. are done again
+    resume([*cli, *script, "--trace", str(tmp_path / "again")])
+    for rank in (0, 1):
+        # one line per batch: epoch, the batch's samples' sum, the rank's Python and NumPy draws, the weights' sum
+        first = (tmp_path / f"first-rank{rank}.txt").read_text().splitlines()
+        again = (tmp_path / f"again-rank{rank}.txt").read_text().splitlines()
+        overlap = first[10:]  # the batches after the checkpoint, up to the stop
+        assert len(overlap) >= 10
+        assert again[: len(overlap)] == overlap, (rank, again[:2], overlap[:2])
+
+
+@pytest.mark.slow
+def test_ddp_sigterm_to_one_worker_stops_all_ranks_as_preempted(tmp_path):
+    """A preemption notice that reaches one worker only (one node of a multi-node job; trainwise run on the
+    other node is not signalled): the ranks stop together and checkpoint, and the job is "stopped by
+    SIGTERM" (143). torchrun, not signalled itself, used to report the workers' 143 as a ChildFailedError
+    (a traceback) and the job as failed (exit 1)."""
+    ck = tmp_path / "ck"
+    run = subprocess.run([sys.executable, "-m", "trainwise.cli", "run", "--engine", "ddp", "--nproc", "2",
+                          "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "1000",
+                          "--output", str(tmp_path / "run.json"), "--", sys.executable, str(SCRIPTS / "ddp_train.py"),
+                          "--out", str(tmp_path / "w.pt"), "--rank1-sigterm-at", "5"],
+                         capture_output=True, text=True, timeout=200)
+    output = run.stdout + run.stderr
+    assert run.returncode == 143, output[-3000:]
+    assert "Traceback" not in output and "ChildFailedError" not in output, output[-3000:]
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["exit_codes"] == [143]
+    ranks = {r["rank"]: r for r in record["ranks"]}
+    assert ranks[0]["iterations"] == ranks[1]["iterations"]
+    assert [p.name for p in ck.glob("ckpt-*.twckpt")] == [record["checkpoint"]["last"]]
+    assert 5 <= int(record["checkpoint"]["last"][5:17]) <= 7  # at the next synchronised step's boundary
+
+
+@pytest.mark.slow
+def test_ddp_resume_refuses_another_number_of_processes_in_one_line(tmp_path):
+    """A DDP checkpoint resumed with another number of processes (each resumes its own data shard and RNG
+    states) is refused in one line; torchrun used to wrap the worker's refusal in its ChildFailedError
+    traceback and trainwise read "exited with code 1 before its first optimizer step"."""
+    from trainwise.run import _state
+    from trainwise.run.checkpoint import CheckpointStore
+
+    ck = tmp_path / "ck"
+    rank_state = {"rng": _state.capture_rng(), "generators": [], "epoch_start": None}
+    CheckpointStore(str(ck)).write(4, {"format": 1, "kind": "auto", "engine": "ddp", "global_batches": 4, "epoch": 0,
+                                       "batches_in_epoch": 4, **rank_state, "epoch_start": rank_state,
+                                       "model_classes": ["DistributedDataParallel"], "models": [{}],
+                                       "optimizers": [{}], "schedulers": [], "scalers": [],
+                                       "rank_states": [rank_state] * 2})
+    run = subprocess.run([sys.executable, "-m", "trainwise.cli", "run", "--engine", "ddp", "--nproc", "1",
+                          "--checkpoint-dir", str(ck), "--", sys.executable, str(SCRIPTS / "ddp_train.py"),
+                          "--out", str(tmp_path / "w.pt")], capture_output=True, text=True, timeout=120)
+    output = run.stdout + run.stderr
+    assert run.returncode == 2, output[-2000:]
+    assert "Traceback" not in output and "ChildFailedError" not in output, output[-3000:]
+    assert "written by 2 DDP processes, this job runs 1" in output
+    assert "error: the checkpoint in" in output and "does not match this job" in output
+
+
+@pytest.mark.slow
 def test_hivemind_peers_join_and_leave_during_training(tmp_path):
     """Peers 0 and 1 start together; peer 1 leaves (SIGTERM) mid-training; peer 2 joins late and
     catches up from the others. Every peer runs the unmodified reference workload."""

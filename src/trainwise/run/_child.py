@@ -153,6 +153,11 @@ class RunAgent:
         # every rank stops at the boundary of the step whose all-reduce carried one (_allreduce_with_stop).
         self.ddp_coordinated = False
         self.stop_agreed = False
+        # Interval checkpoints are agreed the same way (rank 0's "due" rides on the all-reduce too): every
+        # rank takes part in writing one, since each rank's own RNG states go into it (_gather_rank_states).
+        self.checkpoint_agreed = False
+        self._ddp_group = None
+        self._ddp_device = None
         # A resumed run: a batch of a pass it does not train is going through the script's loop body.
         self._replaying = False
         # A resumed run: which pass (an epoch before the checkpoint's) the resume ended at once, until the
@@ -185,7 +190,7 @@ class RunAgent:
         if found is not None:
             self.resumed_from, state = found
             if state.get("kind") == "auto":
-                self.resume_state = state
+                self.resume_state = self._own_rank_state(state)
                 self._script_excepthook = sys.excepthook
                 sys.excepthook = self._report_resume_failure
         self.skipped_checkpoints = list(self.store.skipped)
@@ -198,6 +203,24 @@ class RunAgent:
 
         self._sigterm_handler = on_sigterm
         signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _own_rank_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A DDP checkpoint holds every rank's RNG states, its loader generators' and those of its epoch's
+        start (rank 0 writes it): this rank resumes with its own, not rank 0's (ranks seeded seed + rank
+        draw different dropout masks and noise, and would not continue as an uninterrupted run)."""
+        per_rank = state.get("rank_states")
+        if per_rank is None:
+            if self.rank > 0 and state.get("engine") == "ddp":
+                self.notes.append("the checkpoint holds rank 0's RNG states only (written by an older trainwise): "
+                                  "this rank resumed with them")
+            return state
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if len(per_rank) != world:
+            how = "--nproc/--nnodes" if self.engine == "ddp" else "--engine ddp and --nproc/--nnodes"
+            self._cannot_resume(f"it was written by {len(per_rank)} DDP processes, this job runs {world} (each "
+                                f"process resumes its own data shard and RNG states); resume with {how} "
+                                f"giving {len(per_rank)} processes")
+        return {**state, **per_rank[self.rank]}
 
     def _reassert_sigterm_handler(self) -> None:
         """Frameworks install their own SIGTERM handler when training starts: Lightning's makes its loop
@@ -309,7 +332,41 @@ class RunAgent:
                     children.add(id(child))
         return [m for m in modules if id(m) not in children and any(id(p) in optimized for p in m.parameters())]
 
-    def _collect_state(self) -> dict[str, Any]:
+    def _rank_state(self) -> dict[str, Any]:
+        """What differs between DDP ranks: the RNG states (now and at the epoch's start) and the loader's
+        generators."""
+        from trainwise.run import _state
+
+        return {"rng": _state.capture_rng(), "generators": _state.generator_states(self.train_loader),
+                "epoch_start": self.epoch_start}
+
+    def _gather_rank_states(self) -> list[dict[str, Any]] | None:
+        """Every rank's _rank_state(), in rank order, on rank 0 (None elsewhere): all ranks call this at
+        the same boundary (agreed on the all-reduce). Tensors of the DDP model's device, so that it works
+        over NCCL as over gloo."""
+        import io
+
+        torch = self._torch
+        dist = torch.distributed
+        group = self._ddp_group
+        buffer = io.BytesIO()
+        torch.save(self._rank_state(), buffer)
+        payload = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8).to(self._ddp_device)
+        world = dist.get_world_size(group)
+        size = torch.tensor([payload.numel()], dtype=torch.int64, device=self._ddp_device)
+        sizes = [torch.zeros_like(size) for _ in range(world)]
+        dist.all_gather(sizes, size, group=group)
+        longest = int(max(int(s) for s in sizes))
+        padded = torch.zeros(longest, dtype=torch.uint8, device=self._ddp_device)
+        padded[: payload.numel()] = payload
+        gathered = [torch.zeros_like(padded) for _ in range(world)]
+        dist.all_gather(gathered, padded, group=group)
+        if not self.writes_checkpoints:
+            return None
+        return [torch.load(io.BytesIO(t[: int(n)].cpu().numpy().tobytes()), weights_only=False)
+                for t, n in zip(gathered, sizes)]
+
+    def _collect_state(self, rank_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         from trainwise.run import _state
 
         roots = self.model_roots()
@@ -326,6 +383,8 @@ class RunAgent:
             "schedulers": [s.state_dict() for s in self._alive(self.schedulers)],
             "scalers": [s.state_dict() for s in self._alive(self.scalers)],
             "saved_wall_s": time.time(),
+            # DDP: every rank's RNG and generator states, by rank (rank 0's are also the ones above).
+            **({"rank_states": rank_states} if rank_states is not None else {}),
         }
 
     def _restore_objects(self, state: dict[str, Any]) -> None:
@@ -646,19 +705,41 @@ class RunAgent:
             recorder.paused = False
 
     def _boundary(self) -> None:
-        if self.stop_agreed if self.ddp_coordinated else self.sigterm_pending:
+        if self.ddp_coordinated:
+            self._ddp_boundary()
+            return
+        if self.sigterm_pending:
             if self.writes_checkpoints and self.global_batches > self.last_checkpoint_batches:
                 self.save_checkpoint(reason="sigterm")
             self._exit(143)
-        if self.global_batches <= self.last_checkpoint_batches or not self.writes_checkpoints:
-            return
-        if self.policy.every_batches is not None:
-            due = self.global_batches - self.last_checkpoint_batches >= self.policy.every_batches
-        else:
-            write_s = self.last_write_s if self.last_write_s is not None else self._estimated_write_s()
-            due = time.monotonic() - self.last_checkpoint_time >= self.policy.interval_s(write_s)
-        if due:
+        if self.writes_checkpoints and self._checkpoint_due():
             self.save_checkpoint(reason="interval")
+
+    def _checkpoint_due(self) -> bool:
+        if self.policy is None or self.global_batches <= self.last_checkpoint_batches:
+            return False
+        if self.policy.every_batches is not None:
+            return self.global_batches - self.last_checkpoint_batches >= self.policy.every_batches
+        write_s = self.last_write_s if self.last_write_s is not None else self._estimated_write_s()
+        return time.monotonic() - self.last_checkpoint_time >= self.policy.interval_s(write_s)
+
+    def _ddp_boundary(self) -> None:
+        """The ranks stop, and checkpoint, at the boundary of the step whose all-reduce carried a rank's
+        SIGTERM flag or rank 0's "checkpoint due": all of them, since each gives its own RNG states to
+        the checkpoint rank 0 writes."""
+        stop, save = self.stop_agreed, self.checkpoint_agreed
+        self.checkpoint_agreed = False
+        if (stop or save) and self.checkpoint_config and self.global_batches > self.last_checkpoint_batches:
+            rank_states = self._gather_rank_states()
+            if self.writes_checkpoints:
+                self.save_checkpoint(reason="sigterm" if stop else "interval", rank_states=rank_states)
+            else:
+                self.last_checkpoint_batches = self.global_batches
+            if stop:
+                # No rank leaves before the checkpoint is written: torchrun ends the others when one exits.
+                self._torch.distributed.barrier(group=self._ddp_group)
+        if stop:
+            self._exit(143)
 
     def _estimated_write_s(self) -> float:
         from trainwise.plan.costs import training_state_bytes
@@ -669,8 +750,8 @@ class RunAgent:
         name = type(optimizers[0]).__name__ if optimizers else None
         return estimated_write_s(training_state_bytes(gradient_bytes, name))
 
-    def save_checkpoint(self, reason: str) -> None:
-        state = self._collect_state()
+    def save_checkpoint(self, reason: str, rank_states: list[dict[str, Any]] | None = None) -> None:
+        state = self._collect_state(rank_states)
         name, size, seconds = self.store.write(self.global_batches, state)
         self.last_write_s = seconds
         self.last_checkpoint_time = time.monotonic()
@@ -752,6 +833,8 @@ class RunAgent:
                 module.register_comm_hook(None, timed_allreduce)
                 agent.notes.append("DDP all-reduce timed by a comm hook wrapping torch's default allreduce_hook")
                 agent.ddp_coordinated = agent._torch.distributed.get_world_size() > 1
+                agent._ddp_group = getattr(module, "process_group", None)
+                agent._ddp_device = next((p.device for p in module.parameters()), "cpu")
             except RuntimeError as exc:  # the script registered its own hook first
                 agent.notes.append(f"DDP comm hook not registered ({exc}); communication not timed")
 
@@ -765,8 +848,9 @@ class RunAgent:
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         size = buffer.numel()
-        flag = buffer.new_full((1,), 1.0 if self.sigterm_pending else 0.0)
-        combined = torch.cat([buffer.div(dist.get_world_size(group)), flag])
+        due = self.writes_checkpoints and self._checkpoint_due()
+        flags = buffer.new_tensor([1.0 if self.sigterm_pending else 0.0, 1.0 if due else 0.0])
+        combined = torch.cat([buffer.div(dist.get_world_size(group)), flags])
         future = dist.all_reduce(combined, group=group, async_op=True).get_future()
         agent = self
 
@@ -774,6 +858,8 @@ class RunAgent:
             reduced = fut.value()[0]
             if float(reduced[size]) > 0:
                 agent.stop_agreed = True
+            if float(reduced[size + 1]) > 0:
+                agent.checkpoint_agreed = True
             return reduced.narrow(0, 0, size)
 
         return future.then(split)
