@@ -251,3 +251,16 @@ def test_hf_tiny_bert_takes_the_whole_review(monkeypatch):
     monkeypatch.setattr(hf_tiny_bert, "build_datasets", accepted)
     with pytest.raises(Accepted, match="300"):
         hf_tiny_bert.main(["--seq-len", "300", "--epochs", "1", "--train-samples", "8", "--val-samples", "8"])
+
+
+@pytest.mark.parametrize("limits", [{"max_steps": 3}, {"num_train_epochs": 1.5}])
+def test_a_run_bound_by_steps_or_a_fraction_of_an_epoch_holds_no_epoch_count(tmp_path, limits):
+    """HfArgumentParser's num_train_epochs default (3.0) is read from argparse; max_steps replaces it, and a
+    fraction of an epoch is not a count: the profile keeps neither."""
+    callback = ProfilingCallback(options=QUICK)
+    callback.session.recorder.note_script_epochs(3.0, "the argparse argument num_train_epochs=3", rank=(True, False, False))
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, save_strategy="no",
+                             logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True, **limits)
+    Trainer(model=_model(), args=args, train_dataset=Tokens(64, 0), callbacks=[callback]).train()
+    assert callback.session.recorder.script_epochs is None
+    assert any(note.startswith("no epoch count read: ") for note in callback.profile.notes)

@@ -83,3 +83,15 @@ def test_sampled_profile_predicts_a_short_full_run():
 def test_bad_mode_is_a_clear_error():
     with pytest.raises(TrainwiseError, match="mode"):
         ProfilingCallback(mode="sampled", options=ProfileOptions(mode="full"))
+
+
+def test_fit_from_an_initial_epoch_trains_the_epochs_left():
+    import numpy as np
+
+    callback = ProfilingCallback(options=QUICK)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.zeros((256, 5), "float32"), np.zeros((256, 3), "float32"), batch_size=32, epochs=10, initial_epoch=6,
+              verbose=0, callbacks=[callback])
+    assert callback.profile.script_epochs.epochs == 4
+    assert callback.profile.script_epochs.source == "Keras Model.fit(epochs=10) from epoch 6"

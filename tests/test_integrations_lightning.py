@@ -196,3 +196,22 @@ def test_trainwise_run_checkpoints_a_lightning_job_on_sigterm_and_resumes_its_st
     out = stop_with_sigterm(cli, lambda: bool(glob.glob(str(ck / "ckpt-*.twckpt"))))
     assert not [line for line in out.splitlines() if line.startswith("END")]  # stopped, not finished
     assert [line for line in resume(cli).stdout.splitlines() if line.startswith("END")] == expected
+
+
+@pytest.mark.parametrize("limits, expected", [
+    ({"epochs": 5}, 5),
+    ({"epochs": 5, "max_steps": 10_000}, 5),  # max_steps past 5 epochs' steps: the epochs end the run
+    ({"epochs": None}, None),                  # Lightning's 1000, not the script's
+    ({"epochs": 5, "max_steps": 30}, None),    # 30 steps: before the 5th epoch (40 steps per epoch)
+    ({"epochs": -1, "max_steps": 30}, None),
+    ({"epochs": 5, "max_time": "00:01:00:00"}, None),
+])
+def test_the_scripts_epochs_are_the_loops_epoch_limit_only(limits, expected):
+    """A script's argparse --epochs 7 the Trainer does not run (a step or time limit, or none) is dropped."""
+    callback = ProfilingCallback(options=QUICK)
+    callback.session.recorder.note_script_epochs(7, "the script's argparse argument epochs=7", rank=(True, True, True))
+    _fit(callback, train=640, batch=8, accumulate=2, **limits)
+    script_epochs = callback.session.recorder.script_epochs
+    assert (script_epochs or {}).get("epochs") == expected
+    if expected is None:
+        assert any(note.startswith("no epoch count read: ") for note in callback.profile.notes)

@@ -283,7 +283,7 @@ def test_a_plan_saved_with_a_command_predicts_the_commands_own_epochs(tmp_path, 
             "--out-dir", str(tmp_path / "out")]
     one, twenty = tmp_path / "one.json", tmp_path / "twenty.json"
     assert main([*base, "--save", str(one), "--", "python", "t.py", "--epochs", "1"]) == 0
-    assert "headline: 1 epochs, the training command's --epochs" in capsys.readouterr().out
+    assert "headline: 1 epoch, the training command's --epochs" in capsys.readouterr().out
     assert main([*base, "--save", str(twenty), "--", "python", "t.py", "--num-epochs=20"]) == 0
     capsys.readouterr()
     saved_one, saved_twenty = load_plan(one), load_plan(twenty)

@@ -78,3 +78,121 @@ def test_plan_from_a_profile_heads_with_the_scripts_epochs(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["primary_epochs"] == 10
     assert main([*base, "--epoch-options", "5,10"]) == 0  # the options given: the largest heads, as before
     assert json.loads(capsys.readouterr().out)["primary_epochs"] == 10
+
+
+@pytest.mark.parametrize("command, expected", [
+    (["python", "train.py", "--epochs", "2", "--epochs", "4"], (4, "--epochs")),  # argparse takes the last
+    (["python", "train.py", "--epochs", "2", "--epochs=0"], None),
+])
+def test_epochs_in_command_takes_the_last_flag_as_argparse_does(command, expected):
+    assert epochs_in_command(command) == expected
+
+
+def test_an_argument_without_type_reads_as_text():
+    from trainwise.profile.script_epochs import argument_epochs
+
+    assert [argument_epochs(v) for v in ("30", " 4 ", "3.0", "2.5", "0", "many", "")] == [30, 4, 3, None, None, None, None]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", default=3)  # no type=: the command line's value is the string "5"
+    assert epochs_in_namespace(parser.parse_args(["--epochs", "5"]))[0] == 5
+
+
+@pytest.fixture
+def watched_argparse(monkeypatch):
+    """The profile child's argparse hook on a real Recorder, undone after the test."""
+    from trainwise.profile import _child
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", argparse.ArgumentParser.parse_known_args)
+    recorder = _child.Recorder({"out_path": ""})
+    _child._watch_argparse(recorder)
+    return recorder
+
+
+def _import_library(tmp_path, name, source):
+    """Run `source` as an installed package's module (its file in a site-packages folder)."""
+    import importlib.util
+
+    folder = tmp_path / "site-packages"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+LIBRARY_PARSER = """
+import argparse
+parser = argparse.ArgumentParser(add_help=False)
+parser.add_argument("--epochs", type=int, default=100)
+parser.parse_known_args()
+"""
+
+
+@pytest.mark.parametrize("argv, expected", [([], 3), (["--num-epochs", "2"], 2), (["--epochs", "12"], 3)])
+def test_a_library_parser_does_not_give_the_scripts_epochs(tmp_path, monkeypatch, watched_argparse, argv, expected):
+    """A library that parses the command line with its own `epochs` (100) before or after the script's
+    parser: the script's `--num-epochs` is the run's count (the first reading was kept: the library's)."""
+    monkeypatch.setattr("sys.argv", ["train.py", *argv])
+    _import_library(tmp_path, "lib_before", LIBRARY_PARSER)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--num-epochs", type=int, default=3)
+    parser.parse_known_args()
+    _import_library(tmp_path, "lib_after", LIBRARY_PARSER)
+    helper = argparse.ArgumentParser()  # a helper parsing a list of its own, not the command line
+    helper.add_argument("--epochs", type=int, default=1)
+    helper.parse_args(["--epochs", "9"])
+    assert watched_argparse.script_epochs == {"epochs": expected,
+                                              "source": f"the script's argparse argument num_epochs={expected}"}
+
+
+def test_only_a_library_parser_names_epochs(tmp_path, monkeypatch, watched_argparse):
+    monkeypatch.setattr("sys.argv", ["train.py"])
+    _import_library(tmp_path, "lib_only", LIBRARY_PARSER)
+    assert watched_argparse.script_epochs == {
+        "epochs": 100, "source": "the argparse argument epochs=100 parsed by lib_only.py (an installed package)"}
+
+
+@pytest.mark.parametrize("argv, expected", [(["train"], 4), (["train", "--epochs", "6"], 6), (["eval"], None)])
+def test_subcommands_read_the_chosen_subparsers_epochs(monkeypatch, watched_argparse, argv, expected):
+    monkeypatch.setattr("sys.argv", ["main.py", *argv])
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("train").add_argument("--epochs", type=int, default=4)
+    commands.add_parser("eval").add_argument("--checkpoint", default="last.pt")
+    parser.parse_args()
+    assert (watched_argparse.script_epochs or {}).get("epochs") == expected
+
+
+def test_a_framework_that_is_not_epoch_bound_drops_the_argparse_reading():
+    from trainwise.profile import _child
+
+    recorder = _child.Recorder({"out_path": ""})
+    recorder.note_script_epochs(7, "the script's argparse argument epochs=7", rank=(True, True, True))
+    recorder.note_not_epoch_bound("Trainer(max_steps=100)")
+    assert recorder.script_epochs is None and recorder.planned_epochs is None
+    assert recorder.notes == ["no epoch count read: the training loop is not bound by one (Trainer(max_steps=100)); the "
+                              "script's argparse argument epochs=7 is not what it runs; give predict and plan --epochs N"]
+    recorder.note_script_epochs(7, "the script's argparse argument epochs=7", rank=(True, True, True))
+    recorder.note_script_epochs(5, "a second fit", framework=True)
+    assert recorder.script_epochs is None  # the first framework statement is final
+
+
+def test_a_saved_command_without_epochs_cannot_take_the_profiled_commands(tmp_path, capsys):
+    """A profile of `train.py --epochs 5` read 5; `plan --save -- python train.py` trains the script's
+    default, which nothing read: refused in one line, unless plan is given --epochs."""
+    from trainwise.cli import main
+
+    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02)
+    profile = profile.model_copy(update={"command": ["python", "train.py", "--epochs", "5"],
+                                         "script_epochs": ScriptEpochs(epochs=5, source="the script's argparse argument epochs=5")})
+    path = profile.save(tmp_path / "p.json")
+    base = ["plan", "--profile", str(path), "--catalog", "packaged", "--cloud", "aws", "--single-machine", "--json",
+            "--out-dir", str(tmp_path / "out"), "--save", str(tmp_path / "plan.json")]
+    assert main([*base, "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "the training command gives no --epochs, but profile" in err and "Traceback" not in err
+    assert main([*base, "--epochs", "8", "--", "python", "train.py"]) == 0
+    assert __import__("json").loads(capsys.readouterr().out)["primary_epochs"] == 8
+    assert main([*base, "--", "python", "train.py", "--epochs", "2", "--epochs", "1"]) == 0
+    captured = capsys.readouterr()
+    assert __import__("json").loads(captured.out)["primary_epochs"] == 1
+    assert "headline: 1 epoch, the training command's --epochs" in captured.err

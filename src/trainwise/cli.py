@@ -318,7 +318,8 @@ def plan(
         from trainwise.launch.command import headline_epochs_for_command
 
         # The saved plan must predict the run its command does: `-- python train.py --epochs 1` is 1 epoch.
-        epochs = headline_epochs_for_command(_passthrough, epochs, console=err_console if json_output else console)
+        epochs = headline_epochs_for_command(_passthrough, epochs, console=err_console if json_output else console,
+                                             profile_paths=profile_paths or [])
     report_dir = report if report is not None else out_dir / "report"
     check_plan_outputs(save_path=save, report_dir=report_dir,
                        inputs=[*(profile_paths or []), *(p for p in (local_offering, pipeline, network, hivemind_groups,

@@ -31,6 +31,7 @@ from transformers import TrainerCallback
 
 from trainwise.integrations._common import FrameworkSession, Mode, dtype_name
 from trainwise.profile.runner import ProfileOptions
+from trainwise.profile.script_epochs import whole_epochs
 
 __all__ = ["ProfilingCallback"]
 
@@ -90,9 +91,15 @@ class ProfilingCallback(TrainerCallback):
             self.session.watch_optimizer(optimizer)
         self.session.recorder.notes.append(
             f"transformers {transformers.__version__}, gradient_accumulation_steps={args.gradient_accumulation_steps}")
-        if not args.max_steps or args.max_steps <= 0:  # max_steps ends the run mid-epoch: not an epoch count
-            self.session.recorder.note_script_epochs(
-                args.num_train_epochs, f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs})",
+        recorder = self.session.recorder
+        if args.max_steps and args.max_steps > 0:  # max_steps replaces num_train_epochs: not an epoch count
+            recorder.note_not_epoch_bound(f"Hugging Face TrainingArguments(max_steps={args.max_steps})")
+        elif whole_epochs(args.num_train_epochs) is None:
+            recorder.note_not_epoch_bound(f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs:g}), "
+                                          "a fraction of an epoch")
+        else:
+            recorder.note_script_epochs(
+                args.num_train_epochs, f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs:g})",
                 framework=True)
 
     def on_epoch_begin(self, args, state, control, **kwargs):

@@ -149,10 +149,19 @@ class ProfilingCallback(keras.callbacks.Callback):
             parameter_dtypes=[dtype_name(w.dtype) for w in weights],
             optimizer=type(optimizer).__name__ if optimizer is not None else None)
         session.recorder.notes.append(f"keras {keras.__version__}, backend {keras.config.backend()}")
-        epochs = (self.params or {}).get("epochs")
-        session.recorder.note_script_epochs(epochs, f"Keras Model.fit(epochs={epochs})", framework=True)
+        self._epochs_noted = False
 
     def on_epoch_begin(self, epoch, logs=None):
+        if not getattr(self, "_epochs_noted", True):
+            # At fit's first epoch, which is its initial_epoch (or where BackupAndRestore resumes): fit trains
+            # epochs - initial_epoch epochs, which the callback's params do not tell.
+            self._epochs_noted = True
+            epochs = (self.params or {}).get("epochs")
+            if isinstance(epochs, int) and epoch:
+                self.session.recorder.note_script_epochs(
+                    epochs - int(epoch), f"Keras Model.fit(epochs={epochs}) from epoch {int(epoch)}", framework=True)
+            else:
+                self.session.recorder.note_script_epochs(epochs, f"Keras Model.fit(epochs={epochs})", framework=True)
         self.session.epoch_begin()
 
     def on_train_batch_begin(self, batch, logs=None):

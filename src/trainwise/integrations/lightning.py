@@ -102,13 +102,32 @@ class ProfilingCallback(pl.Callback):
             self.session.watch_optimizer(optimizers[0])
         self.session.recorder.notes.append(
             f"lightning {pl.__version__}, accumulate_grad_batches={trainer.accumulate_grad_batches}")
-        # An epoch-bound run only: a step or time limit ends it elsewhere, and 1000 is what Lightning sets
-        # when the script gives no limit at all (an explicit 1000 cannot be told from it).
-        max_epochs = trainer.max_epochs
-        time_bound = any(type(callback).__name__ == "Timer" for callback in trainer.callbacks)
-        if trainer.max_steps in (-1, None) and max_epochs not in (None, -1, 1000) and not time_bound:
-            self.session.recorder.note_script_epochs(max_epochs, f"Lightning Trainer(max_epochs={max_epochs})",
-                                                     framework=True)
+        self._note_epochs(trainer)
+
+    def _note_epochs(self, trainer: pl.Trainer) -> None:
+        """The run's epoch count when its loop is bound by max_epochs; else that it is not, which also drops
+        an argparse `--epochs` the loop does not run (a step or time limit, or no limit at all: 1000 is what
+        Lightning sets then, told from an explicit 1000 only by the script's own --epochs 1000)."""
+        recorder = self.session.recorder
+        max_epochs, max_steps = trainer.max_epochs, trainer.max_steps
+        durations = [getattr(callback, "_duration", None) for callback in trainer.callbacks
+                     if type(callback).__name__ == "Timer"]
+        if any(duration is not None for duration in durations):
+            duration = next(duration for duration in durations if duration is not None)
+            return recorder.note_not_epoch_bound(f"Lightning's time limit (Trainer(max_time=...) or a Timer: {duration:g} s)")
+        if max_epochs in (None, -1) or not isinstance(max_epochs, int) or max_epochs < 1:
+            return recorder.note_not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps})" if max_steps not in (None, -1)
+                                                 else "Lightning's Trainer(max_epochs=-1): no epoch limit")
+        if max_steps not in (None, -1):
+            batches = _finite(trainer.num_training_batches)
+            accumulate = max(1, int(trainer.accumulate_grad_batches or 1))
+            # optimizer steps per epoch (an epoch's last, partial accumulation steps too)
+            if batches is None or max_steps < max_epochs * -(-batches // accumulate):
+                return recorder.note_not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps}), before max_epochs={max_epochs}")
+        script = recorder.script_epochs
+        if max_epochs == 1000 and not (script and script["epochs"] == 1000):
+            return recorder.note_not_epoch_bound("no limit given to Lightning's Trainer (its default max_epochs=1000)")
+        recorder.note_script_epochs(max_epochs, f"Lightning Trainer(max_epochs={max_epochs})", framework=True)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.session.epoch_begin()

@@ -131,13 +131,21 @@ def _watch_argparse(recorder: "Recorder") -> None:
     import argparse
 
     original = argparse.ArgumentParser.parse_known_args
+    skipped = {os.path.normcase(os.path.abspath(path)) for path in (argparse.__file__, __file__)}
 
     def parse_known_args(parser, *args, **kwargs):
         namespace, extras = original(parser, *args, **kwargs)
         try:
-            found = script_epochs_source.epochs_in_namespace(namespace)
+            # Whose parse this is: the first caller outside argparse (a subparser is parsed from inside its parent's parse)
+            frame = sys._getframe(1)
+            while frame is not None and os.path.normcase(os.path.abspath(frame.f_code.co_filename)) in skipped:
+                frame = frame.f_back
+            found = script_epochs_source.argparse_reading(
+                parser, namespace, args[0] if args else kwargs.get("args"),
+                caller_file=frame.f_code.co_filename if frame is not None else "", argv=sys.argv[1:])
             if found is not None:
-                recorder.note_script_epochs(*found)
+                epochs, source, rank = found
+                recorder.note_script_epochs(epochs, source, rank=rank)
         except Exception:  # noqa: BLE001 - reading the arguments must never break the script
             pass
         return namespace, extras
@@ -291,6 +299,7 @@ class Recorder:
         # or a framework's loop settings (which replace an argparse reading: they are what the loop runs)
         self.script_epochs: dict[str, Any] | None = None
         self._script_epochs_from_framework = False
+        self._script_epochs_rank: tuple = ()
         self.budget_fraction = float(config.get("budget_fraction", 0.02))
         self.out_path = config["out_path"]
 
@@ -372,13 +381,34 @@ class Recorder:
         # replace the user's checkpoint. {the path's absolute form: scratch path}
         self.scratch_saves: dict[str, str] = {}
 
-    def note_script_epochs(self, epochs: Any, source: str, *, framework: bool = False) -> None:
-        """Keep the script's own epoch count: the first argparse reading, replaced by a framework's."""
-        value = script_epochs_source.whole_epochs(epochs)
-        if value is None or (self.script_epochs is not None and (self._script_epochs_from_framework or not framework)):
+    def note_script_epochs(self, epochs: Any, source: str, *, framework: bool = False, rank: tuple = ()) -> None:
+        """Keep the script's own epoch count. Of argparse readings, the best ranked
+        (script_epochs.argparse_reading), the later of equals; a framework's loop settings replace them
+        all, and the first framework statement is final (not_epoch_bound included)."""
+        if self._script_epochs_from_framework:
+            return
+        if framework:
+            value = script_epochs_source.whole_epochs(epochs)
+            self._script_epochs_from_framework = True
+            self.script_epochs = None if value is None else {"epochs": value, "source": source}
+            return
+        value = script_epochs_source.argument_epochs(epochs)
+        if value is None or (self.script_epochs is not None and tuple(rank) < self._script_epochs_rank):
             return
         self.script_epochs = {"epochs": value, "source": source}
-        self._script_epochs_from_framework = framework
+        self._script_epochs_rank = tuple(rank)
+
+    def note_not_epoch_bound(self, limit: str) -> None:
+        """The framework's loop ends on something else than an epoch count (a step or time limit, none at
+        all): an argparse `--epochs` of the script is not what it runs, and the profile keeps no count."""
+        if self._script_epochs_from_framework:
+            return
+        dropped = self.script_epochs
+        self.note_script_epochs(None, limit, framework=True)
+        note = (f"no epoch count read: the training loop is not bound by one ({limit})"
+                + (f"; {dropped['source']} is not what it runs" if dropped else "") + "; give predict and plan --epochs N")
+        if note not in self.notes:
+            self.notes.append(note)
 
     @property
     def planned_epochs(self) -> int | None:

@@ -10,6 +10,8 @@ imports this before the script runs.
 
 from __future__ import annotations
 
+import os
+import sysconfig
 from typing import Any, Sequence
 
 # Argument names (argparse dests) that mean "train for this many epochs" in common scripts.
@@ -29,28 +31,83 @@ def whole_epochs(value: Any) -> int | None:
     return None
 
 
+def argument_epochs(value: Any) -> int | None:
+    """whole_epochs, also of a number written as text: an argparse argument without `type=` (`default=10`,
+    `--epochs 30` parses to the string "30")."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip()) if "." in value else int(value.strip())
+        except ValueError:
+            return None
+    return whole_epochs(value)
+
+
 def epochs_in_namespace(namespace: Any) -> tuple[int, str] | None:
     """(epochs, source) from a parsed argparse namespace, or None when it names no epoch count."""
+    found = _epoch_argument(namespace)
+    return None if found is None else (found[1], f"the script's argparse argument {found[0]}={found[1]}")
+
+
+def _epoch_argument(namespace: Any) -> tuple[str, int] | None:
     values = vars(namespace) if hasattr(namespace, "__dict__") else {}
     for name in EPOCH_ARGUMENT_NAMES:
-        epochs = whole_epochs(values.get(name))
+        epochs = argument_epochs(values.get(name))
         if epochs is not None:
-            return epochs, f"the script's argparse argument {name}={epochs}"
+            return name, epochs
     return None
 
 
+def _library_folders() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.join(os.path.realpath(paths[key]), "") for key in ("stdlib", "platstdlib") if paths.get(key))
+
+
+def is_library_file(filename: str) -> bool:
+    """Code of an installed package or of the standard library, not the user's own (the script and
+    the modules beside it, an editable install of the user's project)."""
+    if not filename or filename.startswith("<"):
+        return filename.startswith("<frozen")
+    parts = os.path.normpath(filename).split(os.sep)
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    return os.path.realpath(filename).startswith(_library_folders())
+
+
+def argparse_reading(parser: Any, namespace: Any, args: Sequence[str] | None, *, caller_file: str,
+                     argv: Sequence[str]) -> tuple[int, str, tuple[bool, bool, bool]] | None:
+    """(epochs, source, rank) of one parse, or None when its namespace names no epoch count.
+
+    A script may see several parsers parsed: a library's (at import, with its own `epochs` default), a
+    helper's parse of a list of its own, the script's. The rank orders their readings: one that parsed
+    the command line (not a list of the caller's), one parsed by the user's own code rather than an
+    installed package (whose `--epochs` is the library's), one whose value was given rather than
+    defaulted, in that order."""
+    found = _epoch_argument(namespace)
+    if found is None:
+        return None
+    name, epochs = found
+    words = None if args is None else [str(word) for word in args]
+    argv = [str(word) for word in argv]
+    command_line = words is None or words == argv or (bool(words) and all(word in argv for word in words))
+    actions = [action for action in getattr(parser, "_actions", ()) if getattr(action, "dest", None) == name]
+    given = bool(actions) and argument_epochs(parser.get_default(name)) != epochs
+    library = is_library_file(caller_file)
+    source = f"the script's argparse argument {name}={epochs}"
+    if library:
+        source = f"the argparse argument {name}={epochs} parsed by {os.path.basename(caller_file)} (an installed package)"
+    return epochs, source, (command_line, not library, given)
+
+
 def epochs_in_command(command: Sequence[str]) -> tuple[int, str] | None:
-    """(epochs, flag) from a command line's `--epochs N` / `--epochs=N` (and the other names above)."""
+    """(epochs, flag) from a command line's `--epochs N` / `--epochs=N` (and the other names above); the
+    last one given, as argparse takes it."""
     words = list(command)
+    found = None
     for i, word in enumerate(words):
         flag, sep, inline = word.partition("=")
         if flag not in _FLAGS:
             continue
         text = inline if sep else (words[i + 1] if i + 1 < len(words) else "")
-        try:
-            epochs = whole_epochs(float(text)) if "." in text else whole_epochs(int(text))
-        except ValueError:
-            continue
-        if epochs is not None:
-            return epochs, flag
-    return None
+        epochs = argument_epochs(text)
+        found = None if epochs is None else (epochs, flag)
+    return found

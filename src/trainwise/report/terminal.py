@@ -57,6 +57,8 @@ def profile_table(profile: Profile) -> Table:
     if profile.script_epochs is not None:
         table.add_row("epochs (the script's)", str(profile.script_epochs.epochs),
                       f"{profile.script_epochs.source}: predict and plan use it unless given --epochs")
+    elif unbound := next((note for note in profile.notes if note.startswith("no epoch count read: ")), None):
+        table.add_row("epochs (the script's)", "not read", unbound.removeprefix("no epoch count read: "))
     table.add_row("parameters", f"{profile.model.parameters:,}", f"gradients {profile.model.gradient_bytes / 1e6:.1f} MB")
     table.add_row("peak RSS", f"{profile.memory.peak_rss_bytes / 2**20:.0f} MiB",
                   "" if profile.memory.peak_device_bytes is None else f"device peak {profile.memory.peak_device_bytes / 2**20:.0f} MiB")
@@ -163,7 +165,7 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
     if not compact:
         caption += (f"\nspeedup: training time against {result.reference or 'the reference'} (the seed's definition); "
                     "time also counts provisioning and data staging")
-    console.print(plan_table(primary.head(top_n), f"Top {min(top_n, len(primary))} plans, {result.primary_epochs} epochs — "
+    console.print(plan_table(primary.head(top_n), f"Top {min(top_n, len(primary))} plans, {result.primary_epochs} epoch{'' if result.primary_epochs == 1 else 's'} — "
                              f"{result.objective.describe}", caption, best_id, compact))
     pareto = result.pareto[result.pareto["epochs"] == result.primary_epochs]
     console.print(plan_table(pareto, f"Pareto set ({len(pareto)}): no other plan is both faster and cheaper",
