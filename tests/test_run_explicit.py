@@ -102,3 +102,37 @@ def test_restore_refuses_a_checkpoint_that_does_not_match_in_one_line(tmp_path, 
     message = str(refused.value)
     assert "\n" not in message and "its model does not fit the script's (size mismatch for weight" in message
     assert explicit_api.restore(directory=str(tmp_path), model=model, optimizer=optimizer)["step"] == 3
+
+
+@pytest.mark.slow
+def test_a_ddp_explicit_api_loop_stops_all_ranks_together_and_resumes_each_rank_with_its_own_rng(tmp_path):
+    """A custom DDP loop (explicit API, ranks seeded seed + rank, dropout) whose rank 1 alone gets SIGTERM.
+    Before the fix rank 1 stopped at its own step and rank 0 waited in an all-reduce it never joined
+    ("Connection closed by peer", a traceback), and the checkpoint held rank 0's RNG states only: resumed,
+    rank 1 drew rank 0's dropout masks and noise. Now the ranks agree on the stop (the flags ride on the
+    gradient all-reduce), every rank's RNG states are in the checkpoint, and the resumed weights equal an
+    uninterrupted run's."""
+    import subprocess
+
+    script = SCRIPTS / "ddp_explicit_checkpoint.py"
+    ck, out = tmp_path / "ck", tmp_path / "w.pt"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--engine", "ddp", "--nproc", "2", "--checkpoint-dir", str(ck),
+           "--checkpoint-every-batches", "1000", "--output", str(tmp_path / "run.json"), "--", sys.executable, str(script),
+           "--out", str(out)]
+    stopped = subprocess.run([*cli, "--rank1-sigterm-at", "7"], capture_output=True, text=True, timeout=120)
+    output = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 143, output[-3000:]
+    assert "Traceback" not in output and "Connection closed" not in output, output[-3000:]
+    record = json.loads((tmp_path / "run.json").read_text())
+    ranks = {r["rank"]: r for r in record["ranks"]}
+    assert ranks[0]["iterations"] == ranks[1]["iterations"]  # the same stop on both ranks
+    # rank 1's flag rides on the next step's all-reduce: both stop, and checkpoint, after step 8
+    assert [p.name for p in ck.glob("ckpt-*.twckpt")] == ["ckpt-000000000008.twckpt"]
+    assert not out.exists()
+
+    resume([*cli])
+    reference = tmp_path / "reference.pt"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+                    "--out", str(reference)], check=True, capture_output=True, timeout=120)
+    got, want = torch.load(out), torch.load(reference)
+    assert all(torch.equal(got[k], want[k]) for k in want), {k: float((got[k] - want[k]).abs().max()) for k in want}

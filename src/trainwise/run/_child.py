@@ -156,6 +156,12 @@ class RunAgent:
         # Interval checkpoints are agreed the same way (rank 0's "due" rides on the all-reduce too): every
         # rank takes part in writing one, since each rank's own RNG states go into it (_gather_rank_states).
         self.checkpoint_agreed = False
+        # The explicit API (trainwise.run.checkpoint.maybe_save, custom loops) agrees the same way: its SIGTERM
+        # flag and its time interval ride on the all-reduce too, and maybe_save reads them (and counts the
+        # all-reduces, to know whether one has happened since its previous call).
+        self.explicit_stop_agreed = False
+        self.explicit_due_agreed = False
+        self.explicit_reductions = 0
         self._ddp_group = None
         self._ddp_device = None
         # A resumed run: a batch of a pass it does not train is going through the script's loop body.
@@ -841,25 +847,32 @@ class RunAgent:
         DistributedDataParallel.__init__ = ddp_init
 
     def _allreduce_with_stop(self, process_group: Any, bucket: Any) -> Any:
-        """torch's default all-reduce of a gradient bucket (the mean over ranks), with one element more:
-        this rank's SIGTERM flag, summed; any rank's flag stops every rank at this step's boundary."""
+        """torch's default all-reduce of a gradient bucket (the mean over ranks), with four elements more,
+        summed: this rank's SIGTERM flag (any rank's stops every rank at this step's boundary), rank 0's
+        "checkpoint due", and the same two of the explicit API (trainwise.run.checkpoint._ddp_flags), which
+        maybe_save() reads after the step."""
         torch = self._torch
         dist = torch.distributed
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         size = buffer.numel()
         due = self.writes_checkpoints and self._checkpoint_due()
-        flags = buffer.new_tensor([1.0 if self.sigterm_pending else 0.0, 1.0 if due else 0.0])
+        explicit = sys.modules.get("trainwise.run.checkpoint")
+        explicit_stop, explicit_due = explicit._ddp_flags() if explicit is not None else (False, False)
+        flags = buffer.new_tensor([1.0 if self.sigterm_pending else 0.0, 1.0 if due else 0.0,
+                                   1.0 if explicit_stop else 0.0, 1.0 if explicit_due else 0.0])
         combined = torch.cat([buffer.div(dist.get_world_size(group)), flags])
         future = dist.all_reduce(combined, group=group, async_op=True).get_future()
         agent = self
 
         def split(fut):
             reduced = fut.value()[0]
-            if float(reduced[size]) > 0:
-                agent.stop_agreed = True
-            if float(reduced[size + 1]) > 0:
-                agent.checkpoint_agreed = True
+            stop, save, explicit_stop, explicit_save = (value > 0 for value in reduced[size:].tolist())
+            agent.stop_agreed |= stop
+            agent.checkpoint_agreed |= save
+            agent.explicit_stop_agreed |= explicit_stop
+            agent.explicit_due_agreed |= explicit_save
+            agent.explicit_reductions += 1
             return reduced.narrow(0, 0, size)
 
         return future.then(split)

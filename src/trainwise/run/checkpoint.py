@@ -22,7 +22,10 @@ For custom loops (no DataLoader to find the iteration boundary from), the explic
         twc.maybe_save(step + 1, model=model, optimizer=opt)   # honours the interval and SIGTERM
 
 works inside and outside `trainwise run` (the directory comes from `--checkpoint-dir`, or
-`directory=`).
+`directory=`). Under data parallelism (torch.distributed initialised, several ranks) every rank calls
+maybe_save()/save() at the same step, as the loop above does: the ranks agree there whether to checkpoint
+and whether to stop (a SIGTERM that reached one rank only stops all of them, at the same step), and each
+rank's RNG states go into the checkpoint rank 0 writes, so that restore() gives every rank its own.
 """
 
 from __future__ import annotations
@@ -281,12 +284,99 @@ def _install_sigterm_flag() -> None:
         pass
 
 
-def _collect(step: int, objects: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
+def _collect(step: int, objects: dict[str, Any], extra: dict[str, Any] | None,
+             rank_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     from trainwise.run import _state
 
     return {"format": FORMAT_VERSION, "kind": "explicit", "step": step,
             "objects": {k: v.state_dict() for k, v in objects.items()},
-            "rng": _state.capture_rng(), "extra": extra or {}}
+            "rng": _state.capture_rng(), "extra": extra or {},
+            # DDP: every rank's RNG states, by rank (rank 0's are also the ones above)
+            **({"rank_states": rank_states} if rank_states is not None else {})}
+
+
+def _distributed():
+    """torch.distributed when this process is one of several initialised ranks, else None."""
+    distributed = sys.modules.get("torch.distributed")
+    try:
+        if distributed is not None and distributed.is_available() and distributed.is_initialized() \
+                and distributed.get_world_size() > 1:
+            return distributed
+    except (RuntimeError, ValueError):
+        pass
+    return None
+
+
+def _world_size() -> int:
+    distributed = _distributed()
+    if distributed is not None:
+        return int(distributed.get_world_size())
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1") or 1)
+    except ValueError:
+        return 1
+
+
+def _comm_device(distributed: Any) -> Any:
+    """Where a tensor for a collective of the default group must live (NCCL: the current GPU)."""
+    import torch
+
+    agent = _run_agent()
+    if agent is not None and getattr(agent, "_ddp_device", None) is not None:
+        return torch.device(agent._ddp_device)
+    if "nccl" in str(distributed.get_backend()).lower() and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _gather_rank_states(distributed: Any) -> list[dict[str, Any]]:
+    """Every rank's RNG states, in rank order (all ranks call this at the same step)."""
+    from trainwise.run import _state
+
+    gathered: list[Any] = [None] * distributed.get_world_size()
+    distributed.all_gather_object(gathered, {"rng": _state.capture_rng()})
+    return gathered
+
+
+def _interval_passed() -> bool:
+    policy: IntervalPolicy = _explicit["policy"]
+    return time.monotonic() - _explicit["last"] >= policy.interval_s(_explicit["write_s"])
+
+
+def _ddp_flags() -> tuple[bool, bool]:
+    """(this rank's SIGTERM, its time interval passed) for the run agent's gradient all-reduce under
+    `trainwise run --engine ddp`: they ride on the last bucket's all-reduce as the automatic path's do,
+    and maybe_save() reads the summed flags instead of reducing its own (_agree)."""
+    if "policy" not in _explicit:
+        return False, False
+    policy: IntervalPolicy = _explicit["policy"]
+    return _sigterm["pending"], policy.every_batches is None and _interval_passed()
+
+
+def _agree(stop: bool, due: bool, every_batches: int | None) -> tuple[bool, bool]:
+    """Whether to stop and whether to checkpoint, the same on every rank: any rank's SIGTERM stops all of
+    them at this step (a rank that stopped alone left the others waiting in an all-reduce it never joined:
+    "Connection closed by peer", or a hang), and all take part in a checkpoint (their RNG states go into
+    it). Under `trainwise run --engine ddp` the flags came summed with this step's gradients (the run
+    agent's comm hook): nothing more is sent. Else (a plain torchrun; or no gradient all-reduce since the
+    previous call, as under no_sync) a two-element all-reduce, which every rank makes here."""
+    distributed = _distributed()
+    if distributed is None:
+        return stop, due
+    agent = _run_agent()
+    reductions = getattr(agent, "explicit_reductions", 0) if agent is not None and agent.ddp_coordinated else 0
+    if reductions > _explicit.get("reductions_seen", 0):
+        _explicit["reductions_seen"] = reductions
+        stop_agreed, due_agreed = agent.explicit_stop_agreed, agent.explicit_due_agreed
+        agent.explicit_due_agreed = False
+        # every_batches: the step decides, the same on every rank (the flag is the time interval's)
+        return stop_agreed, due if every_batches is not None else due_agreed
+    import torch
+
+    flags = torch.tensor([1.0 if stop else 0.0, 1.0 if due else 0.0], device=_comm_device(distributed))
+    distributed.all_reduce(flags)
+    summed = flags.tolist()
+    return summed[0] > 0, summed[1] > 0
 
 
 def _process_rank() -> int:
@@ -310,11 +400,18 @@ def _process_rank() -> int:
 def save(step: int, *, directory: str | None = None, extra: dict[str, Any] | None = None, **objects: Any) -> str | None:
     """Write a checkpoint now (objects: anything with state_dict(), e.g. model=, optimizer=, scheduler=).
     Under data parallelism only rank 0 writes (the replicas hold the same state; several writers of the
-    same file names would race): the other ranks return None."""
+    same file names would race): the other ranks return None. Every rank calls it, at the same step: each
+    rank's RNG states are gathered into rank 0's checkpoint (a collective; called on rank 0 alone it
+    would wait for the others)."""
     store = _explicit_store(directory)
-    if store is None or _process_rank() != 0:
+    if store is None:
         return None
-    name, size, seconds = store.write(step, _collect(step, objects, extra))
+    distributed = _distributed()
+    rank_states = _gather_rank_states(distributed) if distributed is not None else None
+    if _process_rank() != 0:
+        _explicit["last"] = time.monotonic()
+        return None
+    name, size, seconds = store.write(step, _collect(step, objects, extra, rank_states))
     _explicit["last"] = time.monotonic()
     _explicit["write_s"] = seconds
     agent = _run_agent()
@@ -337,13 +434,16 @@ def maybe_save(step: int, *, directory: str | None = None, extra: dict[str, Any]
     if store is None:
         return None
     policy: IntervalPolicy = _explicit["policy"]
-    due = _sigterm["pending"]
-    if policy.every_batches is not None:
-        due = due or step % policy.every_batches == 0
-    else:
-        due = due or time.monotonic() - _explicit["last"] >= policy.interval_s(_explicit["write_s"])
-    name = save(step, directory=directory, extra=extra, **objects) if due else None
-    if _sigterm["pending"]:
+    due = step % policy.every_batches == 0 if policy.every_batches is not None else _interval_passed()
+    # Under data parallelism the ranks agree (a SIGTERM that reached one rank stops all at the same step);
+    # a rank whose own flag is not agreed yet goes on to the next step, where it is.
+    stop, due = _agree(_sigterm["pending"], due, policy.every_batches)
+    name = save(step, directory=directory, extra=extra, **objects) if due or stop else None
+    if stop:
+        distributed = _distributed()
+        if distributed is not None:
+            # No rank leaves before rank 0 has written the checkpoint: torchrun ends the others when one exits.
+            distributed.barrier()
         agent = _run_agent()
         if agent is not None:
             # Under `trainwise run`: its records must be written before the process ends (os._exit skips
@@ -377,8 +477,27 @@ def restore(*, directory: str | None = None, **objects: Any) -> dict[str, Any] |
         except Exception as exc:  # noqa: BLE001 - whatever the object's loader raises on a foreign state
             _refuse_restore(name, store, f"its {key} does not fit the script's ({load_error_detail(exc)}); resume with "
                                          "the script and settings that wrote it")
-    _state.apply_rng(state["rng"])
+    _state.apply_rng(_own_rng(name, state))
     return {"step": state["step"], "extra": state.get("extra", {})}
+
+
+def _own_rng(name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """This rank's RNG states: a checkpoint written under data parallelism holds every rank's (ranks
+    seeded seed + rank draw different dropout masks and noise; with rank 0's they would not continue as
+    an uninterrupted run)."""
+    per_rank = state.get("rank_states")
+    rank, world = _process_rank(), _world_size()
+    if per_rank is not None and len(per_rank) == world:
+        return per_rank[rank]["rng"]
+    if per_rank is not None or rank > 0:
+        held = f"{len(per_rank)} processes' RNG states" if per_rank is not None else "one process's RNG states"
+        message = (f"{name} holds {held}, this job runs {world} processes: rank {rank} resumed with rank 0's "
+                   "(its random draws differ from an uninterrupted run's)")
+        print(f"trainwise: {message}", file=sys.stderr, flush=True)
+        agent = _run_agent()
+        if agent is not None:
+            agent.notes.append(message)
+    return state["rng"]
 
 
 def load_error_detail(exc: BaseException) -> str:
