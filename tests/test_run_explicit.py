@@ -104,8 +104,24 @@ def test_restore_refuses_a_checkpoint_that_does_not_match_in_one_line(tmp_path, 
     assert explicit_api.restore(directory=str(tmp_path), model=model, optimizer=optimizer)["step"] == 3
 
 
+DDP_EXPLICIT_SCRIPT = SCRIPTS / "ddp_explicit_checkpoint.py"
+PLAIN_TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                  str(DDP_EXPLICIT_SCRIPT)]
+
+
+@pytest.fixture(scope="module")
+def ddp_explicit_reference(tmp_path_factory):
+    """The final weights of the DDP explicit-API loop run without interruption (plain torchrun, no checkpoints)."""
+    import subprocess
+
+    reference = tmp_path_factory.mktemp("ddp_explicit") / "reference.pt"
+    subprocess.run([*PLAIN_TORCHRUN, "--out", str(reference)], check=True, capture_output=True, timeout=120)
+    return torch.load(reference)
+
+
 @pytest.mark.slow
-def test_a_ddp_explicit_api_loop_stops_all_ranks_together_and_resumes_each_rank_with_its_own_rng(tmp_path):
+def test_a_ddp_explicit_api_loop_stops_all_ranks_together_and_resumes_each_rank_with_its_own_rng(tmp_path,
+                                                                                                ddp_explicit_reference):
     """A custom DDP loop (explicit API, ranks seeded seed + rank, dropout) whose rank 1 alone gets SIGTERM.
     Before the fix rank 1 stopped at its own step and rank 0 waited in an all-reduce it never joined
     ("Connection closed by peer", a traceback), and the checkpoint held rank 0's RNG states only: resumed,
@@ -114,11 +130,10 @@ def test_a_ddp_explicit_api_loop_stops_all_ranks_together_and_resumes_each_rank_
     uninterrupted run's."""
     import subprocess
 
-    script = SCRIPTS / "ddp_explicit_checkpoint.py"
     ck, out = tmp_path / "ck", tmp_path / "w.pt"
     cli = [sys.executable, "-m", "trainwise.cli", "run", "--engine", "ddp", "--nproc", "2", "--checkpoint-dir", str(ck),
-           "--checkpoint-every-batches", "1000", "--output", str(tmp_path / "run.json"), "--", sys.executable, str(script),
-           "--out", str(out)]
+           "--checkpoint-every-batches", "1000", "--output", str(tmp_path / "run.json"), "--", sys.executable,
+           str(DDP_EXPLICIT_SCRIPT), "--out", str(out)]
     stopped = subprocess.run([*cli, "--rank1-sigterm-at", "7"], capture_output=True, text=True, timeout=120)
     output = stopped.stdout + stopped.stderr
     assert stopped.returncode == 143, output[-3000:]
@@ -131,8 +146,24 @@ def test_a_ddp_explicit_api_loop_stops_all_ranks_together_and_resumes_each_rank_
     assert not out.exists()
 
     resume([*cli])
-    reference = tmp_path / "reference.pt"
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
-                    "--out", str(reference)], check=True, capture_output=True, timeout=120)
-    got, want = torch.load(out), torch.load(reference)
+    got, want = torch.load(out), ddp_explicit_reference
     assert all(torch.equal(got[k], want[k]) for k in want), {k: float((got[k] - want[k]).abs().max()) for k in want}
+
+
+@pytest.mark.slow
+def test_a_ddp_explicit_api_loop_under_a_plain_torchrun_agrees_by_its_own_all_reduce(tmp_path, ddp_explicit_reference):
+    """Outside `trainwise run` (no comm hook carrying the flags) maybe_save's two-element all-reduce agrees:
+    the SIGTERM that reached rank 1 stops both ranks at the same step (this one), with both ranks' RNG
+    states in the checkpoint, and the resumed weights equal an uninterrupted run's."""
+    import subprocess
+
+    ck, out = tmp_path / "ck", tmp_path / "w.pt"
+    stopped = subprocess.run([*PLAIN_TORCHRUN, "--out", str(out), "--directory", str(ck), "--rank1-sigterm-at", "7"],
+                             capture_output=True, text=True, timeout=120)
+    output = stopped.stdout + stopped.stderr
+    # both ranks exit 143 (plain torchrun reports that as its ChildFailedError); rank 0 does not fail in an all-reduce
+    assert stopped.returncode != 0 and "Connection closed" not in output, output[-3000:]
+    assert [p.name for p in ck.glob("ckpt-*.twckpt")] == ["ckpt-000000000007.twckpt"]
+    subprocess.run([*PLAIN_TORCHRUN, "--out", str(out), "--directory", str(ck)], check=True, capture_output=True, timeout=120)
+    got, want = torch.load(out), ddp_explicit_reference
+    assert all(torch.equal(got[k], want[k]) for k in want)
