@@ -23,9 +23,10 @@ For custom loops (no DataLoader to find the iteration boundary from), the explic
 
 works inside and outside `trainwise run` (the directory comes from `--checkpoint-dir`, or
 `directory=`). Under data parallelism (torch.distributed initialised, several ranks) every rank calls
-maybe_save()/save() at the same step, as the loop above does: the ranks agree there whether to checkpoint
+maybe_save() at the same step, as the loop above does: the ranks agree there whether to checkpoint
 and whether to stop (a SIGTERM that reached one rank only stops all of them, at the same step), and each
 rank's RNG states go into the checkpoint rank 0 writes, so that restore() gives every rank its own.
+save() (a checkpoint now) is no collective: it holds rank 0's RNG states only.
 """
 
 from __future__ import annotations
@@ -400,13 +401,19 @@ def _process_rank() -> int:
 def save(step: int, *, directory: str | None = None, extra: dict[str, Any] | None = None, **objects: Any) -> str | None:
     """Write a checkpoint now (objects: anything with state_dict(), e.g. model=, optimizer=, scheduler=).
     Under data parallelism only rank 0 writes (the replicas hold the same state; several writers of the
-    same file names would race): the other ranks return None. Every rank calls it, at the same step: each
-    rank's RNG states are gathered into rank 0's checkpoint (a collective; called on rank 0 alone it
-    would wait for the others)."""
+    same file names would race): the other ranks return None. It is no collective — `if rank == 0:
+    save(...)` must not hang — so it holds rank 0's RNG states only (restore() gives them to every rank,
+    with a warning); maybe_save(), which every rank calls at the same step, holds each rank's own."""
+    return _save(step, directory=directory, extra=extra, objects=objects, gather=False)
+
+
+def _save(step: int, *, directory: str | None, extra: dict[str, Any] | None, objects: dict[str, Any],
+          gather: bool) -> str | None:
     store = _explicit_store(directory)
     if store is None:
         return None
-    distributed = _distributed()
+    distributed = _distributed() if gather else None
+    # every rank's RNG states (a collective: only from maybe_save, which all ranks call at the same step)
     rank_states = _gather_rank_states(distributed) if distributed is not None else None
     if _process_rank() != 0:
         _explicit["last"] = time.monotonic()
@@ -438,7 +445,7 @@ def maybe_save(step: int, *, directory: str | None = None, extra: dict[str, Any]
     # Under data parallelism the ranks agree (a SIGTERM that reached one rank stops all at the same step);
     # a rank whose own flag is not agreed yet goes on to the next step, where it is.
     stop, due = _agree(_sigterm["pending"], due, policy.every_batches)
-    name = save(step, directory=directory, extra=extra, **objects) if due or stop else None
+    name = _save(step, directory=directory, extra=extra, objects=objects, gather=True) if due or stop else None
     if stop:
         distributed = _distributed()
         if distributed is not None:
