@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainwise.plan.synthetic import synthetic_profile
-from trainwise.profile.schema import ScriptEpochs, script_epochs_of
+from trainwise.profile.schema import ScriptEpochs, script_epochs_disagreement, script_epochs_of
 from trainwise.profile.script_epochs import epochs_in_command, epochs_in_namespace, whole_epochs
 
 
@@ -58,6 +58,37 @@ def test_profiles_agree_on_the_scripts_epochs_or_give_none():
     assert script_epochs_of([with_epochs(8), with_epochs(9)]) is None
     assert script_epochs_of([with_epochs(8), with_epochs(None)]) is None
     assert script_epochs_of([]) is None
+    # and why not, when some profile did read a count
+    assert script_epochs_disagreement([with_epochs(8), with_epochs(8)]) is None
+    assert script_epochs_disagreement([with_epochs(None), with_epochs(None)]) is None
+    assert script_epochs_disagreement([with_epochs(9), with_epochs(8)]) == "the profiles' scripts set 8, 9 epochs: not one count to use"
+    assert "(1 set none that could be read)" in script_epochs_disagreement([with_epochs(8), with_epochs(None)])
+
+
+def test_predict_says_why_it_tabulates_the_epoch_options_when_the_scripts_disagree(tmp_path, capsys):
+    """It fell back to 5,10,20 without a word when two profiles' scripts set different epoch counts."""
+    import json
+
+    from trainwise.cli import main
+
+    paths = []
+    for epochs in (8, 9):
+        profile = synthetic_profile().model_copy(update={"script_epochs": ScriptEpochs(epochs=epochs, source="test")})
+        paths.append(str(profile.save(tmp_path / f"p{epochs}.json")))
+    out = tmp_path / "pred.json"
+    assert main(["predict", *paths, "--json", str(out)]) == 0
+    assert "the profiles' scripts set 8, 9 epochs: not one count to use: pass --epochs N" in " ".join(capsys.readouterr().out.split())
+    assert {row["epochs"] for row in json.loads(out.read_text())} == {5, 10, 20}
+    gpu = []
+    for epochs in (8, 9):
+        profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02, batch_size=16 * epochs)
+        profile = profile.model_copy(update={"script_epochs": ScriptEpochs(epochs=epochs, source="test")})
+        gpu += ["--profile", str(profile.save(tmp_path / f"gpu{epochs}.json"))]
+    assert main(["plan", *gpu, "--catalog", "packaged", "--cloud", "aws", "--single-machine", "--json",
+                 "--out-dir", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["primary_epochs"] == 20
+    assert "headline: the largest --epoch-options; the profiles' scripts set 8, 9 epochs" in " ".join(captured.err.split())
 
 
 def test_plan_from_a_profile_heads_with_the_scripts_epochs(tmp_path, capsys):

@@ -167,7 +167,7 @@ def predict(
     on another accelerator from the device model: the step and the whole run)."""
     from trainwise._io import check_output_path, write_output_text
     from trainwise.predict.same_machine import ESTIMATORS, epochs_to_converge, predict_total
-    from trainwise.profile.schema import load_profile, script_epochs_of
+    from trainwise.profile.schema import load_profile, script_epochs_disagreement, script_epochs_of
     from trainwise.report.terminal import prediction_table, print_flips, print_notes
 
     if accelerator is None and (count != 1 or link is not None):
@@ -205,6 +205,8 @@ def predict(
                       "--epoch-options predict others")
     else:
         epoch_list = _parse_int_list(epoch_options, "--epoch-options")
+        if not _given(ctx, "epoch_options") and (why := script_epochs_disagreement([prof for _, prof in loaded])):
+            console.print(f"epochs: {epoch_options} (--epoch-options); {why}: pass --epochs N")
     if accelerator is not None:
         from trainwise.predict.cli import predict_on_accelerator
 

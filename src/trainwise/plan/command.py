@@ -20,7 +20,7 @@ from trainwise.plan import costs
 from trainwise.plan.objectives import (Constraints, check_option_number, make_objective, parse_duration, parse_money,
                                        parse_weights)
 from trainwise.plan.planner import PlanOptions, PlanResult, check_inputs, plan
-from trainwise.profile.schema import Profile, load_profile, script_epochs_of
+from trainwise.profile.schema import Profile, load_profile, script_epochs_disagreement, script_epochs_of
 
 
 # Ranges of the numeric options, far past any real setup: beyond them the modelled times and costs
@@ -183,6 +183,8 @@ def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_na
                 options = options.model_copy(update={"primary_epochs": own.epochs})
                 status_console.print(f"headline: {own.epochs} epochs, set by the script itself ({own.source}); "
                                      "--epochs N plans another")
+            elif why := script_epochs_disagreement([prof for _, prof in profiles]):
+                status_console.print(f"headline: the largest --epoch-options; {why}: pass --epochs N")
         with _step(progress, "ranking candidates"):
             result = plan(profiles, catalog, objective, constraints, epoch_options=epoch_options, local_offering=local,
                           options=options)

@@ -273,6 +273,18 @@ def script_epochs_of(profiles: Sequence[Profile]) -> ScriptEpochs | None:
     return next(iter(found.values()))
 
 
+def script_epochs_disagreement(profiles: Sequence[Profile]) -> str | None:
+    """Why script_epochs_of gave None although some profile read its script's count (they differ, or some
+    read none), in words; None when no profile read one or they agree."""
+    counts = sorted({p.script_epochs.epochs for p in profiles if p.script_epochs is not None})
+    unread = sum(1 for p in profiles if p.script_epochs is None)
+    if not counts or (len(counts) == 1 and not unread):
+        return None
+    said = ", ".join(str(c) for c in counts)
+    return (f"the profiles' scripts set {said} epochs" + (f" ({unread} set none that could be read)" if unread else "")
+            + ": not one count to use")
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read a Profile JSON, with one-line errors for every way it can be wrong."""
     p = Path(path)
