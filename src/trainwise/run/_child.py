@@ -348,29 +348,11 @@ class RunAgent:
 
     def _gather_rank_states(self) -> list[dict[str, Any]] | None:
         """Every rank's _rank_state(), in rank order, on rank 0 (None elsewhere): all ranks call this at
-        the same boundary (agreed on the all-reduce). Tensors of the DDP model's device, so that it works
-        over NCCL as over gloo."""
-        import io
-
-        torch = self._torch
-        dist = torch.distributed
-        group = self._ddp_group
-        buffer = io.BytesIO()
-        torch.save(self._rank_state(), buffer)
-        payload = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8).to(self._ddp_device)
-        world = dist.get_world_size(group)
-        size = torch.tensor([payload.numel()], dtype=torch.int64, device=self._ddp_device)
-        sizes = [torch.zeros_like(size) for _ in range(world)]
-        dist.all_gather(sizes, size, group=group)
-        longest = int(max(int(s) for s in sizes))
-        padded = torch.zeros(longest, dtype=torch.uint8, device=self._ddp_device)
-        padded[: payload.numel()] = payload
-        gathered = [torch.zeros_like(padded) for _ in range(world)]
-        dist.all_gather(gathered, padded, group=group)
-        if not self.writes_checkpoints:
-            return None
-        return [torch.load(io.BytesIO(t[: int(n)].cpu().numpy().tobytes()), weights_only=False)
-                for t, n in zip(gathered, sizes)]
+        the same boundary (agreed on the all-reduce). torch's all_gather_object pickles and pads them (and
+        puts them on the current GPU under NCCL)."""
+        gathered: list[Any] = [None] * self._torch.distributed.get_world_size(self._ddp_group)
+        self._torch.distributed.all_gather_object(gathered, self._rank_state(), group=self._ddp_group)
+        return gathered if self.writes_checkpoints else None
 
     def _collect_state(self, rank_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         from trainwise.run import _state
