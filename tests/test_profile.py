@@ -112,6 +112,43 @@ def test_validation_every_n_steps_is_out_of_the_iterations_and_counted_per_epoch
     assert "4 passes per epoch, 12 in all" in prediction.note
 
 
+def test_evaluating_the_training_set_without_eval_or_no_grad_is_validation_not_an_empty_epoch():
+    from trainwise.predict.same_machine import predict_total, validation_estimates
+
+    # after each epoch the script computes the loss over the *training* loader (gradients on, train
+    # mode, no step), then validates: it was read as a second, empty epoch per epoch
+    full = run_profile(script("mlp_train.py", "--epochs", "2", "--train-eval", "plain"), ProfileOptions(mode="full"),
+                       quiet=True)
+    assert [e.iterations for e in full.epochs] == [40, 40] and full.full_run.epochs_completed == 2
+    assert [(v.epoch, v.loader, v.batches_timed, v.batches_total) for v in full.validations] == [
+        (0, 0, 40, 40), (0, 1, 20, 20), (1, 0, 40, 40), (1, 1, 20, 20)]
+    assert full.dataset.iterations_per_epoch == 40 and full.dataset.n_train == 640
+    assert any("evaluation of the training set" in note for note in full.notes)
+    loaders = validation_estimates(full, 40)
+    assert [(v.loader, v.batches_per_pass, v.passes_per_epoch) for v in loaders] == [(0, 40, 1), (1, 20, 1)]
+    prediction = predict_total(full, 2)
+    assert "validation over 2 DataLoaders per epoch (passes of 40, 20 batches)" in prediction.note
+    # both loaders' passes are in the prediction: 4 passes, not 2 of the first loader's length
+    measured_s = sum(v.wall_s for v in full.validations)
+    assert prediction.breakdown_s["validation_s"] == pytest.approx(measured_s, rel=0.5)
+    assert prediction.breakdown_s["validation_s"] > sum(v.wall_s for v in full.validations if v.loader == 0)
+
+
+def test_a_sampled_profile_times_every_loader_evaluated_after_the_truncated_epoch():
+    from trainwise.predict.same_machine import predict_total
+
+    # the training set, then the validation set, each evaluated with eval() and no_grad after every epoch
+    sampled = run_profile(script("mlp_train.py", "--epochs", "50", "--train-eval", "eval"),
+                          ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2),
+                          quiet=True)
+    assert sampled.stop_reason == "sampled" and len(sampled.epochs) == 2 and sampled.epochs[1].iterations == 2
+    # each pass cut short after 3 batches, sized by its own loader (it was the first loader's length for all)
+    assert [(v.epoch, v.loader, v.batches_timed, v.batches_total, v.truncated) for v in sampled.validations] == [
+        (0, 0, 3, 40, True), (0, 1, 3, 20, True)]
+    prediction = predict_total(sampled, 50)
+    assert "validation over 2 DataLoaders per epoch (passes of 40, 20 batches)" in prediction.note
+
+
 def test_a_validation_loop_without_eval_or_no_grad_is_validation_not_an_epoch():
     from trainwise.predict.same_machine import predict_total
 

@@ -22,6 +22,9 @@ parser.add_argument("--checkpoint-every", type=int, default=5)
 parser.add_argument("--denormal-file", default="", help="write whether denormal floats are flushed to zero here")
 parser.add_argument("--plain-validation", action="store_true",
                     help="validate without model.eval() or torch.no_grad(): just the loss over the validation loader")
+parser.add_argument("--train-eval", choices=["none", "plain", "eval"], default="none",
+                    help="after each epoch also evaluate the training set: plain (gradients on, train mode) or eval "
+                         "(model.eval() and torch.no_grad())")
 parser.add_argument("--peek", action="store_true", help="look at one training batch (next(iter(loader))) before training")
 args = parser.parse_args()
 
@@ -35,18 +38,22 @@ model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.L
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
 
-def validate() -> int:
-    if args.plain_validation:
+def evaluate(loader, plain: bool) -> int:
+    if plain:
         loss = 0.0
-        for xb, yb in val:
+        for xb, yb in loader:
             loss += torch.nn.functional.cross_entropy(model(xb), yb).item()
         return int(loss)
     model.eval()
     correct = 0
     with torch.no_grad():
-        for xb, yb in val:
+        for xb, yb in loader:
             correct += (model(xb).argmax(1) == yb).sum().item()
     return correct
+
+
+def validate() -> int:
+    return evaluate(val, args.plain_validation)
 
 
 if args.peek:
@@ -69,6 +76,9 @@ for epoch in range(args.passes or args.epochs or 3):
         if args.validate_every and (step + 1) % args.validate_every == 0 and step + 1 < len(train):
             validate()
             model.train()
+    if args.train_eval != "none":
+        evaluate(train, args.train_eval == "plain")
+        model.train()
     correct = validate()
     print(f"epoch {epoch} accuracy {correct / args.val_samples:.3f}", flush=True)
 if args.save_file:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict import malta, state_zeros
@@ -60,47 +60,86 @@ def _check_epochs(epochs: int) -> None:
 
 @dataclass(frozen=True)
 class ValidationEstimate:
+    """One DataLoader's validation passes, scaled from the timed batches to whole passes."""
+
     first_pass_s: float
     later_pass_s: float
     relative_halfwidth: float
     batches_per_pass: int
+    loader: int | None = None
+    passes_per_epoch: int = 1
+    interval: int | None = None  # validation every `interval` iterations; None: once per epoch
+
+    def total_s(self, epochs: int) -> float:
+        return self.first_pass_s + (epochs * self.passes_per_epoch - 1) * self.later_pass_s
 
 
-def validation_estimate(profile: Profile) -> ValidationEstimate | None:
-    """Scale the timed validation batches to a full pass over the validation set."""
-    timed = [v for v in profile.validations if v.batches_timed > 0]
-    if not timed:
-        return None
-    first = timed[0]
-    total_batches = first.batches_total or profile.dataset.val_batches_per_pass or first.batches_timed
-    batch_times = first.batch_wall_s
-    first_batch_s = batch_times[0]
-    rest = [t for v in timed for t in (v.batch_wall_s[1:] if v is first else v.batch_wall_s[1:])]
+def _validation_groups(profile: Profile) -> list[list]:
+    """The timed validation passes, one list per DataLoader in the order the script first evaluated
+    each (a profile without loader numbers, older or from a framework's callback: one list)."""
+    groups: dict[int | None, list] = {}
+    for v in profile.validations:
+        if v.batches_timed > 0:
+            groups.setdefault(v.loader, []).append(v)
+    return list(groups.values())
+
+
+def _loader_estimate(profile: Profile, passes: list, fallback_batches: int | None) -> ValidationEstimate:
+    first = passes[0]
+    total_batches = first.batches_total or fallback_batches or first.batches_timed
+    first_batch_s = first.batch_wall_s[0]
+    rest = [t for v in passes for t in v.batch_wall_s[1:]]
     steady_batch_s = statistics.fmean(rest) if rest else first_batch_s
     spread = statistics.stdev(rest) / math.sqrt(len(rest)) * 1.96 / steady_batch_s if len(rest) > 1 and steady_batch_s > 0 else 0.5
     first_pass = first_batch_s + (total_batches - 1) * steady_batch_s
     # Without DataLoader workers a later pass starts warm; with workers each pass pays their start.
     later_first = first_batch_s if profile.dataset.num_workers > 0 else steady_batch_s
     later_pass = later_first + (total_batches - 1) * steady_batch_s
-    return ValidationEstimate(first_pass, later_pass, spread, total_batches)
+    return ValidationEstimate(first_pass, later_pass, spread, total_batches, loader=first.loader)
 
 
-def _mid_epoch_validations(profile: Profile) -> list:
+def validation_estimates(profile: Profile, iterations_per_epoch: int) -> list[ValidationEstimate]:
+    """Each evaluated DataLoader's passes: its pass time (timed batches scaled to the loader's length)
+    and how many passes per epoch (once at the epoch's end, or every N iterations as seen in the first
+    epoch). A script that evaluates the training set and the validation set after every epoch has two
+    loaders, each with its own pass length."""
+    estimates = []
+    for n, passes in enumerate(_validation_groups(profile)):
+        # The profile's val_batches_per_pass is the first evaluated loader's length
+        estimate = _loader_estimate(profile, passes, profile.dataset.val_batches_per_pass if n == 0 else None)
+        per_epoch, interval = _passes_per_epoch(profile, passes, iterations_per_epoch)
+        estimates.append(replace(estimate, passes_per_epoch=per_epoch, interval=interval))
+    return estimates
+
+
+def validation_estimate(profile: Profile) -> ValidationEstimate | None:
+    """One epoch's validation as one pass (the Malta equations' T(val)): every evaluated loader's
+    pass, summed; None when no validation batch was timed."""
+    loaders = [_loader_estimate(profile, passes, profile.dataset.val_batches_per_pass if n == 0 else None)
+               for n, passes in enumerate(_validation_groups(profile))]
+    if not loaders:
+        return None
+    if len(loaders) == 1:
+        return loaders[0]
+    later = sum(v.later_pass_s for v in loaders)
+    halfwidth = math.sqrt(sum((v.later_pass_s * v.relative_halfwidth) ** 2 for v in loaders)) / later if later > 0 else 0.5
+    return ValidationEstimate(sum(v.first_pass_s for v in loaders), later, halfwidth,
+                              sum(v.batches_per_pass for v in loaders))
+
+
+def _mid_epoch_validations(profile: Profile, passes: list | None = None) -> list:
     """Validation passes of the first epoch after which its training went on (validation every N
     steps), as opposed to the pass at the epoch's end."""
     if not profile.epochs:
         return []
     first = profile.epochs[0]
     starts = [it.start_s for it in profile.iterations if it.epoch == first.index]
-    return [v for v in profile.validations if v.epoch == first.index and any(s > v.start_s for s in starts)]
+    candidates = profile.validations if passes is None else passes
+    return [v for v in candidates if v.epoch == first.index and any(s > v.start_s for s in starts)]
 
 
-def validation_passes_per_epoch(profile: Profile, iterations_per_epoch: int) -> tuple[int, int | None]:
-    """(passes per epoch, the validation interval in iterations, None for once per epoch). A script
-    that validates every N steps shows it in the sampled first epoch: N is the number of iterations
-    before its first pass there (or between its first two); the epoch then has one pass after each
-    multiple of N inside it, and one at its end when the profile saw one there or N divides N_it."""
-    mid = _mid_epoch_validations(profile)
+def _passes_per_epoch(profile: Profile, passes: list, iterations_per_epoch: int) -> tuple[int, int | None]:
+    mid = _mid_epoch_validations(profile, passes)
     if not mid:
         return 1, None
     first = profile.epochs[0]
@@ -109,9 +148,22 @@ def validation_passes_per_epoch(profile: Profile, iterations_per_epoch: int) -> 
     interval = positions[1] - positions[0] if len(positions) > 1 else positions[0]
     if interval <= 0:
         return 1, None
-    at_end = any(v.epoch == first.index and v not in mid for v in profile.validations)
+    at_end = any(v.epoch == first.index and v not in mid for v in passes)
     inside = (iterations_per_epoch - 1) // interval
     return max(1, inside + (1 if at_end or iterations_per_epoch % interval == 0 else 0)), interval
+
+
+def validation_passes_per_epoch(profile: Profile, iterations_per_epoch: int) -> tuple[int, int | None]:
+    """(passes per epoch, the validation interval in iterations, None for once per epoch), over every
+    evaluated loader. A script that validates every N steps shows it in the sampled first epoch: N is
+    the number of iterations before its first pass there (or between its first two); the epoch then
+    has one pass after each multiple of N inside it, and one at its end when the profile saw one there
+    or N divides N_it."""
+    estimates = validation_estimates(profile, iterations_per_epoch)
+    if not estimates:
+        return 1, None
+    intervals = [v.interval for v in estimates if v.interval is not None]
+    return sum(v.passes_per_epoch for v in estimates), (min(intervals) if intervals else None)
 
 
 def _between_epochs_s(profile: Profile) -> float:
@@ -157,20 +209,23 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     iterations_s = epochs * n_it * mean_s + (steady.first_iteration_s - mean_s)
     epoch_start_s = (epochs - 1) * max(0.0, steady.epoch_start_extra_s or 0.0)
     between_s = (epochs - 1) * _between_epochs_s(profile)
-    val = validation_estimate(profile)
-    passes_per_epoch, interval = validation_passes_per_epoch(profile, n_it)
-    validation_s = 0.0 if val is None else val.first_pass_s + (epochs * passes_per_epoch - 1) * val.later_pass_s
+    loaders = validation_estimates(profile, n_it)
+    validation_s = sum(v.total_s(epochs) for v in loaders)
     init_s = profile.init.total_s
     total = init_s + iterations_s + epoch_start_s + between_s + validation_s
-    notes = [] if val is not None else ["no validation pass observed: validation time not included"]
-    if val is not None and interval is not None:
-        notes.append(f"validation every {interval} iterations (seen in the first epoch): {passes_per_epoch} passes per "
-                     f"epoch, {epochs * passes_per_epoch} in all")
+    notes = [] if loaders else ["no validation pass observed: validation time not included"]
+    if len(loaders) > 1:
+        notes.append(f"validation over {len(loaders)} DataLoaders per epoch (passes of "
+                     f"{', '.join(str(v.batches_per_pass) for v in loaders)} batches)")
+    for v in loaders:
+        if v.interval is not None:
+            notes.append(f"validation every {v.interval} iterations (seen in the first epoch): {v.passes_per_epoch} passes "
+                         f"per epoch, {epochs * v.passes_per_epoch} in all")
     # The host's speed wander (independent of the sampling error): how far a window as long as the
     # sampled steps strays from the host's mean level, when `trainwise host-noise` measured it here.
     host_stray = host_stray_fraction(profile)
-    band = math.hypot(epochs * n_it * half, validation_s * (val.relative_halfwidth if val else 0.0),
-                      (iterations_s + validation_s) * (host_stray or 0.0))
+    validation_halfwidth_s = math.sqrt(sum((v.total_s(epochs) * v.relative_halfwidth) ** 2 for v in loaders))
+    band = math.hypot(epochs * n_it * half, validation_halfwidth_s, (iterations_s + validation_s) * (host_stray or 0.0))
     if host_stray is None:
         notes.append("band: the sampled steps' own spread only; this host's speed wander is not in it (measure it "
                      "once with `trainwise host-noise`)")

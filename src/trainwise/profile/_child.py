@@ -246,7 +246,7 @@ class _LoaderState:
     """One pass over a DataLoader (one iterator, or one reset of a persistent-workers iterator)."""
 
     __slots__ = ("role", "key", "batches", "truncate", "record", "info", "grad_at_last_batch", "loader",
-                 "undecided", "exhausted_s", "epoch", "reopen_epoch", "before")
+                 "loader_index", "undecided", "exhausted_s", "epoch", "reopen_epoch", "before")
 
     def __init__(self, role: str, key: int, info: dict[str, Any] | None = None) -> None:
         self.role = role
@@ -258,9 +258,12 @@ class _LoaderState:
         self.grad_at_last_batch = False
         # The DataLoader iterated (weakly: the recorder must not keep it alive), None if unknown
         self.loader: Any = None
-        # A pass begun with gradients on and the model in train mode, over a loader no optimizer step
-        # has yet been taken on: training if a step comes during it, validation (or a look at a batch)
-        # if it ends without one (Recorder._settle_undecided)
+        # Which DataLoader, numbered in the order the script first iterated each (None if unknown)
+        self.loader_index: int | None = None
+        # A pass begun with gradients on and the model in train mode: training if an optimizer step
+        # comes during it, validation (or a look at a batch) if it ends without one
+        # (Recorder._settle_undecided); over the training loader too (a training-set evaluation loop
+        # without eval() or no_grad)
         self.undecided = False
         self.exhausted_s: float | None = None
         # What the pass changed when it began as training, undone if it turns out not to be:
@@ -352,6 +355,10 @@ class Recorder:
         # pass to begin settles it), and the DataLoaders optimizer steps were taken on
         self._undecided: _LoaderState | None = None
         self._training_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        # Each DataLoader iterated, numbered in the order the script first iterated it: the passes over
+        # one loader are alike, so validation is modelled per loader (a script that evaluates the
+        # training and the validation set after each epoch has two passes of different sizes per epoch)
+        self._loader_indices: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         # The most batches one iteration has consumed (gradient accumulation: several)
         self._most_batches_per_iteration = 0
         self._lock = threading.Lock()
@@ -659,14 +666,20 @@ class Recorder:
         # A first guess: a pass begun under no_grad or in eval mode is validation. Scripts that call
         # model.train() inside their step start the next epoch's pass while the model is still in
         # eval mode from the last validation; an optimizer step on its batches corrects the guess
-        # (_reclassify_as_training). Any other pass is training, for sure over a loader optimizer
-        # steps were taken on; over another one it is undecided until it ends: a validation loop
-        # without eval() or no_grad looks the same until no optimizer step comes (_settle_undecided).
+        # (_reclassify_as_training). Any other pass is training until it ends without an optimizer step
+        # (undecided): a validation loop without eval() or no_grad looks the same until then, over a
+        # loader training never iterates and over the training loader alike (_settle_undecided).
         validation = (not torch.is_grad_enabled()) or self.eval_mode
         self._loader_counter += 1
         state = _LoaderState("val" if validation else "train", self._loader_counter)
         state.loader = getattr(iterator, "_trainwise_loader", None)
-        state.undecided = not validation and not self._is_training_loader(state)
+        loader = state.loader() if state.loader is not None else None
+        if loader is not None:
+            try:
+                state.loader_index = self._loader_indices.setdefault(loader, len(self._loader_indices))
+            except TypeError:  # pragma: no cover - a loader that cannot be weakly referenced
+                state.loader_index = None
+        state.undecided = not validation
         try:
             iterator._trainwise_state = state
         except AttributeError:  # pragma: no cover - exotic iterator subclasses with __slots__
@@ -729,7 +742,7 @@ class Recorder:
                 return
             # Also timed as a validation pass would be, in case no optimizer step comes during it.
             if state.record is None:
-                state.record = self._validation_record(start_s)
+                state.record = self._validation_record(start_s, state)
             self._record_validation_batch(state.record, start_s, end_s, samples)
             if not (self.sampled and self.epoch1_truncated
                     and state.batches > 2 * max(1, self._most_batches_per_iteration)):
@@ -744,7 +757,7 @@ class Recorder:
         else:
             record = state.record
             if record is None:
-                record = state.record = self._validation_record(start_s)
+                record = state.record = self._validation_record(start_s, state)
                 self.validations.append(record)
             self._record_validation_batch(record, start_s, end_s, samples)
         if self.sampled and not self.validation_done and len(record["batch_starts_s"]) >= self.validation_batches \
@@ -752,10 +765,10 @@ class Recorder:
             # Enough validation batches timed: the next request ends this validation pass.
             state.truncate = True
 
-    def _validation_record(self, start_s: float) -> dict[str, Any]:
+    def _validation_record(self, start_s: float, state: _LoaderState) -> dict[str, Any]:
         return {"epoch": max(0, len(self.epochs) - 1), "start_s": start_s, "end_s": None,
                 "batch_starts_s": [], "data_wait_s": [], "samples": 0, "truncated": False,
-                "batches_total": self.loaders.get("val", {}).get("batches_per_pass")}
+                "batches_total": state.info.get("batches_per_pass"), "loader": state.loader_index}
 
     @staticmethod
     def _record_validation_batch(record: dict[str, Any], start_s: float, end_s: float, samples: int | None) -> None:
@@ -772,7 +785,7 @@ class Recorder:
             state.exhausted_s = end_s
             self._settle_undecided()
             if state.record is not None:  # an empty pass is nothing: no validation was timed
-                self._after_validation()
+                self._after_validation(another_may_follow=True)
             return
         if state.undecided:
             state.exhausted_s = end_s
@@ -784,7 +797,7 @@ class Recorder:
         elif state.record is not None:
             state.record["end_s"] = end_s
             self._exclude_from_iteration(state.record)
-            self._after_validation()
+            self._after_validation(another_may_follow=True)
 
     def _on_truncated(self, iterator, state: _LoaderState) -> None:
         now = self.now()
@@ -798,7 +811,7 @@ class Recorder:
             state.record["end_s"] = now
             state.record["truncated"] = True
             self._exclude_from_iteration(state.record)
-            self._after_validation()
+            self._after_validation(another_may_follow=True)
 
     def _exclude_from_iteration(self, record: dict[str, Any]) -> None:
         """A validation pass run between two optimizer steps (validation every N steps) is timed as
@@ -817,6 +830,7 @@ class Recorder:
         if state is self._undecided:
             self._undecided = None
         state.undecided = False
+        self._training_resumed()
         state.record = None
         state.before = None
         state.reopen_epoch = None
@@ -858,14 +872,19 @@ class Recorder:
             state.record = record
             self.loaders.setdefault("val", state.info)
             record["epoch"] = max(0, len(self.epochs) - 1)
-            record["batches_total"] = self.loaders["val"].get("batches_per_pass")
+            record["batches_total"] = state.info.get("batches_per_pass")
             self.validations.append(record)
             if state.exhausted_s is not None:
                 record["end_s"] = state.exhausted_s
                 self._exclude_from_iteration(record)
-            note = ("a DataLoader pass with gradients on and the model in train mode ended without an optimizer "
-                    "step, over a loader training does not iterate: timed as validation (a validation loop "
-                    "without model.eval() or torch.no_grad())")
+            if self._is_training_loader(state):
+                note = ("a pass over the training DataLoader with gradients on and the model in train mode ended "
+                        "without an optimizer step: timed as validation, not counted as an epoch (an evaluation of "
+                        "the training set without model.eval() or torch.no_grad())")
+            else:
+                note = ("a DataLoader pass with gradients on and the model in train mode ended without an optimizer "
+                        "step, over a loader training does not iterate: timed as validation (a validation loop "
+                        "without model.eval() or torch.no_grad())")
         if note not in self.notes:
             self.notes.append(note)
 
@@ -894,20 +913,33 @@ class Recorder:
             self.iter_data_wait = sum(record["data_wait_s"])
             self.iter_samples = record["samples"]
             self.iter_batches = len(record["batch_starts_s"])
+        self._training_resumed()
         note = ("a training DataLoader pass began with the model in eval mode (model.train() is called inside the "
                 "step); it was recognised as training at its first optimizer step")
         if note not in self.notes:
             self.notes.append(note)
 
-    def _after_validation(self) -> None:
+    def _after_validation(self, *, another_may_follow: bool = False) -> None:
+        """A validation pass ended. After the truncated epoch, each pass is timed for
+        `validation_batches` batches until training resumes (_training_resumed): a script may evaluate
+        several loaders (the training set, then the validation set). A framework's callback reports
+        its one validation loop per epoch (`another_may_follow` False)."""
         if not self.sampled or not self.epoch1_truncated or self.validation_done:
             return
-        self.validation_done = True
         planned = self.planned_epochs
         last_epoch = planned is not None and self._truncated_epoch >= planned - 1
         if self.epoch2_iterations <= 0 or last_epoch:
-            # Nothing more to measure (or no epoch 2 to come): the script's end-of-training code must not run.
+            # Nothing more to measure (or no epoch 2 to come): the script's end-of-training code must
+            # not run. (A second loader's pass after this one is then not seen.)
+            self.validation_done = True
             self._finish("validation_timed")
+        elif not another_may_follow:
+            self.validation_done = True
+
+    def _training_resumed(self) -> None:
+        """An optimizer step on a new pass: after the truncated epoch, its validation passes are over."""
+        if self.sampled and self.epoch1_truncated:
+            self.validation_done = True
 
     # ---- iterations -------------------------------------------------------------------------
     def _reset_iteration(self) -> None:
