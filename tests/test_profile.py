@@ -122,7 +122,8 @@ def test_evaluating_the_training_set_without_eval_or_no_grad_is_validation_not_a
     assert [e.iterations for e in full.epochs] == [40, 40] and full.full_run.epochs_completed == 2
     assert [(v.epoch, v.loader, v.batches_timed, v.batches_total) for v in full.validations] == [
         (0, 0, 40, 40), (0, 1, 20, 20), (1, 0, 40, 40), (1, 1, 20, 20)]
-    assert full.dataset.iterations_per_epoch == 40 and full.dataset.n_train == 640
+    # N_val is the validation set's: evaluating the training set does not make it the validation set
+    assert full.dataset.iterations_per_epoch == 40 and full.dataset.n_train == 640 and full.dataset.n_val == 320
     assert any("evaluation of the training set" in note for note in full.notes)
     loaders = validation_estimates(full, 40)
     assert [(v.loader, v.batches_per_pass, v.passes_per_epoch) for v in loaders] == [(0, 40, 1), (1, 20, 1)]
@@ -145,6 +146,7 @@ def test_a_sampled_profile_times_every_loader_evaluated_after_the_truncated_epoc
     # each pass cut short after 3 batches, sized by its own loader (it was the first loader's length for all)
     assert [(v.epoch, v.loader, v.batches_timed, v.batches_total, v.truncated) for v in sampled.validations] == [
         (0, 0, 3, 40, True), (0, 1, 3, 20, True)]
+    assert sampled.dataset.n_val == 320 and sampled.dataset.val_batches_per_pass == 20
     prediction = predict_total(sampled, 50)
     assert "validation over 2 DataLoaders per epoch (passes of 40, 20 batches)" in prediction.note
 

@@ -98,15 +98,20 @@ def _loader_estimate(profile: Profile, passes: list, fallback_batches: int | Non
     return ValidationEstimate(first_pass, later_pass, spread, total_batches, loader=first.loader)
 
 
+def _fallback_batches(profile: Profile, passes: list) -> int | None:
+    """A pass's length when its own record lacks it: the profile's validation loader's, for a profile
+    that does not say which loader a pass iterated (older, or a framework's); else unknown."""
+    return profile.dataset.val_batches_per_pass if passes[0].loader is None else None
+
+
 def validation_estimates(profile: Profile, iterations_per_epoch: int) -> list[ValidationEstimate]:
     """Each evaluated DataLoader's passes: its pass time (timed batches scaled to the loader's length)
     and how many passes per epoch (once at the epoch's end, or every N iterations as seen in the first
     epoch). A script that evaluates the training set and the validation set after every epoch has two
     loaders, each with its own pass length."""
     estimates = []
-    for n, passes in enumerate(_validation_groups(profile)):
-        # The profile's val_batches_per_pass is the first evaluated loader's length
-        estimate = _loader_estimate(profile, passes, profile.dataset.val_batches_per_pass if n == 0 else None)
+    for passes in _validation_groups(profile):
+        estimate = _loader_estimate(profile, passes, _fallback_batches(profile, passes))
         per_epoch, interval = _passes_per_epoch(profile, passes, iterations_per_epoch)
         estimates.append(replace(estimate, passes_per_epoch=per_epoch, interval=interval))
     return estimates
@@ -115,8 +120,7 @@ def validation_estimates(profile: Profile, iterations_per_epoch: int) -> list[Va
 def validation_estimate(profile: Profile) -> ValidationEstimate | None:
     """One epoch's validation as one pass (the Malta equations' T(val)): every evaluated loader's
     pass, summed; None when no validation batch was timed."""
-    loaders = [_loader_estimate(profile, passes, profile.dataset.val_batches_per_pass if n == 0 else None)
-               for n, passes in enumerate(_validation_groups(profile))]
+    loaders = [_loader_estimate(profile, passes, _fallback_batches(profile, passes)) for passes in _validation_groups(profile)]
     if not loaders:
         return None
     if len(loaders) == 1:

@@ -696,7 +696,9 @@ class Recorder:
         info["drop_last"] = bool(getattr(iterator, "_drop_last", False))
         info["num_workers"] = int(getattr(iterator, "_num_workers", 0))
         state.info = info
-        self.loaders.setdefault(state.role, info)
+        if state.role == "train" or not self._is_training_loader(state):
+            # (an evaluation of the training set does not make the training loader the validation set)
+            self.loaders.setdefault(state.role, info)
         if state.role == "train":
             if state.undecided:
                 self._undecided = state
@@ -870,7 +872,8 @@ class Recorder:
                     "next(iter(loader))) is neither an epoch nor validation")
         else:
             state.record = record
-            self.loaders.setdefault("val", state.info)
+            if not self._is_training_loader(state):
+                self.loaders.setdefault("val", state.info)
             record["epoch"] = max(0, len(self.epochs) - 1)
             record["batches_total"] = state.info.get("batches_per_pass")
             self.validations.append(record)

@@ -49,9 +49,13 @@ def profile_table(profile: Profile) -> Table:
                   f"median {format_duration(s.iteration.median_s)}, n={s.iteration.n}")
     table.add_row("  data wait", format_duration(s.data_wait.mean_s), f"{s.data_wait.mean_s / s.iteration.mean_s:.1%} of the iteration" if s.iteration.mean_s else "")
     table.add_row("  compute", format_duration(s.compute.mean_s), "forward + backward + optimizer")
-    if profile.validations:
-        v = profile.validations[0]
-        table.add_row("validation (timed)", format_duration(v.wall_s), f"{v.batches_timed} of {v.batches_total or '?'} batches")
+    # The first timed pass of each DataLoader the script evaluated (the training set, the validation set)
+    first_passes: dict = {}
+    for v in profile.validations:
+        first_passes.setdefault(v.loader, v)
+    for n, v in enumerate(first_passes.values()):
+        label = "validation (timed)" if len(first_passes) == 1 else f"validation (timed) #{n + 1}"
+        table.add_row(label, format_duration(v.wall_s), f"{v.batches_timed} of {v.batches_total or '?'} batches")
     table.add_row("samples / iteration", str(d.global_batch_size), f"{d.batches_per_iteration:g} batch(es) per optimizer step")
     table.add_row("iterations / epoch", str(d.iterations_per_epoch or "unknown"), f"N_train={d.n_train}, N_val={d.n_val}")
     if profile.script_epochs is not None:
