@@ -158,6 +158,9 @@ def measure_sized(config: tuple, epochs: int, train_samples: int,
     return build_row(config, epochs, train_samples, profile, full), command, full
 
 
+UNCORRECTED = "trainwise_without_level_correction"
+
+
 def sampled_profile(config: tuple, command: list[str], epochs: int) -> Profile:
     """`trainwise profile` (sampled, the default options) of the sized command."""
     return run_profile(command, ProfileOptions(epochs_hint=epochs), workload=config[0], quiet=True)
@@ -166,7 +169,9 @@ def sampled_profile(config: tuple, command: list[str], epochs: int) -> Profile:
 def build_row(config: tuple, epochs: int, train_samples: int, profile: Profile, full: Profile) -> dict:
     """The results row of one configuration: the profile's predictions against its full run."""
     workload, batch, _, val_samples, _ = config
-    predictions = {"trainwise": predict_total(profile, epochs)}
+    predictions = {"trainwise": predict_total(profile, epochs),
+                   # side by side: the same profile without the host-level correction
+                   UNCORRECTED: predict_total(profile, epochs, level_correction=False)}
     for name in SEED_ESTIMATORS:
         predictions[name] = predict_total(profile, epochs, name)
     actual_s = full.full_run.training_end_s
@@ -190,6 +195,8 @@ def build_row(config: tuple, epochs: int, train_samples: int, profile: Profile, 
         "full_same_window_mean_iteration_s": same_window_mean_iteration_s(full, profile),
         "profile_warmup_iterations": profile.steady_state.warmup_iterations,
         "sampled_steps_s": sampled_steps_s(profile), "host_stray": host_stray_fraction(profile),
+        "level_probes_s": [p.level_s for p in profile.level_probes],
+        "host_mean_level_s": profile.host_noise.mean_level_s() if profile.host_noise is not None else None,
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     console.print(f"  predicted {row['predicted_s']['trainwise']:.1f} s, actual {actual_s:.1f} s, "
@@ -235,6 +242,10 @@ def summarise(rows: list[dict], overhead: float, noise_floor: float) -> dict:
         "band_coverage": band_coverage(rows),
         "seed_equations": {name: {"median_abs_error": statistics.median(r["abs_error"][name] for r in rows),
                                   "max_abs_error": max(r["abs_error"][name] for r in rows)} for name in SEED_ESTIMATORS},
+        "without_level_correction": ({"median_abs_error": statistics.median(r["abs_error"][UNCORRECTED] for r in rows),
+                                      "max_abs_error": max(r["abs_error"][UNCORRECTED] for r in rows),
+                                      "rows_corrected": sum(1 for r in rows if r.get("host_mean_level_s") and r.get("level_probes_s"))}
+                                     if all(UNCORRECTED in r["abs_error"] for r in rows) else None),
         "configurations": len(rows),
         "workloads": sorted({r["workload"] for r in rows}),
         "error_convention": "|predicted − actual| / actual; actual = launch → end of the last iteration/validation of the --full run",

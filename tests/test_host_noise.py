@@ -232,3 +232,66 @@ def test_an_output_folder_is_refused_before_the_probe(tmp_path, capsys, monkeypa
     code = main(["host-noise", "--seconds", "40", "-o", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "--output" in err and "is a folder" in err and "Traceback" not in err
+
+
+def test_the_measurement_records_the_mean_level_a_long_run_averages():
+    noise = host_noise.measure(60, samples=two_level_samples(60))
+    mean = (30 * 1.0 + 29 * 1.5) / 59 * 0.004  # 59 whole seconds: 30 at level 1, 29 at 1.5
+    assert noise.compute.mean_s == pytest.approx(mean) and noise.compute.median_s == pytest.approx(0.004)
+    assert noise.mean_level_s() == pytest.approx(mean + 0.002)
+    assert noise_for().mean_level_s() is None  # a measurement from before the mean was kept
+    # the envelope keeps the newest measurement's level
+    older = host_noise.measure(60, samples=two_level_samples(60, slow=3.0)).model_copy(update={"measured_at": "2026-11-24T00:00:00+00:00"})
+    assert host_noise.envelope([older, noise]).mean_level_s() == pytest.approx(noise.mean_level_s())
+
+
+def test_the_probe_level_is_in_the_measurements_units():
+    level_s = host_noise.probe_level_s(0.2)
+    samples = host_noise.probe_samples(0.5)
+    per_sample_s = sorted(s["compute_s"] + s["memory_s"] for s in samples)
+    assert per_sample_s[0] / 2 < level_s < per_sample_s[-1] * 2
+
+
+def leveled(profile, reference_s: float | None, window_levels_s: list[float], **environment):
+    noise = noise_for()
+    if reference_s is not None:
+        noise = noise.model_copy(update={"compute": noise.compute.model_copy(update={"mean_s": reference_s - 0.002}),
+                                         "memory": noise.memory.model_copy(update={"mean_s": 0.002})})
+    from trainwise.profile.schema import LevelProbe
+
+    probes = [LevelProbe(where=where, after_iteration=n, level_s=level)
+              for where, n, level in zip(("before", "after"), (1, len(profile.iterations)), window_levels_s)]
+    return profile.model_copy(update={"host_noise": noise, "level_probes": probes,
+                                      "environment": profile.environment.model_copy(update=environment)})
+
+
+def test_the_level_correction_scales_steps_and_validation_to_the_hosts_mean_level():
+    from trainwise.predict.same_machine import host_level_correction
+
+    base = make([0.5] * 30, init_s=3.0, val_batch_s=[0.2] * 5, val_total=20, epoch2=[0.5] * 4)
+    plain = trainwise_estimate(base, epochs=10)
+    # the probe beside the steps ran 25 % slower than the host's mean level: the steps were slow too
+    slow_window = load_profile_like(leveled(base, 0.006, [0.0074, 0.0076]))
+    corrected = trainwise_estimate(slow_window, epochs=10)
+    factor = 0.006 / 0.0075
+    moved_s = plain.breakdown_s["iterations_s"] + plain.breakdown_s["validation_s"]
+    assert corrected.total_s == pytest.approx(plain.total_s + (factor - 1) * moved_s)
+    assert corrected.breakdown_s["host_level_correction_s"] == pytest.approx((factor - 1) * moved_s)
+    assert sum(corrected.breakdown_s.values()) == pytest.approx(corrected.total_s)  # the parts add up
+    assert "ran 25.0% slower than this host's mean level" in corrected.note and "×0.800" in corrected.note
+    assert trainwise_estimate(slow_window, epochs=10, level_correction=False).total_s == pytest.approx(plain.total_s)
+    # a fast window is scaled up; an absurd one is clipped
+    assert host_level_correction(leveled(base, 0.006, [0.005, 0.005])).factor == pytest.approx(1.2)
+    assert host_level_correction(leveled(base, 0.006, [0.1, 0.1])).factor == pytest.approx(1 / 1.5)
+    # no correction without a reference level (an older measurement), on another CPU model, on a GPU, without probes
+    assert host_level_correction(leveled(base, None, [0.0075, 0.0075])) is None
+    assert host_level_correction(leveled(base, 0.006, [0.0075, 0.0075], cpu_model="another")) is None
+    assert host_level_correction(leveled(base, 0.006, [0.0075, 0.0075], device="cuda")) is None
+    assert host_level_correction(leveled(base, 0.006, [])) is None
+
+
+def load_profile_like(profile):
+    """Through JSON and back, as a saved profile is read."""
+    from trainwise.profile.schema import Profile
+
+    return Profile.model_validate_json(profile.model_dump_json())

@@ -70,6 +70,23 @@ def test_full_mode_runs_to_completion(tmp_path):
     assert profile.full_run.training_end_s <= profile.process_wall_s + 0.5
 
 
+def test_a_sampled_profile_times_the_host_level_probe_beside_its_steps_and_outside_them():
+    sampled = run_profile(script("mlp_train.py", "--epochs", "50"),
+                          ProfileOptions(min_iterations=30, max_iterations=30, validation_batches=2, epoch2_iterations=2,
+                                         level_probe_s=0.2), quiet=True)
+    probes = sampled.level_probes
+    assert [(p.where, p.after_iteration) for p in probes] == [("before", 1), ("after", 30)]
+    assert all(0 < p.level_s < 1 for p in probes)
+    # 0.2 s of probing after iteration 1 and after iteration 30: in no iteration (steps here take milliseconds)
+    assert max(it.wall_s for it in sampled.iterations[1:]) < 0.15
+    assert len(sampled.iterations) == 32 and sampled.steady_state.iteration.mean_s < 0.05
+    # a full run, or --level-probe-seconds 0, probes nothing
+    full = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full"), quiet=True)
+    assert full.level_probes == []
+    with pytest.raises(TrainwiseError, match="--level-probe-seconds"):
+        ProfileOptions(level_probe_s=-1).validate()
+
+
 def test_gradient_accumulation_counts_optimizer_steps():
     profile = run_profile(script("mlp_train.py", "--epochs", "1", "--accumulate", "2"), ProfileOptions(mode="full"), quiet=True)
     assert len(profile.iterations) == 20

@@ -99,6 +99,7 @@ def profile(
     tune_allocator: Annotated[bool, typer.Option(help="Launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_; faster, steadier CPU steps); profile and run the same way for the prediction to hold")] = True,
     flush_denormal: Annotated[bool, typer.Option(help="Flush denormal floats to zero in the job (torch.set_flush_denormal; much faster, steadier CPU steps for models that produce them); profile and run the same way for the prediction to hold")] = True,
     host_noise: Annotated[bool, typer.Option(help="Attach this host's speed wander, if `trainwise host-noise` measured it here (predictions widen their band by it)")] = True,
+    level_probe_seconds: Annotated[float, typer.Option(help="Time the host-noise probe for this long right before and after the sampled steps (the host's speed level there; with `trainwise host-noise` measured here, predictions scale the steps to the host's mean level); 0: off")] = 0.1,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) for a few iterations and write its Profile."""
     from trainwise.profile.runner import ProfileOptions, expand_batch_sizes, run_profile
@@ -129,7 +130,8 @@ def profile(
                              epoch2_iterations=epoch2_iterations, target_relative_ci=target_ci, timeout_s=timeout,
                              epochs_hint=epochs, budget_fraction=budget, min_budget_seconds=min_budget_seconds,
                              characterise=characterise,
-                             tune_allocator=tune_allocator, flush_denormal=flush_denormal, host_noise=host_noise)
+                             tune_allocator=tune_allocator, flush_denormal=flush_denormal, host_noise=host_noise,
+                             level_probe_s=level_probe_seconds)
     options.validate()
     from trainwise._io import check_output_path, write_output_text
 

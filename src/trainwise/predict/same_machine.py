@@ -204,7 +204,42 @@ def host_stray_fraction(profile: Profile) -> float | None:
     return profile.host_noise.stray_fraction(max(sampled_steps_s(profile), 1e-3))
 
 
-def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int | None = None) -> Prediction:
+# A level correction larger than this either way is not believed (a probe caught in a stall, a reference
+# from another state of the host): the factor is clipped to [1 / MAX_LEVEL_FACTOR, MAX_LEVEL_FACTOR].
+MAX_LEVEL_FACTOR = 1.5
+
+
+@dataclass(frozen=True)
+class LevelCorrection:
+    factor: float  # the steps' and validation's time is multiplied by it
+    window_level_s: float
+    reference_level_s: float
+    note: str
+
+
+def host_level_correction(profile: Profile) -> LevelCorrection | None:
+    """The sampled steps ran at the host's speed level of their second or two; the full run averages
+    the host's mean level. With the host-noise probe timed beside the steps (profile.level_probes) and
+    this host's mean level from `trainwise host-noise` (the same probe, same units), the steps are
+    scaled by mean level / level beside them (benchmarks/level_probe.py: a job's 1-s level follows the
+    probe's with correlation 0.7-0.9, and the scaling halved the window's error there when the reference
+    was the run's own mean). None without both, on a GPU, or on another CPU model than the measurement's."""
+    noise = profile.host_noise
+    if not profile.level_probes or noise is None or profile.environment.device != "cpu":
+        return None
+    reference_s = noise.mean_level_s()
+    if reference_s is None or noise.cpu_model != profile.environment.cpu_model:
+        return None
+    window_s = statistics.fmean(p.level_s for p in profile.level_probes)
+    factor = min(MAX_LEVEL_FACTOR, max(1.0 / MAX_LEVEL_FACTOR, reference_s / window_s))
+    direction = "slower" if window_s > reference_s else "faster"
+    note = (f"host level: the probe beside the sampled steps ran {abs(window_s / reference_s - 1):.1%} {direction} than this "
+            f"host's mean level ({noise.describe(profile.created_at)}): steps and validation scaled ×{factor:.3f}")
+    return LevelCorrection(factor, window_s, reference_s, note)
+
+
+def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int | None = None,
+                       level_correction: bool = True) -> Prediction:
     _check_epochs(epochs)
     n_it = iterations_per_epoch_of(profile, iterations_per_epoch)
     steady = profile.steady_state
@@ -218,6 +253,12 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     init_s = profile.init.total_s
     total = init_s + iterations_s + epoch_start_s + between_s + validation_s
     notes = [] if loaders else ["no validation pass observed: validation time not included"]
+    level = host_level_correction(profile) if level_correction else None
+    level_correction_s = 0.0
+    if level is not None:
+        level_correction_s = (level.factor - 1.0) * (iterations_s + validation_s)
+        total += level_correction_s
+        notes.append(level.note)
     if len(loaders) > 1:
         notes.append(f"validation over {len(loaders)} DataLoaders per epoch (passes of "
                      f"{', '.join(str(v.batches_per_pass) for v in loaders)} batches)")
@@ -242,6 +283,8 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     low, high = total - band, total + band
     breakdown = {"init_s": init_s, "iterations_s": iterations_s, "epoch_start_s": epoch_start_s,
                  "between_epochs_s": between_s, "validation_s": validation_s}
+    if level is not None:
+        breakdown["host_level_correction_s"] = level_correction_s  # the parts still add up to the total
     zeros = profile.optimizer_state_zeros
     at_stake_s = zeros.step_time_at_stake_s if zeros is not None else None
     if zeros is not None and at_stake_s and mean_s > 0 and at_stake_s / mean_s >= STATE_ZEROS_NOTE_FRACTION:
@@ -332,9 +375,9 @@ def malta_estimate(profile: Profile, epochs: int, estimator: str, iterations_per
 
 
 def predict_total(profile: Profile, epochs: int, estimator: str = "trainwise",
-                  iterations_per_epoch: int | None = None) -> Prediction:
+                  iterations_per_epoch: int | None = None, level_correction: bool = True) -> Prediction:
     if estimator == "trainwise":
-        return trainwise_estimate(profile, epochs, iterations_per_epoch)
+        return trainwise_estimate(profile, epochs, iterations_per_epoch, level_correction)
     return malta_estimate(profile, epochs, estimator, iterations_per_epoch)
 
 

@@ -383,6 +383,11 @@ class Recorder:
         self._zeros_seen: dict[str, Any] | None = None
         self._characterise_tried = False
         self.characterise_s = 0.0
+        # The host's speed level beside the sampled steps (host_noise.probe_level_s), before and after
+        # them; its time, like the trace's, is in no iteration and not sampling time
+        self.level_probe_s = float(config.get("level_probe_s", 0.0))
+        self.level_probes: list[dict[str, Any]] = []
+        self.level_probes_s = 0.0
         # A sampled profile's torch.save to a path writes a scratch file beside it instead (same
         # folder, so the same filesystem and the same cost): the few sampled iterations must not
         # replace the user's checkpoint. {the path's absolute form: scratch path}
@@ -625,6 +630,31 @@ class Recorder:
             self._trace_workload()
         finally:
             self.characterise_s = time.perf_counter() - started
+
+    def _probe_level(self, where: str) -> None:
+        """Time the host-noise probe here, between two iterations (observer time): the host's level
+        beside the sampled steps."""
+        if not self.level_probe_s or self._model_on_gpu():
+            return
+        started = time.perf_counter()
+        try:
+            from trainwise.profile.host_noise import probe_level_s
+
+            level_s = probe_level_s(self.level_probe_s)
+            self.level_probes.append({"where": where, "after_iteration": len(self.iterations), "level_s": level_s})
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must never lose the profile
+            self.notes.append(f"host level probe failed: {exc}")
+            self.level_probe_s = 0.0
+        finally:
+            self.level_probes_s += time.perf_counter() - started
+
+    def _model_on_gpu(self) -> bool:
+        """The model's parameters live on a GPU: a CPU level says nothing about its steps."""
+        model = self._model_ref() if self._model_ref is not None else None
+        try:
+            return model is not None and next(model.parameters()).device.type != "cpu"
+        except StopIteration:
+            return False
 
     def _trace_workload(self) -> None:
         self._stop_capturing()
@@ -1011,6 +1041,7 @@ class Recorder:
             # (below): it is in no iteration. A --full run keeps it for the end, outside the
             # training time it measures.
             self._characterise()
+            self._probe_level("before")
         if self.sampled:
             self._check_stop(epoch)
         # The next iteration starts after trainwise's own bookkeeping, which an uninstrumented run
@@ -1029,7 +1060,7 @@ class Recorder:
         n = len(self.iterations)
         # Seconds of sampling: the trace done after the first iteration is not sampling time (the cost
         # budget below still counts it).
-        elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s
+        elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
         if n < self.min_iterations and elapsed < self.max_seconds:
             return
         # The stability test costs O(n log n): run it on a geometric schedule (about every 5 % more
@@ -1054,6 +1085,7 @@ class Recorder:
         self.stability = {"reason": reason, "iterations": n, "warmup_iterations": verdict.warmup_iterations,
                           "relative_ci95_halfwidth": verdict.relative_ci95_halfwidth,
                           "relative_drift": verdict.relative_drift, "stable": verdict.stable}
+        self._probe_level("after")
         self.epoch1_truncated = True
         self._truncated_epoch = epoch
         if self.current_train_state is None:
@@ -1176,6 +1208,7 @@ class Recorder:
             "config": {k: v for k, v in self.config.items() if k != "out_path"},
             "stop_reason": self.stop_reason,
             "stability": self.stability,
+            "level_probes": self.level_probes,
             "marks": self.marks,
             "iterations": self.iterations,
             "validations": self.validations,

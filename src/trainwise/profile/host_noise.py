@@ -67,6 +67,9 @@ class ProbeLevels(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     median_s: float = Field(gt=0, description="median per-second level (seconds per probe sample)")
+    mean_s: float | None = Field(default=None, gt=0, description=(
+        "mean per-second level: the level a run of minutes averages, its slow episodes included (None in "
+        "measurements older than the level correction)"))
     p90_over_p10: float = Field(ge=1)
     correlation_length_s: int | None = Field(default=None, ge=0, description=(
         "lag at which the levels' autocorrelation falls under 0.5: how long one speed level lasts; None when "
@@ -93,6 +96,13 @@ class HostNoise(BaseModel):
         mixes both), interpolated in log(window) between measured windows; a window shorter than the
         shortest measured gets the shortest's (shorter windows stray more), a longer one the longest's."""
         return max(_interpolate(levels.windows, window_s) for levels in (self.compute, self.memory))
+
+    def mean_level_s(self) -> float | None:
+        """Seconds per sample of the level probe (`probe_level_s`) at this host's mean level: the
+        reference a profile's probe beside its sampled steps is compared with; None when not measured."""
+        if self.compute.mean_s is None or self.memory.mean_s is None:
+            return None
+        return self.compute.mean_s + self.memory.mean_s
 
     def age_hours(self, at: str) -> float | None:
         """Hours from this measurement to the ISO time `at` (a profile's created_at); None when either
@@ -152,7 +162,7 @@ def _widest_levels(levels: list[ProbeLevels], newest: ProbeLevels) -> ProbeLevel
     windows = [WindowStray(window_s=w, median=max(x.median for x in seen), p90=max(x.p90 for x in seen),
                            max=max(x.max for x in seen)) for w, seen in sorted(by_window.items())]
     lasting = [one.correlation_length_s for one in levels if one.correlation_length_s is not None]
-    return ProbeLevels(median_s=newest.median_s, p90_over_p10=max(one.p90_over_p10 for one in levels),
+    return ProbeLevels(median_s=newest.median_s, mean_s=newest.mean_s, p90_over_p10=max(one.p90_over_p10 for one in levels),
                        correlation_length_s=max(lasting) if lasting else None, windows=windows)
 
 
@@ -216,7 +226,7 @@ def _quantile(values: list[float], q: float) -> float:
 def summarise_levels(levels: list[float]) -> ProbeLevels:
     windows = [WindowStray(window_s=w, median=statistics.median(strays), p90=_quantile(strays, 0.90), max=max(strays))
                for w in WINDOWS_S if len(strays := window_strays(levels, w)) >= MIN_WINDOW_POSITIONS]
-    return ProbeLevels(median_s=statistics.median(levels),
+    return ProbeLevels(median_s=statistics.median(levels), mean_s=statistics.fmean(levels),
                        p90_over_p10=max(1.0, _quantile(levels, 0.90) / _quantile(levels, 0.10)),
                        correlation_length_s=correlation_length_s(levels), windows=windows)
 
@@ -250,6 +260,14 @@ def probe_samples(seconds: float, on_progress: Callable[[float], None] | None = 
         return samples
     finally:
         torch.set_num_threads(previous_threads)
+
+
+def probe_level_s(seconds: float) -> float:
+    """This host's speed level now, in the host-noise probe's units: the median compute sample plus the
+    median memory sample over `seconds` of probing (medians, as per_second_levels: one descheduled
+    sample should not move it). A profile takes it beside its sampled steps (see LEVEL_PROBE_S)."""
+    samples = probe_samples(seconds)
+    return statistics.median(s["compute_s"] for s in samples) + statistics.median(s["memory_s"] for s in samples)
 
 
 def check_seconds(seconds: float) -> None:

@@ -71,6 +71,11 @@ class ProfileOptions:
     # Attach this host's speed wander (`trainwise host-noise`) when it was measured here: the
     # prediction's band then includes how far the host's level strays over a window this long.
     host_noise: bool = True
+    # Seconds of the host-noise probe (fixed CPU work) run right before and right after the sampled
+    # steps, outside them: the host's speed level beside the window, which the estimator compares with
+    # the host's mean level from `trainwise host-noise` (benchmarks/level_probe.py: a 1-s window's level
+    # follows the probe's with correlation 0.7-0.9). 0 turns it off.
+    level_probe_s: float = 0.1
 
     def validate(self) -> None:
         if self.min_iterations < 2:
@@ -85,6 +90,8 @@ class ProfileOptions:
             raise TrainwiseError(f"--epochs must be a positive whole number (got {self.epochs_hint})")
         if not 0 < self.budget_fraction <= 1:
             raise TrainwiseError(f"--budget must be a fraction in (0, 1] (got {self.budget_fraction})")
+        if not 0 <= self.level_probe_s <= 5:
+            raise TrainwiseError(f"--level-probe-seconds must be between 0 and 5 (got {self.level_probe_s}); 0 turns it off")
         if self.min_budget_seconds < 0:
             raise TrainwiseError(f"--min-budget-seconds must be ≥ 0 (got {self.min_budget_seconds})")
         if self.min_profile_seconds < 0:

@@ -83,6 +83,14 @@ class ValidationPass(_Model):
         "loader are alike: validation is modelled per loader); None when not known (a framework's validation loop)"))
 
 
+class LevelProbe(_Model):
+    """The host-noise probe timed beside the sampled steps: the host's speed level there."""
+
+    where: Literal["before", "after"] = Field(description="right before the sampled steps (after iteration 1) or right after them")
+    after_iteration: int = Field(ge=0)
+    level_s: float = Field(gt=0, description="seconds per probe sample (host_noise.probe_level_s); higher is slower")
+
+
 class Epoch(_Model):
     index: int = Field(ge=0)
     start_s: float
@@ -260,6 +268,9 @@ class Profile(_Model):
     host_noise: HostNoise | None = None
     # None when the script's epoch count could not be read (or in profiles made before trainwise read it)
     script_epochs: ScriptEpochs | None = None
+    # The host's speed level beside the sampled steps (sampled profiles on CPU; empty otherwise, or when
+    # --level-probe-seconds 0): with host_noise's mean level, the estimator's level correction
+    level_probes: list[LevelProbe] = []
     notes: list[str] = []
 
     # ---- persistence ----
@@ -472,4 +483,5 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         full_run=full_run, notes=list(raw.get("notes", [])),
         script_epochs=ScriptEpochs(**raw["script_epochs"]) if raw.get("script_epochs") else None,
         characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
+        level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
     )
