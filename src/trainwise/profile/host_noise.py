@@ -13,8 +13,14 @@ records how far a window of w seconds strays from the whole probe's mean (median
 over every window, for w = 1, 3, 10, 30 s). Kept per hostname under the trainwise cache, every
 measurement (the last MAX_KEPT): the wander itself changes over hours, so the profiler attaches the
 widest of them (their envelope) to profiles taken on that host, and the estimator widens its band by
-the 90th-percentile stray for a window as long as the profile's sampled steps. The point estimate is
-not changed: the probe says how far the level can be, not which way it will go.
+the 90th-percentile stray for a window as long as the profile's sampled steps.
+
+Which way the level went during the sampled steps, the same probe says too: a sampled profile times it
+for 0.1 s right before and right after its steps (`probe_level_s`, outside them), and the estimator
+scales the steps by the host's mean level (the newest measurement's `mean_level_s`) over the level
+beside them (`trainwise.predict.same_machine.host_level_correction`). A job's level follows the
+probe's only in part (benchmarks/level_probe.py: correlation 0.7-0.9 over 1-s windows), so the band
+keeps the host's stray.
 """
 
 from __future__ import annotations
