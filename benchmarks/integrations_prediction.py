@@ -100,6 +100,10 @@ def write(rows: list[dict], target_s: float, started: float, args: argparse.Name
             "median_abs_error": statistics.median(errors) if errors else None,
             "max_abs_error": max(errors) if errors else None,
             "per_integration": {r["integration"]: r["abs_error"] for r in rows},
+            "without_level_correction": ({"median_abs_error": statistics.median(u),
+                                          "max_abs_error": max(u)}
+                                         if (u := [r["abs_error_without_level_correction"] for r in rows
+                                                   if "abs_error_without_level_correction" in r]) else None),
             "profiling_cost_fraction": statistics.median(r["profiling_cost_fraction"] for r in rows) if rows else None,
             "noise_floor_median": statistics.median(r["noise_floor"] for r in rows) if rows else None,
             "self_consistency_max_error": max(r["self_consistency_error"] for r in rows) if rows else None,
@@ -147,6 +151,8 @@ def build_row(config: Config, train_samples: int, profile: Profile, full: Profil
     """The results row of one integration (without its repeat): the profile's prediction against its full run."""
     command = config.command(train_samples)
     prediction = predict_total(profile, config.epochs)
+    # side by side: the same profile without the host-level correction
+    uncorrected = predict_total(profile, config.epochs, level_correction=False)
     actual_s = full.full_run.training_end_s
     return {
         "integration": config.integration, "workload": config.module, "command": command,
@@ -161,6 +167,10 @@ def build_row(config: Config, train_samples: int, profile: Profile, full: Profil
         "profiling_cost_fraction": profile.process_wall_s / full.process_wall_s,
         "actual_s": actual_s, "predicted_s": prediction.total_s, "band_s": [prediction.low_s, prediction.high_s],
         "abs_error": relative_error(actual_s, prediction.total_s),
+        "predicted_without_level_correction_s": uncorrected.total_s,
+        "abs_error_without_level_correction": relative_error(actual_s, uncorrected.total_s),
+        "level_probes_s": [p.level_s for p in profile.level_probes],
+        "host_mean_level_s": profile.host_noise.mean_level_s() if profile.host_noise is not None else None,
         "predicted_breakdown_s": prediction.breakdown_s,
         "actual_init_s": full.init.total_s, "profile_init_s": profile.init.total_s,
         "steady_iteration_profile_s": profile.steady_state.iteration.mean_s,
