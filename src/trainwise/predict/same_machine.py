@@ -84,8 +84,11 @@ def _validation_groups(profile: Profile) -> list[list]:
     return list(groups.values())
 
 
-def _loader_estimate(profile: Profile, passes: list, fallback_batches: int | None) -> ValidationEstimate:
+def _loader_estimate(profile: Profile, passes: list) -> ValidationEstimate:
     first = passes[0]
+    # A pass without its own length: the profile's validation loader's, for a profile that does not say
+    # which loader a pass iterated (older, or a framework's callback); else the batches timed.
+    fallback_batches = profile.dataset.val_batches_per_pass if first.loader is None else None
     total_batches = first.batches_total or fallback_batches or first.batches_timed
     first_batch_s = first.batch_wall_s[0]
     rest = [t for v in passes for t in v.batch_wall_s[1:]]
@@ -98,12 +101,6 @@ def _loader_estimate(profile: Profile, passes: list, fallback_batches: int | Non
     return ValidationEstimate(first_pass, later_pass, spread, total_batches, loader=first.loader)
 
 
-def _fallback_batches(profile: Profile, passes: list) -> int | None:
-    """A pass's length when its own record lacks it: the profile's validation loader's, for a profile
-    that does not say which loader a pass iterated (older, or a framework's); else unknown."""
-    return profile.dataset.val_batches_per_pass if passes[0].loader is None else None
-
-
 def validation_estimates(profile: Profile, iterations_per_epoch: int) -> list[ValidationEstimate]:
     """Each evaluated DataLoader's passes: its pass time (timed batches scaled to the loader's length)
     and how many passes per epoch (once at the epoch's end, or every N iterations as seen in the first
@@ -111,7 +108,7 @@ def validation_estimates(profile: Profile, iterations_per_epoch: int) -> list[Va
     loaders, each with its own pass length."""
     estimates = []
     for passes in _validation_groups(profile):
-        estimate = _loader_estimate(profile, passes, _fallback_batches(profile, passes))
+        estimate = _loader_estimate(profile, passes)
         per_epoch, interval = _passes_per_epoch(profile, passes, iterations_per_epoch)
         estimates.append(replace(estimate, passes_per_epoch=per_epoch, interval=interval))
     return estimates
@@ -120,7 +117,7 @@ def validation_estimates(profile: Profile, iterations_per_epoch: int) -> list[Va
 def validation_estimate(profile: Profile) -> ValidationEstimate | None:
     """One epoch's validation as one pass (the Malta equations' T(val)): every evaluated loader's
     pass, summed; None when no validation batch was timed."""
-    loaders = [_loader_estimate(profile, passes, _fallback_batches(profile, passes)) for passes in _validation_groups(profile)]
+    loaders = [_loader_estimate(profile, passes) for passes in _validation_groups(profile)]
     if not loaders:
         return None
     if len(loaders) == 1:
@@ -131,15 +128,14 @@ def validation_estimate(profile: Profile) -> ValidationEstimate | None:
                               sum(v.batches_per_pass for v in loaders))
 
 
-def _mid_epoch_validations(profile: Profile, passes: list | None = None) -> list:
-    """Validation passes of the first epoch after which its training went on (validation every N
+def _mid_epoch_validations(profile: Profile, passes: list) -> list:
+    """Those of `passes` in the first epoch after which its training went on (validation every N
     steps), as opposed to the pass at the epoch's end."""
     if not profile.epochs:
         return []
     first = profile.epochs[0]
     starts = [it.start_s for it in profile.iterations if it.epoch == first.index]
-    candidates = profile.validations if passes is None else passes
-    return [v for v in candidates if v.epoch == first.index and any(s > v.start_s for s in starts)]
+    return [v for v in passes if v.epoch == first.index and any(s > v.start_s for s in starts)]
 
 
 def _passes_per_epoch(profile: Profile, passes: list, iterations_per_epoch: int) -> tuple[int, int | None]:
