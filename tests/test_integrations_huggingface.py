@@ -199,6 +199,7 @@ def steps_script(tmp_path_factory):
     return script, re.search(r"END global_step=90 weights=(\w+)", plain.stdout).group(1)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("every, epoch", [(20, 0), (35, 1)])
 def test_trainwise_run_resumes_a_trainer_run_to_the_weights_of_the_plain_run(tmp_path, steps_script, every, epoch):
     """Interrupted (SIGTERM) in its first or second epoch and resumed, a Trainer run under `trainwise

@@ -148,6 +148,7 @@ def test_trainwise_profile_detects_lightning_without_code_change(tmp_path):
     assert [s for s, _ in zeros.trajectory][:5] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.long
 def test_trainwise_run_checkpoints_a_lightning_job_on_sigterm_and_resumes_its_step_count(tmp_path):
     """Lightning's SIGTERM handler would end the loop with exit 0 and no checkpoint, and its step
     counter restarts at 0 after a resume (a max_steps run would train its budget again): trainwise

@@ -112,6 +112,7 @@ def test_launch_bad_plan_is_one_line(tmp_path, capsys):
     assert "trainwise plan --save" in capsys.readouterr().err
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_acceptance_plan_launch_local_persist_history(tmp_path, monkeypatch, capsys):
     """plan the default workload (mnist_cnn, small) → launch --backend local → model + record → --history."""

@@ -435,6 +435,7 @@ def test_ddp_two_processes_measure_compute_communication_and_idle(tmp_path):
     assert result.throughput_samples_per_s > 0
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_ddp_resume_gives_each_rank_its_own_rng_states(tmp_path):
     """Only rank 0 writes checkpoints, and they held rank 0's RNG states only: on resume rank 1 drew rank 0's
@@ -518,6 +519,7 @@ def test_ddp_resume_refuses_another_number_of_processes_in_one_line(tmp_path):
     assert "error: the checkpoint in" in output and "does not match this job" in output
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_hivemind_peers_join_and_leave_during_training(tmp_path):
     """Peers 0 and 1 start together; peer 1 leaves (SIGTERM) mid-training; peer 2 joins late and

@@ -26,6 +26,7 @@ def _plain_run(out: Path) -> dict:
     return torch.load(out)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_twenty_kills_end_bit_identical_and_never_resume_from_a_corrupt_checkpoint(tmp_path):
     plain = _plain_run(tmp_path / "plain.pt")

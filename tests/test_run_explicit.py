@@ -119,6 +119,7 @@ def ddp_explicit_reference(tmp_path_factory):
     return torch.load(reference)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_ddp_explicit_api_loop_stops_all_ranks_together_and_resumes_each_rank_with_its_own_rng(tmp_path,
                                                                                                 ddp_explicit_reference):
@@ -150,6 +151,7 @@ def test_a_ddp_explicit_api_loop_stops_all_ranks_together_and_resumes_each_rank_
     assert all(torch.equal(got[k], want[k]) for k in want), {k: float((got[k] - want[k]).abs().max()) for k in want}
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_ddp_explicit_api_loop_under_a_plain_torchrun_agrees_by_its_own_all_reduce(tmp_path, ddp_explicit_reference):
     """Outside `trainwise run` (no comm hook carrying the flags) maybe_save's two-element all-reduce agrees:
