@@ -482,6 +482,13 @@ def test_zeros_in_adams_state_are_counted_and_their_square_root_timed():
     assert zeros.sparse_elements == 200_000 * 8
     counts = [z for _, z in zeros.trajectory]
     assert all(a >= b for a, b in zip(counts, counts[1:])) and counts[-1] == zeros.zeros
+    assert zeros.square_root_timed_in == "torch.sqrt"
+    # A fused Adam takes the square root in its own kernel, where a zero costs no more than a normal
+    # value: timed there (a copy of its step), the speed-up at stake is a fraction of torch.sqrt's
+    fused = run_profile(script("embedding_adam.py", "--fused"), ProfileOptions(mode="full", characterise=False),
+                        quiet=True).optimizer_state_zeros
+    assert fused is not None and fused.square_root_timed_in == "fused step" and fused.zero_fraction > 0.99
+    assert fused.step_time_at_stake_s is not None and fused.step_time_at_stake_s < 0.3 * zeros.step_time_at_stake_s
     # a model whose state has no zeros to speak of is counted, not timed
     plain = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
     assert plain.optimizer_state_zeros is not None and plain.optimizer_state_zeros.step_time_at_stake_s is None

@@ -203,7 +203,8 @@ class OptimizerStateZeros(_Model):
     elements: int = Field(ge=0, description="CPU floating-point elements of those entries")
     zeros: int = Field(ge=0)
     sqrt_state_ns_per_element: float | None = Field(default=None, ge=0, description=(
-        "torch.sqrt of the state as it was when sampling stopped, measured here"))
+        "torch.sqrt of the state as it was when sampling stopped, measured here (per element of a fused step: "
+        "square_root_timed_in)"))
     sqrt_zero_ns_per_element: float | None = Field(default=None, ge=0, description="torch.sqrt of zeros, measured here")
     sqrt_normal_ns_per_element: float | None = Field(default=None, ge=0, description="torch.sqrt of ones, measured here")
     step_time_at_stake_s: float | None = Field(default=None, ge=0, description=(
@@ -212,6 +213,10 @@ class OptimizerStateZeros(_Model):
     steps: int | None = Field(default=None, ge=0, description="optimizer steps taken when `zeros` was counted")
     sparse_elements: int | None = Field(default=None, ge=0, description=(
         "elements of the state tensors that had zeros at the first count (an embedding's; dense layers fill in at once)"))
+    square_root_timed_in: str | None = Field(default=None, description=(
+        "how the sqrt_* costs were timed: 'torch.sqrt' (what Adam's, RMSprop's and Adagrad's for-each and "
+        "single-tensor steps call) or 'fused step' (a copy of a fused optimizer's whole step: its kernel takes "
+        "the square root itself); None in profiles before 2026-11-26"))
     trajectory: list[tuple[int, int]] = Field(default_factory=list, description=(
         "(optimizer steps, zeros) counted during the run after steps about 1.5x apart: how fast training fills the "
         "state in (trainwise.predict.state_zeros fits it)"))
