@@ -192,3 +192,22 @@ def test_a_script_that_resumes_itself_is_refused_instead_of_skipping_its_remaini
     assert again.returncode != 0, again.stdout[-1500:]
     assert "the script resumed itself" in again.stderr and "Traceback" not in again.stderr
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_an_evaluation_of_the_training_set_without_eval_or_no_grad_resumes_to_the_same_weights(tmp_path):
+    """After each epoch the script takes a loss over the training loader in train mode with gradients on
+    and no step (dropout and the loader's shuffle draw from the RNGs): a pass of the training loader that is
+    not training. Stopped in the second epoch and resumed, the run ends with the plain run's weights: the resume
+    replays the script's passes over its training loader, whichever of them trained."""
+    args = ["--epochs", "3", "--samples", "128", "--sleep", "0.03", "--train-eval"]
+    reference = tmp_path / "reference.pt"
+    subprocess.run([sys.executable, str(CHAOS_SCRIPT), "--out", str(reference), *args], check=True, timeout=300)
+    out, ck = tmp_path / "out.pt", tmp_path / "ck"
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "3",
+           "--", "python", str(CHAOS_SCRIPT), "--out", str(out), *args]
+    # 8 batches an epoch: stop once there is a checkpoint of the 12th batch or later (past the first epoch)
+    stop_with_sigterm(cli, lambda: any(int(p.name[5:17]) >= 12 for p in ck.glob("ckpt-*.twckpt")))
+    resume(cli)
+    final, want = torch.load(out), torch.load(reference)
+    assert all(torch.equal(final[k], want[k]) for k in want)

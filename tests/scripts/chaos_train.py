@@ -19,6 +19,8 @@ p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (to gi
 p.add_argument("--workers", type=int, default=0)
 p.add_argument("--width", type=int, default=64)
 p.add_argument("--train-inside-step", action="store_true", help="model.train() in each step, not before the epoch")
+p.add_argument("--train-eval", action="store_true",
+               help="after each epoch, a loss over the training set without eval() or no_grad (dropout on, no step)")
 args = p.parse_args()
 torch.manual_seed(0)
 np.random.seed(0)
@@ -60,6 +62,9 @@ for epoch in range(args.epochs):
         per_step.step()
         if args.sleep:
             time.sleep(args.sleep)
+    if args.train_eval:
+        for x, y in train:
+            loss_fn(model(x), y)
     model.eval()
     with torch.no_grad():
         for x, y in val:

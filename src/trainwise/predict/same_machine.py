@@ -286,8 +286,10 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     if zeros is not None and at_stake_s and mean_s > 0 and at_stake_s / mean_s >= STATE_ZEROS_NOTE_FRACTION:
         fraction = min(1.0, at_stake_s / mean_s)
         ratio = zeros.sqrt_state_ns_per_element / max(zeros.sqrt_normal_ns_per_element or 0, 1e-3)
-        seen = (f"{zeros.optimizer}'s {zeros.state} was {zeros.zero_fraction:.0%} zeros when sampling stopped and its square "
-                f"root costs {ratio:.1f}x that of normal values on this CPU ({at_stake_s * 1e3:.1f} ms, {fraction:.0%} of a step)")
+        timed_as = ("its fused step costs" if zeros.square_root_timed_in == "fused step" else "its square root costs")
+        seen = (f"{zeros.optimizer}'s {zeros.state} was {zeros.zero_fraction:.0%} zeros when sampling stopped and {timed_as} "
+                f"{ratio:.1f}x per element what it costs on normal values on this CPU ({at_stake_s * 1e3:.1f} ms, "
+                f"{fraction:.0%} of a step)")
         model = state_zeros.fit(zeros)
         window = (steady.warmup_iterations + 1, len(profile.iterations))
         if model is not None and state_zeros.window_excess_s(model, window) > MAX_MODELLED_SHARE * mean_s:

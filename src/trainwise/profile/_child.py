@@ -113,7 +113,6 @@ def _watch_sys_exit(recorder: "Recorder") -> None:
             setattr(builtins, name, _NotedQuitter(original, recorder, name))
 
 
-
 def _fused_step_seconds_per_element(torch: Any, optimizer: Any, timed: list, count: int) -> tuple[float, float, float]:
     """Seconds per element of one step of a copy of a fused optimizer (its class, its first group's
     settings) over `count` elements whose square-rooted state is (a) the job's, (b) ones, (c) zeros: what a
@@ -147,6 +146,7 @@ def _fused_step_seconds_per_element(torch: Any, optimizer: Any, timed: list, cou
 
     return (seconds(job_state, noise * (job_state != 0)), seconds(torch.ones(count, dtype=dtype), noise),
             seconds(torch.zeros(count, dtype=dtype), torch.zeros(count, dtype=dtype)))
+
 
 class _NotedQuitter:
     """site's exit()/quit() builtins, noting the call first; prints as the original does."""
