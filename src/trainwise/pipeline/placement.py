@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainwise.errors import TrainwiseError
-from trainwise.plan.costs import DEFAULT_STAGING_BYTES_PER_S, STAGING_SOURCE
+from trainwise.core.costs import DEFAULT_STAGING_BYTES_PER_S, STAGING_SOURCE
 
 
 class PlacementOption(BaseModel):

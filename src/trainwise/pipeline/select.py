@@ -59,13 +59,13 @@ def cloud_prices_from_catalog(catalog: Any = "current", *, cloud: str | None = N
     Offline compute: `instance_type` on `cloud` if given, else the catalog's cheapest on-demand price
     per vCPU-hour × `vcpus` (default: this machine's CPUs). The catalog lists accelerator hosts only,
     so that per-vCPU price includes a GPU share and overstates a CPU-only VM: said in the source.
-    Storage: the catalog has no storage prices; seed 003's Backblaze B2 0.005 $/GB-month (plan.costs).
+    Storage: the catalog has no storage prices; seed 003's Backblaze B2 0.005 $/GB-month (core.costs).
     Transfer: the catalog's object-storage egress price.
     """
     import os
 
     from trainwise.catalog import load_catalog
-    from trainwise.plan.costs import DEFAULT_STORAGE_USD_PER_GB_MONTH, STORAGE_SOURCE
+    from trainwise.core.costs import DEFAULT_STORAGE_USD_PER_GB_MONTH, STORAGE_SOURCE
 
     cat = load_catalog(catalog) if isinstance(catalog, str) else catalog
     if instance_type is not None:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainwise.errors import TrainwiseError
 
 SEED_NETWORK_PATH = Path(__file__).parent / "data" / "network_seed.json"
-CONTINENTS = ("us", "eu", "asia", "oce", "sa", "af")
+from trainwise.core.geography import _PREFIXES, CONTINENTS, continent_of  # noqa: F401 - re-exported
 
 
 class _Frozen(BaseModel):
@@ -193,34 +193,3 @@ def load_network(path: str | Path | None = None, base: NetworkModel | None = Non
         where = ".".join(str(x) for x in first["loc"])
         raise TrainwiseError(f"network file {p}: {where}: {first['msg']} (entries need a, b, bandwidth_bps > 0, rtt_s >= 0)") from exc
     raise TrainwiseError(f"network file {p} must hold a mapping (levels/clouds/pairs) or a list of pair entries")
-
-
-# -------------------------------------------------------------------------------- continents
-
-_PREFIXES = (
-    # (prefix or word, continent); checked in order on the lower-cased region name
-    ("ap-southeast-2", "oce"), ("ap-southeast-4", "oce"), ("australia", "oce"), ("newzealand", "oce"),
-    ("us-", "us"), ("us", "us"), ("ca-", "us"), ("canada", "us"), ("northamerica", "us"), ("mx-", "us"),
-    ("mexico", "us"), ("eastus", "us"), ("westus", "us"), ("centralus", "us"), ("northcentralus", "us"),
-    ("southcentralus", "us"), ("westcentralus", "us"),
-    ("eu-", "eu"), ("europe", "eu"), ("uk", "eu"), ("france", "eu"), ("germany", "eu"), ("norway", "eu"),
-    ("sweden", "eu"), ("switzerland", "eu"), ("poland", "eu"), ("italy", "eu"), ("spain", "eu"),
-    ("northeurope", "eu"), ("westeurope", "eu"),
-    ("ap-", "asia"), ("asia", "asia"), ("japan", "asia"), ("korea", "asia"), ("india", "asia"),
-    ("centralindia", "asia"), ("southindia", "asia"), ("westindia", "asia"), ("eastasia", "asia"),
-    ("southeastasia", "asia"), ("me-", "asia"), ("il-", "asia"), ("uae", "asia"), ("qatar", "asia"),
-    ("israel", "asia"), ("me", "asia"),
-    ("sa-", "sa"), ("southamerica", "sa"), ("brazil", "sa"), ("chile", "sa"),
-    ("af-", "af"), ("africa", "af"), ("southafrica", "af"),
-)
-
-
-def continent_of(region: str | None) -> str | None:
-    """The continent code of a cloud region name (AWS, GCP, Azure, Lambda spellings), or None."""
-    if not region:
-        return None
-    name = region.strip().lower()
-    for prefix, continent in _PREFIXES:
-        if name.startswith(prefix):
-            return continent
-    return None

@@ -730,7 +730,7 @@ class RunAgent:
             self._exit(143)
 
     def _estimated_write_s(self) -> float:
-        from trainwise.plan.costs import training_state_bytes
+        from trainwise.core.costs import training_state_bytes
         from trainwise.run.checkpoint import estimated_write_s
 
         optimizers = self._alive(self.optimizers)

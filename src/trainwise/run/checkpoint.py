@@ -217,7 +217,7 @@ class CheckpointStore:
 class IntervalPolicy:
     """When to checkpoint: a fixed interval, every N batches, or the Young/Daly optimum.
 
-    The optimum sqrt(2 · C · MTBF) (`trainwise.plan.costs.young_daly_interval_s`, the interval the
+    The optimum sqrt(2 · C · MTBF) (`trainwise.core.costs.young_daly_interval_s`, the interval the
     planner's spot model assumes) uses the measured write time C of the previous checkpoint; before
     the first write, C is the cost model's estimate from the state size.
     """
@@ -227,7 +227,7 @@ class IntervalPolicy:
     interruptions_per_hour: float | None = None
 
     def mtbf_s(self) -> float:
-        from trainwise.plan.costs import DEFAULT_INTERRUPTIONS_PER_HOUR
+        from trainwise.core.costs import DEFAULT_INTERRUPTIONS_PER_HOUR
 
         rate = self.interruptions_per_hour if self.interruptions_per_hour is not None else DEFAULT_INTERRUPTIONS_PER_HOUR
         return math.inf if rate <= 0 else 3600.0 / rate
@@ -235,13 +235,13 @@ class IntervalPolicy:
     def interval_s(self, checkpoint_write_s: float) -> float:
         if self.every_s is not None:
             return self.every_s
-        from trainwise.plan.costs import young_daly_interval_s
+        from trainwise.core.costs import young_daly_interval_s
 
         return float(young_daly_interval_s(max(checkpoint_write_s, 1e-3), self.mtbf_s()))
 
 
 def estimated_write_s(state_bytes: int) -> float:
-    from trainwise.plan.costs import checkpoint_write_s
+    from trainwise.core.costs import checkpoint_write_s
 
     return float(checkpoint_write_s(state_bytes))
 

@@ -1,0 +1,280 @@
+"""The Profile: what one measured run of a training job tells us, as versioned JSON.
+
+Times are seconds since the launcher started the process (`*_s`), durations are seconds, sizes are
+bytes. Every number here is *measured* on the host named in `environment`; consumers that import a
+profile from another machine say so (provenance lives with the number's consumer, e.g. a plan row).
+Reading, checking and building profiles lives in `trainwise.profile.schema`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from trainwise import __version__
+from trainwise._io import atomic_write_text
+from trainwise.core import stats
+from trainwise.core.host_noise import HostNoise
+from trainwise.core.workload import WorkloadCharacterisation
+
+PROFILE_SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Measurement(_Model):
+    """A duration with its spread (mean and its 95 % interval, median, IQR, extremes)."""
+
+    n: int = Field(ge=0)
+    mean_s: float = Field(ge=0)
+    median_s: float = Field(ge=0)
+    std_s: float = Field(ge=0)
+    iqr_s: float = Field(ge=0)
+    min_s: float = Field(ge=0)
+    max_s: float = Field(ge=0)
+    ci95_low_s: float = Field(ge=0)
+    ci95_high_s: float = Field(ge=0)
+
+    @classmethod
+    def of(cls, times_s: list[float]) -> "Measurement":
+        if not times_s:
+            return cls(n=0, mean_s=0, median_s=0, std_s=0, iqr_s=0, min_s=0, max_s=0, ci95_low_s=0, ci95_high_s=0)
+        s = stats.summarise([max(0.0, t) for t in times_s])
+        high = s.ci95_high_s if s.ci95_high_s != float("inf") else s.mean_s * 10
+        return cls(n=s.n, mean_s=s.mean_s, median_s=s.median_s, std_s=s.std_s, iqr_s=s.iqr_s, min_s=s.min_s,
+                   max_s=s.max_s, ci95_low_s=s.ci95_low_s, ci95_high_s=high)
+
+    @property
+    def relative_ci95_halfwidth(self) -> float:
+        return (self.ci95_high_s - self.ci95_low_s) / 2 / self.mean_s if self.mean_s > 0 else 0.0
+
+
+class Iteration(_Model):
+    index: int = Field(ge=0)
+    epoch: int = Field(ge=0)
+    start_s: float
+    wall_s: float = Field(ge=0)
+    data_wait_s: float = Field(ge=0)
+    compute_s: float = Field(ge=0, description="wall_s − data_wait_s: forward, backward, optimizer, Python")
+    samples: int = Field(ge=0)
+    batches: int = Field(ge=0)
+
+
+class ValidationPass(_Model):
+    epoch: int = Field(ge=0)
+    start_s: float
+    wall_s: float = Field(ge=0)
+    batches_timed: int = Field(ge=0)
+    batches_total: int | None = Field(default=None, ge=0, description="batches in a full pass, when the loader has a length")
+    samples: int = Field(ge=0)
+    truncated: bool
+    batch_wall_s: list[float]
+    data_wait_s: float = Field(ge=0)
+    loader: int | None = Field(default=None, ge=0, description=(
+        "which DataLoader the pass iterated, numbered in the order the script first iterated each (passes over one "
+        "loader are alike: validation is modelled per loader); None when not known (a framework's validation loop)"))
+
+
+class LevelProbe(_Model):
+    """The host-noise probe timed beside the sampled steps: the host's speed level there."""
+
+    where: Literal["before", "after"] = Field(description="right before the sampled steps (after iteration 1) or right after them")
+    after_iteration: int = Field(ge=0)
+    level_s: float = Field(gt=0, description="seconds per probe sample (host_noise.probe_level_s); higher is slower")
+
+
+class Epoch(_Model):
+    index: int = Field(ge=0)
+    start_s: float
+    end_s: float | None
+    iterations: int = Field(ge=0)
+    truncated: bool
+    batches_per_epoch: int | None = None
+
+
+class InitBreakdown(_Model):
+    """T(Init): launch → first iteration start, split where the hooks could see it."""
+
+    total_s: float = Field(ge=0)
+    python_startup_s: float = Field(ge=0, description="launch → interpreter ready (trainwise bootstrap)")
+    import_torch_s: float | None = Field(default=None, ge=0)
+    before_torch_s: float | None = Field(default=None, ge=0, description="script code before `import torch` finished")
+    model_build_s: float | None = Field(default=None, ge=0, description="first nn.Module built → first optimizer built")
+    data_setup_s: float | None = Field(default=None, ge=0, description="first DataLoader built → next mark")
+    optimizer_setup_s: float | None = Field(default=None, ge=0, description="building the first optimizer (torch's lazy imports)")
+    other_s: float = Field(ge=0, description="the rest of the script's set-up")
+    marks: dict[str, float]
+
+
+class DatasetShape(_Model):
+    n_train: int | None = Field(default=None, ge=0)
+    n_val: int | None = Field(default=None, ge=0)
+    train_batches_per_epoch: int | None = Field(default=None, ge=0)
+    val_batches_per_pass: int | None = Field(default=None, ge=0)
+    batches_per_iteration: float = Field(gt=0, description="> 1 with gradient accumulation")
+    global_batch_size: int = Field(ge=0, description="samples per optimizer step, all batches of the step")
+    val_batch_size: int | None = Field(default=None, ge=0)
+    drop_last: bool = False
+    num_workers: int = 0
+
+    @property
+    def iterations_per_epoch(self) -> int | None:
+        if self.train_batches_per_epoch is None:
+            return None
+        return max(1, round(self.train_batches_per_epoch / self.batches_per_iteration))
+
+
+class Memory(_Model):
+    peak_rss_bytes: int = Field(ge=0)
+    peak_device_bytes: int | None = Field(default=None, ge=0)
+
+
+class ModelShape(_Model):
+    parameters: int = Field(default=0, ge=0)
+    trainable_parameters: int = Field(default=0, ge=0)
+    gradient_bytes: int = Field(default=0, ge=0)
+    device: str = "cpu"
+    parameter_dtypes: list[str] = []
+    optimizer: str | None = None
+
+
+class Environment(_Model):
+    python_version: str
+    platform: str
+    hostname: str
+    cpu_model: str
+    logical_cores: int | None
+    torch_version: str | None
+    torch_threads: int | None
+    device: str
+    device_name: str | None
+    # Allocator variables the job ran with (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD): step time
+    # depends on them, so a prediction holds for a launch with the same ones.
+    allocator_env: dict[str, str] = Field(default_factory=dict)
+    # Whether denormal floats were flushed to zero (trainwise.denormals): CPU step time depends on
+    # it; None in profiles made before trainwise recorded it.
+    flush_denormal: bool | None = None
+
+
+class SteadyState(_Model):
+    """Robust per-iteration time after warm-up, with its spread."""
+
+    warmup_iterations: int = Field(ge=0)
+    iteration: Measurement
+    data_wait: Measurement
+    compute: Measurement
+    first_iteration_s: float = Field(ge=0, description="T(It1): the cold-start iteration")
+    epoch_start_extra_s: float | None = Field(default=None, description="first iteration of a later epoch minus the steady mean")
+    stop_reason: str
+    stabilised_after: int | None = Field(default=None, description="epoch-1 iterations sampled when the estimate was judged stable")
+    relative_drift: float | None = Field(default=None, description=(
+        "relative gap between the medians of the steady sample's two halves; None when too few steady "
+        "iterations were sampled to measure it"))
+    sampling_stopped_by: str | None = Field(default=None, description=(
+        "what ended epoch-1 sampling of a sampled profile: stable, max_iterations, time_budget (--max-seconds) "
+        "or cost_budget (--epochs/--budget); None for --full and for profiles written before it was recorded"))
+
+    @field_validator("relative_drift", mode="before")
+    @classmethod
+    def _unmeasured_drift_is_none(cls, value: Any) -> Any:
+        # the stopping rule reports an unmeasurable drift as inf; JSON has no inf (it is written as null),
+        # so keeping it would make a saved profile read back different from the one in memory
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+class OptimizerStateZeros(_Model):
+    """Zeros in the optimizer state the step takes a square root of (Adam's exp_avg_sq, RMSprop's
+    square_avg, Adagrad's sum), counted when sampling stopped, and what a square root of a zero costs
+    on this CPU: torch's CPU sqrt of a zero can cost an order of magnitude more than of a normal float
+    (benchmarks/results/sqrt_zeros.json: 13.5x here), and an embedding's rows stay zero until a batch
+    touches them, so such a job's steps get faster as training fills the state in, after a short
+    profile has ended."""
+
+    optimizer: str
+    state: str = Field(description="the state entries counted (names joined by '+')")
+    elements: int = Field(ge=0, description="CPU floating-point elements of those entries")
+    zeros: int = Field(ge=0)
+    sqrt_state_ns_per_element: float | None = Field(default=None, ge=0, description=(
+        "torch.sqrt of the state as it was when sampling stopped, measured here (per element of a fused step: "
+        "square_root_timed_in)"))
+    sqrt_zero_ns_per_element: float | None = Field(default=None, ge=0, description="torch.sqrt of zeros, measured here")
+    sqrt_normal_ns_per_element: float | None = Field(default=None, ge=0, description="torch.sqrt of ones, measured here")
+    step_time_at_stake_s: float | None = Field(default=None, ge=0, description=(
+        "elements x (state - normal) sqrt time: how much shorter each step gets once no zero is left (the "
+        "speed-up still to come, at most); None when there were too few zeros to time"))
+    steps: int | None = Field(default=None, ge=0, description="optimizer steps taken when `zeros` was counted")
+    sparse_elements: int | None = Field(default=None, ge=0, description=(
+        "elements of the state tensors that had zeros at the first count (an embedding's; dense layers fill in at once)"))
+    square_root_timed_in: str | None = Field(default=None, description=(
+        "how the sqrt_* costs were timed: 'torch.sqrt' (what Adam's, RMSprop's and Adagrad's for-each and "
+        "single-tensor steps call) or 'fused step' (a copy of a fused optimizer's whole step: its kernel takes "
+        "the square root itself); None in profiles before 2026-11-26"))
+    trajectory: list[tuple[int, int]] = Field(default_factory=list, description=(
+        "(optimizer steps, zeros) counted during the run after steps about 1.5x apart: how fast training fills the "
+        "state in (trainwise.predict.state_zeros fits it)"))
+
+    @property
+    def zero_fraction(self) -> float:
+        return self.zeros / self.elements if self.elements else 0.0
+
+
+class ScriptEpochs(_Model):
+    """The epoch count the profiled script sets for itself (its argparse `--epochs`, Keras
+    `fit(epochs=)`, Lightning `Trainer(max_epochs=)`, HF `num_train_epochs`): the N_ep of the run the
+    user launches, which `predict` and `plan` take when not told another."""
+
+    epochs: int = Field(ge=1)
+    source: str = Field(description="where it was read, e.g. \"the script's argparse argument epochs=30\"")
+
+
+class FullRun(_Model):
+    """Recorded only with `--full`: the real totals the prediction is judged against."""
+
+    training_end_s: float = Field(ge=0, description="launch → end of the last iteration or validation pass")
+    epochs_completed: int = Field(ge=0)
+
+
+class Profile(_Model):
+    schema_version: Literal[1] = PROFILE_SCHEMA_VERSION
+    trainwise_version: str = __version__
+    created_at: str
+    workload: str | None = None
+    command: list[str]
+    mode: Literal["sampled", "full"]
+    stop_reason: str
+    process_wall_s: float = Field(ge=0, description="launch → process exit, as the launcher saw it")
+    exit_code: int
+    environment: Environment
+    init: InitBreakdown
+    iterations: list[Iteration]
+    validations: list[ValidationPass]
+    epochs: list[Epoch]
+    dataset: DatasetShape
+    memory: Memory
+    model: ModelShape
+    steady_state: SteadyState
+    full_run: FullRun | None = None
+    # One training step traced on the meta device after sampling (per-operator FLOPs/bytes,
+    # parameters, memory): what the device model predicts other accelerators from. None when the
+    # model could not be traced or `--no-characterise` was given.
+    characterisation: WorkloadCharacterisation | None = None
+    # None when the optimizer keeps no such state, or in profiles made before trainwise counted it
+    optimizer_state_zeros: OptimizerStateZeros | None = None
+    # This host's speed wander (`trainwise host-noise`), attached when it was measured on this host:
+    # the estimator widens its band by it. None when never measured here.
+    host_noise: HostNoise | None = None
+    # None when the script's epoch count could not be read (or in profiles made before trainwise read it)
+    script_epochs: ScriptEpochs | None = None
+    # The host's speed level beside the sampled steps (sampled profiles on CPU; empty otherwise, or when
+    # --level-probe-seconds 0): with host_noise's mean level, the estimator's level correction
+    level_probes: list[LevelProbe] = []
+    notes: list[str] = []
+
+    # ---- persistence ----
+    def save(self, path: str | Path) -> Path:
+        return atomic_write_text(path, self.model_dump_json(indent=1))

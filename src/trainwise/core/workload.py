@@ -1,0 +1,116 @@
+"""The workload characterisation: one training step of a model traced per operator (FLOPs, bytes,
+phase, category), device-independent. `trainwise.predict.characterise` traces it; the Profile
+carries it; the device model predicts other accelerators from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Category = Literal["matmul", "conv", "attention", "elementwise", "reduction", "normalisation", "embedding",
+                   "optimizer", "copy", "other"]
+Precision = Literal["fp32", "tf32", "amp_fp16", "amp_bf16"]
+Phase = Literal["forward", "backward", "optimizer"]
+
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp_fp16", "amp_bf16")
+COMPUTE_CATEGORIES = ("matmul", "conv", "attention")
+MEMORY_CATEGORIES = ("elementwise", "reduction", "normalisation", "embedding", "optimizer", "copy", "other")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OpRecord(_Model):
+    """One operator (or `count` identical calls of it) of the traced training step."""
+
+    op: str = Field(description="ATen overload, e.g. aten.convolution.default; optimizer.<name> for the analytic step")
+    category: Category
+    phase: Phase
+    count: int = Field(ge=1, description="identical calls merged into this record")
+    flops: float = Field(ge=0, description="per call, FMA = 2 FLOPs")
+    bytes_read: float = Field(ge=0, description="per call")
+    bytes_written: float = Field(ge=0, description="per call")
+    dtype: str = Field(description="the dtype the operator computes in (its first floating input)")
+    shapes: list[list[int]] = Field(default_factory=list, description="shapes of the first tensor arguments")
+    align: int = Field(default=16, description="largest of 16/8/4/2/1 dividing the matmul/conv dimensions tensor cores need")
+    groups: int = Field(default=1, description="convolution groups (depthwise convolutions run off the tensor cores)")
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops * self.count
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.bytes_read + self.bytes_written) * self.count
+
+
+class WorkloadCharacterisation(_Model):
+    """One training step of a model at one per-device batch size and precision, device-independent."""
+
+    format: Literal["trainwise.workload/1"] = "trainwise.workload/1"
+    model: str
+    per_device_batch: int = Field(ge=1)
+    precision: Precision
+    optimizer: str
+    inputs: list[str] = Field(description="shape:dtype of each model input, e.g. 256x3x224x224:float32")
+    seq_len: int | None = None
+    image_size: int | None = None
+    memory_format: Literal["nchw", "nhwc"] = Field(default="nchw", description="activation layout of 4-D tensors "
+                                                   "(channels_last = nhwc): NCHW 16-bit convolutions pay layout transposes")
+    records: list[OpRecord]
+    parameters: int = Field(ge=0)
+    trainable_parameters: int = Field(ge=0)
+    parameter_tensors: int = Field(ge=0)
+    parameter_bytes: int = Field(ge=0)
+    gradient_bytes: int = Field(ge=0, description="fp32 gradients of the trainable parameters (what data-parallel all-reduces)")
+    optimizer_state_bytes: int = Field(ge=0)
+    activation_bytes: int = Field(ge=0, description="distinct tensors saved for backward (parameters excluded)")
+    amp_weight_copy_bytes: int = Field(ge=0, description="low-precision copies of the weights autocast keeps during the step")
+    peak_temporary_bytes: int = Field(ge=0, description="largest single backward output: the transient on top of the saved activations")
+    unsupported_ops: list[str] = Field(default_factory=list, description="operators with no cost rule: modelled as memory-bound, band widened")
+    trace_device: Literal["meta", "cpu"] = "meta"
+    trace_seconds: float = 0.0
+    torch_version: str = ""
+    notes: list[str] = Field(default_factory=list)
+
+    # ---- totals ----
+    def total_flops(self, phase: str | None = None) -> float:
+        return sum(r.total_flops for r in self.records if phase is None or r.phase == phase)
+
+    def total_bytes(self, phase: str | None = None) -> float:
+        return sum(r.total_bytes for r in self.records if phase is None or r.phase == phase)
+
+    @property
+    def kernel_launches(self) -> int:
+        return sum(r.count for r in self.records)
+
+    def by_category(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for r in self.records:
+            entry = out.setdefault(r.category, {"flops": 0.0, "bytes": 0.0, "calls": 0.0})
+            entry["flops"] += r.total_flops
+            entry["bytes"] += r.total_bytes
+            entry["calls"] += r.count
+        return out
+
+    def memory_breakdown(self, count: int = 1) -> dict[str, int]:
+        """Bytes per device during the step; `count` > 1 adds DDP's gradient buckets."""
+        parts = {
+            "weights": self.parameter_bytes,
+            "gradients": self.gradient_bytes,
+            "optimizer_state": self.optimizer_state_bytes,
+            "amp_weight_copies": self.amp_weight_copy_bytes,
+            "activations": self.activation_bytes,
+            "backward_temporaries": self.peak_temporary_bytes,
+            "ddp_buckets": self.gradient_bytes if count > 1 else 0,
+        }
+        parts["total"] = sum(parts.values())
+        return parts
+
+    def save(self, path: str | Path) -> Path:
+        from trainwise._io import atomic_write_text
+
+        return atomic_write_text(path, self.model_dump_json())
