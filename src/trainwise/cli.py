@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from trainwise.core.invocation import options_given, passthrough, set_passthrough, split_passthrough
 from trainwise.errors import TrainwiseError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -43,20 +44,11 @@ from trainwise.run.command import run_command  # noqa: E402 - light: torch is im
 
 app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run_command)
 
-# The training command after `--`, split off before typer parses the rest (typer would otherwise try
-# to parse the user's own options).
-_passthrough: list[str] | None = None
-
 
 DEFAULT_NODE_COUNTS = "2,4,8"  # plan --node-counts: N x machine groups ranked by default
 
 # An example value of each comma-separated option, for its error message.
 _INT_LIST_EXAMPLES = {"--batch-sizes": "64,128,256", "--epoch-options": "5,10,20", "--node-counts": "2,4,8"}
-
-
-def options_given(*options: tuple[str, object, object]) -> list[str]:
-    """The names among (name, value, default) whose value is not the default: options the user gave."""
-    return [name for name, value, default in options if value != default]
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -106,7 +98,7 @@ def profile(
     from trainwise.report.terminal import profile_table
 
     # Without `--`, the training command's own words land here too: only an option before them is a typo.
-    command_started = _passthrough is None and bool(ctx.args) and not ctx.args[0].startswith("-")
+    command_started = passthrough() is None and bool(ctx.args) and not ctx.args[0].startswith("-")
     unknown = None if command_started else next((arg for arg in ctx.args if arg.startswith("-")), None)
     if unknown is not None:
         import difflib
@@ -115,7 +107,7 @@ def profile(
         near = difflib.get_close_matches(unknown.split("=")[0], known, n=1)
         raise TrainwiseError(f"no such option {unknown} for `trainwise profile`"
                              + (f": did you mean {near[0]}?" if near else ": see `trainwise profile --help`"))
-    if _passthrough is None or ctx.args:
+    if passthrough() is None or ctx.args:
         raise TrainwiseError("missing `--` before the training command: use `trainwise profile [OPTIONS] -- python train.py ARGS`")
     # The cost budget is a share of the planned run, which only --epochs gives: without it the
     # budget options used to be ignored without a word.
@@ -138,9 +130,9 @@ def profile(
     jobs: list[tuple[Path, list[str]]]
     if batch_sizes:
         sizes = _parse_int_list(batch_sizes, "--batch-sizes")
-        jobs = [(output.with_name(f"{output.stem}-b{size}{output.suffix}"), cmd) for size, cmd in expand_batch_sizes(_passthrough, sizes)]
+        jobs = [(output.with_name(f"{output.stem}-b{size}{output.suffix}"), cmd) for size, cmd in expand_batch_sizes(passthrough(), sizes)]
     else:
-        jobs = [(output, _passthrough)]
+        jobs = [(output, passthrough())]
     for path, command in jobs:
         # Before the job runs: a profile that cannot be written is minutes of profiling lost.
         check_output_path(path, "--output", inputs=tuple(arg for arg in command if not arg.startswith("-")))
@@ -304,7 +296,7 @@ def plan(
         given = options_given(
             ("--engine", engine, None), ("--nodes", nodes, 1), ("--dataset-uri", dataset_uri, None),
             ("--checkpoint-uri", checkpoint_uri, None), ("--model-uri", model_uri, None), ("--name", name, None),
-            ("--requirements", requirements, None), ("a training command after --", _passthrough, None))
+            ("--requirements", requirements, None), ("a training command after --", passthrough(), None))
         if given:
             raise TrainwiseError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} into a saved plan: add "
                                  "--save plan.json, or drop " + ("it" if len(given) == 1 else "them"))
@@ -318,11 +310,11 @@ def plan(
         from trainwise.launch.command import show_history
 
         return show_history(console)
-    if save is not None and _passthrough:
+    if save is not None and passthrough():
         from trainwise.launch.command import headline_epochs_for_command
 
         # The saved plan must predict the run its command does: `-- python train.py --epochs 1` is 1 epoch.
-        epochs = headline_epochs_for_command(_passthrough, epochs, console=err_console if json_output else console,
+        epochs = headline_epochs_for_command(passthrough(), epochs, console=err_console if json_output else console,
                                              profile_paths=profile_paths or [])
     report_dir = report if report is not None else out_dir / "report"
     check_plan_outputs(save_path=save, report_dir=report_dir,
@@ -346,7 +338,7 @@ def plan(
     if save is not None:
         from trainwise.launch.command import save_plan
 
-        save_plan(result, save, catalog_name=catalog, passthrough=_passthrough, profile_paths=profile_paths or [],
+        save_plan(result, save, catalog_name=catalog, passthrough=passthrough(), profile_paths=profile_paths or [],
                   workload=workload, console=err_console if json_output else console, name=name, engine=engine,
                   nodes=nodes, dataset_uri=dataset_uri, checkpoint_uri=checkpoint_uri, model_uri=model_uri,
                   requirements=requirements, objective=objective)
@@ -421,13 +413,8 @@ def host_noise_command(
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: split off the training command, run typer, turn errors into one line."""
-    global _passthrough
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--" in args:
-        position = args.index("--")
-        args, _passthrough = args[:position], args[position + 1:]
-    else:
-        _passthrough = None
+    args, command = split_passthrough(list(sys.argv[1:] if argv is None else argv))
+    set_passthrough(command)
     try:
         result = app(args=args, prog_name="trainwise", standalone_mode=False)
         if result == 130:
@@ -463,3 +450,10 @@ def run() -> None:
 
 if __name__ == "__main__":
     run()
+
+
+def __getattr__(name: str):
+    # `trainwise.cli._passthrough`, read by commands before it moved to trainwise.core.invocation
+    if name == "_passthrough":
+        return passthrough()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

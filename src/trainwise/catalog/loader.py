@@ -22,7 +22,7 @@ from trainwise.catalog import names, seed_2021
 from trainwise.catalog.model import OFFERING_COLUMNS, Accelerator, Catalog
 from trainwise.errors import TrainwiseError
 
-CATALOG_NAMES = ("current", "packaged", "seed-2021")
+CATALOG_NAMES = names.CATALOG_NAMES
 _FLOATS = ("memory_gib", "memory_bw_gbs", "fp64_tflops", "fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops",
            "fp8_tflops", "int8_tops", "fp16_nontensor_tflops", "tdp_w")
 

@@ -192,9 +192,7 @@ class Catalog:
 
     def regions_hint(self) -> str:
         """Where to find this catalog's region names, for an unknown-region error."""
-        from trainwise.catalog.loader import CATALOG_NAMES
-
-        option = f" --catalog {self.name}" if self.name in CATALOG_NAMES and self.name != "current" else ""
+        option = f" --catalog {self.name}" if self.name in names.CATALOG_NAMES and self.name != "current" else ""
         return f"list them with `trainwise catalog regions{option}`"
 
     def _check_cloud(self, cloud: str) -> str:

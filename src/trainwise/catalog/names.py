@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 import re
 
+CATALOG_NAMES = ("current", "packaged", "seed-2021")  # the catalogs trainwise ships, by name
+
 # canonical name -> (row name in accelerators.csv, kind, granularity, extra aliases)
 # granularity: what one unit of `accelerator_count` is. K80/M60 cloud "GPUs" are dies of a
 # two-die board; TPU offerings count chips; the v2-8/v3-8 rows are whole 4-chip boards.

@@ -14,9 +14,9 @@ console = Console()
 
 
 def _passthrough() -> list[str] | None:
-    import trainwise.cli as cli
+    from trainwise.core.invocation import passthrough
 
-    return cli._passthrough
+    return passthrough()
 
 
 DEFAULT_WORK_DIR = Path("trainwise-out/runs")
@@ -41,7 +41,7 @@ def launch_command(
         raise TrainwiseError("launch takes no command after `--`: the training command is in the plan (trainwise plan --save PLAN -- python train.py)")
     # Each backend reads only its own options; one given to the other backend used to be dropped
     # without a word (`--timeout 600` on a cloud launch limited nothing).
-    from trainwise.cli import options_given
+    from trainwise.core.invocation import options_given
 
     if backend == "sky":
         given = options_given(("--timeout", timeout, None), ("--work-dir", work_dir, DEFAULT_WORK_DIR))

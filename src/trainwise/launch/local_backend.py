@@ -30,20 +30,15 @@ from trainwise.launch.plan_document import PlanDocument
 from trainwise.launch.run_command import run_argv
 from trainwise.launch.safety import assert_no_secrets
 
-# The CLI's entry point imported (not `-m trainwise.cli`: run as __main__, the module would be a
-# second copy whose `--` passthrough the commands reading `trainwise.cli._passthrough` never see).
+# The CLI's console entry point, as `pip install` makes it (pyproject's `trainwise.cli:run`).
 TRAINWISE_CLI = (sys.executable, "-c", "from trainwise.cli import run; run()")
 
 
 def run_command_available() -> bool:
-    """Whether this install's CLI has `trainwise run` (issue 6)."""
-    try:
-        from trainwise.cli import app
-    except Exception:  # a broken CLI import must not hide behind this probe
-        return False
-    names = {(info.name or (info.callback.__name__ if info.callback else "")) for info in app.registered_commands}
-    names |= {info.name for info in app.registered_groups if info.name}
-    return "run" in names
+    """Whether this install has `trainwise run` (issue 6)."""
+    import importlib.util
+
+    return importlib.util.find_spec("trainwise.run.command") is not None
 
 
 def local_command(command: list[str]) -> list[str]:

@@ -240,7 +240,7 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
     from trainwise.predict.offerings import (characterisation_of, characterisation_or_none, device_full_run,
                                              device_iterations_per_epoch, device_predictions)
     from trainwise.predict.same_machine import predict_total
-    from trainwise.report.terminal import format_duration
+    from trainwise.core.units import format_duration
 
     out = out or console
     payload = []

@@ -199,12 +199,12 @@ def measure(seconds: float = DEFAULT_PROBE_SECONDS, on_progress: Callable[[float
             samples: list[dict] | None = None) -> HostNoise:
     """Probe this host for `seconds` (or summarise given samples) and return its HostNoise."""
     check_seconds(seconds)
-    from trainwise.profile._child import _cpu_model
+    from trainwise.core.host import cpu_model
 
     measured_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     samples = probe_samples(seconds, on_progress) if samples is None else samples
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return HostNoise(hostname=socket.gethostname(), cpu_model=_cpu_model(), measured_at=measured_at,
+    return HostNoise(hostname=socket.gethostname(), cpu_model=cpu_model(), measured_at=measured_at,
                      probe_seconds=seconds, pinned_cpus=affinity if affinity != list(range(os.cpu_count() or 0)) else None,
                      compute=summarise_levels(per_second_levels(samples, "compute_s")),
                      memory=summarise_levels(per_second_levels(samples, "memory_s")))

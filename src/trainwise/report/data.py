@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from trainwise import __version__
-from trainwise.report.terminal import format_duration
+from trainwise.core.units import format_duration
 
 # The columns of a plan row that the report tables and the JSON carry, in order.
 ROW_COLUMNS = [

@@ -13,19 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from trainwise.allocator import describe as describe_allocator
+from trainwise.core.units import format_duration  # noqa: F401 - re-exported
 from trainwise.denormals import describe as describe_denormals
 from trainwise.predict.same_machine import Prediction, host_stray_fraction, sampled_steps_s
 from trainwise.profile.schema import Profile
-
-
-def format_duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.1f} ms"
-    if seconds < 120:
-        return f"{seconds:.2f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
 
 
 def provenance_of(profile: Profile) -> str:

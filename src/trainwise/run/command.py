@@ -115,16 +115,13 @@ def run_command(
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) locally, under torchrun DDP or as Hivemind
     peers, instrumented like `trainwise profile --full`, with optional checkpoint/resume."""
-    import sys
+    from rich.console import Console
 
-    from trainwise import cli
+    from trainwise.core.invocation import passthrough as given_passthrough
     from trainwise.run.launcher import run_job
     from trainwise.run.options import CheckpointOptions, RunOptions
 
-    # Under `python -m trainwise.cli` the module that split off the command is __main__, not trainwise.cli.
-    passthrough = cli._passthrough
-    if passthrough is None:
-        passthrough = getattr(sys.modules.get("__main__"), "_passthrough", None)
+    passthrough = given_passthrough()
     if passthrough is None or ctx.args:
         raise TrainwiseError("missing `--` before the training command: use `trainwise run [OPTIONS] -- python train.py ARGS`")
     checkpoint = None
@@ -153,7 +150,7 @@ def run_command(
         from trainwise._io import write_output_text
 
         write_output_text(output, result.model_dump_json(indent=1), "--output")
-    console = getattr(sys.modules.get("__main__"), "console", None) or cli.console
+    console = Console()
     console.print(result_table(result))
     for line in summary_lines(result):
         console.print(line)
@@ -161,7 +158,7 @@ def run_command(
         console.print(f"run result written to [bold]{output}[/bold]")
     codes = [c for c in result.exit_codes if c != 0]
     if 130 in codes:
-        cli.err_console.print("[red]interrupted[/red]")
+        Console(stderr=True).print("[red]interrupted[/red]")
     if codes:
         # The job's own exit code (143: stopped by SIGTERM after checkpointing) is trainwise's.
         # (SystemExit, not typer.Exit: click swallows Exit's code when not in standalone mode)

@@ -26,13 +26,11 @@ from trainwise.allocator import launch_environment
 from trainwise._proc import die_with_parent
 from trainwise.errors import TrainwiseError
 from trainwise.profile.runner import PACKAGE_PARENT, resolve_command
-from trainwise.run.options import RunOptions
+from trainwise.run.options import INTERRUPTED_EXIT, RunOptions
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 RUN_CONFIG_ENV = "TRAINWISE_RUN_CONFIG"
 PEER_ADDRESS_TIMEOUT_S = 180.0
-# Exit code of a job stopped by Ctrl-C (SIGINT to `trainwise run`), after it checkpointed.
-INTERRUPTED_EXIT = 128 + signal.SIGINT
 
 
 def free_port(host: str = "127.0.0.1") -> int:

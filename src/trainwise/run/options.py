@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -10,6 +11,8 @@ from trainwise.run.identity import has_peer_id, peer_id_of
 
 Engine = Literal["local", "ddp", "hivemind"]
 ENGINES = ("local", "ddp", "hivemind")
+# Exit code of a job stopped by Ctrl-C (SIGINT to `trainwise run`), after it checkpointed.
+INTERRUPTED_EXIT = 128 + signal.SIGINT
 
 
 @dataclass

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from trainwise._io import atomic_write_text
 from trainwise.errors import TrainwiseError
-from trainwise.run.options import RunOptions
+from trainwise.run.options import INTERRUPTED_EXIT, RunOptions
 
 SCHEMA_VERSION = 1
 PROVENANCE = "measured here: trainwise run's recorder in every training process (times are medians over steady-state steps)"
@@ -199,8 +199,6 @@ def build_result(options: RunOptions, command: list[str], codes: list[int], laun
         raise TrainwiseError(f"the training process was killed by {name} before it could record its run (it keeps its "
                              f"record in memory until it exits){where}")
     if not raws or not any(raw.get("iterations") for raw in raws.values()):
-        from trainwise.run.launcher import INTERRUPTED_EXIT
-
         stopped = next((code for code in codes if code in (INTERRUPTED_EXIT, 143, -15)), None)
         if stopped is not None:
             # Stopped from outside during start-up: not the script's error, and a rerun simply starts afresh.

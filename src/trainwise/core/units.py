@@ -1,0 +1,13 @@
+"""Quantities in words, the same everywhere a number is shown (terminal tables, reports, commands)."""
+
+from __future__ import annotations
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
