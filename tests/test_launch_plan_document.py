@@ -252,7 +252,7 @@ def test_plan_save_choices_are_checked_before_planning(tmp_path, capsys, monkeyp
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["--nodes", "4"], "--nodes goes into a saved plan: add --save plan.json, or drop it"),
+    (["--nodes", "4"], "--nodes goes into a saved plan: use `trainwise plan save plan.json`, or drop it"),
     (["--checkpoint-uri", "s3://my-ckpt/run1", "--engine", "ddp"], "--engine, --checkpoint-uri go into a saved plan"),
     (["--", "python", "train.py"], "a training command after -- goes into a saved plan"),
 ])

@@ -36,35 +36,17 @@ def training_command(passthrough: list[str] | None, profile_paths: Sequence[Path
 
 def headline_epochs_for_command(passthrough: list[str], epochs: int | None, *, console: Console,
                                 profile_paths: Sequence[Path] = ()) -> int | None:
-    """The headline epoch count of a plan saved with a training command: the command's own `--epochs N`
-    (a plan of 20 epochs saved for `train.py --epochs 1` predicted a run 20x longer than the one launched).
+    """The headline epoch count of a plan saved with a training command (`trainwise.predict.epochs`
+    decides it, with every other epoch count)."""
+    from trainwise.predict.epochs import decide_epochs
+    from trainwise.profile.schema import load_profile
 
-    A command without one trains the script's default; a profile whose own command gave `--epochs N` read
-    that N, not the default, so without --epochs the saved plan cannot tell what the command trains."""
-    from trainwise.profile.script_epochs import epochs_in_command
-
-    found = epochs_in_command(passthrough)
-    if found is None:
-        if epochs is None and profile_paths:
-            from trainwise.profile.schema import load_profile
-
-            for path in profile_paths:
-                profile = load_profile(path)
-                given = epochs_in_command(profile.command)
-                if profile.script_epochs is not None and given is not None:
-                    raise TrainwiseError(
-                        f"the training command gives no {given[1]}, but profile {path} read its {_epochs(given[0])} from "
-                        f"its own command's {given[1]} {given[0]}: the saved plan cannot tell what this command trains; "
-                        f"give plan --epochs N (the epochs this command trains), or put {given[1]} N in the command")
-        return epochs
-    command_epochs, flag = found
-    if epochs is not None and epochs != command_epochs:
-        raise TrainwiseError(f"--epochs {epochs} but the training command trains {flag} {command_epochs}: the saved plan "
-                             f"would predict a run the command does not do; drop trainwise's --epochs, or change the "
-                             f"command's {flag}")
-    if epochs is None:
-        console.print(f"headline: {_epochs(command_epochs)}, the training command's {flag}")
-    return command_epochs
+    profiles = [(str(path), load_profile(path)) for path in profile_paths] if epochs is None else []
+    decision = decide_epochs(epochs=epochs, epoch_options=(), epoch_options_given=True, profiles=profiles,
+                             command=passthrough)
+    if decision.says:
+        console.print(decision.says)
+    return decision.headline
 
 
 def _epochs(count: int) -> str:

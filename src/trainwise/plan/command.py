@@ -16,11 +16,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from trainwise.errors import TrainwiseError
-from trainwise.plan import costs
+from trainwise.core import costs
 from trainwise.plan.objectives import (Constraints, check_option_number, make_objective, parse_duration, parse_money,
                                        parse_weights)
 from trainwise.plan.planner import PlanOptions, PlanResult, check_inputs, plan
-from trainwise.profile.schema import Profile, load_profile, script_epochs_disagreement, script_epochs_of
+from trainwise.plan.request import PlanRequest
+from trainwise.profile.schema import Profile, load_profile
 
 
 # Ranges of the numeric options, far past any real setup: beyond them the modelled times and costs
@@ -99,7 +100,7 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
         update["interruption_source"] = (f"user-given AWS-style 30-day interruption frequency {interruption_frequency_30d:.0%} "
                                          f"= {rate:.3g} per hour (Poisson)")
     if billing is not None:
-        from trainwise.plan.costs import GRANULARITY_S
+        from trainwise.core.costs import GRANULARITY_S
 
         if billing not in GRANULARITY_S:
             raise TrainwiseError(f"--billing {billing}: use one of {', '.join(GRANULARITY_S)}")
@@ -148,56 +149,60 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
         progress.update(task, completed=1)
 
 
-def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_name: str, epoch_options: Sequence[int],
-                     out_dir: Path, report_dir: Path | None, local_offering_path: Path | None, json_output: bool,
-                     all_plans: bool = False, epochs_from_profiles: bool = False,
-                     console: Console, err_console: Console, **choices: Any) -> PlanResult:
-    """epochs_from_profiles: neither --epochs nor --epoch-options was given, so the headline epoch
-    count is the one the profiled script sets for itself, when the profiles read it."""
+def inputs_of(request: PlanRequest):
+    """(Objective, Constraints, PlanOptions) of a request, with one-line errors."""
+    return build_inputs(objective=request.objective, weights=request.weights, deadline=request.deadline,
+                        budget=request.budget, clouds=request.clouds, regions=request.regions,
+                        accelerators=request.accelerators, spot=request.spot, min_gpu_memory=request.min_gpu_memory,
+                        max_global_batch=request.max_global_batch, primary_epochs=request.epochs,
+                        dataset_gb=request.dataset_gb, bandwidth_mbps=request.bandwidth_mbps,
+                        provisioning_minutes=request.provisioning_minutes, interruption_rate=request.interruption_rate,
+                        interruption_frequency_30d=request.interruption_frequency_30d,
+                        checkpoint_write_s=request.checkpoint_write_s, reference=request.reference, top=request.top,
+                        billing=request.billing, min_billed_seconds=request.min_billed_seconds,
+                        distributed=request.distributed_options(),
+                        pipeline_profile=None if request.pipeline is None else str(request.pipeline),
+                        pipeline_strategy=request.pipeline_strategy)
+
+
+def run_plan_command(request: PlanRequest, *, console: Console, err_console: Console,
+                     profiles: Sequence[tuple[str, Profile]] | None = None) -> PlanResult:
+    """Rank `request` (its epochs already decided: `trainwise.predict.epochs.decide_epochs`), print the
+    tables or the JSON, write the report. `profiles`: the request's profiles, when already read."""
     from trainwise.catalog import load_catalog, load_user_offerings
 
-    if all_plans and not json_output:
-        raise TrainwiseError("--all-plans only changes the --json output: add --json (the report's plans.csv.gz "
-                             "always has every ranked plan)")
-    objective, constraints, options = build_inputs(**choices)
-    status_console = err_console if json_output else console
-    catalog = load_catalog(catalog_name)
-    local = load_user_offerings(local_offering_path) if local_offering_path is not None else None
+    objective, constraints, options = inputs_of(request)
+    status_console = err_console if request.json_output else console
+    catalog = load_catalog(request.catalog)
+    local = load_user_offerings(request.local_offering) if request.local_offering is not None else None
     check_inputs(catalog, constraints, options, local)
-    profiles: list[tuple[str, Profile]]
+    report_dir = request.report_dir
+    epoch_options = list(request.epoch_options)
+    json_output, all_plans, workload = request.json_output, request.all_plans, request.workload
     with _progress(status_console) as progress:
-        if profile_paths:
-            with _step(progress, f"reading {len(profile_paths)} profile(s)"):
-                profiles = [(path.stem, load_profile(path)) for path in profile_paths]
+        if request.profile_paths:
+            with _step(progress, f"reading {len(request.profile_paths)} profile(s)"):
+                profiles = list(profiles) if profiles is not None else [(path.stem, load_profile(path))
+                                                                        for path in request.profile_paths]
         else:
             from trainwise.plan.same_machine import profile_workload_quiet
 
             with _step(progress, f"profiling the default workload {workload} on this machine (a few iterations)"):
                 measured = profile_workload_quiet(workload, status_console)
-            path = measured.save(out_dir / f"{workload}.profile.json")
+            path = measured.save(request.out_dir / f"{workload}.profile.json")
             status_console.print(f"profile written to [bold]{path}[/bold]")
             profiles = [(workload, measured)]
-        if epochs_from_profiles and profile_paths and options.primary_epochs is None:
-            own = script_epochs_of([prof for _, prof in profiles])
-            if own is not None:
-                options = options.model_copy(update={"primary_epochs": own.epochs})
-                status_console.print(f"headline: {own.epochs} epochs, set by the script itself ({own.source}); "
-                                     "--epochs N plans another")
-            elif why := script_epochs_disagreement([prof for _, prof in profiles]):
-                status_console.print(f"headline: the largest --epoch-options; {why}: pass --epochs N")
         with _step(progress, "ranking candidates"):
             result = plan(profiles, catalog, objective, constraints, epoch_options=epoch_options, local_offering=local,
                           options=options)
-        paths = {}
-        if report_dir is not None:
-            from trainwise.report.bundle import write_report
+        from trainwise.report.bundle import write_report
 
-            with _step(progress, f"rendering the chart and writing the report to {report_dir}"):
-                try:
-                    paths = write_report(result, report_dir, top_n=options.top_n)
-                except OSError as exc:  # checked up front; a disk that fills up meanwhile still gets one line
-                    raise TrainwiseError(f"cannot write the report to --report {report_dir} ({exc.strerror or exc}): "
-                                         "choose a writable folder") from None
+        with _step(progress, f"rendering the chart and writing the report to {report_dir}"):
+            try:
+                paths = write_report(result, report_dir, top_n=options.top_n)
+            except OSError as exc:  # checked up front; a disk that fills up meanwhile still gets one line
+                raise TrainwiseError(f"cannot write the report to --report {report_dir} ({exc.strerror or exc}): "
+                                     "choose a writable folder") from None
     if json_output:
         from trainwise.report.data import plan_payload
 

@@ -1,0 +1,48 @@
+"""The console entry point: split off the training command, run typer, turn errors into one line."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from trainwise.cli._app import app, err_console
+from trainwise.core.invocation import set_passthrough, split_passthrough
+from trainwise.errors import TrainwiseError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: split off the training command, run typer, turn errors into one line."""
+    args, command = split_passthrough(list(sys.argv[1:] if argv is None else argv))
+    set_passthrough(command)
+    try:
+        result = app(args=args, prog_name="trainwise", standalone_mode=False)
+        if result == 130:
+            # typer turns Ctrl-C (KeyboardInterrupt) into an exit code it returns, not raises, when not
+            # in standalone mode: it must not become exit 0 (a script would take it for success).
+            err_console.print("[red]interrupted[/red]")
+            return 130
+    except TrainwiseError as exc:
+        from rich.markup import escape
+
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("[red]interrupted[/red]")
+        return 130
+    except (typer.Exit, SystemExit) as exc:  # --help, no_args_is_help
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        return int(code or 0)
+    except typer.exceptions.TyperException as exc:  # usage errors from the parser
+        message = (exc.format_message() if hasattr(exc, "format_message") else str(exc)).rstrip(".")
+        # Point at the help of the command that was mistyped (`trainwise plan --help`), which lists its
+        # options, not at the top-level help, which lists only the commands.
+        context = getattr(exc, "ctx", None)
+        command = getattr(context, "command_path", None) or "trainwise"
+        err_console.print(f"[red]error:[/red] {message}; see `{command} --help`", highlight=False, soft_wrap=True)
+        return int(getattr(exc, "exit_code", 2) or 2)
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())

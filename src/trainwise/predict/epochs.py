@@ -1,0 +1,105 @@
+"""How many epochs a prediction or a plan is for: the one place that weighs the user's --epochs,
+the training command's own epoch flag, a --full run's epochs to converge (Malta, methodology 1),
+the epoch count the profiled script sets for itself, and the --epoch-options table (Malta,
+methodology 2).
+
+In order, the first that applies decides:
+1. `--epochs N` (with a training command that sets its own count, the two must agree);
+2. the training command's own flag (`plan save -- python train.py --epochs 3`);
+3. `--epochs-from FULL.json` (predict): the epochs a complete run with early stopping needed;
+4. without --epoch-options, the count every profiled script sets for itself;
+5. the --epoch-options: each tabulated (predict), the largest the headline (plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trainwise.core.profile import Profile
+from trainwise.errors import TrainwiseError
+
+DEFAULT_EPOCH_OPTIONS = (5, 10, 20)  # the table of Malta's methodology 2 when no count is known
+
+
+@dataclass(frozen=True)
+class EpochDecision:
+    """`headline` is the count asked for (None: the largest of `options`); `says` is the line that
+    tells the user where it came from (None when the user gave it)."""
+
+    headline: int | None
+    options: tuple[int, ...]
+    says: str | None = None
+
+    @property
+    def counts(self) -> list[int]:
+        """The counts to predict: the headline alone when there is one, else every option."""
+        return [self.headline] if self.headline is not None else list(self.options)
+
+
+def _epochs(count: int) -> str:
+    return f"{count} epoch" + ("" if count == 1 else "s")
+
+
+def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_options_given: bool,
+                  profiles: Sequence[tuple[str, Profile]] = (), command: Sequence[str] | None = None,
+                  epochs_from: Profile | None = None, what: str = "headline") -> EpochDecision:
+    """The epoch count(s) of one `predict` or `plan` (see the module's docstring for the order).
+
+    `profiles`: (where it was read, profile) of each profile the command predicts from (their scripts'
+    own counts); `command`: the
+    training command a saved plan will launch; `what`: how the line names the count ("epochs" for
+    predict, "headline" for plan)."""
+    from trainwise.profile.schema import script_epochs_disagreement, script_epochs_of
+    from trainwise.profile.script_epochs import epochs_in_command
+
+    options = tuple(epoch_options)
+    if epochs is not None and epochs < 1:
+        raise TrainwiseError(f"--epochs must be a positive whole number (got {epochs}): pass e.g. --epochs 10")
+    if epochs is not None and epochs_from is not None:
+        raise TrainwiseError("--epochs and --epochs-from both give the epoch count: pass one of them")
+    if command:
+        found = epochs_in_command(command)
+        if found is None:
+            if epochs is None:
+                # The command trains the script's default; a profile whose own command gave `--epochs N`
+                # read that N, not the default, so nothing read what this command trains.
+                for label, profile in profiles:
+                    given = epochs_in_command(profile.command)
+                    if profile.script_epochs is not None and given is not None:
+                        raise TrainwiseError(
+                            f"the training command gives no {given[1]}, but profile {label} read its "
+                            f"{_epochs(given[0])} from its own command's {given[1]} {given[0]}: the saved plan cannot "
+                            f"tell what this command trains; give plan --epochs N (the epochs this command trains), or "
+                            f"put {given[1]} N in the command")
+        else:
+            command_epochs, flag = found
+            if epochs is not None and epochs != command_epochs:
+                raise TrainwiseError(f"--epochs {epochs} but the training command trains {flag} {command_epochs}: the "
+                                     f"saved plan would predict a run the command does not do; drop trainwise's "
+                                     f"--epochs, or change the command's {flag}")
+            if epochs is None:
+                return EpochDecision(command_epochs, options, f"{what}: {_epochs(command_epochs)}, the training "
+                                                              f"command's {flag}")
+    if epochs is not None:
+        return EpochDecision(epochs, options)
+    if epochs_from is not None:
+        from trainwise.predict.same_machine import epochs_to_converge
+
+        return EpochDecision(epochs_to_converge(epochs_from), options)
+    if not epoch_options_given and profiles:
+        own = script_epochs_of([profile for _, profile in profiles])
+        if own is not None:
+            if what == "headline":
+                says = f"headline: {_epochs(own.epochs)}, set by the script itself ({own.source}); --epochs N plans another"
+            else:
+                says = f"epochs: {own.epochs}, set by the script itself ({own.source}); --epochs N or --epoch-options predict others"
+            return EpochDecision(own.epochs, options, says)
+        why = script_epochs_disagreement([profile for _, profile in profiles])
+        if why:
+            if what == "headline":
+                return EpochDecision(None, options, f"headline: the largest --epoch-options; {why}: pass --epochs N")
+            shown = ",".join(str(n) for n in options)
+            return EpochDecision(None, options, f"epochs: {shown} (--epoch-options); {why}: pass --epochs N")
+    return EpochDecision(None, options)
+
