@@ -12,6 +12,7 @@ A user-given `--trainwise-spec` overrides all of these.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -78,12 +79,8 @@ def build_wheel(source_dir: Path, out_dir: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as staging:
         argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
                 "--wheel-dir", staging]
-        try:
-            import setuptools  # noqa: F401 - the lock's setuptools builds it here, without a download
-        except ImportError:
-            pass
-        else:
-            argv.append("--no-build-isolation")
+        if importlib.util.find_spec("setuptools") is not None:
+            argv.append("--no-build-isolation")  # the installed setuptools builds it, without a download
         try:
             done = subprocess.run([*argv, str(source_dir)], capture_output=True, text=True, timeout=WHEEL_BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -68,7 +68,7 @@ def read_shard(path: Path, field_kinds: dict[str, str]) -> Iterator[Sample]:
     name = "?"
     try:
         with open(path, "rb") as stream:
-            members = tariterators.tar_file_iterator(stream, skip_meta=None)
+            members = ({**member, "__url__": str(path)} for member in tariterators.tar_file_iterator(stream, skip_meta=None))
             for grouped in tariterators.group_by_keys(members, lcase=False):
                 key = grouped["__key__"]
                 sample: Sample = {"__key__": key}
