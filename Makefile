@@ -1,26 +1,35 @@
 # `make run`: install into .venv (created if missing) and run the main job on the built-in default
 # workload. `make test`: install with the test extras and run the test suite, less the few long
-# end-to-end runs (chaos kills, resumes, DDP and Hivemind peers) that `make test-long` runs; CI runs both.
+# end-to-end runs (chaos kills, resumes, DDP and Hivemind peers) that `make test-long` runs; CI runs both,
+# then `make compat`. Both install the exact versions of the lock (requirements/*.txt, Python 3.11, with
+# hashes), then trainwise itself without dependencies; pyproject.toml declares ranges for users.
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.trainwise-installed
+TEST_STAMP := $(VENV)/.trainwise-test-installed
+UV ?= uv
+LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header \
+	--annotation-style line --index-strategy unsafe-best-match --index-url https://pypi.org/simple \
+	$(if $(wildcard /opt/pypi-more/simple),--extra-index-url file:///opt/pypi-more/simple)
 
-.PHONY: run test test-long benchmark install clean
+.PHONY: run test test-long compat wheel lock benchmark install clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 
-TEST_STAMP := $(VENV)/.trainwise-test-installed
-
-$(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.'
+# --no-build-isolation: the editable install builds with the lock's setuptools, no download.
+$(STAMP): $(PY) pyproject.toml requirements/run.txt
+	$(PIP) -r requirements/run.txt
+	$(PIP) --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 # The tests exercise every optional engine and integration with the real library installed.
-$(TEST_STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,all]'
+$(TEST_STAMP): $(PY) pyproject.toml requirements/test.txt
+	$(PIP) -r requirements/test.txt
+	$(PIP) --no-deps --no-build-isolation -e .
 	@touch $(STAMP) $(TEST_STAMP)
 
 install: $(STAMP)
@@ -34,6 +43,22 @@ test: $(TEST_STAMP)
 test-long: $(TEST_STAMP)
 	$(PY) -m pytest -m long
 
+# A second torch/Python pair: builds the wheel, installs it in fresh venvs (core only, then with the
+# test extra) beside another torch, runs profile + plan and the agent/profile/predict tests there;
+# writes benchmarks/results/compat.json. COMPAT_PAIRS picks the pairs (see benchmarks/compat.py).
+COMPAT_PAIRS ?= lock,py3.11-torch2.13.0+cpu,py3.12-torch2.13.0
+compat: $(TEST_STAMP)
+	$(PY) benchmarks/compat.py --pairs $(COMPAT_PAIRS)
+
+wheel: $(TEST_STAMP)
+	$(PY) -m build --no-isolation --outdir dist .
+
+# Re-resolve the lock after editing pyproject.toml; the current files are uv's preferences, so versions
+# move only where the ranges force them (add --upgrade-package NAME to move one on purpose).
+lock:
+	$(UV) pip compile pyproject.toml --extra test --extra all $(LOCK_FLAGS) -o requirements/test.txt
+	$(UV) pip compile pyproject.toml -c requirements/test.txt $(LOCK_FLAGS) -o requirements/run.txt
+
 # Benchmarks write benchmarks/results/NAME.json. same_machine_prediction takes about an hour and
 # wants a quiet machine (it pins itself to CPU 1).
 benchmark: $(TEST_STAMP)
@@ -42,4 +67,4 @@ benchmark: $(TEST_STAMP)
 	$(PY) benchmarks/same_machine_prediction.py --cpu 1
 
 clean:
-	rm -rf $(VENV) trainwise-out .pytest_cache
+	rm -rf $(VENV) trainwise-out .pytest_cache build dist

@@ -16,7 +16,16 @@ import yaml
 
 from launch_helpers import ARGV_RECORDER, COMMAND, catalog, four_plans, head_identity, plan_for
 from trainwise.errors import TrainwiseError
+from trainwise.launch.package import WHEEL_MOUNT_DIR
 from trainwise.launch.skypilot_task import dump_yaml, task_config, time_estimator, validate_packaged
+
+
+def _installed_wheel(mounts: dict) -> str:
+    """Pops and checks the wheel mount: this checkout is installed from source, so launch uploads a wheel built from it."""
+    (path,) = [p for p in mounts if p.startswith(WHEEL_MOUNT_DIR + "/")]
+    local = Path(mounts.pop(path))
+    assert local.is_file() and local.name == Path(path).name and local.name.startswith("trainwise-")
+    return path
 
 
 def test_single_node_on_demand_task():
@@ -24,8 +33,10 @@ def test_single_node_on_demand_task():
     assert config["resources"] == {"cloud": "aws", "region": "us-east-1", "instance_type": "p3.2xlarge",
                                    "accelerators": {"V100": 1}, "use_spot": False, "disk_size": 100}
     assert config["num_nodes"] == 1
-    assert config["file_mounts"] == {"/trainwise/model": {"source": "s3://tw-models/mnist", "mode": "MOUNT"}}
-    assert "python -m pip install trainwise==0.1.0" in config["setup"]
+    mounts = dict(config["file_mounts"])
+    wheel = _installed_wheel(mounts)
+    assert mounts == {"/trainwise/model": {"source": "s3://tw-models/mnist", "mode": "MOUNT"}}
+    assert f"python -m pip install {wheel}" in config["setup"]  # the wheel of this trainwise, never an unpublished version
     # no checkpoint bucket: the run records go to the model bucket, which outlives the cluster
     assert config["run"].splitlines()[-1] == ("trainwise run --engine local --output /trainwise/model/run-node\"${SKYPILOT_NODE_RANK}\".json "
                                               "-- python train.py --epochs 3 --lr 0.1")
@@ -33,7 +44,9 @@ def test_single_node_on_demand_task():
 
 def test_a_plan_without_buckets_writes_its_run_records_on_the_node():
     config = task_config(plan_for("aws/use1-az1/p3.2xlarge", name="no-buckets"))
-    assert config["file_mounts"] == {}
+    mounts = dict(config["file_mounts"])
+    _installed_wheel(mounts)
+    assert mounts == {}
     assert "--output /tmp/run-node" in config["run"].splitlines()[-1]
 
 

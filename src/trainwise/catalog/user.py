@@ -59,13 +59,18 @@ Price formulas (USD/h):
 from __future__ import annotations
 
 import math
-import tomllib
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, as the tomli backport (a dependency on 3.10 only)
+    import tomli as tomllib
 
 from trainwise.catalog.model import Accelerator, Catalog, Offering, frame_from_offerings
 from trainwise.errors import TrainwiseError

@@ -26,6 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainwise.optional import require
+require("transformers", "trainwise.integrations.huggingface")
 import transformers
 from transformers import TrainerCallback
 

@@ -28,6 +28,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from trainwise.optional import require
+require("keras", "trainwise.integrations.keras")
 import keras
 
 from trainwise.integrations._common import FrameworkSession, Mode, dtype_bytes, dtype_name

@@ -23,6 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainwise.optional import require
+require("lightning.pytorch", "trainwise.integrations.lightning")
 import lightning.pytorch as pl
 
 from trainwise.integrations._common import FrameworkSession, Mode, dtype_name

@@ -28,7 +28,7 @@ def launch_command(
     backend: Annotated[str, typer.Option(help="sky (SkyPilot: any cloud it supports) or local (this machine)")] = "sky",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write the SkyPilot task YAML (default PLAN.sky.yaml)")] = None,
     workdir: Annotated[Optional[str], typer.Option(help="Directory SkyPilot syncs to the cluster (your training code)")] = None,
-    trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the cluster (default trainwise==VERSION)")] = None,
+    trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the cluster (default: what this trainwise was installed from; a wheel built from a source checkout, uploaded)")] = None,
     work_dir: Annotated[Path, typer.Option(help="Local backend: where each run's staged data, log and working files go")] = DEFAULT_WORK_DIR,
     timeout: Annotated[Optional[float], typer.Option(help="Local backend: kill the training after this many seconds")] = None,
     validate: Annotated[str, typer.Option("--validate", help="auto (SkyPilot's loader when installed, else the packaged schema), skypilot or packaged")] = "auto",

@@ -199,7 +199,6 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
           epochs: int, out_dir: Path, results_uri: str | None, dry_run: bool, trainwise_spec: str | None,
           provisioning_minutes: float, timeout_s: float | None, console: Console,
           validator: str = "auto") -> dict[str, Any]:
-    from trainwise import __version__
     from trainwise.catalog import load_catalog
     from trainwise.launch import sweep as sw
     from trainwise.workloads import command_for
@@ -225,7 +224,10 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
         from trainwise.launch.plan_document import portable_command
         from trainwise.launch.skypilot_task import dump_yaml, validate
 
-        spec = trainwise_spec or f"trainwise=={__version__}"
+        from trainwise.launch.package import trainwise_package
+
+        package = trainwise_package(trainwise_spec, out_dir)
+        spec = package.requirement()
         from trainwise.launch.skypilot_task import local_files_in_command
 
         local_files = local_files_in_command(portable_command(job))
@@ -235,7 +237,8 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
         for candidate in cloud:
             config = sw.cloud_profile_task(candidate, portable_command(job), results_uri, iterations=iterations,
                                            max_seconds=max_seconds, workload=job_workload, catalog=catalog,
-                                           trainwise_spec=spec, workdir="." if local_files else None)
+                                           trainwise_spec=spec, workdir="." if local_files else None,
+                                           trainwise_wheel=(package.mount_path, str(package.wheel)) if package.wheel else None)
             how = validate(config, validator, catalog)
             configs[candidate.name] = config
             path = atomic_write_text(out_dir / f"{candidate.name}.sky.yaml", dump_yaml(config))

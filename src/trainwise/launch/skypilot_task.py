@@ -29,9 +29,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from trainwise import __version__
 from trainwise.errors import TrainwiseError
 from trainwise.launch import safety
+from trainwise.launch.package import WHEEL_MOUNT_DIR, trainwise_package
 from trainwise.launch.plan_document import PlanDocument
 from trainwise.launch.run_command import HEAD_IDENTITY_PATH, HEAD_IP_LINE, HeadIdentity, initial_peers_lines, run_argv
 
@@ -205,6 +205,14 @@ def keeps_nothing(plan: PlanDocument) -> bool:
     return not plan.checkpoint_uri and not plan.model_uri
 
 
+def cluster_extras(plan: PlanDocument) -> tuple[str, ...]:
+    """The trainwise extras the cluster needs beyond the core: the Hivemind engine, the reference workloads."""
+    extras = ["hivemind"] if plan.engine == "hivemind" else []
+    if any(arg.startswith("trainwise.workloads.") and arg != "trainwise.workloads.mnist_cnn" for arg in plan.command):
+        extras.append("workloads")
+    return tuple(extras)
+
+
 def setup_script(plan: PlanDocument, trainwise_spec: str) -> str:
     lines = ["set -euo pipefail"]
     if plan.requirements:
@@ -260,9 +268,12 @@ def task_config(plan: PlanDocument, *, workdir: str | None = None, trainwise_spe
     for arg in plan.command:
         if "\x00" in arg:
             raise TrainwiseError(f"training command argument {arg!r} contains a NUL byte: remove it")
-    spec = trainwise_spec or f"trainwise=={__version__}"
+    package = trainwise_package(trainwise_spec)
+    spec = package.requirement(cluster_extras(plan))
     safety.no_control_characters(spec, "trainwise package spec")
     mounts, envs = _mounts(plan)
+    if package.wheel is not None:
+        mounts[str(package.mount_path)] = str(package.wheel)  # SkyPilot uploads the wheel; setup installs it
     if needs_head_identity(plan) and head_identity is not None:
         mounts[HEAD_IDENTITY_PATH] = safety.no_control_characters(head_identity.local_path, "identity path")
     config: dict[str, Any] = {"name": safety.check_name(plan.name, "plan name")}
@@ -324,7 +335,8 @@ def _check_local_sources(spec: TaskSpec) -> None:
     for destination, mount in spec.file_mounts.items():
         source = mount if isinstance(mount, str) else mount.source
         if safety.scheme_of(source) == "file" and not Path(source).expanduser().exists():
-            what = _MOUNT_NAMES.get(destination, f"the file mount for {destination}")
+            what = ("the trainwise wheel" if destination.startswith(WHEEL_MOUNT_DIR + "/")
+                    else _MOUNT_NAMES.get(destination, f"the file mount for {destination}"))
             raise TrainwiseError(f"{what}: {source} does not exist here, and SkyPilot uploads it from this machine: "
                                  "fix the path (or run from the folder it is relative to)")
 

@@ -194,9 +194,10 @@ def run_local_target(candidate: Candidate, command: Sequence[str], out_dir: Path
 
 def cloud_profile_task(candidate: Candidate, command: Sequence[str], results_uri: str, *, iterations: int,
                        max_seconds: float, workload: str | None, catalog: Any, trainwise_spec: str,
-                       workdir: str | None = None) -> dict[str, Any]:
+                       workdir: str | None = None, trainwise_wheel: tuple[str, str] | None = None) -> dict[str, Any]:
     """The SkyPilot task that profiles `command` on one cloud candidate and writes the profile to
-    the results bucket; `workdir` (synced to the cluster) when the command runs local files."""
+    the results bucket; `workdir` (synced to the cluster) when the command runs local files;
+    `trainwise_wheel` (cluster path, local path) uploads the wheel `trainwise_spec` installs."""
     frame = catalog.offerings
     row = frame[frame["offering_id"] == candidate.offering_id].iloc[0]
     resources: dict[str, Any] = {"cloud": row["cloud"], "region": row["region"], "use_spot": candidate.spot,
@@ -223,7 +224,8 @@ def cloud_profile_task(candidate: Candidate, command: Sequence[str], results_uri
         "num_nodes": 1,
         "resources": resources,
         "envs": {"TRAINWISE_SWEEP_CANDIDATE": candidate.name},
-        "file_mounts": {"/trainwise/results": {"source": results_uri, "mode": "MOUNT"}},
+        "file_mounts": {"/trainwise/results": {"source": results_uri, "mode": "MOUNT"},
+                        **(dict([trainwise_wheel]) if trainwise_wheel else {})},
         "setup": "set -euo pipefail\n" + safety.quote_argv(["python", "-m", "pip", "install", trainwise_spec]) + "\n",
         "run": "set -euo pipefail\n" + safety.quote_argv(argv) + "\n",
     }

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from trainwise.optional import require
 from trainwise.errors import TrainwiseError
 
 COMPRESSION_SUFFIX = {"none": "", "gzip": ".gz", "zstd": ".zst", "lz4": ".lz4"}
@@ -30,10 +31,12 @@ def _compress(data: bytes, compression: str) -> bytes:
     if compression == "gzip":
         return gzip.compress(data, compresslevel=6, mtime=0)
     if compression == "zstd":
+        require("zstandard", "zstd compression")
         import zstandard
 
         return zstandard.ZstdCompressor(level=3).compress(data)
     if compression == "lz4":
+        require("lz4.frame", "lz4 compression")
         import lz4.frame
 
         return lz4.frame.compress(data)
@@ -46,10 +49,12 @@ def decompress(data: bytes, compression: str) -> bytes:
     if compression == "gzip":
         return gzip.decompress(data)
     if compression == "zstd":
+        require("zstandard", "zstd compression")
         import zstandard
 
         return zstandard.ZstdDecompressor().decompress(data)
     if compression == "lz4":
+        require("lz4.frame", "lz4 compression")
         import lz4.frame
 
         return lz4.frame.decompress(data)
@@ -95,6 +100,7 @@ def encode_sample(sample: dict[str, Any], fmt: str, compression: str) -> tuple[l
             array = value.detach().cpu().numpy() if kind == "torch" else np.asarray(value)
             array = np.asarray(array, order="C")  # (np.ascontiguousarray makes a 0-d array 1-d)
             if fmt == "safetensors":
+                require("safetensors.numpy", "the safetensors format")
                 from safetensors.numpy import save
 
                 payload, ext = save({"data": array}), "safetensors"
@@ -130,6 +136,7 @@ def decode_member(ext: str, payload: bytes, compression: str, kind: str | None =
     if ext == "npy":
         array = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     elif ext == "safetensors":
+        require("safetensors.numpy", "the safetensors format")
         from safetensors.numpy import load
 
         array = load(data)["data"]

@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from trainwise.errors import TrainwiseError
+from trainwise.optional import require
 from trainwise.pipeline.codec import decode_member, split_member_name
 from trainwise.pipeline.materialise import Manifest, load_manifest, strategy_dir, verify_shards
 from trainwise.pipeline.spec import Pipeline, Sample, StepError
@@ -37,7 +38,7 @@ try:  # decompressors raise their own error types on corrupted input
     import zstandard
 
     _ZSTD_ERRORS: tuple[type[BaseException], ...] = (zstandard.ZstdError,)
-except ImportError:  # pragma: no cover - zstandard is a core dependency
+except ImportError:  # zstandard comes with the [pipeline] extra; without it no shard is zstd-compressed
     _ZSTD_ERRORS = ()
 
 
@@ -61,27 +62,26 @@ class SourceDataset(Dataset):
 
 
 def read_shard(path: Path, field_kinds: dict[str, str]) -> Iterator[Sample]:
-    """Deserialised samples of one shard, in order; a damaged shard raises naming it."""
-    sample: Sample | None = None
+    """Deserialised samples of one shard, in order; a damaged shard raises naming it. webdataset's tar
+    iterators read the members and group them by key (suffixes kept as written: field names keep their case)."""
+    tariterators = require("webdataset.tariterators", "reading WebDataset shards")
     name = "?"
     try:
-        with tarfile.open(path, mode="r|") as tar:
-            for member in tar:
-                name = member.name
-                if not member.isfile():
-                    continue
-                key, field, ext, compression = split_member_name(member.name)
-                payload = tar.extractfile(member).read()  # type: ignore[union-attr]
-                if sample is None or sample["__key__"] != key:
-                    if sample is not None:
-                        yield sample
-                    sample = {"__key__": key}
-                sample[field] = decode_member(ext, payload, compression, field_kinds.get(field))
+        with open(path, "rb") as stream:
+            members = ({**member, "__url__": str(path)} for member in tariterators.tar_file_iterator(stream, skip_meta=None))
+            for grouped in tariterators.group_by_keys(members, lcase=False):
+                key = grouped["__key__"]
+                sample: Sample = {"__key__": key}
+                for suffix, payload in grouped.items():
+                    if suffix.startswith("__") and suffix.endswith("__"):
+                        continue  # __key__, __url__
+                    name = f"{key}.{suffix}"
+                    _, field, ext, compression = split_member_name(name)
+                    sample[field] = decode_member(ext, payload, compression, field_kinds.get(field))
+                yield sample
     except (tarfile.TarError, ValueError, EOFError, OSError, zlib.error, RuntimeError, *_ZSTD_ERRORS) as exc:
         raise TrainwiseError(f"corrupted shard {path} (at member {name!r}): {type(exc).__name__}: {exc}; "
                              "rebuild the strategy (apply --rebuild)") from None
-    if sample is not None:
-        yield sample
 
 
 class ShardDataset(IterableDataset):

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import json
 import os
 import shutil
-import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainwise._io import atomic_write_text
 from trainwise.errors import TrainwiseError
+from trainwise.optional import require
 from trainwise.pipeline.codec import encode_sample
 from trainwise.pipeline.spec import Pipeline, StepError
 from trainwise.pipeline.strategy import Strategy, storage_hash
@@ -137,9 +136,12 @@ def _write_shard(pipeline: Pipeline, strategy: Strategy, indices: range, final: 
                  kinds: dict[str, str], skipped: list[SkippedSample], progress: Progress | None) -> ShardRecord:
     tmp = final.with_name(f".{final.name}.tmp")
     samples = 0
+    wds = require("webdataset", "writing WebDataset shards")
     try:
         with open(tmp, "wb") as raw:
-            with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            # webdataset's TarWriter into our temp file (fsync + rename stay ours); members get a fixed
+            # mtime so identical input gives byte-identical shards, comparable by checksum across runs
+            with wds.TarWriter(raw, encoder=False, keep_meta=True, mtime=_MTIME, mode=0o644, user="", group="") as tar:
                 for index in indices:
                     try:
                         sample = pipeline.run_steps(pipeline.source[index], 0, strategy.split, index=index)
@@ -156,10 +158,7 @@ def _write_shard(pipeline: Pipeline, strategy: Strategy, indices: range, final: 
                         if previous != kind:
                             raise TrainwiseError(f"field {field!r} is {previous} in some samples and {kind} in sample {sample['__key__']!r}: "
                                                  "make the offline steps return one type per field")
-                    for name, payload in members:
-                        info = tarfile.TarInfo(name)
-                        info.size, info.mtime, info.mode = len(payload), _MTIME, 0o644
-                        tar.addfile(info, io.BytesIO(payload))
+                    tar.write(_webdataset_sample(members))
                     samples += 1
                     if progress:
                         progress(1)
@@ -173,6 +172,17 @@ def _write_shard(pipeline: Pipeline, strategy: Strategy, indices: range, final: 
                          field_kinds=dict(kinds))
     atomic_write_text(final.with_name(final.name + ".json"), record.model_dump_json())
     return record
+
+
+def _webdataset_sample(members: list[tuple[str, bytes]]) -> dict[str, Any]:
+    """Encoded members `key.field.ext[.comp]` as the sample dict TarWriter writes: {"__key__": key,
+    "field.ext[.comp]": payload}; TarWriter names each member key + "." + suffix again."""
+    sample: dict[str, Any] = {}
+    for name, payload in members:
+        key, suffix = name.split(".", 1)
+        sample["__key__"] = key
+        sample[suffix] = payload
+    return sample
 
 
 def _resumable(final: Path) -> ShardRecord | None:

@@ -1231,7 +1231,9 @@ def named_step(model_name: str, batch: int, seq_len: int | None = None, image_si
                          ((batch, *shape), dtype, "index", high), _workload_loss(model_name),
                          optimizer or _WORKLOAD_OPTIMIZERS.get(model_name, "sgd_momentum"),
                          image_size=shape[-1] if len(shape) == 3 else None)
-    import torchvision
+    from trainwise.optional import require
+
+    torchvision = require("torchvision", f"characterising {model_name} (a torchvision model)")
 
     if model_name not in _EXTRA_BUILDERS and model_name not in torchvision.models.list_models(module=torchvision.models):
         import difflib

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from trainwise.optional import require
 
 
 def build_parser(
@@ -110,6 +111,7 @@ def save_final_model(model: torch.nn.Module, name: str) -> str | None:
     directory = os.environ.get("TRAINWISE_MODEL_DIR")
     if not directory or os.environ.get("RANK", "0") != "0":
         return None
+    require("safetensors.torch", "saving the trained model (--save-model)")
     from safetensors.torch import save_file
 
     module = getattr(model, "module", model)  # unwrap DistributedDataParallel

@@ -12,6 +12,7 @@ import argparse
 import os
 from collections.abc import Sequence
 from typing import Any
+from trainwise.optional import require
 
 
 def build_parser(description: str, *, batch_size: int, epochs: int, train_samples: int, val_samples: int,
@@ -43,6 +44,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
 def import_keras(args: argparse.Namespace) -> Any:
     """Import Keras (torch backend unless KERAS_BACKEND says otherwise), apply --threads and --seed."""
     os.environ.setdefault("KERAS_BACKEND", "torch")
+    require("keras", "the Keras workloads")
     import keras
 
     if args.threads is not None and keras.config.backend() == "torch":

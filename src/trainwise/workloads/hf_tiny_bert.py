@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from trainwise.optional import require
+require("transformers", "the hf_tiny_bert workload")
 import transformers
 from torch.utils.data import Dataset
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from trainwise.optional import require
 from trainwise.workloads._common import (
     build_parser,
     item_seed,
@@ -64,6 +65,7 @@ CLASS_COUNTS = (25_810, 2_443, 5_292, 873, 708)
 
 
 def build_model() -> nn.Module:
+    require("torchvision.models", "the inceptionv3_dr workload")
     from torchvision.models import inception_v3
 
     model = inception_v3(weights=None, aux_logits=False, init_weights=True)

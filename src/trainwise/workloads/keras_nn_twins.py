@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from trainwise.optional import require
 from trainwise.workloads._keras_common import build_parser, import_keras, parse_args
 from trainwise.workloads.synthetic_data import NUM_CLASSES, NUM_FEATURES, synth_access_patterns
 
@@ -24,6 +25,7 @@ DEFAULTS = {"batch_size": 32, "epochs": 50, "train_samples": 27_238, "val_sample
 
 def build_arrays(train_samples: int, val_samples: int, seed: int = 0):
     """(x_train, y_train, x_val, y_val): the rows `nn_twins_mlp` trains on, as float32/int64 arrays."""
+    require("sklearn.preprocessing", "the keras_nn_twins workload")
     from sklearn.preprocessing import PowerTransformer
 
     rng = np.random.default_rng(seed)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainwise.optional import require
+require("lightning.pytorch", "the lightning_rnn_sa workload")
 import lightning.pytorch as pl
 import torch
 from torch import nn

@@ -14,7 +14,8 @@ Dropout 0.5 -> Dense 10 (softmax folded into the cross-entropy loss). Adadelta u
 (rho 0.95, epsilon 1e-7) with the seed's learning rate 0.001 (PyTorch's default would be 1.0).
 
 Data: nothing is downloaded.
-  * default: REAL handwritten digits from scikit-learn's bundled ``load_digits`` (1,797 8x8 images),
+  * default: REAL handwritten digits, the UCI optical-recognition digits test set (Alpaydin and Kaynak;
+    1,797 8x8 images), packaged as ``data/digits.csv.gz`` (the copy scikit-learn's ``load_digits`` reads),
     upsampled to 28x28 with ``torch.nn.functional.interpolate`` and scaled to [0, 1]; the digits are
     split 80/20 into disjoint train/validation pools; a pool is repeated to the requested size, every
     repetition after the first shifted by up to +-2 px and rescaled in intensity, deterministically
@@ -32,6 +33,7 @@ import gzip
 import struct
 import time
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -106,14 +108,14 @@ def build_optimizer(model: nn.Module, lr: float = DEFAULTS["lr"]) -> torch.optim
 
 
 def load_digit_pools(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The 1,797 scikit-learn digits upsampled to 1x28x28 in [0, 1], split 80/20 (disjoint pools)."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = torch.from_numpy(digits.images.astype(np.float32) / 16.0).unsqueeze(1)  # N,1,8,8
+    """The 1,797 packaged digits upsampled to 1x28x28 in [0, 1], split 80/20 (disjoint pools)."""
+    with resources.files("trainwise.workloads").joinpath("data/digits.csv.gz").open("rb") as raw, \
+            gzip.open(raw) as handle:
+        table = np.loadtxt(handle, delimiter=",")  # 64 pixels (0..16) then the label, per row
+    images = torch.from_numpy(table[:, :-1].reshape(-1, 8, 8).astype(np.float32) / 16.0).unsqueeze(1)  # N,1,8,8
     images = F.interpolate(images, size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", align_corners=False)
     images = images.clamp_(0.0, 1.0).contiguous()
-    labels = torch.from_numpy(digits.target.astype(np.int64))
+    labels = torch.from_numpy(table[:, -1].astype(np.int64))
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(labels), generator=g)
     n_val = len(labels) // 5

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from trainwise.optional import require
 from trainwise.workloads.synthetic_data import NUM_CLASSES, NUM_FEATURES, synth_access_patterns  # noqa: F401 - re-exported
 from trainwise.workloads._common import (
     build_parser,
@@ -93,6 +94,7 @@ def build_datasets(
     seed: int = 0,
 ) -> tuple[Dataset, Dataset, str]:
     """Return (train dataset, validation dataset, the ``data: ...`` source line)."""
+    require("sklearn.preprocessing", "the nn_twins_mlp workload")
     from sklearn.preprocessing import PowerTransformer
 
     rng = np.random.default_rng(seed)

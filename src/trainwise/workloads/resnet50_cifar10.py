@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from trainwise.optional import require
 from trainwise.workloads._common import (
     build_parser,
     item_seed,
@@ -57,6 +58,7 @@ FINAL_LR_FRACTION = 0.02  # 0.1 -> 0.002 (§4.1)
 
 
 def build_model() -> nn.Module:
+    require("torchvision.models", "the resnet50_cifar10 workload")
     from torchvision.models import resnet50
 
     return resnet50(num_classes=NUM_CLASSES, weights=None)

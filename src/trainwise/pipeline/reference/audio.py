@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainwise.optional import require
 from trainwise.pipeline.spec import FileSource, Pipeline, Sample, Step
 
 SAMPLE_RATE = 16_000
@@ -31,6 +32,7 @@ N_MELS = 80
 
 
 def generate(directory: str | Path, count: int, seed: int = 0, flac_fraction: float = 0.6) -> list[Path]:
+    require("soundfile", "the reference audio pipeline")
     import soundfile
 
     root = Path(directory)
@@ -71,6 +73,7 @@ def mel_filterbank() -> np.ndarray:
 
 
 def decode(sample: Sample) -> Sample:
+    require("soundfile", "the reference audio pipeline")
     import soundfile
 
     wave, rate = soundfile.read(io.BytesIO(sample["data"]), dtype="float32", always_2d=False)

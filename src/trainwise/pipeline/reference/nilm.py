@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainwise.optional import require
 from trainwise.pipeline.spec import Pipeline, Sample, SequenceSource, Step
 
 SAMPLE_RATE = 1000
@@ -23,6 +24,7 @@ DATASET = "signals"
 
 
 def generate(directory: str | Path, windows: int, seed: int = 0) -> list[Path]:
+    require("h5py", "the reference NILM pipeline")
     import h5py
 
     root = Path(directory)
@@ -51,6 +53,7 @@ def generate(directory: str | Path, windows: int, seed: int = 0) -> list[Path]:
 
 
 def windows_of(directory: str | Path) -> tuple[list[dict], list[Path]]:
+    require("h5py", "the reference NILM pipeline")
     import h5py
 
     files = sorted(Path(directory).glob("*.h5"))
@@ -64,6 +67,7 @@ def windows_of(directory: str | Path) -> tuple[list[dict], list[Path]]:
 
 
 def read_window(sample: Sample) -> Sample:
+    require("h5py", "the reference NILM pipeline")
     import h5py
 
     start = int(sample["start"])

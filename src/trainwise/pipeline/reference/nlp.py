@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainwise.optional import require
 from trainwise.pipeline.spec import FileSource, Pipeline, Sample, Step
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # DataLoader workers fork after the tokenizer is loaded
@@ -52,6 +53,7 @@ def strip(text: str) -> str:
 
 
 def generate(directory: str | Path, count: int, seed: int = 0) -> list[Path]:
+    require("tokenizers", "the reference NLP pipeline")
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     root = Path(directory)
@@ -76,6 +78,7 @@ def generate(directory: str | Path, count: int, seed: int = 0) -> list[Path]:
 
 @lru_cache(maxsize=4)
 def _tokenizer(path: str):
+    require("tokenizers", "the reference NLP pipeline")
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(path)

@@ -1,0 +1,52 @@
+"""Optional dependencies: the core install (profile, predict, plan, report) leaves out what only some
+commands use; `require` imports such a module or stops with one line naming the extra to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from trainwise.errors import TrainwiseError
+
+# top-level import name -> (the pip package, the trainwise extra that installs it)
+EXTRAS: dict[str, tuple[str, str]] = {
+    "webdataset": ("webdataset", "pipeline"),
+    "zstandard": ("zstandard", "pipeline"),
+    "lz4": ("lz4", "pipeline"),
+    "h5py": ("h5py", "pipeline"),
+    "soundfile": ("soundfile", "pipeline"),
+    "tokenizers": ("tokenizers", "pipeline"),
+    "safetensors": ("safetensors", "workloads"),
+    "torchvision": ("torchvision", "workloads"),
+    "sklearn": ("scikit-learn", "workloads"),
+    "hivemind": ("hivemind", "hivemind"),
+    "keras": ("keras", "keras"),
+    "lightning": ("lightning", "lightning"),
+    "transformers": ("transformers", "hf"),
+    "accelerate": ("accelerate", "hf"),
+    "sky": ("skypilot", "sky"),
+}
+
+
+class MissingExtraError(TrainwiseError, ImportError):
+    """An optional dependency is not installed (an ImportError too, for code that probes for it)."""
+
+
+def missing_extra(module: str, what: str | None = None) -> MissingExtraError:
+    """The one-line error for `module` (an import name such as "sklearn.datasets") not being installed."""
+    top = module.split(".", 1)[0]
+    package, extra = EXTRAS.get(top, (top, "all"))
+    needs = f"{what} needs {package}" if what else f"{package} is not installed"
+    return MissingExtraError(f"{needs}: pip install 'trainwise[{extra}]'")
+
+
+def require(module: str, what: str | None = None) -> ModuleType:
+    """Import `module`; when it (or its top-level package) is missing, raise `missing_extra`. An
+    ImportError raised from inside an installed package (a broken install) propagates unchanged."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module == missing or module.startswith(missing + ".")):
+            raise missing_extra(module, what) from None
+        raise
