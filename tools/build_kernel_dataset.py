@@ -132,6 +132,8 @@ def sweep_rows(folder: Path) -> list[dict]:
     for path in sorted(folder.glob("kernel_sweep_*.csv")):
         with path.open(encoding="utf-8") as fh:
             for r in csv.DictReader(fh):
+                if r["gpu"] == "cpu-dry-run":
+                    continue  # a CPU smoke run, not kernel data
                 rows.append({k: r[k] for k in COLUMNS})
     return rows
 
