@@ -113,7 +113,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
         published = doc["published_abs_error"].get(f"{acc.name}|{r['workload']}", {})
         rows.append({"source": "neusight", "gpu": acc.name, "workload": r["workload"], "model": wl["model"],
                      "measured_ms": round(r["measured_ms"], 3), "predicted_ms": round(pred_ms, 3),
-                     "error": round(err, 4), "band": round(band, 4), "within_band": abs(err) <= band,
+                     "error": round(err, 4), "band": round(band, 4), "within_band": bool(abs(err) <= band),
                      "roofline_error": round(roof_ms / r["measured_ms"] - 1, 4), "published_abs_error": published})
     own_rows = own_gpu_rows(catalog, held, dm) if own else []
     logo_err = [r["error"] for r in rows]
@@ -165,7 +165,7 @@ def own_gpu_rows(catalog: Any, held: HeldOutModels, dm: Any) -> list[dict]:
             err = p.samples_per_s / measured - 1
             out.append({"source": "trainwise", "gpu": acc.name, "model": r["model"], "workload": "/".join(map(str, key)),
                         "measured_samples_per_s": measured, "predicted_samples_per_s": round(p.samples_per_s, 3),
-                        "error": round(err, 4), "band": p.relative_error, "within_band": abs(err) <= p.relative_error,
+                        "error": round(err, 4), "band": p.relative_error, "within_band": bool(abs(err) <= p.relative_error),
                         "roofline_core_error": round(p_roof.samples_per_s / measured - 1, 4),
                         "roofline_fallback_ops": p.roofline_fallback_ops})
     return [r for r in out if "error" in r] + [r for r in out if "error" not in r]
@@ -210,18 +210,12 @@ def best_choice(rows: list[dict], catalog: Any) -> dict[str, Any]:
 
 
 def _prices(catalog: Any) -> dict[str, float]:
-    """Cheapest on-demand $/h per accelerator (single-accelerator offerings) in the packaged catalog."""
-    out: dict[str, float] = {}
-    for o in getattr(catalog, "offerings", []) or []:
-        try:
-            if int(getattr(o, "accelerator_count", 1) or 1) != 1 or getattr(o, "spot", False):
-                continue
-            name, p = o.accelerator, float(o.price_per_hour)
-        except (AttributeError, TypeError, ValueError):
-            continue
-        if name and math.isfinite(p) and p > 0:
-            out[name] = min(out.get(name, p), p)
-    return out
+    """Cheapest on-demand $/h per accelerator of the packaged catalog's offerings (per accelerator: the instance
+    price divided by its accelerator count)."""
+    df = catalog.offerings
+    df = df[df["accelerator"].notna() & (df["accelerator_count"] > 0) & df["price_per_hour"].notna()]
+    per = df["price_per_hour"] / df["accelerator_count"]
+    return {str(k): float(v) for k, v in per.groupby(df["accelerator"]).min().items() if math.isfinite(v) and v > 0}
 
 
 def published_side_by_side(rows: list[dict]) -> dict[str, Any]:

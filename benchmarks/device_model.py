@@ -190,7 +190,7 @@ def kernel_only(catalog, started: float) -> int:
     result["kernel_model_created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result["kernel_model_machine"] = machine()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(result, indent=1))
+    atomic_write_text(path, json.dumps(result, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
     console.print({k: v for k, v in kernel_summary(ev).items() if not isinstance(v, dict) or k == "kernel_meets_targets"})
     console.print(f"written to {path} in {time.perf_counter() - started:.1f} s")
     return 0

@@ -40,6 +40,19 @@ def test_dataset_readme_names_source_commit_and_licence():
     assert "sitar-lab/NeuSight" in readme and commit in readme and "MIT" in readme
 
 
+def test_vectorised_features_match_the_reference(dataset):
+    catalog = load_catalog()
+    kernels = [km.kernel_from_dims("mm", "bf16", (1, 4096, 1000, 2048)), km.kernel_from_dims("conv", "fp32", (32, 64, 128, 3, 56, 1, 1)),
+               km.kernel_from_dims("bmm", "tf32", (48, 512, 512, 64)), km.kernel_from_dims("gelu", "fp16", (8192, 3072)),
+               km.kernel_from_dims("softmax", "fp32", (4096, 512)), km.kernel_from_dims("ln", "bf16", (4096, 1024))]
+    for name in ("H100", "T4", "L4", "A100-PCIe"):
+        gpu = km.GpuSpec.of(catalog.accelerator(name))
+        ref = np.array([km.features(k, gpu)[0] for k in kernels])
+        x, roof = km.features_matrix(km.KernelArrays.of(kernels), gpu)
+        np.testing.assert_allclose(x, ref, rtol=1e-12)
+        np.testing.assert_allclose(roof, [km.features(k, gpu)[1] for k in kernels], rtol=1e-12)
+
+
 def test_exported_trees_reproduce_sklearn(dataset):
     sub = dataset.subset(np.arange(len(dataset.gpus)) % 20 == 0)
     model = km.fit_ensemble(sub, {"n_estimators": 20, "max_depth": 3, "learning_rate": 0.2})
@@ -67,7 +80,9 @@ def test_packaged_artifact_was_selected_on_the_kernel_split():
     assert meta["settings"] in [dict(s) for s in km.SETTINGS]
     held = meta["kernel_holdout"]
     assert held["median_abs_error"] < held["roofline_median_abs_error"]
-    assert set(meta["band80_by_class"]) <= set(km.CLASSES) and all(0 < v < 1.5 for v in meta["band80_by_class"].values())
+    assert set(meta["band80_by_class"]) <= set(km.CLASSES)
+    for cls, band in meta["band80_by_class"].items():  # the split-conformal quantile of the held-out families' bias
+        assert band == pytest.approx(km.conformal_quantile(meta["class_bias"][cls]), abs=1e-4)
 
 
 def test_outdated_artifact_is_refused_with_the_rebuild_command(tmp_path):
@@ -125,9 +140,13 @@ def test_predicting_every_catalog_accelerator_is_fast():
     char = characterise_named("resnet50", 256, "amp_fp16")
     catalog = load_catalog()
     dm.predict_all(char, catalog)  # warm the artifact cache
-    t0 = time.perf_counter()
-    preds = dm.predict_all(char, catalog)
-    elapsed = time.perf_counter() - t0
+    elapsed = []
+    for _ in range(3):  # best of three: the test machine is shared
+        t0 = time.perf_counter()
+        preds = dm.predict_all(char, catalog)
+        elapsed.append(time.perf_counter() - t0)
+    elapsed = min(elapsed)
+    assert all(p.core == "kernel" for p in preds if "GPU" not in " ".join(p.notes))
     assert len(preds) >= 20
     assert elapsed < 1.0, elapsed
 

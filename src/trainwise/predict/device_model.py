@@ -650,6 +650,29 @@ def _apply_kernel_core(char: WorkloadCharacterisation, acc: Any, precision: str,
         gpu = km.GpuSpec.of(acc)
     except TrainwiseError as exc:
         return _KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {}, f"{exc}; the roofline rule is used")
+    idx, kernels, fallback = _record_kernels(char, precision)
+    seconds = km.predict_seconds(kernels, gpu, model)
+    class_s: dict[str, float] = {}
+    for i, c, t in zip(idx, kernels.cls, seconds):
+        per[i] = char.records[i].count * float(t)
+        kind = km.CLASSES[int(c)]
+        class_s[kind] = class_s.get(kind, 0.0) + per[i]
+    covered = set(idx)
+    fallback_s = float(sum(per[i] for i in range(len(per)) if i not in covered))
+    return _KernelCore(sorted(fallback), fallback_s, class_s)
+
+
+_KERNEL_CACHE: list[tuple[Any, str, tuple]] = []
+
+
+def _record_kernels(char: WorkloadCharacterisation, precision: str) -> tuple[list[int], list[Any], set[str]]:
+    """(record indices, their kernels, operators without one) of a characterisation; the last few are cached
+    (predicting every catalog accelerator maps the same records each time)."""
+    from trainwise.predict import kernel_model as km
+
+    for cached_char, cached_precision, value in _KERNEL_CACHE:
+        if cached_char is char and cached_precision == precision:
+            return value
     idx, kernels, fallback = [], [], set()
     for i, r in enumerate(char.records):
         k = km.record_kernel(r, precision)
@@ -658,14 +681,10 @@ def _apply_kernel_core(char: WorkloadCharacterisation, acc: Any, precision: str,
         else:
             idx.append(i)
             kernels.append(k)
-    seconds = km.predict_seconds(kernels, gpu, model)
-    class_s: dict[str, float] = {}
-    for i, k, t in zip(idx, kernels, seconds):
-        per[i] = char.records[i].count * float(t)
-        class_s[k.kind] = class_s.get(k.kind, 0.0) + per[i]
-    covered = set(idx)
-    fallback_s = float(sum(per[i] for i in range(len(per)) if i not in covered))
-    return _KernelCore(sorted(fallback), fallback_s, class_s)
+    value = (idx, km.KernelArrays.of(kernels), fallback)
+    _KERNEL_CACHE.insert(0, (char, precision, value))
+    del _KERNEL_CACHE[4:]
+    return value
 
 
 def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelParams, precision: str,

@@ -161,38 +161,119 @@ def features(kernel: Kernel, gpu: GpuSpec) -> tuple[list[float], float]:
     return x, roof
 
 
+_DTYPE_CODE = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
+
+
+@dataclass
+class KernelArrays:
+    """Many kernels as numpy columns, so their features for a GPU are computed at once (`features_matrix`)."""
+
+    cls: Any
+    inputs: Any
+    transcendental: Any
+    dtype: Any
+    flops: Any
+    bytes: Any
+    batch: Any
+    m: Any
+    n: Any
+    k: Any
+    elements: Any
+    kernel_size: Any
+
+    @staticmethod
+    def of(kernels: list[Kernel]) -> "KernelArrays":
+        import numpy as np
+
+        col = lambda f: np.array([f(k) for k in kernels], dtype=float)  # noqa: E731
+        return KernelArrays(
+            cls=col(lambda k: _CLASS_INDEX[k.kind]), inputs=col(lambda k: 2.0 if k.op in BINARY_OPS else 1.0),
+            transcendental=col(lambda k: 1.0 if k.op in TRANSCENDENTAL_OPS else 0.0),
+            dtype=col(lambda k: _DTYPE_CODE.get(k.dtype, 0)), flops=col(lambda k: k.flops), bytes=col(lambda k: k.bytes),
+            batch=col(lambda k: k.batch), m=col(lambda k: k.m), n=col(lambda k: k.n), k=col(lambda k: k.k),
+            elements=col(lambda k: k.elements or k.batch * k.m * k.n), kernel_size=col(lambda k: k.kernel_size))
+
+
+def features_matrix(a: KernelArrays, gpu: GpuSpec, conv_tf32: bool = True) -> tuple[Any, Any]:
+    """(features [kernels, FEATURES], roofline seconds) of many kernels on `gpu`; the same values as `features`."""
+    import numpy as np
+
+    mmconv = (a.cls == _CLASS_INDEX["gemm"]) | (a.cls == _CLASS_INDEX["conv"])
+    is_conv = a.cls == _CLASS_INDEX["conv"]
+    peak = np.full(len(a.cls), gpu.fp32)
+    tensor = np.zeros(len(a.cls), dtype=bool)
+    bf16 = gpu.bf16 or gpu.fp16
+    if gpu.tf32:
+        use = mmconv & ((a.dtype == 1) | (is_conv & (a.dtype == 0) & conv_tf32))
+        peak[use], tensor[use] = gpu.tf32, True
+    if gpu.fp16:
+        use = mmconv & (a.dtype == 2)
+        peak[use], tensor[use] = gpu.fp16, True
+    if bf16:
+        use = mmconv & (a.dtype == 3)
+        peak[use], tensor[use] = bf16, True
+    t_c = a.flops / peak
+    t_m = a.bytes / gpu.bandwidth
+    roof = np.maximum(np.maximum(t_c, t_m), 1e-9)
+    ceil = np.ceil
+    tiles = np.where(mmconv, a.batch * ceil(a.m / TILE) * ceil(a.n / TILE), 1.0)
+    waves = np.where(mmconv, tiles / gpu.sms, 1.0)
+    tail = np.where(mmconv, tiles / (ceil(waves) * gpu.sms), 1.0)
+    pad = np.where(mmconv, (a.n / (ceil(a.n / TILE) * TILE)) * (a.k / (ceil(a.k / 32) * 32)), 1.0)
+    elem_waves = a.elements / (gpu.sms * 2048 * 4)
+    lg2 = lambda v: np.log2(np.maximum(v, 1.0))  # noqa: E731
+    us = lambda sec: np.log10(np.maximum(sec * 1e6, 1e-6))  # noqa: E731
+    f1 = np.maximum(a.flops, 1.0)
+    b1 = np.maximum(a.bytes, 1.0)
+    ones = np.ones(len(a.cls))
+    cols = [a.cls, a.inputs, a.transcendental, tensor.astype(float), np.log10(f1), np.log10(b1), np.log10(f1 / b1),
+            us(t_c), us(t_m), us(roof), lg2(a.batch), lg2(a.m), lg2(a.n), lg2(a.k), lg2(tiles),
+            np.log2(np.maximum(waves, 1e-6)), tail, pad, lg2(a.elements), np.log2(np.maximum(elem_waves, 1e-6)),
+            a.kernel_size, ones * gpu.sms, peak / gpu.sms / 1e9, np.log10(peak), ones * math.log10(gpu.bandwidth),
+            peak / gpu.bandwidth, gpu.tdp_w / (peak / 1e12), ones * (gpu.bandwidth / gpu.sms / 1e9)]
+    return np.column_stack(cols), roof
+
+
 # ------------------------------------------------------------------------------------------------
 # the packaged artifact: gradient-boosted trees as JSON, evaluated with numpy
 # ------------------------------------------------------------------------------------------------
 
 @dataclass
 class TreeEnsemble:
-    """Gradient-boosted regression trees, flattened: all trees walked at once with numpy."""
+    """Gradient-boosted regression trees, flattened into one node table: all trees walked at once with numpy.
+    Leaves point to themselves (threshold +inf), so a fixed number of steps reaches every leaf."""
 
     init: float
     learning_rate: float
-    feature: Any     # [trees, nodes] int, -1 at leaves
-    threshold: Any   # [trees, nodes]
-    left: Any
+    feature: Any     # [nodes] int (0 at leaves)
+    threshold: Any   # [nodes] (+inf at leaves)
+    left: Any        # [nodes] global index of the left child (itself at leaves)
     right: Any
     value: Any
+    roots: Any       # [trees] global index of each tree's root
     depth: int
     meta: dict
+    _table: Any = None
 
     def predict(self, x: Any) -> Any:
         import numpy as np
 
-        x = np.asarray(x, dtype=float)
-        n_trees = self.feature.shape[0]
-        node = np.zeros((x.shape[0], n_trees), dtype=np.int64)
-        trees = np.arange(n_trees)[None, :]
-        rows = np.arange(x.shape[0])[:, None]
-        for _ in range(self.depth):
-            feat = self.feature[trees, node]
-            leaf = feat < 0
-            go_left = x[rows, np.maximum(feat, 0)] <= self.threshold[trees, node]
-            node = np.where(leaf, node, np.where(go_left, self.left[trees, node], self.right[trees, node]))
-        return self.init + self.learning_rate * self.value[trees, node].sum(axis=1)
+        x = np.ascontiguousarray(x, dtype=float)
+        if self._table is None:  # one row per node: one gather per step instead of four
+            self._table = np.column_stack([self.feature, self.threshold, self.left, self.right])
+        out = np.empty(len(x))
+        for start in range(0, len(x), 256):  # small blocks keep the gathers in cache
+            block = x[start:start + 256]
+            n, width = block.shape
+            node = np.broadcast_to(self.roots, (n, len(self.roots))).copy()
+            base = (np.arange(n) * width)[:, None]
+            flat = block.ravel()
+            for _ in range(self.depth):
+                rec = self._table[node]
+                go_left = flat[base + rec[..., 0].astype(np.int64)] <= rec[..., 1]
+                node = np.where(go_left, rec[..., 2], rec[..., 3]).astype(np.int64)
+            out[start:start + n] = self.value[node].sum(axis=1)
+        return self.init + self.learning_rate * out
 
 
 def ensemble_to_json(model: Any, meta: dict) -> dict:
@@ -222,17 +303,22 @@ def ensemble_from_json(data: dict, path: Path | str = ARTIFACT_PATH) -> TreeEnse
         raise TrainwiseError(f"the kernel model {path} is version {data.get('version')}, this trainwise needs version "
                              f"{ARTIFACT_VERSION} (features changed): rebuild it with `{REBUILD_COMMAND}`")
     trees = data["trees"]
-    width = max(len(t["feature"]) for t in trees)
-
-    def pad(key: str, fill: float, dtype: Any) -> Any:
-        out = np.full((len(trees), width), fill, dtype=dtype)
-        for i, t in enumerate(trees):
-            out[i, :len(t[key])] = t[key]
-        return out
-
+    feature, threshold, left, right, value, roots = [], [], [], [], [], []
+    for t in trees:
+        offset = len(feature)
+        roots.append(offset)
+        for f, th, lc, rc, v in zip(t["feature"], t["threshold"], t["left"], t["right"], t["value"]):
+            leaf = f < 0
+            me = len(feature)
+            feature.append(0 if leaf else f)
+            threshold.append(np.inf if leaf else th)
+            left.append(me if leaf else offset + lc)
+            right.append(me if leaf else offset + rc)
+            value.append(v)
     return TreeEnsemble(init=float(data["init"]), learning_rate=float(data["learning_rate"]),
-                        feature=pad("feature", -1, np.int64), threshold=pad("threshold", 0.0, float),
-                        left=pad("left", 0, np.int64), right=pad("right", 0, np.int64), value=pad("value", 0.0, float),
+                        feature=np.array(feature, dtype=np.int64), threshold=np.array(threshold, dtype=float),
+                        left=np.array(left, dtype=np.int64), right=np.array(right, dtype=np.int64),
+                        value=np.array(value, dtype=float), roots=np.array(roots, dtype=np.int64),
                         depth=int(data["max_depth"]) + 1, meta=data.get("meta", {}))
 
 
@@ -254,16 +340,16 @@ def load_kernel_model(path: str | Path | None = None) -> TreeEnsemble:
                              f"`{REBUILD_COMMAND}`") from None
 
 
-def predict_seconds(kernels: list[Kernel], gpu: GpuSpec, model: TreeEnsemble | None = None) -> Any:
+def predict_seconds(kernels: "list[Kernel] | KernelArrays", gpu: GpuSpec, model: TreeEnsemble | None = None) -> Any:
     """Predicted seconds of each kernel on `gpu` (never faster than its roofline)."""
     import numpy as np
 
-    if not kernels:
+    arrays = kernels if isinstance(kernels, KernelArrays) else KernelArrays.of(kernels)
+    if not len(arrays.cls):
         return np.zeros(0)
     model = model or load_kernel_model()
-    rows, roofs = zip(*(features(k, gpu) for k in kernels))
-    slowdown = np.exp(np.maximum(model.predict(np.array(rows)), 0.0))
-    return np.array(roofs) * slowdown
+    x, roof = features_matrix(arrays, gpu)
+    return roof * np.exp(np.maximum(model.predict(x), 0.0))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -350,22 +436,26 @@ def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None) -> Kernel
 
         catalog = load_catalog()
     specs: dict[str, GpuSpec] = {}
-    gpus, ops, xs, roofs, lats = [], [], [], [], []
+    by_gpu: dict[str, tuple[list[str], list[Kernel], list[float]]] = {}
     with Path(path).open(encoding="utf-8") as fh:
         for r in csv.DictReader(line for line in fh if not line.startswith("#")):
             if r["op"] not in OP_CLASS:
                 continue
-            gpu = specs.get(r["gpu"])
-            if gpu is None:
-                gpu = specs[r["gpu"]] = GpuSpec.of(catalog.accelerator(r["gpu"]))
-            kernel = kernel_from_dims(r["op"], r["dtype"], tuple(int(v) for v in r["dims"].split("x")))
-            x, roof = features(kernel, gpu)
-            gpus.append(gpu.name)
+            if r["gpu"] not in specs:
+                specs[r["gpu"]] = GpuSpec.of(catalog.accelerator(r["gpu"]))
+            ops, kernels, lats = by_gpu.setdefault(r["gpu"], ([], [], []))
             ops.append(r["op"])
-            xs.append(x)
-            roofs.append(roof)
+            kernels.append(kernel_from_dims(r["op"], r["dtype"], tuple(int(v) for v in r["dims"].split("x"))))
             lats.append(float(r["latency_us"]) * 1e-6)
-    return KernelDataset(gpus, ops, np.array(xs), np.array(roofs), np.array(lats))
+    gpus, all_ops, xs, roofs, latencies = [], [], [], [], []
+    for name, (ops, kernels, lats) in by_gpu.items():
+        x, roof = features_matrix(KernelArrays.of(kernels), specs[name])
+        gpus += [specs[name].name] * len(ops)
+        all_ops += ops
+        xs.append(x)
+        roofs.append(roof)
+        latencies.append(np.array(lats))
+    return KernelDataset(gpus, all_ops, np.vstack(xs), np.concatenate(roofs), np.concatenate(latencies))
 
 
 # settings compared on the per-kernel leave-one-GPU-out split (never on end-to-end rows)
