@@ -355,6 +355,9 @@ class DevicePrediction(BaseModel):
     unsupported_ops: list[str]
     provenance: str
     notes: list[str] = Field(default_factory=list)
+    core: str = Field(default="roofline", description="per-operator model used: kernel (learned) or roofline")
+    roofline_fallback_ops: list[str] = Field(default_factory=list, description=(
+        "operators the kernel model has no data for, predicted by the roofline rule (band widened by their time share)"))
 
 
 def usable_memory_gib(acc: Any) -> float | None:
@@ -617,10 +620,77 @@ def time_of(f: OpFeatures, ec: Any, em: Any, g_acc: float, g_mem: float, t_launc
     return f.count * (t + t_launch * f.launch), is_compute & (t_c >= t_m)
 
 
+CORES = ("kernel", "roofline")
+# The per-operator core: "kernel" = the learned kernel model (`kernel_model`) for every operator it has data for,
+# the roofline-with-efficiencies rule for the rest; "roofline" = the rule for every operator.
+DEFAULT_CORE = "kernel"
+
+
+@dataclass
+class _KernelCore:
+    """What the kernel core did to one prediction: the operators it left to the roofline rule, and the device
+    time per kernel class (for the band)."""
+
+    fallback_ops: list[str]
+    fallback_s: float
+    class_s: dict[str, float]
+    note: str | None = None
+
+
+def _apply_kernel_core(char: WorkloadCharacterisation, acc: Any, precision: str, per: Any, model: Any = None
+                       ) -> _KernelCore:
+    """Replace `per` (per-record seconds, count included) by the kernel model's prediction for every record it
+    covers, in place; the others keep the roofline rule and are listed."""
+    from trainwise.predict import kernel_model as km
+
+    if getattr(acc, "kind", "") != "gpu":
+        return _KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {},
+                           f"{acc.name} is not a GPU: the kernel model has no data for it, the roofline rule is used")
+    try:
+        gpu = km.GpuSpec.of(acc)
+    except TrainwiseError as exc:
+        return _KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {}, f"{exc}; the roofline rule is used")
+    idx, kernels, fallback = _record_kernels(char, precision)
+    seconds = km.predict_seconds(kernels, gpu, model)
+    class_s: dict[str, float] = {}
+    for i, c, t in zip(idx, kernels.cls, seconds):
+        per[i] = char.records[i].count * float(t)
+        kind = km.CLASSES[int(c)]
+        class_s[kind] = class_s.get(kind, 0.0) + per[i]
+    covered = set(idx)
+    fallback_s = float(sum(per[i] for i in range(len(per)) if i not in covered))
+    return _KernelCore(sorted(fallback), fallback_s, class_s)
+
+
+_KERNEL_CACHE: list[tuple[Any, str, tuple]] = []
+
+
+def _record_kernels(char: WorkloadCharacterisation, precision: str) -> tuple[list[int], list[Any], set[str]]:
+    """(record indices, their kernels, operators without one) of a characterisation; the last few are cached
+    (predicting every catalog accelerator maps the same records each time)."""
+    from trainwise.predict import kernel_model as km
+
+    for cached_char, cached_precision, value in _KERNEL_CACHE:
+        if cached_char is char and cached_precision == precision:
+            return value
+    idx, kernels, fallback = [], [], set()
+    for i, r in enumerate(char.records):
+        k = km.record_kernel(r, precision)
+        if k is None:
+            fallback.add(r.op)
+        else:
+            idx.append(i)
+            kernels.append(k)
+    value = (idx, km.KernelArrays.of(kernels), fallback)
+    _KERNEL_CACHE.insert(0, (char, precision, value))
+    del _KERNEL_CACHE[4:]
+    return value
+
+
 def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelParams, precision: str,
-                 framework: str = "pytorch", stack: str | None = None
-                 ) -> tuple[float, dict[str, float], float, float, int]:
-    """(device seconds, per-category seconds, compute-bound seconds, backward seconds, kernels)."""
+                 framework: str = "pytorch", stack: str | None = None, core: str = "roofline", kernel_model: Any = None
+                 ) -> tuple[float, dict[str, float], float, float, int, _KernelCore | None]:
+    """(device seconds, per-category seconds, compute-bound seconds, backward seconds, kernels, kernel-core info)."""
     f = op_features(char, acc, precision)
     ec, em = param_arrays(params)
     g_fw = params.tensorflow_efficiency if framework in ("tensorflow", "keras", "tf") else 1.0
@@ -629,10 +699,11 @@ def _device_time(char: WorkloadCharacterisation, acc: Any, params: DeviceModelPa
     per, bound = time_of(f, ec, em, g_acc, g_mem, params.t_launch_s, params.tpu_fusion, params.g_grouped,
                          params.nchw_penalty, [params.alpha[c] for c in COMPUTE_CATEGORIES],
                          params.stack_fusion.get(stack, 1.0) if stack else 1.0, params.wave_exponent)
+    info = _apply_kernel_core(char, acc, precision, per, kernel_model) if core == "kernel" else None
     by_cat: dict[str, float] = {}
     for cat, t in zip(f.category, per):
         by_cat[cat] = by_cat.get(cat, 0.0) + float(t)
-    return float(per.sum()), by_cat, float(per[bound].sum()), float((per * f.backward).sum()), f.kernels
+    return float(per.sum()), by_cat, float(per[bound].sum()), float((per * f.backward).sum()), f.kernels, info
 
 
 def _band(params: DeviceModelParams, acc: Any, compute_fraction: float, unsupported_share: float,
@@ -662,11 +733,41 @@ def _band(params: DeviceModelParams, acc: Any, compute_fraction: float, unsuppor
     return band, notes
 
 
+# The roofline rule's band counts at least this much on the operators the kernel model leaves to it.
+FALLBACK_BAND_MIN = 0.3
+
+
+def _kernel_band(kcore: _KernelCore, roofline_band: float, device_s: float, count: int, params: DeviceModelParams,
+                 kernel_model: Any = None) -> tuple[float, list[str]]:
+    """The 80 % band of a kernel-core prediction: per kernel class, the split-conformal quantile of held-out GPUs'
+    systematic (time-weighted) error, weighted by the class's share of device time; the roofline-rule operators
+    count with the roofline band (at least FALLBACK_BAND_MIN)."""
+    from trainwise.predict import kernel_model as km
+
+    notes: list[str] = []
+    if kcore.note:
+        notes.append(kcore.note)
+    if device_s <= 0:
+        return roofline_band, notes
+    model = kernel_model or km.load_kernel_model()
+    by_class = model.meta.get("band80_by_class", {})
+    default = max(by_class.values(), default=0.25)
+    band = sum(t / device_s * float(by_class.get(c, default)) for c, t in kcore.class_s.items())
+    share = kcore.fallback_s / device_s
+    band += share * max(roofline_band, FALLBACK_BAND_MIN)
+    if count > 1:
+        band += float((params.bands or {}).get("data_parallel_extra", 0.10))
+    if kcore.fallback_ops and not kcore.note:
+        notes.append(f"roofline fallback for operators without kernel data ({share:.0%} of device time, band widened): "
+                     + ", ".join(kcore.fallback_ops))
+    return band, notes
+
+
 def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: Any, count: int = 1,
                       precision: str | None = None, host_overhead_s: float = 0.0, *,
                       params: DeviceModelParams | None = None, framework: str = "pytorch",
                       gradient_accumulation: int = 1, stack: str | None = None,
-                      link: str | None = None) -> DevicePrediction:
+                      link: str | None = None, core: str | None = None, kernel_model: Any = None) -> DevicePrediction:
     """Model one training iteration of `characterisation` on `count` x `accelerator` (data parallel).
 
     `accelerator` is a catalog `Accelerator` (resolve names with `resolve_accelerator`). `precision`
@@ -675,9 +776,13 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
     host time that does not overlap the device (e.g. the data wait measured in a profile). `stack`
     names the software stack (a key of `params.stack_factors`, e.g. "nvidia-dle"); None or an unknown
     stack predicts at the reference stack (stock PyTorch eager). `link` is how gradients travel between
-    the devices ("auto", "nvlink", "pcie", "host": see `LINKS`).
+    the devices ("auto", "nvlink", "pcie", "host": see `LINKS`). `core` picks the per-operator model
+    (`CORES`, default `DEFAULT_CORE`); `kernel_model` overrides the packaged kernel model (a held-out fit).
     """
     params = params or load_params()
+    core = core or DEFAULT_CORE
+    if core not in CORES:
+        raise TrainwiseError(f"unknown device-model core {core!r}: use one of {', '.join(CORES)}")
     link = normalise_link(link)
     count = int(count)
     if count < 1:
@@ -687,8 +792,8 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
             prec.startswith("amp") and prec != characterisation.precision):
         raise TrainwiseError(f"the characterisation was traced at {characterisation.precision}; "
                              f"re-characterise at {prec} (AMP changes the operators' dtypes)")
-    device_s, by_cat, compute_s, backward_s, kernels = _device_time(characterisation, accelerator, params, prec,
-                                                                    framework.lower(), stack)
+    device_s, by_cat, compute_s, backward_s, kernels, kcore = _device_time(
+        characterisation, accelerator, params, prec, framework.lower(), stack, core, kernel_model)
     is_tpu = getattr(accelerator, "kind", "") == "tpu"
     host_s = 0.0 if is_tpu else kernels * params.t_host_op_s
     step = params.t_step_s + (params.t_step_tensorflow_s if framework.lower() in ("tensorflow", "keras", "tf") else 0.0)
@@ -716,6 +821,11 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
     unsupported_share = unsupported_s / device_s if device_s > 0 else 0.0
     compute_fraction = compute_s / device_s if device_s > 0 else 0.0
     band, notes = _band(params, accelerator, compute_fraction, unsupported_share, count)
+    fallback_ops: list[str] = []
+    if kcore is not None:
+        band, kernel_notes = _kernel_band(kcore, band, device_s, count, params, kernel_model)
+        notes.extend(kernel_notes)
+        fallback_ops = kcore.fallback_ops
     needed, parts = memory_required_gib(characterisation, count)
     available = usable_memory_gib(accelerator)
     fits = available is None or needed <= available
@@ -740,7 +850,8 @@ def predict_iteration(characterisation: WorkloadCharacterisation, accelerator: A
         communication_s=comm_exposed, overhead_s=overhead, breakdown_s={k: round(v, 6) for k, v in by_cat.items()},
         compute_bound_fraction=round(compute_fraction, 4), fits_memory=fits, memory_required_gib=round(needed, 3),
         memory_available_gib=None if available is None else round(available, 3), memory_breakdown_gib=parts,
-        unsupported_ops=list(characterisation.unsupported_ops), provenance=f"modelled ±{band * 100:.0f} %", notes=notes)
+        unsupported_ops=list(characterisation.unsupported_ops), provenance=f"modelled ±{band * 100:.0f} %", notes=notes,
+        core=core, roofline_fallback_ops=fallback_ops)
 
 
 def resolve_accelerator(name: str, catalog: Any = None) -> Any:

@@ -1,0 +1,231 @@
+"""End-to-end evaluation of the kernel model (the `logo_*`, `band80_coverage`, `own_gpu_*` keys of device_model.json).
+
+Evaluation rows, never fitted and never used to choose a setting:
+- NeuSight's fp32 single-GPU training steps (benchmarks/data/neusight_e2e.json, from its artifact's `label/` and
+  `results/opgraph/` files; tools/build_neusight_e2e.py): H100, L4, A100 80GB PCIe, V100 PCIe 32GB;
+- trainwise's own H100 and H200 runs (benchmarks/results/gpu_throughput.json, gpu_throughput_h200.json).
+Leave-one-GPU-out: each row is predicted by a kernel model fitted without its GPU family's kernels (the A100s
+together, H100 with H200), with the settings and bands the packaged artifact chose on the per-kernel split.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainwise.predict import kernel_model as km
+
+HERE = Path(__file__).parent
+NEUSIGHT_E2E = HERE / "data" / "neusight_e2e.json"
+OWN_RUNS = (HERE / "results" / "gpu_throughput.json", HERE / "results" / "gpu_throughput_h200.json")
+
+
+class HeldOutModels:
+    """Kernel models fitted without one GPU family each (cached), with the packaged artifact's settings."""
+
+    def __init__(self) -> None:
+        self.data = km.load_dataset()
+        packaged = km.load_kernel_model()
+        self.settings = packaged.meta["settings"]
+        self.band = packaged.meta.get("band80_by_class", {})
+        self.cache: dict[str, km.TreeEnsemble] = {}
+        self.fit_seconds = 0.0
+
+    def without(self, gpu: str) -> km.TreeEnsemble:
+        fam = km.family(gpu)
+        if fam not in self.cache:
+            t0 = time.perf_counter()
+            keep = np.array([km.family(g) != fam for g in self.data.gpus])
+            model = km.fit_ensemble(self.data.subset(keep), self.settings)
+            ens = km.ensemble_from_json(km.ensemble_to_json(model, {"band80_by_class": self.band, "held_out": fam}))
+            self.cache[fam] = ens
+            self.fit_seconds += time.perf_counter() - t0
+        return self.cache[fam]
+
+
+def neusight_kernels(workload: dict) -> tuple[list[km.Kernel], list[float], float]:
+    """(kernels, multiplicities, bytes moved by MEM ops) of one NeuSight operator graph."""
+    kernels, mult, mem_bytes = [], [], 0.0
+    for _phase, kind, dims, m in workload["kernels"]:
+        if kind == "MEM":  # views, copies, dropout masks: NeuSight prices them as bytes / bandwidth
+            mem_bytes += 4.0 * dims[0] * m
+            continue
+        if kind == "Linear":
+            rows, red, out = dims
+            kernels.append(km.kernel_from_dims("mm", "fp32", (1, rows, out, red)))
+        elif kind == "BMM":
+            b, rows, red, out = dims
+            kernels.append(km.kernel_from_dims("bmm", "fp32", (b, rows, out, red)))
+        elif kind.startswith("VEC"):
+            op = kind[3:]
+            op = op if op in km.OP_CLASS else "add"
+            kernels.append(km.kernel_from_dims(op, "fp32", (int(dims[0]), int(dims[1]))))
+        else:
+            raise ValueError(f"unknown NeuSight kernel kind {kind}")
+        mult.append(float(m))
+    return kernels, mult, mem_bytes
+
+
+def predict_neusight(workload: dict, gpu: km.GpuSpec, model: km.TreeEnsemble) -> tuple[float, float]:
+    """(kernel-model ms, plain-roofline ms) of one NeuSight workload on `gpu`."""
+    kernels, mult, mem_bytes = neusight_kernels(workload)
+    t = km.predict_seconds(kernels, gpu, model)
+    roof = np.array([km.features(k, gpu)[1] for k in kernels])
+    mem_s = mem_bytes / gpu.bandwidth
+    return (float(np.dot(t, mult)) + mem_s) * 1e3, (float(np.dot(roof, mult)) + mem_s) * 1e3
+
+
+def _summ(errors: list[float]) -> dict[str, Any]:
+    a = np.abs(np.array(errors))
+    if not len(a):
+        return {"rows": 0}
+    return {"rows": int(len(a)), "median_abs_error": round(float(np.median(a)), 4),
+            "p90_abs_error": round(float(np.quantile(a, 0.9)), 4), "mean_abs_error": round(float(a.mean()), 4)}
+
+
+def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
+    from trainwise.predict import device_model as dm
+
+    t0 = time.perf_counter()
+    held = HeldOutModels()
+    doc = json.loads(NEUSIGHT_E2E.read_text(encoding="utf-8"))
+    rows = []
+    for r in doc["rows"]:
+        acc = catalog.accelerator(r["gpu"])
+        gpu = km.GpuSpec.of(acc)
+        model = held.without(acc.name)
+        wl = doc["workloads"][r["workload"]]
+        pred_ms, roof_ms = predict_neusight(wl, gpu, model)
+        kernels, mult, _ = neusight_kernels(wl)
+        t = km.predict_seconds(kernels, gpu, model)
+        share: dict[str, float] = {}
+        for k, ti, m in zip(kernels, t, mult):
+            share[k.kind] = share.get(k.kind, 0.0) + ti * m
+        total = sum(share.values())
+        band = sum(v / total * float(held.band.get(c, 0.25)) for c, v in share.items()) if total else 0.25
+        err = pred_ms / r["measured_ms"] - 1
+        published = doc["published_abs_error"].get(f"{acc.name}|{r['workload']}", {})
+        rows.append({"source": "neusight", "gpu": acc.name, "workload": r["workload"], "model": wl["model"],
+                     "measured_ms": round(r["measured_ms"], 3), "predicted_ms": round(pred_ms, 3),
+                     "error": round(err, 4), "band": round(band, 4), "within_band": bool(abs(err) <= band),
+                     "roofline_error": round(roof_ms / r["measured_ms"] - 1, 4), "published_abs_error": published})
+    own_rows = own_gpu_rows(catalog, held, dm) if own else []
+    logo_err = [r["error"] for r in rows]
+    all_rows = rows + own_rows
+    result: dict[str, Any] = {
+        "logo": _summ(logo_err),
+        "logo_by_gpu": {g: _summ([r["error"] for r in rows if r["gpu"] == g]) for g in sorted({r["gpu"] for r in rows})},
+        "logo_roofline": _summ([r["roofline_error"] for r in rows]),
+        "band80_coverage": round(sum(r["within_band"] for r in all_rows) / len(all_rows), 4) if all_rows else None,
+        "band80_coverage_neusight_rows": round(sum(r["within_band"] for r in rows) / len(rows), 4),
+        "own": _summ([r["error"] for r in own_rows]),
+        "own_by_gpu": {g: _summ([r["error"] for r in own_rows if r["gpu"] == g]) for g in sorted({r["gpu"] for r in own_rows})},
+        "own_roofline_core": _summ([r["roofline_core_error"] for r in own_rows if r.get("roofline_core_error") is not None]),
+        "leave_one_model_out": _lomo(rows),
+        "best_choice": best_choice(all_rows, catalog),
+        "published_side_by_side": published_side_by_side(rows),
+        "rows": rows, "own_rows": own_rows,
+        "kernel_fit_seconds": round(held.fit_seconds, 1), "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    return result
+
+
+def own_gpu_rows(catalog: Any, held: HeldOutModels, dm: Any) -> list[dict]:
+    """The project's own H100/H200 training steps, characterised on meta and predicted by a kernel model fitted
+    without the Hopper kernels (the whole H100 family held out)."""
+    from trainwise.predict.characterise import characterise_named
+
+    out = []
+    cache: dict[tuple, Any] = {}
+    for path in OWN_RUNS:
+        if not path.is_file():
+            continue
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        acc = catalog.accelerator(doc["summary"].get("accelerator") or ("H200" if "h200" in path.name else "H100"))
+        model = held.without(acc.name)
+        for r in doc["rows"]:
+            key = (r["model"], r["per_device_batch"], r["precision"], r.get("memory_format") or "nchw", r.get("seq_len"))
+            try:
+                if key not in cache:
+                    cache[key] = characterise_named(r["model"], r["per_device_batch"], r["precision"], r.get("seq_len"),
+                                                    memory_format=key[3])
+                char = cache[key]
+                p = dm.predict_iteration(char, acc, 1, None, core="kernel", kernel_model=model)
+                p_roof = dm.predict_iteration(char, acc, 1, None, core="roofline")
+            except Exception as exc:  # noqa: BLE001 - a workload this machine cannot trace is reported, not fatal
+                out.append({"source": "trainwise", "gpu": acc.name, "model": r["model"], "failed": f"{type(exc).__name__}: {exc}"[:200]})
+                continue
+            measured = float(r["measured_samples_per_s"])
+            err = p.samples_per_s / measured - 1
+            out.append({"source": "trainwise", "gpu": acc.name, "model": r["model"], "workload": "/".join(map(str, key)),
+                        "measured_samples_per_s": measured, "predicted_samples_per_s": round(p.samples_per_s, 3),
+                        "error": round(err, 4), "band": p.relative_error, "within_band": bool(abs(err) <= p.relative_error),
+                        "roofline_core_error": round(p_roof.samples_per_s / measured - 1, 4),
+                        "roofline_fallback_ops": p.roofline_fallback_ops})
+    return [r for r in out if "error" in r] + [r for r in out if "error" not in r]
+
+
+def _lomo(rows: list[dict]) -> dict[str, Any]:
+    """Leave-one-model-out: the kernel model never sees end-to-end rows, so every row is already out of sample for
+    its model; reported per held-out model to show no model carries the average."""
+    return {m: _summ([r["error"] for r in rows if r["model"] == m]) for m in sorted({r["model"] for r in rows})}
+
+
+def best_choice(rows: list[dict], catalog: Any) -> dict[str, Any]:
+    """Per workload measured on >= 2 GPUs: does the prediction pick the fastest GPU, and the cheapest per step
+    (catalog's cheapest on-demand $/h of each GPU, where priced)?"""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if "error" in r:
+            groups.setdefault(f"{r['source']}|{r['workload']}", []).append(r)
+    price = _prices(catalog)
+    fastest_hits, cheapest_hits, detail = [], [], []
+    for key, g in sorted(groups.items()):
+        if len({r["gpu"] for r in g}) < 2:
+            continue
+        # time per step: measured_ms, or 1 / samples_per_s (the batch is the same within a group)
+        t_meas = {r["gpu"]: r.get("measured_ms") or 1.0 / r["measured_samples_per_s"] for r in g}
+        t_pred = {r["gpu"]: r.get("predicted_ms") or 1.0 / r["predicted_samples_per_s"] for r in g}
+        fast_ok = min(t_meas, key=t_meas.get) == min(t_pred, key=t_pred.get)
+        fastest_hits.append(fast_ok)
+        entry = {"group": key, "gpus": sorted(t_meas), "fastest_ok": fast_ok}
+        if all(gpu in price for gpu in t_meas):
+            c_meas = {gpu: t * price[gpu] for gpu, t in t_meas.items()}
+            c_pred = {gpu: t * price[gpu] for gpu, t in t_pred.items()}
+            ok = min(c_meas, key=c_meas.get) == min(c_pred, key=c_pred.get)
+            cheapest_hits.append(ok)
+            entry["cheapest_ok"] = ok
+        detail.append(entry)
+    hits = fastest_hits + cheapest_hits
+    return {"accuracy": round(sum(hits) / len(hits), 4) if hits else None,
+            "fastest_accuracy": round(sum(fastest_hits) / len(fastest_hits), 4) if fastest_hits else None,
+            "cheapest_accuracy": round(sum(cheapest_hits) / len(cheapest_hits), 4) if cheapest_hits else None,
+            "decisions": len(hits), "groups": detail}
+
+
+def _prices(catalog: Any) -> dict[str, float]:
+    """Cheapest on-demand $/h per accelerator of the packaged catalog's offerings (per accelerator: the instance
+    price divided by its accelerator count)."""
+    df = catalog.offerings
+    df = df[df["accelerator"].notna() & (df["accelerator_count"] > 0) & df["price_per_hour"].notna()]
+    per = df["price_per_hour"] / df["accelerator_count"]
+    return {str(k): float(v) for k, v in per.groupby(df["accelerator"]).min().items() if math.isfinite(v) and v > 0}
+
+
+def published_side_by_side(rows: list[dict]) -> dict[str, Any]:
+    """Median |error| of trainwise and of the published predictors on the rows where NeuSight's paper reports them."""
+    out: dict[str, Any] = {}
+    methods = sorted({m for r in rows for m in r["published_abs_error"]})
+    for m in methods:
+        sel = [r for r in rows if m in r["published_abs_error"]]
+        out[m] = {"rows": len(sel), "published_median_abs_error": round(statistics.median(r["published_abs_error"][m] for r in sel), 4),
+                  "trainwise_median_abs_error_same_rows": round(statistics.median(abs(r["error"]) for r in sel), 4),
+                  "published_mean_abs_error": round(statistics.fmean(r["published_abs_error"][m] for r in sel), 4),
+                  "trainwise_mean_abs_error_same_rows": round(statistics.fmean(abs(r["error"]) for r in sel), 4)}
+    return out

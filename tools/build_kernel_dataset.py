@@ -1,0 +1,170 @@
+"""Rebuild src/trainwise/predict/data/kernel_latency.csv: per-operator GPU latencies for the kernel model.
+
+Sources (per-kernel calibration data only; end-to-end step times never enter this file):
+- NeuSight's public artifact (Lee et al., "Forecasting GPU Performance for Deep Learning Training and
+  Inference", ASPLOS 2025; github.com/sitar-lab/NeuSight, MIT licence): the kernels it collected with
+  PyTorch 2.1 (fp32, CUDA events) on P4, P100, T4, V100 and A100 under
+  scripts/asplos/data/dataset/train/collect/<op>/p2.1.0/<GPU>.csv;
+- trainwise's own H100 microbenchmarks (benchmarks/results/gpu_microbench_h100.json);
+- any benchmarks/results/kernel_sweep_*.csv written by benchmarks/kernel_sweep.py on a lent GPU.
+
+Each (operator, GPU) is subsampled deterministically to at most --cap rows so the packaged CSV stays small.
+Run: .venv/bin/python tools/build_kernel_dataset.py --neusight /path/to/NeuSight [--commit SHA]
+(the NeuSight checkout may be a bare git directory: files are read with `git show`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "src" / "trainwise" / "predict" / "data" / "kernel_latency.csv"
+COLLECT = "scripts/asplos/data/dataset/train/collect"
+# NeuSight device names -> trainwise catalog names
+GPU_NAMES = {"Tesla P4": "P4", "Tesla P100-PCIE-16GB": "P100", "Tesla T4": "T4",
+             "Tesla V100-PCIE-32GB": "V100-PCIe-32GB", "NVIDIA A100-PCIE-40GB": "A100-PCIe",
+             "NVIDIA A100 80GB PCIe": "A100-80GB-PCIe"}
+GEMM_OPS = ("bmm", "linear")
+VEC_OPS = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "powu", "relu", "gelu", "tanh", "softmax", "ln")
+COLUMNS = ("source", "gpu", "op", "dtype", "dims", "latency_us")
+
+
+class Repo:
+    """Files of a NeuSight checkout: a work tree, or a bare git directory read with `git show`."""
+
+    def __init__(self, path: Path, commit: str | None):
+        self.path, self.commit = path, commit or "HEAD"
+        self.bare = not (path / COLLECT).exists()
+
+    def head(self) -> str:
+        git = ["git", "--git-dir", str(self.path)] if self.bare else ["git", "-C", str(self.path)]
+        return subprocess.run([*git, "rev-parse", self.commit], capture_output=True, text=True, check=True).stdout.strip()
+
+    def list(self, folder: str) -> list[str]:
+        if not self.bare:
+            return sorted(str(p.relative_to(self.path)) for p in (self.path / folder).glob("*.csv"))
+        out = subprocess.run(["git", "--git-dir", str(self.path), "ls-tree", "--name-only", self.commit, folder + "/"],
+                             capture_output=True, text=True, check=True).stdout
+        return sorted(line for line in out.splitlines() if line.endswith(".csv"))
+
+    def list_all(self, folder: str) -> list[str]:
+        if not self.bare:
+            return sorted(str(p.relative_to(self.path)) for p in (self.path / folder).rglob("*") if p.is_file())
+        out = subprocess.run(["git", "--git-dir", str(self.path), "ls-tree", "-r", "--name-only", self.commit, folder + "/"],
+                             capture_output=True, text=True, check=True).stdout
+        return sorted(out.splitlines())
+
+    def read(self, rel: str) -> str:
+        if not self.bare:
+            return (self.path / rel).read_text(encoding="utf-8")
+        return subprocess.run(["git", "--git-dir", str(self.path), "show", f"{self.commit}:{rel}"],
+                              capture_output=True, text=True, check=True).stdout
+
+
+def neusight_rows(repo: Repo, cap: int, rng: random.Random) -> list[dict]:
+    rows: list[dict] = []
+    for op in (*GEMM_OPS, "conv", *VEC_OPS):
+        for rel in repo.list(f"{COLLECT}/{op}/p2.1.0"):
+            device = Path(rel).stem
+            gpu = GPU_NAMES.get(device)
+            if gpu is None:
+                continue
+            records = list(csv.DictReader(io.StringIO(repo.read(rel))))
+            rng.shuffle(records)
+            kept = 0
+            for r in records:
+                try:
+                    latency_ms = float(r["Latency"])
+                    if op in GEMM_OPS:  # NeuSight: A[b, m, n] x W[n, k]; n is the reduction
+                        b, m, n, k = (int(r[c]) for c in ("B", "M", "N", "K"))
+                        dims = (b, m, k, n) if op == "bmm" else (1, b * m, k, n)  # batch, M, N(out), K(reduction)
+                    elif op == "conv":
+                        dims = tuple(int(r[c]) for c in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
+                                                          "Input_Size", "Stride", "Padding"))
+                    else:
+                        dims = (int(r["B"]), int(r["H"]))
+                except (KeyError, ValueError):
+                    continue
+                if not latency_ms > 0:
+                    continue
+                rows.append({"source": "neusight", "gpu": gpu, "op": "mm" if op == "linear" else op, "dtype": "fp32",
+                             "dims": "x".join(map(str, dims)), "latency_us": f"{latency_ms * 1e3:.4g}"})
+                kept += 1
+                if kept >= cap:
+                    break
+    return rows
+
+
+def own_microbench_rows(path: Path) -> list[dict]:
+    """trainwise's H100 microbenchmarks: GEMMs per precision, 3x3 convolutions, elementwise ops."""
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    gpu = "H100"
+    rows = []
+    for g in data.get("gemm", []):
+        rows.append({"source": "trainwise-h100", "gpu": gpu, "op": "mm", "dtype": g["precision"],
+                     "dims": f"1x{g['m']}x{g['n']}x{g['k']}", "latency_us": f"{g['seconds'] * 1e6:.4g}"})
+    for c in data.get("conv", []):
+        if c.get("layout") != "nhwc":
+            continue  # NCHW tensor-core convolutions pay a layout transpose the NeuSight grid never saw
+        n, ch, h, _ = c["shape"]
+        k = int(c.get("kernel", 3))
+        rows.append({"source": "trainwise-h100", "gpu": gpu, "op": "conv", "dtype": "fp16",
+                     "dims": f"{n}x{ch}x{ch}x{k}x{h}x1x{k // 2}", "latency_us": f"{c['seconds'] * 1e6:.4g}"})
+    for e in data.get("elementwise", []):
+        op = {"relu": "relu", "add": "add", "copy_fp32": "copy"}.get(e["op"])
+        if op:
+            rows.append({"source": "trainwise-h100", "gpu": gpu, "op": op, "dtype": "fp32",
+                         "dims": f"1x{e['elements']}", "latency_us": f"{e['seconds'] * 1e6:.4g}"})
+    return rows
+
+
+def sweep_rows(folder: Path) -> list[dict]:
+    rows = []
+    for path in sorted(folder.glob("kernel_sweep_*.csv")):
+        with path.open(encoding="utf-8") as fh:
+            for r in csv.DictReader(fh):
+                if r["gpu"] == "cpu-dry-run":
+                    continue  # a CPU smoke run, not kernel data
+                rows.append({k: r[k] for k in COLUMNS})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--neusight", type=Path, required=True, help="NeuSight checkout or bare git directory")
+    ap.add_argument("--commit", default=None, help="NeuSight commit to read (default HEAD)")
+    ap.add_argument("--cap", type=int, default=900, help="rows kept per (operator, GPU)")
+    ap.add_argument("--output", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    if not args.neusight.exists():
+        print(f"error: {args.neusight} does not exist: clone github.com/sitar-lab/NeuSight first", file=sys.stderr)
+        return 2
+    repo = Repo(args.neusight, args.commit)
+    commit = repo.head()
+    rng = random.Random(0)
+    rows = neusight_rows(repo, args.cap, rng)
+    rows += own_microbench_rows(ROOT / "benchmarks" / "results" / "gpu_microbench_h100.json")
+    rows += sweep_rows(ROOT / "benchmarks" / "results")
+    buf = io.StringIO()
+    buf.write(f"# NeuSight kernels: github.com/sitar-lab/NeuSight@{commit} (MIT licence); see README.md\n")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    tmp = args.output.with_suffix(".csv.tmp")
+    tmp.write_text(buf.getvalue(), encoding="utf-8")
+    tmp.replace(args.output)
+    print(f"{len(rows)} kernel rows -> {args.output} (NeuSight {commit[:12]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

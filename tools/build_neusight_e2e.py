@@ -1,0 +1,131 @@
+"""Extract NeuSight's end-to-end training measurements into benchmarks/data/neusight_e2e.json (EVALUATION data only).
+
+From NeuSight's artifact (github.com/sitar-lab/NeuSight, MIT licence; Lee et al., ASPLOS 2025):
+- scripts/asplos/label/<GPU>/<model>-train-<seq>-<batch>.json: the measured fp32 training-step latency (ms) and
+  the model's layer count;
+- scripts/asplos/results/opgraph/<model>-train-<seq>-<batch>.csv: the operator graph NeuSight traced (one
+  transformer layer; its forward, backward and gradient-accumulation kernels with their dimensions), which
+  this script expands to the whole model (the layer's rows x the layer count);
+- scripts/asplos/summary/nvidia_train.csv: the published per-row errors of Roofline, Habitat, Li et al. and
+  NeuSight, quoted side by side in benchmarks/results/device_model.json.
+The benchmark never fits anything on these rows. Single-GPU NVIDIA rows only (data/tensor/pipeline-parallel and
+AMD rows are skipped: the catalog has no AMD Instinct rows).
+Run: .venv/bin/python tools/build_neusight_e2e.py --neusight /path/to/NeuSight
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import io
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_kernel_dataset import Repo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "data" / "neusight_e2e.json"
+GPUS = {"NVIDIA_H100_80GB_HBM3": "H100", "NVIDIA_L4": "L4", "NVIDIA_A100_80GB_PCIe": "A100-80GB-PCIe",
+        "Tesla_V100-PCIE-32GB": "V100-PCIe-32GB", "NVIDIA_A100-PCIE-40GB": "A100-PCIe"}
+SUMMARY_MODELS = {"BERT-Large": "bert_large", "GPT2-Large": "gpt2_large", "GPT3-XL": "gpt3_xl", "OPT-1.3B": "opt_13",
+                  "GPT3-2.7B": "gpt3_27", "SwitchTrans": "switchxl4"}
+# first and one-past-last node of the traced layer, per model family (the graph holds layer 0 only)
+LAYER_BOUNDS = {"bert": ("bert_encoder_layer_0_attention_self_query", "bert_encoder_layer_0_output_layer_norm"),
+                "gpt": ("transformer_h_0_ln_1", "add_15"), "opt": ("model_decoder_layers_0_self_attn_layer_norm", "view_11")}
+
+
+def graph_kernels(text: str, n_layer: int, model: str) -> list[list]:
+    rows = list(csv.DictReader(io.StringIO(text)))
+    names = [r["Name"] for r in rows]
+    start, end = 0, 0
+    fam = next((f for f in LAYER_BOUNDS if model.startswith(f)), None)
+    if fam and n_layer:
+        first, last = LAYER_BOUNDS[fam]
+        if fam == "gpt" and "transformer_h_0_ln_1_grad" in names:
+            first = "transformer_h_0_ln_1_grad"
+        start, end = names.index(first), names.index(last) + 1
+    agg: dict[tuple, float] = defaultdict(float)
+    for i, r in enumerate(rows):
+        mult = n_layer if start <= i < end else 1
+        for phase, col in (("fw", "FwOps"), ("bw", "BwOps"), ("acc", "AccOps")):
+            for kind, dims in ast.literal_eval(r[col] or "[]"):
+                if kind == "MEM":
+                    elements = sum(eval_prod(s) for s in dims)
+                    agg[(phase, "MEM", (elements,))] += mult
+                else:
+                    agg[(phase, kind, tuple(int(d) for d in dims))] += mult
+    return [[p, k, list(d), m] for (p, k, d), m in sorted(agg.items())]
+
+
+def eval_prod(shape: tuple) -> int:
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--neusight", type=Path, required=True)
+    ap.add_argument("--commit", default=None)
+    ap.add_argument("--output", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    repo = Repo(args.neusight, args.commit)
+    commit = repo.head()
+    label_files = repo.list_all("scripts/asplos/label")
+    workloads: dict[str, dict] = {}
+    rows = []
+    for rel in label_files:
+        m = re.match(r"scripts/asplos/label/([^/]+)/(([a-z0-9_]+)-train-(\d+)-(\d+))\.json$", rel)
+        if not m or m.group(1) not in GPUS:
+            continue
+        gpu_dir, workload, model, seq, batch = m.groups()
+        label = json.loads(repo.read(rel))
+        if workload not in workloads:
+            graph = repo.read(f"scripts/asplos/results/opgraph/{workload}.csv")
+            workloads[workload] = {"model": model, "seq_len": int(seq), "batch": int(batch),
+                                   "num_layer": int(label["num_layer"]),
+                                   "kernels": graph_kernels(graph, int(label["num_layer"]), model)}
+        rows.append({"gpu": GPUS[gpu_dir], "workload": workload, "measured_ms": float(label["e2e_latency"])})
+    published: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    text = repo.read("scripts/asplos/summary/nvidia_train.csv").splitlines()
+    i = 0
+    while i < len(text):
+        if text[i].strip() in GPUS:
+            gpu = GPUS[text[i].strip()]
+            header = next(csv.reader([text[i + 1]]))
+            batches = next(csv.reader([text[i + 2]]))
+            models, cur = [], None
+            for h in header[1:]:
+                cur = h or cur
+                models.append(cur)
+            j = i + 3
+            while j < len(text) and text[j].strip():
+                cells = next(csv.reader([text[j]]))
+                for model_name, b, v in zip(models, batches[1:], cells[1:]):
+                    if v and model_name in SUMMARY_MODELS:
+                        seq = {"bert_large": 512, "gpt2_large": 1024, "switchxl4": 512}.get(SUMMARY_MODELS[model_name], 2048)
+                        key = f"{SUMMARY_MODELS[model_name]}-train-{seq}-{b}"
+                        published[f"{gpu}|{key}"][cells[0]] = float(v) / 100
+                j += 1
+            i = j
+        i += 1
+    doc = {"source": f"github.com/sitar-lab/NeuSight@{commit}", "licence": "MIT",
+           "citation": "Lee et al., Forecasting GPU Performance for Deep Learning Training and Inference, ASPLOS 2025",
+           "note": "evaluation data only: fp32 single-GPU training steps (forward + backward + gradient accumulation)",
+           "workloads": workloads, "rows": rows, "published_abs_error": published}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.output.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
+    tmp.replace(args.output)
+    print(f"{len(rows)} rows, {len(workloads)} workloads -> {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Train the per-operator kernel model and write src/trainwise/predict/data/kernel_model.json.
+
+Settings (`kernel_model.SETTINGS`) are chosen on a leave-one-GPU-family-out split of the per-kernel data only;
+the 80 % band per kernel class is the split-conformal quantile of the held-out families' time-weighted mean
+log-residuals. End-to-end step times are never read here.
+Run: .venv/bin/python tools/train_kernel_model.py [--exclude GPU ...] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from trainwise.predict import kernel_model as km
+
+
+def build(exclude: list[str], output: Path, select: bool = True) -> dict:
+    t0 = time.perf_counter()
+    data = km.load_dataset()
+    import numpy as np
+
+    keep = np.array([km.family(g) not in {km.family(e) for e in exclude} for g in data.gpus])
+    data = data.subset(keep)
+    candidates = []
+    for settings in (km.SETTINGS if select else km.SETTINGS[:1]):
+        held = km.holdout_errors(data, settings)
+        candidates.append((held["median_abs_error"], settings, held))
+        print(f"settings {settings}: per-kernel leave-one-GPU-out median |error| {held['median_abs_error']:.3f} "
+              f"(roofline {held['roofline_median_abs_error']:.3f})", flush=True)
+    _, settings, held = min(candidates, key=lambda c: c[0])
+    model = km.fit_ensemble(data, settings)
+    band = {c: round(km.conformal_quantile(v), 4) for c, v in held["class_bias"].items() if v}
+    meta = {"settings": settings, "rows": len(data.gpus), "gpus": sorted(set(data.gpus)), "excluded": exclude,
+            "kernel_holdout": {k: v for k, v in held.items() if k != "class_bias"}, "band80_by_class": band,
+            "class_bias": {c: [round(x, 5) for x in v] for c, v in held["class_bias"].items()},
+            "dataset": str(km.DATASET_PATH.name), "fit_seconds": round(time.perf_counter() - t0, 1)}
+    artifact = km.ensemble_to_json(model, meta)
+    tmp = output.with_suffix(".tmp")
+    tmp.write_text(json.dumps(artifact, separators=(",", ":")), encoding="utf-8")
+    tmp.replace(output)
+    return artifact
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--exclude", nargs="*", default=[], help="GPU families left out of the fit (e.g. H100)")
+    ap.add_argument("--output", type=Path, default=km.ARTIFACT_PATH)
+    ap.add_argument("--no-select", action="store_true", help="fit the first setting without the selection split")
+    args = ap.parse_args(argv)
+    art = build(args.exclude, args.output, not args.no_select)
+    print(json.dumps(art["meta"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
