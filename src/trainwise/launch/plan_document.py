@@ -62,11 +62,14 @@ class ChosenOffering(_Model):
     price_per_hour: float = Field(ge=0)
     price_source: str
 
-    @field_validator("cloud", "region", "zone", "instance_type", "accelerator", "sky_accelerator")
-    @classmethod
-    def _names(cls, value: str | None, info: Any) -> str | None:
-        # these reach the SkyPilot task (`instance_type: ...`): shell or YAML syntax is refused here
-        return _safe_name(value, info.field_name.replace("_", " "))
+    @model_validator(mode="after")
+    def _names(self) -> "ChosenOffering":
+        # a cloud offering's names reach the SkyPilot task (`instance_type: ...`): shell or YAML syntax is
+        # refused here (this machine's offering, "this machine", runs locally and reaches no task)
+        if self.is_cloud:
+            for field in ("cloud", "region", "zone", "instance_type", "accelerator", "sky_accelerator"):
+                _safe_name(getattr(self, field), field.replace("_", " "))
+        return self
 
     @property
     def is_cloud(self) -> bool:
