@@ -47,9 +47,10 @@ def _size_text(n: int) -> str:
     return f"{n / 1024 / 1024:.0f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
 
 
-def read_bytes(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_FILE_BYTES,
+def read_bytes(path: str | os.PathLike[str], what: str, *, max_bytes: int | None = None,
                missing_hint: str = "check the path") -> bytes:
-    """The bytes of `path`, refused before reading when over `max_bytes`."""
+    """The bytes of `path`, refused before reading when over `max_bytes` (default MAX_FILE_BYTES)."""
+    max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
     p = Path(path)
     try:
         with open(p, "rb") as handle:
@@ -83,7 +84,7 @@ def decode_utf8(data: bytes, label: str) -> str:
     return text.removeprefix("\ufeff")
 
 
-def read_text(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_FILE_BYTES,
+def read_text(path: str | os.PathLike[str], what: str, *, max_bytes: int | None = None,
               missing_hint: str = "check the path") -> str:
     return decode_utf8(read_bytes(path, what, max_bytes=max_bytes, missing_hint=missing_hint), f"{what} {path}")
 
@@ -176,7 +177,7 @@ def parse_json(text: str, label: str, *, allow_non_finite: bool = False) -> Any:
         raise UserFileError(f"{label}: nested too deeply: check it is the right file") from None
 
 
-def load_json(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_FILE_BYTES,
+def load_json(path: str | os.PathLike[str], what: str, *, max_bytes: int | None = None,
               missing_hint: str = "check the path", allow_non_finite: bool = False) -> Any:
     text = read_text(path, what, max_bytes=max_bytes, missing_hint=missing_hint)
     return parse_json(text, f"{what} {path}", allow_non_finite=allow_non_finite)
@@ -243,7 +244,7 @@ def parse_yaml(text: str, label: str) -> Any:
         loader.dispose()
 
 
-def load_yaml(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_FILE_BYTES,
+def load_yaml(path: str | os.PathLike[str], what: str, *, max_bytes: int | None = None,
               missing_hint: str = "check the path") -> Any:
     return parse_yaml(read_text(path, what, max_bytes=max_bytes, missing_hint=missing_hint), f"{what} {path}")
 
@@ -270,13 +271,13 @@ def parse_toml(text: str, label: str) -> dict[str, Any]:
     return data
 
 
-def load_toml(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_FILE_BYTES,
+def load_toml(path: str | os.PathLike[str], what: str, *, max_bytes: int | None = None,
               missing_hint: str = "check the path") -> dict[str, Any]:
     return parse_toml(read_text(path, what, max_bytes=max_bytes, missing_hint=missing_hint), f"{what} {path}")
 
 
 def load_structured(path: str | os.PathLike[str], what: str, *, suffixes: tuple[str, ...] = (".toml", ".yaml", ".yml", ".json"),
-                    missing_hint: str = "check the path", max_bytes: int = MAX_FILE_BYTES) -> Any:
+                    missing_hint: str = "check the path", max_bytes: int | None = None) -> Any:
     """A TOML, YAML or JSON file by its suffix."""
     p = Path(path)
     suffix = p.suffix.lower()

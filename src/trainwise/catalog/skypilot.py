@@ -180,10 +180,14 @@ def detect_cloud(path: Path, header: list[str], cloud: str | None = None) -> str
             raise CatalogDataError([Problem(label, 1, missing[0], f"header lacks {', '.join(missing)}; a SkyPilot {cloud} "
                                             f"catalog has the header {','.join(expected)}")])
         return cloud
-    hinted = [c for c in FORMATS if c in str(path).lower()]
+    # the file's name or its folder's (SkyPilot keeps ~/.sky/catalogs/v8/<cloud>/vms.csv)
+    hinted = [c for c in FORMATS if c in path.name.lower() or c == path.parent.name.lower()]
     exact = [c for c, cols in FORMATS.items() if tuple(header) == cols]
-    if len(exact) == 1 and (not hinted or exact[0] in hinted):
-        return exact[0]
+    if len(exact) == 1:
+        if not hinted or exact[0] in hinted:
+            return exact[0]
+        raise TrainwiseError(f"{label}: its name says {' or '.join(hinted)} but its header is exactly a {exact[0]} "
+                             f"catalog's: rename the file or pass --cloud")
     complete = [c for c, cols in FORMATS.items() if set(cols) <= set(header)]
     if len(hinted) == 1:
         # the file's name says the cloud: its columns must agree (an AWS file without AvailabilityZone has
