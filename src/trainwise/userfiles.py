@@ -53,6 +53,12 @@ def read_bytes(path: str | os.PathLike[str], what: str, *, max_bytes: int | None
     max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
     p = Path(path)
     try:
+        # before opening: a FIFO would block the open, a device (/dev/zero) never end
+        mode = os.stat(p).st_mode
+        if stat.S_ISDIR(mode):
+            raise UserFileError(f"{what} {p} is a folder: give a file")
+        if not stat.S_ISREG(mode):
+            raise UserFileError(f"{what} {p} is not a regular file (a device, pipe or socket): give a file")
         with open(p, "rb") as handle:
             info = os.fstat(handle.fileno())
             if stat.S_ISDIR(info.st_mode):
