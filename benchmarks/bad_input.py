@@ -842,7 +842,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS / "bad_input.json")
     parser.add_argument("--keep", action="store_true", help="keep each case's folder")
     parser.add_argument("--list", action="store_true", help="list the case ids and stop")
+    parser.add_argument("--rerun-failed", action="store_true",
+                        help="rerun the cases that failed in --output (after a fix) and update it; the JSON lists them")
     args = parser.parse_args(argv)
+    if args.rerun_failed:
+        return rerun_failed(args.output, args.jobs)
     cases = corpus(fast=args.fast, with_plan=not args.fast)
     if args.only:
         cases = [c for c in cases if c.id.startswith(args.only)]
@@ -873,6 +877,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.output}")
     print(json.dumps(summary, indent=1))
     return 0 if summary["failed"] == 0 else 1
+
+
+def rerun_failed(path: Path, jobs: int) -> int:
+    """Rerun the failed cases of an earlier full run (after fixing what they found), in place."""
+    from trainwise._io import atomic_write_text
+
+    payload = json.loads(path.read_text())
+    failed = {r["id"] for r in payload["cases"] if not r["passed"]}
+    cases = [c for c in corpus() if c.id in failed]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        fresh = {r["id"]: r for r in pool.map(run_case, cases)}
+    for result in fresh.values():
+        print(f"{'ok  ' if result['passed'] else 'FAIL'} {result['id']} {result['stderr_tail'][:160]}", flush=True)
+    payload["cases"] = [fresh.get(r["id"], r) for r in payload["cases"]]
+    payload["rerun_after_fix"] = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                  "cases": sorted(fresh), "now_passing": sorted(i for i, r in fresh.items() if r["passed"])}
+    payload["summary"] = summarise(payload["cases"])
+    atomic_write_text(path, json.dumps(payload, indent=1, default=str) + "\n")
+    print(json.dumps(payload["summary"], indent=1))
+    return 0 if payload["summary"]["failed"] == 0 else 1
 
 
 if __name__ == "__main__":

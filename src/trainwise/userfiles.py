@@ -238,8 +238,9 @@ _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct
 
 def parse_yaml(text: str, label: str) -> Any:
     loader_class = type("_Loader", (_BoundedLoader,), {"label": label})
-    loader = loader_class(text)
+    loader = None
     try:
+        loader = loader_class(text)  # its reader refuses control characters here
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         first = str(exc).replace("\n", " ")
@@ -247,7 +248,8 @@ def parse_yaml(text: str, label: str) -> Any:
     except RecursionError:
         raise UserFileError(f"{label}: nested too deeply: check it is the right file") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml(path: str | os.PathLike[str], what: str, *, max_bytes: int | None = None,
