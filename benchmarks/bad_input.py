@@ -857,23 +857,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     results: list[dict[str, Any]] = []
+    from _machine import machine
+    from trainwise._io import atomic_write_text
+
+    described = machine(max_processes_per_case=MAX_PROCESSES, max_rss_gib_per_case=MAX_RSS_GIB,
+                        address_space_gib_per_process=ADDRESS_SPACE_GIB, jobs=args.jobs)
+    write = not args.fast and not args.only
+
+    def save(complete: bool) -> None:
+        payload = {"benchmark": "bad_input", "started_at": started, "complete": complete,
+                   "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                   "machine": described, "summary": summarise(results), "cases": results}
+        atomic_write_text(args.output, json.dumps(payload, indent=1, default=str) + "\n")
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for result in pool.map(lambda c: run_case(c, args.keep), cases):
             results.append(result)
             mark = "ok  " if result["passed"] else "FAIL"
             print(f"{mark} {result['id']} ({result['seconds']} s) {'' if result['passed'] else result['stderr_tail'][:160]}",
                   flush=True)
+            if write and len(results) % 20 == 0:
+                save(complete=False)  # a run cut short still leaves its results
     summary = summarise(results)
-    from _machine import machine
-    from trainwise._io import atomic_write_text
-
-    payload = {"benchmark": "bad_input", "started_at": started,
-               "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               "machine": machine(max_processes_per_case=MAX_PROCESSES, max_rss_gib_per_case=MAX_RSS_GIB,
-                                  address_space_gib_per_process=ADDRESS_SPACE_GIB, jobs=args.jobs),
-               "summary": summary, "cases": results}
-    if not args.fast and not args.only:
-        atomic_write_text(args.output, json.dumps(payload, indent=1, default=str) + "\n")
+    if write:
+        save(complete=True)
         print(f"wrote {args.output}")
     print(json.dumps(summary, indent=1))
     return 0 if summary["failed"] == 0 else 1
