@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainwise.errors import TrainwiseError
@@ -141,7 +142,7 @@ def load_groups(path: str | Path) -> tuple[GroupSpec, ...]:
     try:
         items = data.get("groups", data) if isinstance(data, dict) else data
         groups = tuple(GroupSpec.model_validate(item) for item in items or [])
-    except (ValidationError, TypeError, AttributeError) as exc:
+    except (yaml.YAMLError, ValidationError, TypeError, AttributeError) as exc:
         raise TrainwiseError(f"group file {p}: not a list of {{name, peers: [{{offering, count}}]}} groups ({exc.__class__.__name__}): "
                              "fix it") from exc
     for group in groups:
