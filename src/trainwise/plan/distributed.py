@@ -139,6 +139,8 @@ def load_groups(path: str | Path) -> tuple[GroupSpec, ...]:
     p = Path(path)
     # the bounded reader: size, UTF-8 (bad byte named), nesting, aliases and integer length
     data = load_yaml(p, "group file", missing_hint="write a YAML list of {name, peers: [{offering, count}]}")
+    if not data:  # an empty file planned no groups and said nothing
+        raise TrainwiseError(f"group file {p} holds no groups: write a YAML list of {{name, peers: [{{offering, count}}]}}")
     try:
         items = data.get("groups", data) if isinstance(data, dict) else data
         groups = tuple(GroupSpec.model_validate(item) for item in items or [])
