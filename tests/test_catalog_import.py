@@ -180,3 +180,67 @@ def test_file_problems(tmp_path):
     short = write(tmp_path, "aws_vms.csv", AWS_HEADER, "p3.2xlarge,V100,1.0")
     with pytest.raises(CatalogDataError, match="row 2: 3 cells, the header has 10"):
         import_skypilot([short])
+
+
+def test_an_aws_file_without_availability_zone_is_not_taken_for_lambda(tmp_path, data_dir):
+    """Its columns are exactly Lambda's: imported as Lambda it replaced every Lambda offering with one row."""
+    header = ",".join(c for c in FORMATS["aws"] if c != "AvailabilityZone")
+    row = GOOD_AWS.rsplit(",", 1)[0]
+    named = write(tmp_path, "aws_vms.csv", header, row)
+    with pytest.raises(CatalogDataError, match=r"aws_vms.csv: row 1, column AvailabilityZone: wrong header"):
+        import_skypilot([named])
+    (tmp_path / "x").mkdir()
+    unnamed = write(tmp_path / "x", "vms.csv", header, row)
+    with pytest.raises(TrainwiseError, match=r"cannot tell which cloud .* lambda's, but also .*pass --cloud"):
+        import_skypilot([unnamed])
+    assert not (data_dir / "catalog" / "current" / "catalog.json").exists()
+    assert len(load_catalog().search(cloud="lambda")) == len(load_packaged().search(cloud="lambda"))
+
+
+def test_a_file_named_for_one_cloud_with_another_clouds_exact_header_is_refused(tmp_path):
+    path = write(tmp_path, "gcp_vms.csv", AWS_HEADER, GOOD_AWS)
+    with pytest.raises(TrainwiseError, match="its name says gcp but its header is exactly a aws catalog's"):
+        catalog_from_skypilot([path])
+
+
+def test_a_stored_catalog_is_verified_against_its_content_hash(tmp_path, data_dir):
+    result = import_skypilot([write(tmp_path, "aws_vms.csv", AWS_HEADER, GOOD_AWS)])
+    meta = json.loads((result.directory / "catalog.json").read_text())
+    stored = result.directory / meta["offerings_file"]
+    assert meta["offerings"] == len(load_catalog().offerings)
+    text = stored.read_text()
+    stored.write_text(text[: len(text) // 3])  # truncated: once it loaded as a smaller catalog
+    with pytest.raises(TrainwiseError, match=r"is damaged \(offerings-[0-9a-f]{12}.csv does not match the content hash"):
+        load_catalog()
+    stored.write_text(text.replace("3.06", "0.06"))  # edited
+    with pytest.raises(TrainwiseError, match="does not match the content hash"):
+        load_catalog()
+    stored.write_text(text)
+    assert len(load_catalog().offerings) == meta["offerings"]
+
+
+def test_hostile_and_huge_cells_are_refused(tmp_path):
+    bad_name = write(tmp_path, "aws_vms.csv", AWS_HEADER, GOOD_AWS.replace("p3.2xlarge", "p3.2xlarge;$(touch x)", 1))
+    with pytest.raises(CatalogDataError, match=r"column InstanceType: .* has characters a cloud name cannot have"):
+        catalog_from_skypilot([bad_name])
+    huge = write(tmp_path, "aws_vms.csv", AWS_HEADER, GOOD_AWS.replace("3.06", "1e308", 1))
+    with pytest.raises(CatalogDataError, match=r"column Price: 1e308 is over the 1e\+06 limit"):
+        catalog_from_skypilot([huge])
+
+
+def test_a_non_utf8_price_file_names_the_byte_offset(tmp_path):
+    path = tmp_path / "aws_vms.csv"
+    path.write_bytes((AWS_HEADER + "\n").encode() + b"p3.2xlarge\xff")
+    with pytest.raises(TrainwiseError, match=rf"not UTF-8 text \(byte 0xff at byte offset {len(AWS_HEADER) + 11}, line 2\)"):
+        catalog_from_skypilot([path])
+
+
+def test_an_unwritable_data_dir_is_one_line_and_keeps_the_catalog(tmp_path, monkeypatch):
+    import os
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the data folder would be")
+    monkeypatch.setenv("TRAINWISE_DATA_DIR", str(blocked))
+    with pytest.raises(TrainwiseError, match=r"cannot store the imported catalog in .*set TRAINWISE_DATA_DIR to a writable"):
+        import_skypilot([write(tmp_path, "aws_vms.csv", AWS_HEADER, GOOD_AWS)])
+    assert os.path.isfile(blocked)

@@ -125,8 +125,17 @@ def test_yaml_offerings(tmp_path):
     ('[[offering]]\nname = "x"\nprice_per_hour = nan\n', "offering 1 (x), field price_per_hour: Input should be a finite number"),
     ('[[offering]]\nname = "x"\nprice_per_hour = 1\nspot_price_per_hour = -inf\n', "field spot_price_per_hour: Input should be"),
     ('[[offering]]\nname = "x"\nkind = "on_premise"\ncapex_usd = inf\nlifetime_years = 1\n', "field capex_usd: Input should be a finite"),
+    # 1e308 is finite but no capex: refused by its bound before any arithmetic overflows
     ('[[offering]]\nname = "x"\nkind = "on_premise"\ncapex_usd = 1e308\nlifetime_hours = 1e-10\n',
-     "offering 1 (x): the price works out to inf $/h"),
+     "offering 1 (x), field capex_usd: Input should be less than or equal to"),
+    ('[[offering]]\nname = "x"\nprice_per_hour = 1e308\n', "field price_per_hour: Input should be less than or equal to"),
+    ('[[offering]]\nname = "p3.2xlarge;$(touch x)"\nprice_per_hour = 1\n', "field name: instance type (name)"),
+    ('[[offering]]\nname = "x"\nregion = "us east"\nprice_per_hour = 1\n', "field region: region 'us east' has characters"),
+    ('[[accelerator]]\nname = "Z"\nfp32_tflops = 0\n[[offering]]\nname = "x"\nprice_per_hour = 1\n',
+     "accelerator 1 (Z), field fp32_tflops: Input should be greater than 0"),
+    ('offering = 5\n', "field offering: expected a list of tables"),
+    ('[[offering]]\nname = "x"\nprice_per_hour = ' + "9" * 5000 + '\n', "over the 20-digit limit"),
+    ('a = ' + "[" * 200 + "]" * 200 + '\n', "nested deeper than 64 levels"),
 ])
 def test_bad_user_files_name_file_entry_and_field(tmp_path, body, fragment):
     path = tmp_path / "bad.toml"
@@ -140,7 +149,7 @@ def test_bad_user_files_name_file_entry_and_field(tmp_path, body, fragment):
 def test_unsupported_suffix(tmp_path):
     path = tmp_path / "lab.json"
     path.write_text("{}")
-    with pytest.raises(TrainwiseError, match=r"\.toml, \.yaml or \.yml"):
+    with pytest.raises(TrainwiseError, match=r"\.toml, \.yaml, \.yml"):
         load_user_offerings(path)
 
 
@@ -148,3 +157,56 @@ def test_a_missing_user_file_says_how_to_write_one(tmp_path):
     # the old message ended at "No such file or directory"
     with pytest.raises(TrainwiseError, match=r"lab.toml does not exist: write one, e.g. \[\[offering\]\] .*capex_usd"):
         load_user_offerings(tmp_path / "lab.toml")
+
+
+def test_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    # "billion laughs": nine aliases per level, nine levels: 387 million names if expanded
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 9):
+        prev, name = chr(96 + level), chr(97 + level)
+        lines.append(f"{name}: &{name} [{', '.join(['*' + prev] * 9)}]")
+    lines.append("offering:\n- name: *i\n  price_per_hour: 1")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TrainwiseError, match=r"bomb.yaml: its aliases expand to over 200,000 values"):
+        load_user_offerings(path)
+
+
+def test_plain_yaml_aliases_still_work(tmp_path):
+    path = tmp_path / "lab.yaml"
+    path.write_text("offering:\n- &first {name: a, provider: vast, price_per_hour: 0.3}\n- {<<: *first, name: b}\n")
+    assert sorted(load_user_offerings(path).offerings["instance_type"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".yaml"])
+def test_a_non_utf8_user_file_names_the_byte_offset(tmp_path, suffix):
+    path = tmp_path / f"lab{suffix}"
+    path.write_bytes(b"# caf\xe9\n")
+    with pytest.raises(TrainwiseError, match=r"not UTF-8 text \(byte 0xe9 at byte offset 5, line 1\): save the file as UTF-8"):
+        load_user_offerings(path)
+
+
+def test_an_oversized_user_file_is_refused_before_reading(tmp_path, monkeypatch):
+    from trainwise import userfiles
+
+    path = tmp_path / "big.toml"
+    path.write_text("# " + "x" * 2000 + "\n")
+    monkeypatch.setattr(userfiles, "MAX_FILE_BYTES", 1000)
+    with pytest.raises(TrainwiseError, match=r"big.toml is 2003 bytes, over the 1000 bytes limit"):
+        load_user_offerings(path)
+
+
+def test_the_documented_example_plans_with_an_offering_without_a_region(tmp_path):
+    """The module docstring's example: its `1x-rtx3090` has no region (NaN in the catalog frame), which
+    crashed continent_of with `'float' object has no attribute 'strip'`."""
+    import trainwise.catalog.user as user
+    from trainwise.predict.topology import continent_of
+
+    doc = user.__doc__
+    body = "\n".join(line[4:] for line in doc[doc.index("    [catalog]"):doc.index("YAML: the same keys")].splitlines())
+    path = tmp_path / "example.toml"
+    path.write_text(body)
+    catalog = load_user_offerings(path)
+    assert len(catalog.offerings) == 3
+    regions = catalog.offerings["region"].tolist()
+    assert [continent_of(r) for r in regions] == [None, "us", None]

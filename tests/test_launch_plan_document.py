@@ -294,3 +294,28 @@ def test_a_plan_saved_with_a_command_predicts_the_commands_own_epochs(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--epochs 5 but the training command trains --epochs 1" in err
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda d: d["offering"].update(instance_type="p3.2xlarge;$(touch x)"), "instance type 'p3.2xlarge;$(touch x)' has characters"),
+    (lambda d: d["offering"].update(region="us-east-1\ninjected: true"), "region 'us-east-1\\ninjected: true' has characters"),
+    (lambda d: d["prediction"].update(low_s=10.0, high_s=1.0), "an interval's low end must not exceed its high end"),
+])
+def test_a_hostile_or_inconsistent_plan_document_is_refused(tmp_path, change, fragment):
+    document = build_plan_document(v100_result(), catalog(), command=COMMAND)
+    data = json.loads(document.model_dump_json())
+    change(data)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TrainwiseError) as excinfo:
+        load_plan(path)
+    assert fragment in str(excinfo.value)
+
+
+def test_a_plan_document_with_non_utf8_command_bytes_round_trips(tmp_path):
+    import os
+
+    command = ["python", "train.py", "--data", os.fsdecode(b"/d_\xff")]
+    document = build_plan_document(v100_result(), catalog(), command=command)
+    document.save(tmp_path / "plan.json")  # PydanticSerializationError before
+    assert os.fsencode(load_plan(tmp_path / "plan.json").command[-1]) == b"/d_\xff"

@@ -7,6 +7,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from trainwise.errors import WriteError
+
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
@@ -18,8 +20,17 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
     A stream (`--json /dev/stdout`, a FIFO, /dev/null) is written straight into: a rename would
     replace the device's name in /dev with a regular file. A symbolic link is followed and its
-    target replaced, so the link stays a link."""
-    target = Path(path)
+    target replaced, so the link stays a link. An OSError becomes a WriteError (a TrainwiseError and
+    an OSError) whose message is one line naming the file and the fix."""
+    try:
+        return _atomic_write_bytes(Path(path), data)
+    except WriteError:
+        raise
+    except OSError as exc:  # full disk, read-only or unwritable folder: one line, not a traceback
+        raise WriteError(path, exc) from None
+
+
+def _atomic_write_bytes(target: Path, data: bytes) -> Path:
     if is_stream(target):
         with open(target, "wb") as handle:
             handle.write(data)

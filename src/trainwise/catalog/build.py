@@ -15,7 +15,6 @@ The runtime never reads the shared folder; it reads these files through importli
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import sys
@@ -114,7 +113,7 @@ def build(shared: Path, out: Path = DATA_DIR) -> dict[str, Any]:
         rows, counts = skypilot.normalise(parsed, "current", SNAPSHOT_DATE, memory, source_label=file_name)
         records.extend(rows)
         report[file_name] = {"cloud": parsed.cloud, "source": f"skypilot-org/skypilot-catalog:{source_path}@{commit}",
-                             "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "rows_read": len(parsed.rows)
+                             "sha256": parsed.sha256, "rows_read": len(parsed.rows)
                              + counts.get("exact duplicate rows removed", 0)
                              + counts.get("same-key rows resolved (kept the row with a spot price)", 0),
                              "counts": counts}

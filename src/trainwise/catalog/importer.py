@@ -15,7 +15,6 @@ files when it fetches them).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,10 +25,11 @@ import pandas as pd
 from trainwise._io import atomic_write_text
 from trainwise.catalog import skypilot
 from trainwise.catalog.build import offerings_csv_text
-from trainwise.catalog.loader import (_packaged_current, load_catalog, packaged_accelerators, spec_memory,
-                                      user_catalog_dir)
+from trainwise.catalog.loader import (_packaged_current, load_catalog, packaged_accelerators, read_catalog_meta,
+                                      spec_memory, user_catalog_dir)
 from trainwise.catalog.model import OFFERING_COLUMNS, Catalog, normalise_frame
 from trainwise.errors import TrainwiseError
+from trainwise.userfiles import write_json
 
 
 @dataclass
@@ -61,7 +61,7 @@ def _read_all(paths: list[Path], cloud: str | None, skip_unknown: bool) -> tuple
         if not records:
             raise TrainwiseError(f"{path}: no GPU/TPU offerings found in this {parsed.cloud} catalog")
         frames.append(pd.DataFrame(records, columns=list(OFFERING_COLUMNS)))
-        clouds[parsed.cloud] = {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        clouds[parsed.cloud] = {"file": str(path), "sha256": parsed.sha256,
                                 "price_date": price_date, "offerings": len(records), "counts": counts}
     if problems:
         raise skypilot.CatalogDataError(problems)
@@ -102,8 +102,8 @@ def import_skypilot(paths: list[str | Path], *, cloud: str | None = None, skip_u
     directory = directory or user_catalog_dir()
     previous_meta: dict[str, Any] = {}
     if (directory / "catalog.json").is_file():
-        base = load_catalog(directory)
-        previous_meta = json.loads((directory / "catalog.json").read_text(encoding="utf-8"))
+        base = load_catalog(directory)  # verified against its content hash: a damaged import is refused here
+        previous_meta = read_catalog_meta(directory)
     else:
         base = load_catalog("packaged")
     packaged_date = _packaged_current()[1]["snapshot_date"]
@@ -117,7 +117,8 @@ def import_skypilot(paths: list[str | Path], *, cloud: str | None = None, skip_u
     dates = sorted({info["price_date"] for info in sources.values()})
     snapshot = dates[0] if len(dates) == 1 else ", ".join(f"{c} {sources[c]['price_date']}" for c in sorted(sources))
     text = offerings_csv_text(frame)
-    offerings_file = f"offerings-{hashlib.sha256(text.encode()).hexdigest()[:12]}.csv"
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    offerings_file = f"offerings-{digest[:12]}.csv"
     meta = {
         "name": "current",
         "snapshot_date": snapshot,
@@ -125,15 +126,22 @@ def import_skypilot(paths: list[str | Path], *, cloud: str | None = None, skip_u
             f"{c}: {sources[c]['file']} ({sources[c]['price_date']})" for c in sorted(sources)),
         "imported_at": now,
         "offerings_file": offerings_file,
+        "offerings_sha256": digest,  # load_imported refuses a file that does not hash to this
+        "offerings": int(len(frame)),
         "clouds": sources,
         "notes": skypilot.NOTES,
         "caveats": [f"prices of {', '.join(sorted(clouds))} imported {now[:10]}; other clouds as before "
                     f"(packaged snapshot of {packaged_date} unless imported earlier)"],
         "report": {c: info["counts"] for c, info in clouds.items()},
     }
-    atomic_write_text(directory / offerings_file, text)
-    atomic_write_text(directory / "catalog.json", json.dumps(meta, indent=1) + "\n")
-    for stale in directory.glob("offerings-*.csv"):
-        if stale.name != offerings_file:
-            stale.unlink(missing_ok=True)
+    try:
+        atomic_write_text(directory / offerings_file, text)
+        write_json(directory / "catalog.json", meta, "catalog metadata")
+        for stale in directory.glob("offerings-*.csv"):
+            if stale.name != offerings_file:
+                stale.unlink(missing_ok=True)
+    except OSError as exc:  # an unwritable or full data directory: the previous catalog stays in effect
+        reason = exc.strerror or str(exc)
+        raise TrainwiseError(f"cannot store the imported catalog in {directory} ({reason}): set TRAINWISE_DATA_DIR to a "
+                             "writable folder with free space; the catalog in effect is unchanged") from None
     return ImportResult(directory=directory, catalog=load_catalog(directory), clouds=clouds)

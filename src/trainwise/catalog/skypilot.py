@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import ast
 import csv
+import hashlib
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,7 @@ from typing import Any
 
 from trainwise.catalog import names
 from trainwise.errors import TrainwiseError
+from trainwise.userfiles import SAFE_NAME
 
 FORMATS: dict[str, tuple[str, ...]] = {
     "aws": ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "GpuInfo", "Price",
@@ -53,6 +56,8 @@ FORMATS: dict[str, tuple[str, ...]] = {
                "GpuInfo", "SpotPrice"),
 }
 NUMERIC = ("AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice")
+# far above any offering (the dearest, a whole GCP TPU pod, is 29,362 $/h), low enough that sums stay finite
+MAX_NUMBER = {"AcceleratorCount": 100_000.0, "vCPUs": 1e6, "MemoryGiB": 1e8, "Price": 1e6, "SpotPrice": 1e6}
 
 # Billing granularity and minimum per cloud. Not in the SkyPilot data: the providers' published
 # terms for Linux VMs (AWS/GCP per second after the first minute; Azure and Lambda per minute).
@@ -155,6 +160,7 @@ class ParsedFile:
     rows: list[dict[str, Any]]
     header: tuple[str, ...]
     counts: dict[str, int] = field(default_factory=dict)
+    sha256: str = ""  # of the bytes read (the same read that was validated)
 
 
 def _bump(counts: dict[str, int], key: str, by: int = 1) -> None:
@@ -174,17 +180,31 @@ def detect_cloud(path: Path, header: list[str], cloud: str | None = None) -> str
             raise CatalogDataError([Problem(label, 1, missing[0], f"header lacks {', '.join(missing)}; a SkyPilot {cloud} "
                                             f"catalog has the header {','.join(expected)}")])
         return cloud
+    # the file's name or its folder's (SkyPilot keeps ~/.sky/catalogs/v8/<cloud>/vms.csv)
+    hinted = [c for c in FORMATS if c in path.name.lower() or c == path.parent.name.lower()]
     exact = [c for c, cols in FORMATS.items() if tuple(header) == cols]
     if len(exact) == 1:
-        return exact[0]
+        if not hinted or exact[0] in hinted:
+            return exact[0]
+        raise TrainwiseError(f"{label}: its name says {' or '.join(hinted)} but its header is exactly a {exact[0]} "
+                             f"catalog's: rename the file or pass --cloud")
     complete = [c for c, cols in FORMATS.items() if set(cols) <= set(header)]
-    hinted = [c for c in FORMATS if c in str(path).lower()]
-    if len(complete) == 1:
-        return complete[0]
-    if len(complete) > 1:
-        both = [c for c in complete if c in hinted]
-        if len(both) == 1:
-            return both[0]
+    if len(hinted) == 1:
+        # the file's name says the cloud: its columns must agree (an AWS file without AvailabilityZone has
+        # exactly Lambda's columns; taking it for Lambda would replace every Lambda offering)
+        if hinted[0] in complete:
+            return hinted[0]
+    elif len(complete) == 1:
+        # the columns decide only when no other cloud's format also has all of them (then the file
+        # may be that cloud's with columns missing)
+        known = set(header) & set().union(*FORMATS.values())
+        alike = [c for c, cols in FORMATS.items() if c != complete[0] and known <= set(cols)]
+        if not alike:
+            return complete[0]
+        raise TrainwiseError(f"{label}: cannot tell which cloud this SkyPilot catalog is: its columns are "
+                             f"{complete[0]}'s, but also a {' or '.join(alike)} catalog's with columns missing; pass "
+                             f"--cloud {complete[0]} (or the right cloud) or name the file <cloud>_vms.csv")
+    elif len(complete) > 1:
         raise TrainwiseError(f"{label}: cannot tell which cloud this SkyPilot catalog is ({' or '.join(complete)}): "
                              "name the file aws_vms.csv/gcp_vms.csv or pass --cloud")
     # Wrong header: compare with the format the name suggests, else the closest one.
@@ -208,13 +228,15 @@ def _number(text: str) -> float | None:
 def read_skypilot_csv(path: str | Path, cloud: str | None = None, *, skip_unknown: bool = False,
                       label: str | None = None) -> ParsedFile:
     """Read and validate one SkyPilot catalog CSV; raise `CatalogDataError` listing every problem."""
+    from trainwise.userfiles import MAX_CSV_BYTES, MAX_CSV_FIELD_BYTES, decode_utf8, read_bytes
+
     path = Path(path)
     label = label or str(path)
-    try:
-        handle = path.open(newline="", encoding="utf-8-sig")
-    except OSError as exc:
-        raise TrainwiseError(f"cannot read catalog file {path}: {exc.strerror or exc}") from None
-    with handle:
+    # bounded size, UTF-8 checked with the byte offset named, before any row is parsed
+    data = read_bytes(path, "catalog file", max_bytes=MAX_CSV_BYTES)
+    text = decode_utf8(data, f"catalog file {label}")
+    csv.field_size_limit(MAX_CSV_FIELD_BYTES)
+    with io.StringIO(text, newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = [h.strip() for h in next(reader)]
@@ -250,7 +272,8 @@ def read_skypilot_csv(path: str | Path, cloud: str | None = None, *, skip_unknow
         rows = _dedupe(cloud, label, rows, problems, counts)
     if problems:
         raise CatalogDataError(problems)
-    return ParsedFile(cloud=cloud, path=path, rows=rows, header=tuple(header), counts=counts)
+    return ParsedFile(cloud=cloud, path=path, rows=rows, header=tuple(header), counts=counts,
+                      sha256=hashlib.sha256(data).hexdigest())
 
 
 def _validate_row(cloud: str, label: str, line: int, raw: dict[str, str], problems: list[Problem],
@@ -272,7 +295,16 @@ def _validate_row(cloud: str, label: str, line: int, raw: dict[str, str], proble
         if value is not None and value < 0:
             problems.append(Problem(label, line, column, f"negative value {text}"))
             continue
+        if value is not None and value > MAX_NUMBER[column]:
+            problems.append(Problem(label, line, column, f"{text} is over the {MAX_NUMBER[column]:g} limit (no offering "
+                                    "comes near it)"))
+            continue
         row[column] = value
+    for column in ("InstanceType", "Region", "AvailabilityZone"):
+        # these reach SkyPilot tasks and shells: refuse anything but the characters cloud names use
+        if raw.get(column) and not SAFE_NAME.match(raw[column]):
+            problems.append(Problem(label, line, column, f"{raw[column][:40]!r} has characters a cloud name cannot have "
+                                    "(letters, digits and . _ : + - only)"))
     required = {"aws": ("InstanceType", "Region", "AvailabilityZone"), "gcp": ("Region", "AvailabilityZone"),
                 "azure": ("InstanceType", "Region"), "lambda": ("InstanceType", "Region")}[cloud]
     for column in required:

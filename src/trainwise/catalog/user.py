@@ -59,18 +59,11 @@ Price formulas (USD/h):
 from __future__ import annotations
 
 import math
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the same parser, as the tomli backport (a dependency on 3.10 only)
-    import tomli as tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainwise.catalog.model import Accelerator, Catalog, Offering, frame_from_offerings
 from trainwise.errors import TrainwiseError
@@ -101,6 +94,22 @@ def reserved_price_per_hour(*, upfront_usd: float = 0.0, term_years: float | Non
     return hourly_usd + (upfront_usd / (term_years * HOURS_PER_YEAR) if upfront_usd else 0.0)  # type: ignore[operator]
 
 
+# Upper bounds: far above any real offering, low enough that sums and products stay finite
+MAX_PRICE_PER_HOUR = 1e6  # the dearest snapshot offering (a whole GCP TPU pod) is 29,362 $/h
+MAX_USD = 1e10
+MAX_COUNT = 100_000.0
+MAX_SPEC = 1e7  # GiB, GB/s, TFLOPS, W, kW
+
+
+def _checked_name(value: str, what: str) -> str:
+    from trainwise.userfiles import check_safe_name
+
+    try:
+        return check_safe_name(value, what)
+    except TrainwiseError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class _Strict(BaseModel):
     # inf/nan are valid TOML and YAML floats: an infinite price or memory would rank as a real number
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -113,19 +122,24 @@ class UserAccelerator(_Strict):
     granularity: Literal["per_gpu", "per_die", "per_chip", "per_board"] = "per_gpu"
     architecture: str | None = None
     year: int | None = None
-    memory_gib: float | None = Field(default=None, ge=0)
-    memory_bw_gbs: float | None = Field(default=None, ge=0)
-    fp64_tflops: float | None = Field(default=None, ge=0)
-    fp32_tflops: float | None = Field(default=None, ge=0)
-    tf32_tflops: float | None = Field(default=None, ge=0)
-    fp16_tflops: float | None = Field(default=None, ge=0)
-    bf16_tflops: float | None = Field(default=None, ge=0)
-    fp8_tflops: float | None = Field(default=None, ge=0)
-    int8_tops: float | None = Field(default=None, ge=0)
-    tdp_w: float | None = Field(default=None, ge=0)
+    memory_gib: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    memory_bw_gbs: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    fp64_tflops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    fp32_tflops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    tf32_tflops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    fp16_tflops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    bf16_tflops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    fp8_tflops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    int8_tops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    tdp_w: float | None = Field(default=None, gt=0, le=MAX_SPEC)
     interconnect: str | None = None
     aliases: list[str] = []
     notes: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _checked_name(value, "accelerator name")
 
 
 class UserOffering(_Strict):
@@ -135,29 +149,38 @@ class UserOffering(_Strict):
     region: str | None = None
     zone: str | None = None
     accelerator: str | None = None
-    accelerator_count: float = Field(default=0.0, ge=0)
-    accelerator_memory_gib: float | None = Field(default=None, ge=0)
-    vcpus: float | None = Field(default=None, ge=0)
-    memory_gib: float | None = Field(default=None, ge=0)
-    price_per_hour: float | None = Field(default=None, ge=0)
-    spot_price_per_hour: float | None = Field(default=None, ge=0)
+    accelerator_count: float = Field(default=0.0, ge=0, le=MAX_COUNT)
+    accelerator_memory_gib: float | None = Field(default=None, ge=0, le=MAX_SPEC)
+    vcpus: float | None = Field(default=None, ge=0, le=MAX_COUNT)
+    memory_gib: float | None = Field(default=None, ge=0, le=MAX_SPEC)
+    price_per_hour: float | None = Field(default=None, ge=0, le=MAX_PRICE_PER_HOUR)
+    spot_price_per_hour: float | None = Field(default=None, ge=0, le=MAX_PRICE_PER_HOUR)
     # on-premise
-    capex_usd: float | None = Field(default=None, ge=0)
-    lifetime_years: float | None = Field(default=None, gt=0)
-    lifetime_hours: float | None = Field(default=None, gt=0)
-    power_kw: float = Field(default=0.0, ge=0)
-    usd_per_kwh: float = Field(default=0.0, ge=0)
+    capex_usd: float | None = Field(default=None, ge=0, le=MAX_USD)
+    lifetime_years: float | None = Field(default=None, gt=0, le=1000)
+    lifetime_hours: float | None = Field(default=None, ge=1, le=1000 * HOURS_PER_YEAR)
+    power_kw: float = Field(default=0.0, ge=0, le=MAX_SPEC)
+    usd_per_kwh: float = Field(default=0.0, ge=0, le=MAX_PRICE_PER_HOUR)
     utilisation: float = Field(default=1.0, gt=0, le=1)
     share_of_node: float = Field(default=1.0, gt=0, le=1)
     round_cents: bool = True
     # reserved / committed
-    upfront_usd: float | None = Field(default=None, ge=0)
-    term_years: float | None = Field(default=None, gt=0)
-    hourly_usd: float | None = Field(default=None, ge=0)
+    upfront_usd: float | None = Field(default=None, ge=0, le=MAX_USD)
+    term_years: float | None = Field(default=None, gt=0, le=1000)
+    hourly_usd: float | None = Field(default=None, ge=0, le=MAX_PRICE_PER_HOUR)
     billing: Literal["per_second", "per_minute", "per_hour"] | None = None
     min_billed_seconds: float | None = Field(default=None, ge=0)
     source: str | None = None
     notes: list[str] = []
+
+    @field_validator("name", "provider", "region", "zone", "accelerator")
+    @classmethod
+    def _names(cls, value: str | None, info: Any) -> str | None:
+        # the name becomes the task's instance_type, the provider its cloud: no shell or YAML syntax
+        if value is None:
+            return None
+        what = {"name": "instance type (name)"}.get(info.field_name, info.field_name)
+        return _checked_name(value, what)
 
     @model_validator(mode="after")
     def _consistent(self) -> "UserOffering":
@@ -204,32 +227,22 @@ class UserFile(_Strict):
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TrainwiseError(f"user offerings file {path} does not exist: write one, e.g. [[offering]] name = \"my-box\", "
-                             "kind = \"on_premise\", capex_usd = 25000, lifetime_years = 1 (the format is in "
-                             "trainwise.catalog.user's docstring)") from None
-    except OSError as exc:
-        raise TrainwiseError(f"cannot read user offerings file {path}: {exc.strerror or exc}") from None
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".toml":
-            data = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
-        else:
-            raise TrainwiseError(f"{path}: user offerings must be a .toml, .yaml or .yml file")
-    except tomllib.TOMLDecodeError as exc:
-        raise TrainwiseError(f"{path}: not valid TOML ({exc})") from None
-    except yaml.YAMLError as exc:
-        raise TrainwiseError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    from trainwise.userfiles import load_structured
+
+    hint = ("write one, e.g. [[offering]] name = \"my-box\", kind = \"on_premise\", capex_usd = 25000, "
+            "lifetime_years = 1 (the format is in trainwise.catalog.user's docstring)")
+    data = load_structured(path, "user offerings file", suffixes=(".toml", ".yaml", ".yml"), missing_hint=hint)
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
         raise TrainwiseError(f"{path}: expected a table/mapping with `offering` entries at the top level")
     for plural, singular in (("offerings", "offering"), ("accelerators", "accelerator")):
+        for key in (plural, singular):
+            if data.get(key) is not None and not isinstance(data[key], list):
+                raise TrainwiseError(f"{path}, field {key}: expected a list of tables, got a {type(data[key]).__name__}")
         if plural in data:
             data.setdefault(singular, [])
-            data[singular] = list(data[singular]) + list(data.pop(plural) or [])
+            data[singular] = list(data[singular] or []) + list(data.pop(plural) or [])
     return data
 
 

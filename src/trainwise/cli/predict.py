@@ -94,5 +94,7 @@ def predict(
         payload = [{"profile": label, "estimator": p.estimator, "epochs": p.epochs, "iterations_per_epoch": p.iterations_per_epoch,
                     "predicted_s": p.total_s, "low_s": p.low_s, "high_s": p.high_s, "breakdown_s": p.breakdown_s,
                     "provenance": "modelled from a measured profile", "note": p.note} for label, _, p in rows]
-        write_output_text(json_out, json.dumps(payload, indent=1), "--json")
+        from trainwise.userfiles import json_text
+
+        write_output_text(json_out, json_text(payload, "--json"), "--json")
         console.print(f"predictions written to [bold]{json_out}[/bold]")

@@ -81,6 +81,6 @@ def profile(
         check_output_path(path, "--output", inputs=tuple(arg for arg in command if not arg.startswith("-")))
     for path, command in jobs:
         result = run_profile(command, options, workload=workload)
-        write_output_text(path, result.model_dump_json(indent=1), "--output")
+        write_output_text(path, result.to_json(), "--output")
         console.print(profile_table(result))
         console.print(f"profile written to [bold]{path}[/bold]")

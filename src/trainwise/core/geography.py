@@ -25,7 +25,7 @@ _PREFIXES = (
 
 def continent_of(region: str | None) -> str | None:
     """The continent code of a cloud region name (AWS, GCP, Azure, Lambda spellings), or None."""
-    if not region:
+    if not isinstance(region, str) or not region:  # a catalog row without a region holds NaN
         return None
     name = region.strip().lower()
     for prefix, continent in _PREFIXES:

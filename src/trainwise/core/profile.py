@@ -276,5 +276,13 @@ class Profile(_Model):
     notes: list[str] = []
 
     # ---- persistence ----
+    def to_json(self) -> str:
+        """The profile as JSON: NaN/Infinity refused with the field named, and command arguments that
+        are not UTF-8 (a path with a byte such as 0xff) kept as \\udcXX escapes that read back as the
+        same bytes, never a serialisation error after the training ran."""
+        from trainwise.userfiles import json_text
+
+        return json_text(self.model_dump(mode="python"), "the profile")
+
     def save(self, path: str | Path) -> Path:
-        return atomic_write_text(path, self.model_dump_json(indent=1))
+        return atomic_write_text(path, self.to_json())

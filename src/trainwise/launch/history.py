@@ -8,7 +8,6 @@ run-record.json`), so it outlives this machine with the model.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Literal
@@ -67,13 +66,17 @@ def history_dir() -> Path:
 
 
 def save_record(record: RunRecord, directory: Path | None = None) -> Path:
-    text = record.model_dump_json(indent=1) + "\n"
+    from trainwise.userfiles import json_text
+
+    text = json_text(record.model_dump(mode="python"), f"run record {record.run_id}") + "\n"
     safety.assert_no_secrets([text], f"run record {record.run_id}")
     return atomic_write_text((directory or history_dir()) / f"{record.run_id}.json", text)
 
 
 def load_records(directory: Path | None = None) -> tuple[list[RunRecord], list[str]]:
     """Every readable record, oldest first, and one line per file that could not be read."""
+    from trainwise.userfiles import UserFileError, load_json
+
     root = directory or history_dir()
     records: list[RunRecord] = []
     problems: list[str] = []
@@ -81,8 +84,10 @@ def load_records(directory: Path | None = None) -> tuple[list[RunRecord], list[s
         return records, problems
     for path in sorted(root.glob("*.json")):
         try:
-            records.append(RunRecord.model_validate(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, json.JSONDecodeError, ValidationError) as exc:
+            records.append(RunRecord.model_validate(load_json(path, "run record")))
+        except UserFileError as exc:
+            problems.append(f"{exc}; skipped")
+        except ValidationError as exc:
             problems.append(f"{path.name}: not a trainwise run record ({exc.__class__.__name__}); skipped")
     records.sort(key=lambda r: r.started_at)
     return records, problems

@@ -12,7 +12,6 @@ local run can be judged against a prediction for the machine it actually ran on.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -34,7 +33,19 @@ ENGINES: tuple[str, ...] = ("local", "ddp", "hivemind")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf/NaN never describe a real plan: refused on load, and never written (allow_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _safe_name(value: str | None, what: str) -> str | None:
+    from trainwise.userfiles import check_safe_name
+
+    if value is None:
+        return None
+    try:
+        return check_safe_name(value, what)
+    except TrainwiseError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class ChosenOffering(_Model):
@@ -50,6 +61,15 @@ class ChosenOffering(_Model):
     kind: str = "cloud"
     price_per_hour: float = Field(ge=0)
     price_source: str
+
+    @model_validator(mode="after")
+    def _names(self) -> "ChosenOffering":
+        # a cloud offering's names reach the SkyPilot task (`instance_type: ...`): shell or YAML syntax is
+        # refused here (this machine's offering, "this machine", runs locally and reaches no task)
+        if self.is_cloud:
+            for field in ("cloud", "region", "zone", "instance_type", "accelerator", "sky_accelerator"):
+                _safe_name(getattr(self, field), field.replace("_", " "))
+        return self
 
     @property
     def is_cloud(self) -> bool:
@@ -72,6 +92,16 @@ class Prediction(_Model):
     price_per_hour: float = Field(ge=0)
     time_source: str
     price_source: str
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Prediction":
+        if self.low_s > self.high_s:
+            raise ValueError(f"low_s {self.low_s:g} is above high_s {self.high_s:g}: an interval's low end must not "
+                             "exceed its high end")
+        if self.cost_low_usd > self.cost_high_usd:
+            raise ValueError(f"cost_low_usd {self.cost_low_usd:g} is above cost_high_usd {self.cost_high_usd:g}: an "
+                             "interval's low end must not exceed its high end")
+        return self
 
 
 class Alternative(_Model):
@@ -141,7 +171,10 @@ class PlanDocument(_Model):
 
     # ---- persistence ----
     def save(self, path: str | Path) -> Path:
-        text = self.model_dump_json(indent=1)
+        from trainwise.userfiles import json_text
+
+        # json_text: no NaN/Infinity, and command bytes that are not UTF-8 kept as \udcXX escapes
+        text = json_text(self.model_dump(mode="python"), f"plan {path}")
         safety.assert_no_secrets([text], f"plan {path}")
         return atomic_write_text(path, text + "\n")
 
@@ -152,15 +185,10 @@ class PlanDocument(_Model):
 
 def load_plan(path: str | Path) -> PlanDocument:
     """Read a Plan JSON with one-line errors for every way it can be wrong."""
+    from trainwise.userfiles import load_json
+
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TrainwiseError(f"plan {p} does not exist: create it with `trainwise plan --save {p}`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrainwiseError(f"plan {p} cannot be read ({exc.__class__.__name__}): check the path") from None
-    except json.JSONDecodeError as exc:
-        raise TrainwiseError(f"plan {p} is not valid JSON (line {exc.lineno}): recreate it with `trainwise plan --save`") from None
+    data = load_json(p, "plan", missing_hint=f"create it with `trainwise plan --save {p}`")
     if isinstance(data, dict) and "iterations" in data and "steady_state" in data:
         raise TrainwiseError(f"{p} is a profile, not a plan: make a plan from it with `trainwise plan --profile {p} "
                              "--save plan.json -- python train.py ARGS`, then launch plan.json")

@@ -134,11 +134,14 @@ def _local_continent(value: str) -> str:
 
 def load_groups(path: str | Path) -> tuple[GroupSpec, ...]:
     """Hivemind groups from YAML/JSON: a list of {name, peers: [{offering, count, continent?, region?}]}."""
+    from trainwise.userfiles import load_yaml
+
     p = Path(path)
-    if not p.is_file():
-        raise TrainwiseError(f"group file {p} does not exist: write a YAML list of {{name, peers: [{{offering, count}}]}}")
+    # the bounded reader: size, UTF-8 (bad byte named), nesting, aliases and integer length
+    data = load_yaml(p, "group file", missing_hint="write a YAML list of {name, peers: [{offering, count}]}")
+    if not data:  # an empty file planned no groups and said nothing
+        raise TrainwiseError(f"group file {p} holds no groups: write a YAML list of {{name, peers: [{{offering, count}}]}}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
         items = data.get("groups", data) if isinstance(data, dict) else data
         groups = tuple(GroupSpec.model_validate(item) for item in items or [])
     except (yaml.YAMLError, ValidationError, TypeError, AttributeError) as exc:

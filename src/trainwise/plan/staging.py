@@ -8,7 +8,6 @@ strategy that preprocesses at the edge shrinks staging time, egress and storage 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -21,14 +20,11 @@ def staged_dataset(path: str | Path, strategy_id: str | None = None) -> tuple[fl
     from trainwise.pipeline.profiler import PipelineProfile
     from trainwise.pipeline.select import Selection
 
+    from trainwise.userfiles import load_json
+
     p = Path(path)
-    try:
-        payload = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TrainwiseError(f"pipeline profile {p} not found: write one with `trainwise pipeline profile SPEC --json {p}`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TrainwiseError(f"pipeline profile {p} is not readable JSON ({exc.__class__.__name__}): "
-                             "rewrite it with `trainwise pipeline profile SPEC --json FILE`") from None
+    payload = load_json(p, "pipeline profile",
+                        missing_hint=f"write one with `trainwise pipeline profile SPEC --json {p}`")
     try:
         profile = PipelineProfile.model_validate(payload["profile"])
         selection = Selection.model_validate(payload["selection"]) if payload.get("selection") else None

@@ -59,13 +59,11 @@ def _load_characterisation(path: Path) -> tuple[Any, Any]:
     that carries one."""
     from trainwise.predict.characterise import WorkloadCharacterisation
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TrainwiseError(f"--from {path} does not exist: pass a profile (`trainwise profile -o FILE`) or a "
-                             "characterisation (`trainwise device characterise MODEL --batch B -o FILE`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TrainwiseError(f"{path} is not a JSON file ({type(exc).__name__})") from None
+    from trainwise.userfiles import load_json
+
+    data = load_json(path, "--from", allow_non_finite=True,
+                     missing_hint="pass a profile (`trainwise profile -o FILE`) or a characterisation "
+                     "(`trainwise device characterise MODEL --batch B -o FILE`)")
     if isinstance(data, dict) and data.get("format") == "trainwise.workload/1":
         return WorkloadCharacterisation.model_validate(data), None
     if isinstance(data, dict) and "schema_version" in data:

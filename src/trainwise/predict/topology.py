@@ -26,7 +26,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainwise.errors import TrainwiseError
@@ -169,13 +168,11 @@ def load_network(path: str | Path | None = None, base: NetworkModel | None = Non
     base = base or seed_network()
     if path is None:
         return base
+    from trainwise.userfiles import load_yaml
+
     p = Path(path)
-    if not p.is_file():
-        raise TrainwiseError(f"network file {p} does not exist: write one with `trainwise net probe HOST:PORT -o {p}`")
-    try:
-        data: Any = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise TrainwiseError(f"network file {p} is not valid JSON/YAML ({exc.__class__.__name__}): fix its syntax") from exc
+    # YAML reads JSON too; the reader bounds size, depth, aliases and integers, and names bad bytes
+    data: Any = load_yaml(p, "network file", missing_hint=f"write one with `trainwise net probe HOST:PORT -o {p}`")
     try:
         if isinstance(data, list):
             return base.with_pairs([PairLink.model_validate(entry) for entry in data])

@@ -50,17 +50,17 @@ def script_epochs_disagreement(profiles: Sequence[Profile]) -> str | None:
 
 def load_profile(path: str | Path) -> Profile:
     """Read a Profile JSON, with one-line errors for every way it can be wrong."""
+    from trainwise.userfiles import UserFileError, load_json
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TrainwiseError(f"profile {p} does not exist: create it with `trainwise profile -o {p} -- python train.py`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrainwiseError(f"profile {p} cannot be read ({exc.__class__.__name__}): check the path and permissions") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TrainwiseError(f"profile {p} is not valid JSON (line {exc.lineno}): re-run `trainwise profile` to recreate it") from None
+        # bounded size, UTF-8, depth and integer length; NaN/Infinity are read so the message below names the field
+        data = load_json(p, "profile", allow_non_finite=True,
+                         missing_hint=f"create it with `trainwise profile -o {p} -- python train.py`")
+    except UserFileError as exc:
+        if "not valid JSON" in str(exc):
+            raise TrainwiseError(f"{exc}: re-run `trainwise profile` to recreate it") from None
+        raise
     if not isinstance(data, dict) or "schema_version" not in data:
         raise TrainwiseError(f"profile {p} is not a trainwise profile (no schema_version): pass a file written by `trainwise profile`")
     # trainwise's other JSON outputs also carry a schema_version: name them, rather than call them a
@@ -84,11 +84,70 @@ def load_profile(path: str | Path) -> Profile:
         raise TrainwiseError(f"profile {p} is malformed at `{where}`: {value} is not a finite number; "
                              "re-run `trainwise profile` to recreate it")
     try:
-        return Profile.model_validate(data)
+        profile = Profile.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise TrainwiseError(f"profile {p} is malformed at `{where}`: {first['msg']}; re-run `trainwise profile` to recreate it") from None
+    problem = _implausible(profile)
+    if problem is not None:
+        where, why = problem
+        raise TrainwiseError(f"profile {p} is malformed at `{where}`: {why}; re-run `trainwise profile` to recreate it")
+    return profile
+
+
+# A duration over 10^9 s (31 years) is no measurement: it would turn predictions into inf.
+MAX_SECONDS = 1e9
+
+
+def _implausible(profile: Profile) -> tuple[str, str] | None:
+    """(field, why) of the first value a measured profile cannot hold: a duration beyond MAX_SECONDS,
+    an interval whose low end exceeds its high end, zero batches per epoch or a batch of 0 samples.
+    Checked when a profile is read (a hand-edited or foreign file), not when one is recorded."""
+    found = _first_huge_duration(profile.model_dump(mode="python"))
+    if found is not None:
+        return found, f"{found.rsplit('.', 1)[-1]} is over {MAX_SECONDS:g} s (31 years): not a measured time"
+    dataset = profile.dataset
+    if dataset.train_batches_per_epoch is not None and dataset.train_batches_per_epoch < 1:
+        return "dataset.train_batches_per_epoch", "an epoch has at least 1 batch"
+    if dataset.global_batch_size < 1:
+        return "dataset.global_batch_size", "a batch has at least 1 sample"
+    if dataset.val_batch_size is not None and dataset.val_batch_size < 1:
+        return "dataset.val_batch_size", "a batch has at least 1 sample"
+    steady = profile.steady_state
+    for name in ("iteration", "compute", "data_wait"):
+        measurement = getattr(steady, name, None)
+        if isinstance(measurement, Measurement):
+            if measurement.ci95_low_s > measurement.ci95_high_s:
+                return f"steady_state.{name}.ci95_low_s", "an interval's low end exceeds its high end"
+            if measurement.min_s > measurement.max_s:
+                return f"steady_state.{name}.min_s", "min_s exceeds max_s"
+    if profile.iterations and steady.iteration.n > 0 and steady.iteration.mean_s <= 0:
+        return "steady_state.iteration.mean_s", "a training step takes more than 0 s"
+    return None
+
+
+def _first_huge_duration(value: Any, where: str = "") -> str | None:
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                child_path = f"{path}.{key}" if path else str(key)
+                if isinstance(child, (int, float)) and not isinstance(child, bool) and str(key).endswith("_s") \
+                        and abs(child) > MAX_SECONDS:
+                    return child_path
+                stack.append((child, child_path))
+        elif isinstance(item, (list, tuple)):
+            for i, child in enumerate(item):
+                child_path = f"{path}.{i}" if path else str(i)
+                if isinstance(child, (int, float)) and not isinstance(child, bool) and \
+                        path.rsplit(".", 1)[-1].endswith("_s") and abs(child) > MAX_SECONDS:
+                    return child_path
+                stack.append((child, child_path))
+    return None
+
+
 
 
 def _first_non_finite(value: Any, where: str = "") -> tuple[str, float] | None:

@@ -149,7 +149,7 @@ def run_command(
     if output is not None:
         from trainwise._io import write_output_text
 
-        write_output_text(output, result.model_dump_json(indent=1), "--output")
+        write_output_text(output, result.to_json(), "--output")
     console = Console()
     console.print(result_table(result))
     for line in summary_lines(result):

@@ -276,12 +276,24 @@ def read_records(workdir: str) -> tuple[dict[int, dict], dict[int, dict]]:
     return raws, runs
 
 
+def _require_hivemind() -> None:
+    """Before any peer starts: without hivemind each peer died on trainwise's own ModuleNotFoundError and
+    the run blamed the script ("run the script alone to see its error")."""
+    try:
+        import hivemind  # noqa: F401  (the peers import it too)
+    except ImportError as exc:
+        raise TrainwiseError(f"--engine hivemind needs the hivemind package, which cannot be imported ({exc}): "
+                             "pip install 'trainwise[hivemind]'") from None
+
+
 def run_job(options: RunOptions, command: list[str], *, workdir: str | None = None):
     """Run `command` under `options.engine` and return its RunResult (see trainwise.run.result)."""
     from trainwise.run.result import build_result
 
     options.validate()
     resolve_command(command)
+    if options.engine == "hivemind":
+        _require_hivemind()
     if workdir is not None:
         Path(workdir).mkdir(parents=True, exist_ok=True)
         codes, launch_wall, wall = launch(options, command, workdir)

@@ -108,8 +108,14 @@ class RunResult(BaseModel):
     provenance: str = PROVENANCE
     notes: list[str] = Field(default_factory=list)
 
+    def to_json(self) -> str:
+        """As JSON without NaN/Infinity; command bytes that are not UTF-8 kept as \\udcXX escapes."""
+        from trainwise.userfiles import json_text
+
+        return json_text(self.model_dump(mode="python"), "the run result")
+
     def save(self, path: str | Path) -> Path:
-        return atomic_write_text(path, self.model_dump_json(indent=1))
+        return atomic_write_text(path, self.to_json())
 
 
 def _median(values: list[float]) -> Optional[float]:
