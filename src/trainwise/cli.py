@@ -209,6 +209,8 @@ def predict(
         epoch_list = _parse_int_list(epoch_options, "--epoch-options")
         if not _given(ctx, "epoch_options") and (why := script_epochs_disagreement([prof for _, prof in loaded])):
             console.print(f"epochs: {epoch_options} (--epoch-options); {why}: pass --epochs N")
+    from trainwise.plan.bounds import check_predict_request  # before any prediction: 10^8 devices, 10^12 epochs
+    check_predict_request(count=count, epochs=epoch_list, profiles=[prof for _, prof in loaded])
     if accelerator is not None:
         from trainwise.predict.cli import predict_on_accelerator
 
@@ -324,6 +326,8 @@ def plan(
         # The saved plan must predict the run its command does: `-- python train.py --epochs 1` is 1 epoch.
         epochs = headline_epochs_for_command(_passthrough, epochs, console=err_console if json_output else console,
                                              profile_paths=profile_paths or [])
+    from trainwise.plan.bounds import check_plan_request  # before profiling or ranking: 10^8 machines, 10^12 epochs
+    check_plan_request(epochs=epochs, epoch_options=_parse_int_list(epoch_options, "--epoch-options"), node_counts=_parse_int_list(node_counts, "--node-counts"))
     report_dir = report if report is not None else out_dir / "report"
     check_plan_outputs(save_path=save, report_dir=report_dir,
                        inputs=[*(profile_paths or []), *(p for p in (local_offering, pipeline, network, hivemind_groups,

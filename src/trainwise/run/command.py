@@ -118,7 +118,6 @@ def run_command(
     import sys
 
     from trainwise import cli
-    from trainwise.run.launcher import run_job
     from trainwise.run.options import CheckpointOptions, RunOptions
 
     # Under `python -m trainwise.cli` the module that split off the command is __main__, not trainwise.cli.
@@ -142,12 +141,16 @@ def run_command(
                          average_state_every=average_state_every,
                          checkpoint=checkpoint, timeout_s=timeout, tune_allocator=tune_allocator,
                          flush_denormal=flush_denormal)
+    # Bounds and options before anything heavy is imported or started (run_job checks them again).
+    options.validate()
     if output is not None:
         from trainwise._io import check_output_path
 
         # Before the job runs: a result that cannot be written is the whole run's measurements lost, and
         # `-o train.py` must not replace the script with JSON.
         check_output_path(output, "--output", inputs=command_inputs(passthrough) + ((str(identity),) if identity else ()))
+    from trainwise.run.launcher import run_job
+
     result = run_job(options, passthrough)
     if output is not None:
         from trainwise._io import write_output_text
