@@ -337,3 +337,50 @@ def test_a_helper_that_left_the_jobs_session_ends_with_it_and_does_not_hold_the_
     while _alive(helper) and time.time() < deadline:
         time.sleep(0.05)
     assert not _alive(helper), f"helper {helper} outlived `trainwise {command}`: {out.decode()[-1500:]}"
+
+
+# ---------------------------------------------------------------------------- end to end through `trainwise run`
+
+
+def test_run_refuses_before_starting_when_no_checkpoint_is_under_this_users_key(tmp_path, monkeypatch, capsys):
+    """Only unkeyed (format 1) or foreign-key checkpoints: the job would set them all aside and start over
+    (a resume on another machine without the key), or run a planted payload (the old format): one line, no
+    job started, no payload run."""
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    marker, started = tmp_path / "pwned", tmp_path / "started"
+    (ck / "ckpt-000000999999.twckpt").write_bytes(_forged_v1(marker))
+    command = ["run", "--checkpoint-dir", str(ck), "--", sys.executable, "-c", f"open({str(started)!r}, 'w')"]
+    assert main(command) != 0
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert "ckpt-000000999999.twckpt: format 1, unkeyed" in err and "start afresh with another --checkpoint-dir" in err
+    assert not marker.exists() and not started.exists()
+    (ck / "ckpt-000000999999.twckpt").unlink()
+    monkeypatch.setenv(KEY_ENV, "d" * 64)
+    CheckpointStore(str(ck)).write(4, {"step": 4})
+    monkeypatch.setenv(KEY_ENV, "e" * 64)
+    assert main(command) != 0
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert "ckpt-000000000004.twckpt: signed with key" in err and "TRAINWISE_CHECKPOINT_KEY_FILE" in err
+    assert not started.exists()
+
+
+@pytest.mark.slow
+def test_trainwise_run_resumes_past_a_planted_checkpoint_without_running_it(tmp_path):
+    """The issue's attack end to end: a forged newest checkpoint beside real ones; `trainwise run` resumes from
+    the newest real one, names and sets aside the forged one, and its payload never runs."""
+    ck = tmp_path / "ck"
+    script = [sys.executable, str(SCRIPTS / "chaos_train.py"), "--out", str(tmp_path / "w.pt"), "--epochs", "2",
+              "--samples", "256", "--width", "16"]
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--checkpoint-dir", str(ck), "--checkpoint-every-batches", "4", "--"]
+    first = subprocess.run([*cli, *script], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-2000:]
+    marker = tmp_path / "pwned"
+    forged = ck / "ckpt-000000999999.twckpt"
+    forged.write_bytes(_forged_v1(marker))
+    again = subprocess.run([*cli, *script], capture_output=True, text=True, timeout=300)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output[-2000:]
+    assert not marker.exists(), "the planted checkpoint's payload ran"
+    assert f"refusing checkpoint {forged}" in output and "resumed from ckpt-0000000000" in output, output[-2000:]
+    assert (ck / f"{forged.name}.untrusted").exists()

@@ -198,6 +198,36 @@ class CheckpointStore:
             raise TrainwiseError(f"cannot write to checkpoint location {self.uri!r} ({exc.__class__.__name__}: {exc}): "
                                  "check the path, the credentials and the permissions") from None
 
+    def check_resumable(self) -> None:
+        """Before a job starts: when checkpoints exist but none was written under this user's key (a resume
+        on another machine without the key: the run would set them all aside and start over), refuse in one
+        line naming them. Reads only the headers."""
+        from trainwise.run.checkpoint_key import KEY_ENV, KEY_FILE_ENV, load_key
+
+        names = self.names()
+        if not names:
+            return
+        ours = load_key().key_id
+        foreign: dict[str, str] = {}
+        for name in names:
+            try:
+                with self.fs.open(self._path(name), "rb") as handle:
+                    parts = handle.read(MAX_HEADER_BYTES).split(b"\n", 1)[0].split()
+            except OSError:
+                continue
+            if len(parts) == 5 and parts[1] == str(FORMAT_VERSION).encode():
+                if parts[2].decode("ascii", "replace") == ours:
+                    return  # at least one may verify: the job skips the others by name
+                foreign[name] = f"signed with key {parts[2].decode('ascii', 'replace')[:16]}"
+            elif len(parts) >= 2 and parts[0] == MAGIC and parts[1] == b"1":
+                foreign[name] = "format 1, unkeyed (an older trainwise, or forged)"
+        if foreign:
+            first, why = next(iter(foreign.items()))
+            more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+            raise TrainwiseError(f"no checkpoint in {self.uri} was written under this user's key {ours} ({first}: {why}{more}), "
+                                 f"so none is loaded: resume with the key that wrote them ({KEY_FILE_ENV} or {KEY_ENV}), "
+                                 "or start afresh with another --checkpoint-dir")
+
     def _path(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
 

@@ -41,7 +41,9 @@ class CheckpointOptions:
 
         load_key()  # created (or its problem named) here, before any rank needs it
         # Before launching: a job whose checkpoints cannot be written would run unprotected.
-        CheckpointStore(self.directory, self.keep).check_writable()
+        store = CheckpointStore(self.directory, self.keep)
+        store.check_writable()
+        store.check_resumable()
 
     def as_config(self) -> dict:
         return {"dir": self.directory, "every_s": self.every_s, "every_batches": self.every_batches,
