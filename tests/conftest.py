@@ -24,3 +24,17 @@ def no_host_noise_from_this_machine(tmp_path_factory, monkeypatch):
     """Profiles in tests never carry a `trainwise host-noise` measurement kept on the developer's
     machine (CI has none): point the store at an empty folder. Tests that want one save it there."""
     monkeypatch.setenv("TRAINWISE_HOST_NOISE_DIR", str(tmp_path_factory.getbasetemp() / "host_noise_store"))
+
+
+@pytest.fixture(autouse=True)
+def test_checkpoint_key(tmp_path_factory, monkeypatch):
+    """Checkpoints written by tests are signed with a key under the test run's temp folder, never with (or
+    by creating) the developer's ~/.config/trainwise/checkpoint.key. Subprocesses inherit it."""
+    import os
+
+    path = tmp_path_factory.getbasetemp() / "checkpoint.key"
+    if not path.exists():
+        path.write_text(os.urandom(32).hex() + "\n")
+        path.chmod(0o600)
+    monkeypatch.delenv("TRAINWISE_CHECKPOINT_KEY", raising=False)
+    monkeypatch.setenv("TRAINWISE_CHECKPOINT_KEY_FILE", str(path))

@@ -4,6 +4,11 @@ no restart may load a corrupt checkpoint (a torn newest checkpoint is planted on
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,3 +53,125 @@ def test_twenty_kills_end_bit_identical_and_never_resume_from_a_corrupt_checkpoi
     final = torch.load(out)
     assert final.keys() == plain.keys()
     assert all(torch.equal(final[k], plain[k]) for k in plain), "resumed training diverged from the uninterrupted run"
+
+
+# ---------------------------------------------------------------------------- DDP: kill a rank, kill torchrun
+
+DDP_SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_train.py")
+
+
+def _processes_mentioning(text: str) -> dict[int, str]:
+    """Live processes whose command line holds `text` (zombies excluded): {pid: command line}."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state not in ("Z", "X"):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        for variable in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if variable.startswith(b"RANK="):
+                return int(variable[5:])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _no_orphans(marker: str, within_s: float = 5.0) -> dict[int, str]:
+    deadline = time.time() + within_s
+    while (left := _processes_mentioning(marker)) and time.time() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def _kill_when(process, ck: Path, newer_than: int, victim) -> None:
+    """Once a checkpoint past batch `newer_than` exists, SIGKILL the process `victim()` picks."""
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if any(int(p.name[5:17]) > newer_than for p in ck.glob("ckpt-*.twckpt")):
+            pid = victim()
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint past batch {newer_than} before the job ended: {process.poll()}")
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the job's processes through /proc")
+def test_ddp_kill_one_rank_then_torchrun_leaves_no_orphans_and_loads_no_corrupt_or_foreign_checkpoint(tmp_path):
+    """`trainwise run --engine ddp --nproc 2` with checkpoints: SIGKILL rank 1 mid-training, rerun, SIGKILL
+    torchrun itself (its workers are orphaned: trainwise must end them), plant a forged and a foreign-key
+    checkpoint, rerun to the end. No process of the job survives any attempt, the planted files are refused by
+    name and never loaded, and the final weights are those of an uninterrupted run."""
+    from trainwise.run.checkpoint import CheckpointStore
+
+    marker = str(tmp_path)
+    args = ["--epochs", "3", "--samples", "384", "--sleep", "0.05", "--width", "64"]
+    cli = [sys.executable, "-m", "trainwise.cli", "run", "--engine", "ddp", "--nproc", "2", "--checkpoint-every-batches", "5"]
+
+    def start(ck: Path, out: Path) -> subprocess.Popen:
+        return subprocess.Popen([*cli, "--checkpoint-dir", str(ck), "--", sys.executable, DDP_SCRIPT, "--out", str(out), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    plain = start(tmp_path / "plain-ck", tmp_path / "plain.pt")
+    out, _ = plain.communicate(timeout=300)
+    assert plain.returncode == 0, out[-2000:]
+
+    ck, weights = tmp_path / "ck", tmp_path / "chaos.pt"
+    # 1. SIGKILL one rank: torchrun ends the other, trainwise reports the failure; nothing is left running
+    job = start(ck, weights)
+    _kill_when(job, ck, 5, lambda: next((pid for pid, cmd in _processes_mentioning(marker).items()
+                                         if DDP_SCRIPT in cmd and "_torchrun" not in cmd and _rank_of(pid) == 1), None))
+    out, _ = job.communicate(timeout=120)
+    assert job.returncode != 0, out[-2000:]
+    assert not (left := _no_orphans(marker)), f"left running after a rank was killed: {left}"
+    newest = max(int(p.name[5:17]) for p in ck.glob("ckpt-*.twckpt"))
+
+    # 2. a forged (unkeyed) and a foreign-key checkpoint, newer than any real one
+    forged = ck / "ckpt-000000999998.twckpt"
+    forged.write_bytes(b"TRAINWISE-CKPT 1 " + b"0" * 64 + b" 4\nevil")
+    foreign = ck / "ckpt-000000999999.twckpt"
+    os.environ["TRAINWISE_CHECKPOINT_KEY"] = "f" * 64
+    try:
+        from trainwise.run.checkpoint import encode
+
+        foreign.write_bytes(encode({"format": 1, "kind": "auto"}, foreign.name))
+    finally:
+        del os.environ["TRAINWISE_CHECKPOINT_KEY"]
+
+    # 3. SIGKILL torchrun itself once the rerun wrote a checkpoint of its own: its orphaned workers must end
+    job = start(ck, weights)
+    _kill_when(job, ck, newest, lambda: next((pid for pid, cmd in _processes_mentioning(marker).items()
+                                              if "trainwise.run._torchrun" in cmd), None))
+    out, _ = job.communicate(timeout=120)
+    assert job.returncode != 0, out[-2000:]
+    assert f"refusing checkpoint {foreign}" in out and "signed with another key" in out, out[-3000:]
+    assert f"refusing checkpoint {forged}" in out and "format 1 has no key" in out, out[-3000:]
+    assert not (left := _no_orphans(marker)), f"left running after torchrun was killed: {left}"
+    assert (ck / f"{foreign.name}.untrusted").exists() and not foreign.exists()
+
+    # 4. to the end: every final-named checkpoint verifies, the rerun resumes from one trainwise wrote
+    store = CheckpointStore(str(ck))
+    for name in store.names():
+        from trainwise.run.checkpoint import decode
+
+        decode((ck / name).read_bytes(), name)
+    job = start(ck, weights)
+    out, _ = job.communicate(timeout=300)
+    assert job.returncode == 0, out[-3000:]
+    assert "resumed from ckpt-" in out and "ckpt-00000099999" not in out.split("resumed from")[1][:40], out[-2000:]
+    assert not (left := _no_orphans(marker)), left
+    final, reference = torch.load(weights), torch.load(tmp_path / "plain.pt")
+    assert final.keys() == reference.keys()
+    assert all(torch.equal(final[k], reference[k]) for k in reference), "resumed DDP training diverged"

@@ -36,3 +36,143 @@ def die_with_parent() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return preexec
+
+
+# --------------------------------------------------------------------------- a job's processes
+
+JOB_ENV = "TRAINWISE_JOB_TOKENS"
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _stat_fields(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgid, session) from /proc/PID/stat; None when gone or unreadable."""
+    data = _read(f"/proc/{pid}/stat")
+    if not data:
+        return None
+    # the command name may hold spaces and parentheses: the fields start after the last ")"
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3])
+    except (IndexError, ValueError):
+        return None
+
+
+def _own_lineage() -> set[int]:
+    """This process and its ancestors (never signalled by a sweep, whatever tokens they carry)."""
+    lineage, pid = set(), os.getpid()
+    while pid > 1 and pid not in lineage:
+        lineage.add(pid)
+        fields = _stat_fields(pid)
+        pid = fields[1] if fields else 0
+    return lineage
+
+
+class ProcessJob:
+    """The processes trainwise starts for one job, found again however they detach.
+
+    Every process started through it carries a random token in its environment (inherited by the
+    training script's DataLoader workers, torchrun's workers and any helper the script starts, also
+    one that calls setsid() or double-forks away from the job's process group) and runs in a session
+    of its own. end() signals every live process holding the token or in one of those sessions or
+    process groups: SIGTERM (the preemption notice the job handles), then SIGKILL after `grace_s`.
+    Outside Linux (no /proc) it falls back to the started processes' groups.
+    """
+
+    def __init__(self) -> None:
+        import secrets
+
+        self.token = secrets.token_hex(12)
+        self.roots: list[int] = []
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """`env` plus this job's token (after any tokens of enclosing trainwise jobs)."""
+        held = [t for t in env.get(JOB_ENV, "").split(":") if t]
+        return {**env, JOB_ENV: ":".join([*held, self.token])}
+
+    def started(self, pid: int) -> None:
+        self.roots.append(pid)
+
+    def popen_options(self) -> dict:
+        """subprocess.Popen keywords: its own session (a signal to it reaches its group, not trainwise),
+        and SIGTERM when trainwise dies."""
+        return {"start_new_session": True, "preexec_fn": die_with_parent()}
+
+    def members(self) -> list[int]:
+        """Live processes of this job (zombies, already dead, excluded)."""
+        if not os.path.isdir("/proc/self"):
+            return [pid for pid in self.roots if _alive(pid)]
+        needle = f"{JOB_ENV}=".encode()
+        token = self.token.encode()
+        roots = set(self.roots)
+        skip = _own_lineage()
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            if pid in skip:
+                continue
+            fields = _stat_fields(pid)
+            if fields is None or fields[0] in ("Z", "X"):
+                continue
+            if pid in roots or fields[2] in roots or fields[3] in roots:
+                found.append(pid)
+                continue
+            environ = _read(f"/proc/{pid}/environ")
+            if environ and token in environ:
+                for variable in environ.split(b"\0"):
+                    if variable.startswith(needle) and token in variable[len(needle):].split(b":"):
+                        found.append(pid)
+                        break
+        return found
+
+    def signal(self, signum: int) -> list[int]:
+        hit = []
+        for pid in self.members():
+            try:
+                os.kill(pid, signum)
+                hit.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for root in self.roots:  # outside Linux: the groups the roots lead
+            try:
+                os.killpg(root, signum)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+        return hit
+
+    def end(self, grace_s: float = 10.0, poll_s: float = 0.05) -> list[int]:
+        """SIGTERM every process of the job, SIGKILL what is left after `grace_s`; return the pids that
+        were still running (nothing to do when the job ended cleanly with all its helpers)."""
+        import time
+
+        left = self.signal(signal.SIGTERM)
+        if not left:
+            return []
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not self.members():
+                return left
+            time.sleep(poll_s)
+        self.signal(signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while self.members() and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        return left
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

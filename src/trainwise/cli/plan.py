@@ -217,6 +217,8 @@ def _rank(ctx: typer.Context, options: dict[str, Any], *, save_path: Path | None
                            single_machine=not options["distributed"])
     request = _request(ctx, options, saved_nodes=saved["nodes"] if save_path is not None else None)
     status_console = err_console if request.json_output else console
+    from trainwise.plan.bounds import check_plan_request  # before profiling or ranking: 10^8 machines, 10^12 epochs
+    check_plan_request(epochs=request.epochs, epoch_options=list(request.epoch_options), node_counts=list(request.node_counts))
     plan_command.check_plan_outputs(save_path=save_path, report_dir=request.report_dir, inputs=request.input_paths())
     profiles = [(path.stem, load_profile(path)) for path in request.profile_paths]
     decision = decide_epochs(epochs=request.epochs, epoch_options=request.epoch_options,

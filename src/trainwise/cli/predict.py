@@ -65,6 +65,8 @@ def predict(
     if decision.says:
         console.print(decision.says)
     epoch_list = decision.counts
+    from trainwise.plan.bounds import check_predict_request  # before any prediction: 10^8 devices, 10^12 epochs
+    check_predict_request(count=count, epochs=epoch_list, profiles=[prof for _, prof in loaded])
     if accelerator is not None:
         from trainwise.predict.cli import predict_on_accelerator
 

@@ -102,12 +102,14 @@ def profile_command(
     from trainwise.pipeline.select import cloud_prices_from_catalog, required_samples_per_s, select
     from trainwise.pipeline.strategy import enumerate_strategies
 
+    from trainwise.pipeline.bounds import check_profile_options
+
     warnings.filterwarnings("ignore", message=".*worker processes in total.*")
     chosen_weights = _weights(weights)
-    if confirm_rounds < 0:
-        raise TrainwiseError(f"--confirm-rounds must be 0 or more (got {confirm_rounds})")
-    if not min_seconds >= 0:  # (also NaN) a negative time is a typo, not "one epoch"
-        raise TrainwiseError(f"--min-seconds must be 0 or more (got {min_seconds:g}): the least time each strategy is measured")
+    worker_counts, shard_counts = _ints(workers, "--workers"), _positive(_ints(shards, "--shards"), "--shards")
+    # Every number and bound before the profiling (tens of seconds), not after it.
+    check_profile_options(weights=chosen_weights, required_sps=required_sps, workers=worker_counts, shards=shard_counts,
+                          confirm_rounds=confirm_rounds, min_seconds=min_seconds, spec=spec, size=size, sample=sample)
     if (training_profile is None) != (accelerator is None):
         raise TrainwiseError("--training-profile and --accelerator go together (or give --required-sps)")
     # Before the profiling (minutes): its results must have somewhere to go, and --json must not
@@ -124,8 +126,8 @@ def profile_command(
     if skip_errors:
         pipeline = dataclasses.replace(pipeline, skip_online_errors=True)
     strategies = enumerate_strategies(pipeline, splits=_ints(splits, "--splits") if splits else None, formats=_list(formats, "--formats"),
-                                      compressions=_list(compression, "--compression"), shards=_positive(_ints(shards, "--shards"), "--shards"),
-                                      workers=_ints(workers, "--workers"), worker_kinds=_list(worker_kinds, "--worker-kinds"),
+                                      compressions=_list(compression, "--compression"), shards=shard_counts,
+                                      workers=worker_counts, worker_kinds=_list(worker_kinds, "--worker-kinds"),
                                       caches=_list(cache, "--cache"))
     bandwidth = measure_read_bandwidth(output_dir, 128 << 20)
     with console.status("profiling") as status:
@@ -202,7 +204,11 @@ def apply_command(
 
     from trainwise._io import check_output_folder
 
+    from trainwise.pipeline.bounds import check_reference_size, check_workers
+
     chosen = Strategy.parse(strategy)
+    check_reference_size(spec, size)
+    check_workers([getattr(chosen, "workers", 0)])
     check_output_folder(output_dir, "--output-dir")  # before the materialisation, not at its first shard
     pipeline = load_spec(spec, data_dir=data_dir, size=size)
     chosen.check(pipeline)

@@ -147,6 +147,9 @@ def load_groups(path: str | Path) -> tuple[GroupSpec, ...]:
     except (yaml.YAMLError, ValidationError, TypeError, AttributeError) as exc:
         raise TrainwiseError(f"group file {p}: not a list of {{name, peers: [{{offering, count}}]}} groups ({exc.__class__.__name__}): "
                              "fix it") from exc
+    from trainwise.plan.bounds import check_group_counts
+
+    check_group_counts(groups, f"group file {p}")  # before ranking: `count: 100000000` grew memory without end
     for group in groups:
         for peer in group.peers:
             if peer.continent is not None and peer.continent not in CONTINENTS:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from trainwise import denormals
 from trainwise.allocator import launch_environment
-from trainwise._proc import die_with_parent
+from trainwise._proc import ProcessJob
 from trainwise.errors import TrainwiseError
 from trainwise.profile import host_noise
 from trainwise.profile._child import CONFIG_ENV
@@ -78,6 +78,11 @@ class ProfileOptions:
     level_probe_s: float = 0.1
 
     def validate(self) -> None:
+        from trainwise.bounds import check_finite
+
+        check_finite({"--timeout": self.timeout_s, "--min-seconds": self.min_profile_seconds, "--max-seconds": self.max_profile_seconds,
+                      "--budget": self.budget_fraction, "--min-budget-seconds": self.min_budget_seconds,
+                      "--target-ci": self.target_relative_ci, "--level-probe-seconds": self.level_probe_s})
         if self.min_iterations < 2:
             raise TrainwiseError(f"--iterations must be at least 2 (got {self.min_iterations}): the first iteration is always warm-up")
         if self.max_iterations < self.min_iterations:
@@ -169,11 +174,12 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         config["launch_wall_s"] = launch_wall
         env[CONFIG_ENV] = json.dumps(config)
         output = subprocess.DEVNULL if quiet else None
+        job = ProcessJob()  # the job's every process, ended with it (trainwise._proc)
         try:
-            process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output, stderr=output,
-                                       preexec_fn=die_with_parent())
+            process = subprocess.Popen(argv, env=job.environment(env), stdout=output, stderr=output, **job.popen_options())
         except OSError as exc:
             raise TrainwiseError(f"cannot start {argv[0]!r}: {exc.strerror}; check the command") from None
+        job.started(process.pid)
         try:
             exit_code = process.wait(timeout=options.timeout_s)
         except subprocess.TimeoutExpired:
@@ -185,6 +191,7 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
             _kill_group(process)
             raise
         finally:
+            job.end(grace_s=5.0)
             _remove_scratch_saves(raw_path)
         process_wall = time.time() - launch_wall
         raw = json.loads(raw_path.read_text()) if raw_path.exists() else None

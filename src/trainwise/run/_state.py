@@ -1,4 +1,7 @@
-"""Random-number-generator states: capture and restore Python's, NumPy's and torch's (CPU and CUDA)."""
+"""Random-number-generator states: capture and restore Python's, NumPy's and torch's (CPU and CUDA).
+
+Captured as tensors, numbers and tuples only, so a checkpoint holding them loads with
+`torch.load(weights_only=True)` (NumPy's key array is kept as an int64 tensor, not an ndarray)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ def capture_rng() -> dict[str, Any]:
     try:
         import numpy as np
 
-        state["numpy"] = np.random.get_state()
+        kind, keys, position, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+        state["numpy"] = (str(kind), torch.from_numpy(keys.astype(np.int64)), int(position), int(has_gauss),
+                          float(cached_gaussian))
     except ImportError:  # pragma: no cover - numpy is a core dependency
         pass
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -29,7 +34,9 @@ def apply_rng(state: dict[str, Any]) -> None:
     if "numpy" in state:
         import numpy as np
 
-        np.random.set_state(state["numpy"])
+        kind, keys, position, has_gauss, cached_gaussian = state["numpy"]
+        np.random.set_state((kind, np.asarray(keys.numpy() if hasattr(keys, "numpy") else keys, dtype=np.uint32),
+                             position, has_gauss, cached_gaussian))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

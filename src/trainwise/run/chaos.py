@@ -141,7 +141,7 @@ def verify_directory(directory: Path, ignore: set[str]) -> list[str]:
     for path in directory.iterdir():
         if NAME_PATTERN.match(path.name) and path.name not in ignore:
             try:
-                decode(path.read_bytes())
+                decode(path.read_bytes(), path.name)
             except (CorruptCheckpoint, Exception):
                 bad.append(path.name)
     return bad

@@ -1,17 +1,21 @@
-"""Checkpoint files: atomic, checksummed, the newest K kept, on a local path or any fsspec URL.
+"""Checkpoint files: atomic, authenticated, the newest K kept, on a local path or any fsspec URL.
 
 A checkpoint is one file `ckpt-<global batch, 12 digits>.twckpt`:
 
-    TRAINWISE-CKPT 1 <sha256 of payload> <payload bytes>\\n<payload: torch.save of the state dict>
+    TRAINWISE-CKPT 2 <key id> <HMAC-SHA256> <payload bytes>\\n<payload: torch.save of the state dict>
+
+The HMAC (trainwise.run.checkpoint_key: a per-user secret never stored beside the checkpoints) covers
+the file name, the length and the payload: a planted or altered file, one written under another key, or
+an older one renamed to look newer, fails it and is never deserialised. A file that passes is still read
+with `torch.load(weights_only=True)` (tensors, numbers, strings and containers only: no code runs even
+for a file made with a stolen key); the RNG states are kept in that form (trainwise.run._state).
 
 It is written to a temporary name in the same folder, flushed and fsync'ed, then renamed (local
 filesystems: `os.replace`, and the folder is fsync'ed so the rename survives a power cut; object
-stores: the upload is atomic, then moved). A reader verifies the header and the checksum: a file
-cut short by a kill -9 during the write (which can only be a temporary file locally, but anything on
-a remote store) or damaged later is skipped with a warning, and the next older valid one is used.
-
-The state is saved with `torch.save` and read back with `weights_only=False` because it carries
-Python and NumPy RNG states; only files whose checksum trainwise itself wrote are unpickled.
+stores: the upload is atomic, then moved). A file cut short by a kill -9 during the write (which can only
+be a temporary file locally, but anything on a remote store) or damaged later is skipped with a warning
+naming it, set aside as NAME.corrupt, and the next older valid one is used; a file that fails
+authentication is set aside as NAME.untrusted the same way.
 
 For custom loops (no DataLoader to find the iteration boundary from), the explicit API:
 
@@ -26,12 +30,14 @@ works inside and outside `trainwise run` (the directory comes from `--checkpoint
 maybe_save() at the same step, as the loop above does: the ranks agree there whether to checkpoint
 and whether to stop (a SIGTERM that reached one rank only stops all of them, at the same step), and each
 rank's RNG states go into the checkpoint rank 0 writes, so that restore() gives every rank its own.
-save() (a checkpoint now) is no collective: it holds rank 0's RNG states only.
+save() (a checkpoint now) is no collective: it holds rank 0's RNG states only. `extra=` holds numbers,
+strings, lists, dicts and tensors (what a weights-only load reads back).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import math
 import os
@@ -39,6 +45,7 @@ import re
 import sys
 import tempfile
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,48 +53,111 @@ from trainwise._io import _umask
 from trainwise.errors import TrainwiseError
 
 MAGIC = b"TRAINWISE-CKPT"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 NAME_PATTERN = re.compile(r"^ckpt-(\d{12})\.twckpt$")
 DEFAULT_KEEP = 3
+# Headers are short; anything past this without a newline is not one.
+MAX_HEADER_BYTES = 256
 
 
 def checkpoint_name(global_batch: int) -> str:
     return f"ckpt-{global_batch:012d}.twckpt"
 
 
-def encode(state: dict[str, Any]) -> bytes:
+class CorruptCheckpoint(Exception):
+    """A checkpoint file whose header, length or content does not verify."""
+
+
+class UntrustedCheckpoint(CorruptCheckpoint):
+    """A checkpoint file whose HMAC does not verify under this user's key: never deserialised."""
+
+
+def _mac(secret: bytes, name: str, payload: bytes) -> str:
+    message = hmac.new(secret, b"trainwise-checkpoint\0" + name.encode("utf-8", "surrogateescape") + b"\0"
+                       + str(len(payload)).encode() + b"\0", hashlib.sha256)
+    message.update(payload)
+    return message.hexdigest()
+
+
+_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _loadable(value: Any, where: str) -> Any:
+    """`value` in the types a weights-only load reads back (NumPy scalars become Python numbers); a
+    one-line error naming the entry otherwise, at the write rather than at the resume."""
     import torch
 
+    if isinstance(value, (torch.Tensor, torch.dtype, torch.device, torch.Size)):
+        return value
+    if type(value) in _SCALARS:
+        return value
+    if type(value) in (dict, OrderedDict):
+        items = [(_loadable(k, f"{where} key"), _loadable(v, f"{where}[{k!r}]")) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
+            return value  # unchanged: the same object (a state_dict keeps its _metadata)
+        copy = type(value)(items)
+        if getattr(value, "__dict__", None):
+            copy.__dict__.update(value.__dict__)
+        return copy
+    if type(value) in (list, tuple, set):
+        converted = [_loadable(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value if all(a is b for a, b in zip(converted, value)) else type(value)(converted)
+    module = type(value).__module__
+    if module == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    raise TrainwiseError(f"checkpoint state {where} is a {module}.{type(value).__qualname__}: a checkpoint holds tensors, "
+                         "numbers, strings, lists and dicts only (it is loaded without running code); convert it, e.g. "
+                         "torch.as_tensor(x) or float(x)")
+
+
+def encode(state: dict[str, Any], name: str = "") -> bytes:
+    """The file for `state` under the name `name` (the HMAC covers it: a renamed file does not verify)."""
+    import torch
+
+    from trainwise.run.checkpoint_key import load_key
+
+    key = load_key()
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    torch.save(_loadable(state, "state"), buffer)
     payload = buffer.getvalue()
-    digest = hashlib.sha256(payload).hexdigest()
-    header = MAGIC + f" {FORMAT_VERSION} {digest} {len(payload)}\n".encode()
+    header = MAGIC + f" {FORMAT_VERSION} {key.key_id} {_mac(key.secret, name, payload)} {len(payload)}\n".encode()
     return header + payload
 
 
-class CorruptCheckpoint(Exception):
-    """A checkpoint file whose header or checksum does not verify."""
+def decode(blob: bytes, name: str = "") -> dict[str, Any]:
+    """The state in a file named `name`; CorruptCheckpoint (damaged) or UntrustedCheckpoint (not written
+    under this user's key) before anything is deserialised."""
+    import pickle
 
-
-def decode(blob: bytes) -> dict[str, Any]:
     import torch
 
-    newline = blob.find(b"\n", 0, 200)
-    if newline < 0 or not blob.startswith(MAGIC):
+    from trainwise.run.checkpoint_key import load_key
+
+    newline = blob.find(b"\n", 0, MAX_HEADER_BYTES)
+    if newline < 0 or not blob.startswith(MAGIC + b" "):
         raise CorruptCheckpoint("no trainwise checkpoint header")
     parts = blob[:newline].split()
-    if len(parts) != 4:
+    if len(parts) >= 2 and parts[1] == b"1":
+        raise UntrustedCheckpoint("format 1 has no key (anyone can forge its checksum), so it is not loaded; "
+                                  "resume from a checkpoint this trainwise wrote, or start afresh")
+    if len(parts) != 5 or parts[1] != str(FORMAT_VERSION).encode() or not parts[4].isdigit():
         raise CorruptCheckpoint("malformed header")
-    _, version, digest, length = parts
-    if int(version) != FORMAT_VERSION:
-        raise CorruptCheckpoint(f"format version {int(version)} is not {FORMAT_VERSION}")
+    _, _, key_id, digest, length = parts
     payload = blob[newline + 1:]
     if len(payload) != int(length):
         raise CorruptCheckpoint(f"truncated: {len(payload)} of {int(length)} bytes")
-    if hashlib.sha256(payload).hexdigest().encode() != digest:
-        raise CorruptCheckpoint("checksum mismatch")
-    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+    key = load_key()
+    if not hmac.compare_digest(_mac(key.secret, name, payload).encode(), digest):
+        if key_id.decode("ascii", "replace") != key.key_id:
+            raise UntrustedCheckpoint(f"signed with another key (id {key_id.decode('ascii', 'replace')[:16]}; this user's "
+                                      f"key {key.key_id} from {key.source}): if it is yours, resume with the key that "
+                                      "wrote it (TRAINWISE_CHECKPOINT_KEY_FILE)")
+        raise UntrustedCheckpoint("authentication failed (HMAC mismatch: altered, renamed or forged)")
+    try:
+        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, TypeError, AttributeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CorruptCheckpoint(f"not a weights-only state ({first[:200]})") from None
 
 
 class CheckpointStore:
@@ -111,6 +181,10 @@ class CheckpointStore:
             raise TrainwiseError(f"cannot create checkpoint folder {uri!r} ({exc.strerror or exc}): give a writable "
                                  "--checkpoint-dir (a local folder or a bucket URL)") from None
         self.skipped: list[str] = []
+        if self.local:
+            from trainwise.run.checkpoint_key import check_key_not_inside
+
+            check_key_not_inside(self.root)
 
     def check_writable(self) -> None:
         """Write and remove a small file: a location that cannot take a checkpoint must fail before
@@ -123,6 +197,36 @@ class CheckpointStore:
         except Exception as exc:  # noqa: BLE001 - fsspec back ends raise their own error types
             raise TrainwiseError(f"cannot write to checkpoint location {self.uri!r} ({exc.__class__.__name__}: {exc}): "
                                  "check the path, the credentials and the permissions") from None
+
+    def check_resumable(self) -> None:
+        """Before a job starts: when checkpoints exist but none was written under this user's key (a resume
+        on another machine without the key: the run would set them all aside and start over), refuse in one
+        line naming them. Reads only the headers."""
+        from trainwise.run.checkpoint_key import KEY_ENV, KEY_FILE_ENV, load_key
+
+        names = self.names()
+        if not names:
+            return
+        ours = load_key().key_id
+        foreign: dict[str, str] = {}
+        for name in names:
+            try:
+                with self.fs.open(self._path(name), "rb") as handle:
+                    parts = handle.read(MAX_HEADER_BYTES).split(b"\n", 1)[0].split()
+            except OSError:
+                continue
+            if len(parts) == 5 and parts[1] == str(FORMAT_VERSION).encode():
+                if parts[2].decode("ascii", "replace") == ours:
+                    return  # at least one may verify: the job skips the others by name
+                foreign[name] = f"signed with key {parts[2].decode('ascii', 'replace')[:16]}"
+            elif len(parts) >= 2 and parts[0] == MAGIC and parts[1] == b"1":
+                foreign[name] = "format 1, unkeyed (an older trainwise, or forged)"
+        if foreign:
+            first, why = next(iter(foreign.items()))
+            more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+            raise TrainwiseError(f"no checkpoint in {self.uri} was written under this user's key {ours} ({first}: {why}{more}), "
+                                 f"so none is loaded: resume with the key that wrote them ({KEY_FILE_ENV} or {KEY_ENV}), "
+                                 "or start afresh with another --checkpoint-dir")
 
     def _path(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
@@ -139,8 +243,8 @@ class CheckpointStore:
     def write(self, global_batch: int, state: dict[str, Any]) -> tuple[str, int, float]:
         """Write atomically; return (name, bytes, seconds)."""
         start = time.perf_counter()
-        blob = encode(state)
         name = checkpoint_name(global_batch)
+        blob = encode(state, name)
         if self.local:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
             try:
@@ -192,22 +296,27 @@ class CheckpointStore:
                 pass
 
     def load_newest(self) -> tuple[str, dict[str, Any]] | None:
-        """The newest checkpoint that verifies; corrupt ones are skipped with a warning."""
+        """The newest checkpoint that verifies. A damaged one (NAME.corrupt) or one that fails
+        authentication (NAME.untrusted: never deserialised) is set aside with a warning naming it."""
         for name in self.names():
             try:
                 with self.fs.open(self._path(name), "rb") as handle:
                     blob = handle.read()
-                return name, decode(blob)
-            except (CorruptCheckpoint, OSError, EOFError, RuntimeError, ValueError) as exc:
-                message = f"trainwise: skipping corrupt checkpoint {name} ({exc}); kept as {name}.corrupt"
-                print(message, file=sys.stderr, flush=True)
-                self.skipped.append(f"{name}: {exc}")
-                # Out of the way: it must not count towards --keep and push valid checkpoints out.
-                try:
-                    self.fs.mv(self._path(name), self._path(f"{name}.corrupt"))
-                except OSError:
-                    pass
+                return name, decode(blob, name)
+            except UntrustedCheckpoint as exc:
+                self._set_aside(name, f"refusing checkpoint {self._path(name)}: {exc}", "untrusted", exc)
+            except (CorruptCheckpoint, OSError) as exc:
+                self._set_aside(name, f"skipping corrupt checkpoint {name} ({exc})", "corrupt", exc)
         return None
+
+    def _set_aside(self, name: str, message: str, suffix: str, exc: Exception) -> None:
+        print(f"trainwise: {message}; kept as {name}.{suffix}", file=sys.stderr, flush=True)
+        self.skipped.append(f"{name}: {exc}")
+        # Out of the way: it must not count towards --keep and push valid checkpoints out.
+        try:
+            self.fs.mv(self._path(name), self._path(f"{name}.{suffix}"))
+        except OSError:
+            pass
 
 
 # --------------------------------------------------------------------------- interval

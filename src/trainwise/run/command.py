@@ -32,6 +32,8 @@ def result_table(result) -> Table:
 
 
 def summary_lines(result) -> list[str]:
+    from rich.markup import escape
+
     lines = [f"throughput: {_fmt(result.throughput_samples_per_s, 'samples/s')} (all ranks, steady state)"]
     if result.granularity is not None:
         lines.append(f"measured granularity G = compute / communication = {result.granularity:.3g}")
@@ -53,7 +55,7 @@ def summary_lines(result) -> list[str]:
         lines.append(f"checkpoints: {c.written} written to {c.directory} (median write {_fmt(c.median_write_s)})"
                      + (f"; resumed from {c.resumed_from}" if c.resumed_from else ""))
         for skipped in c.skipped_corrupt:
-            lines.append(f"[yellow]skipped corrupt checkpoint {skipped}[/yellow]")
+            lines.append(f"[yellow]skipped checkpoint {escape(skipped)} (not loaded)[/yellow]")
     stopped = next((code for code in result.exit_codes if code in (130, 143, -15)), None)
     if stopped is not None:
         how = "by Ctrl-C" if stopped == 130 else "by SIGTERM (a preemption notice)"
@@ -66,8 +68,6 @@ def summary_lines(result) -> list[str]:
                          "beginning[/yellow]")
         else:
             lines.append(f"[yellow]stopped {how}; without --checkpoint-dir a rerun starts from the beginning[/yellow]")
-    from rich.markup import escape
-
     lines += [f"note: {escape(note)}" for note in result.notes]
     return lines
 
@@ -118,7 +118,6 @@ def run_command(
     from rich.console import Console
 
     from trainwise.core.invocation import passthrough as given_passthrough
-    from trainwise.run.launcher import run_job
     from trainwise.run.options import CheckpointOptions, RunOptions
 
     passthrough = given_passthrough()
@@ -139,12 +138,16 @@ def run_command(
                          average_state_every=average_state_every,
                          checkpoint=checkpoint, timeout_s=timeout, tune_allocator=tune_allocator,
                          flush_denormal=flush_denormal)
+    # Bounds and options before anything heavy is imported or started (run_job checks them again).
+    options.validate()
     if output is not None:
         from trainwise._io import check_output_path
 
         # Before the job runs: a result that cannot be written is the whole run's measurements lost, and
         # `-o train.py` must not replace the script with JSON.
         check_output_path(output, "--output", inputs=command_inputs(passthrough) + ((str(identity),) if identity else ()))
+    from trainwise.run.launcher import run_job
+
     result = run_job(options, passthrough)
     if output is not None:
         from trainwise._io import write_output_text

@@ -23,7 +23,7 @@ from typing import Any
 
 from trainwise import denormals
 from trainwise.allocator import launch_environment
-from trainwise._proc import die_with_parent
+from trainwise._proc import ProcessJob
 from trainwise.errors import TrainwiseError
 from trainwise.profile.runner import PACKAGE_PARENT, resolve_command
 from trainwise.run.options import INTERRUPTED_EXIT, RunOptions
@@ -69,6 +69,9 @@ class _Launch:
         self.workdir = workdir
         self.launch_wall_s = time.time()
         self.processes: list[subprocess.Popen] = []
+        # Every process of the job (torchrun's workers, DataLoader workers, helpers the script starts, in
+        # its session or one of their own): ended with the job on every exit path.
+        self.job = ProcessJob()
 
     def base_config(self) -> dict[str, Any]:
         o = self.options
@@ -82,18 +85,23 @@ class _Launch:
                                            flush=self.options.flush_denormal)
         env.update(self.options.extra_env)
         env.update(extra_env or {})
+        env = self.job.environment(env)
         output = None
         if self.options.quiet:
             output = subprocess.DEVNULL
         elif log_name is not None:
             output = open(os.path.join(self.workdir, log_name), "wb")
         try:
-            process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output,
+            process = subprocess.Popen(argv, env=env, stdout=output,
                                        stderr=subprocess.STDOUT if output not in (None, subprocess.DEVNULL) else output,
-                                       preexec_fn=die_with_parent())
+                                       **self.job.popen_options())
         except OSError as exc:
             raise TrainwiseError(f"cannot start {argv[0]!r}: {exc.strerror}; check the command") from None
+        finally:
+            if output not in (None, subprocess.DEVNULL):
+                output.close()  # the child holds its own copy
         self.processes.append(process)
+        self.job.started(process.pid)
         return process
 
     def wait_all(self, deadline: float | None) -> list[int]:
@@ -132,6 +140,15 @@ class _Launch:
     def stop_all(self) -> None:
         for process in self.processes:
             _stop(process)
+        self.end_leftovers()
+
+    def end_leftovers(self, grace_s: float = 30.0) -> None:
+        """Whatever of the job still runs once its started processes exited: workers orphaned by a torchrun
+        that died, helpers the script started (they would keep a caller's pipe of trainwise's output open)."""
+        left = self.job.end(grace_s=grace_s)
+        if left and not self.options.quiet:
+            print(f"trainwise: ended {len(left)} process{'es' if len(left) > 1 else ''} the job left running "
+                  f"(pid {', '.join(map(str, left[:8]))}{', ...' if len(left) > 8 else ''})", file=sys.stderr, flush=True)
 
 
 def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[int], float, float]:
@@ -174,6 +191,7 @@ def launch(options: RunOptions, command: list[str], workdir: str) -> tuple[list[
         else:
             _launch_hivemind(job, deadline)
         codes = job.wait_all(deadline)
+        job.end_leftovers()
     except BaseException:
         job.stop_all()
         raise

@@ -24,8 +24,11 @@ class CheckpointOptions:
     interruptions_per_hour: float | None = None  # None: the cost model's default (trainwise.plan.costs)
 
     def validate(self) -> None:
-        if self.every_s is not None and self.every_s <= 0:
-            raise TrainwiseError(f"--checkpoint-every-s must be positive (got {self.every_s})")
+        from trainwise.bounds import check_number
+
+        # NaN passed `<= 0` and then never compared due: no checkpoint was written, and the run said success
+        check_number(self.every_s, "--checkpoint-every-s", positive=True, unit="seconds between checkpoints")
+        check_number(self.interruptions_per_hour, "--interruptions-per-hour", non_negative=True)
         if self.every_batches is not None and self.every_batches < 1:
             raise TrainwiseError(f"--checkpoint-every-batches must be at least 1 (got {self.every_batches})")
         if self.every_s is not None and self.every_batches is not None:
@@ -37,9 +40,13 @@ class CheckpointOptions:
         if not self.directory.strip():
             raise TrainwiseError("--checkpoint-dir is empty: give a folder or a bucket URL, e.g. ./checkpoints or s3://bucket/run")
         from trainwise.run.checkpoint import CheckpointStore
+        from trainwise.run.checkpoint_key import load_key
 
+        load_key()  # created (or its problem named) here, before any rank needs it
         # Before launching: a job whose checkpoints cannot be written would run unprotected.
-        CheckpointStore(self.directory, self.keep).check_writable()
+        store = CheckpointStore(self.directory, self.keep)
+        store.check_writable()
+        store.check_resumable()
 
     def as_config(self) -> dict:
         return {"dir": self.directory, "every_s": self.every_s, "every_batches": self.every_batches,
@@ -92,6 +99,8 @@ class RunOptions:
     quiet: bool = False
 
     def validate(self) -> None:
+        from trainwise.bounds import MAX_NODES, check_count, check_number, check_processes_per_node
+
         if self.engine not in ENGINES:
             raise TrainwiseError(f"unknown engine {self.engine!r}: use one of {', '.join(ENGINES)}")
         if self.nproc < 1 or self.nnodes < 1:
@@ -104,6 +113,16 @@ class RunOptions:
             raise TrainwiseError("multi-node DDP needs --master-addr and --master-port (the same on every node)")
         if self.engine != "ddp" and (self.nproc != 1 or self.nnodes != 1):
             raise TrainwiseError("--nproc/--nnodes apply to --engine ddp only")
+        check_count(self.nnodes, "--nnodes", MAX_NODES, "machines")
+        # NaN passed `<= 0`: `--timeout nan` stopped the job at once
+        check_number(self.timeout_s, "--timeout", positive=True, unit="seconds")
+        check_number(self.matchmaking_time_s, "--matchmaking-time", positive=True)
+        check_number(self.averaging_timeout_s, "--averaging-timeout", positive=True)
+        # Every process this node starts, before any starts: --nproc 100000 ran the machine out of memory.
+        if self.engine == "ddp":
+            check_processes_per_node(self.nproc, "--nproc")
+        elif self.engine == "hivemind" and self.peers >= 1:
+            check_processes_per_node(self.peers, "--peers")
         if self.engine == "hivemind":
             if self.peers < 1:
                 raise TrainwiseError(f"--peers must be at least 1 (got {self.peers})")
