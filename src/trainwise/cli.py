@@ -245,7 +245,7 @@ def predict(
 @app.command()
 def plan(
     ctx: typer.Context,
-    workload: Annotated[str, typer.Option(help="Reference workload to profile here when no --profile is given")] = "mnist_cnn",
+    workload: Annotated[str, typer.Option(help="Reference workload to profile here when no --profile is given (mnist_cnn: a quick example)")] = "resnet50_imagenet",
     profile_paths: Annotated[Optional[list[Path]], typer.Option("--profile", help="Measured profile(s) to plan from, from this or other machines (repeatable)")] = None,
     catalog: Annotated[str, typer.Option(help="Price catalog: current, seed-2021, or a path")] = "current",
     objective: Annotated[str, typer.Option(help="fastest, cheapest, weighted, deadline (cheapest meeting --deadline) or budget (fastest within --budget)")] = "cheapest",
@@ -275,7 +275,8 @@ def plan(
     reference: Annotated[Optional[str], typer.Option(help="offering_id of the reference platform (default: this machine, else the best plan)")] = None,
     billing: Annotated[Optional[str], typer.Option(help="Override billing granularity: per_second, per_minute or per_hour")] = None,
     min_billed_seconds: Annotated[Optional[float], typer.Option(help="Override the minimum billed seconds")] = None,
-    top: Annotated[int, typer.Option(help="Rows in the top-plans table")] = 10,
+    top: Annotated[int, typer.Option(help="Alternatives in the answer (rows of each table with --all)")] = 8,
+    all_tables: Annotated[bool, typer.Option("--all", help="Every table: top plans, Pareto set, best per epoch option, groups")] = False,
     out_dir: Annotated[Path, typer.Option(help="Where the profile and the default report are written")] = Path("trainwise-out"),
     save: Annotated[Optional[Path], typer.Option("--save", help="Save the best plan as a Plan JSON for `trainwise launch` (training command after --)")] = None,
     history: Annotated[bool, typer.Option("--history", help="Show predicted vs actual for past launched runs, and exit")] = False,
@@ -332,7 +333,7 @@ def plan(
                      epoch_options=_parse_int_list(epoch_options, "--epoch-options"), out_dir=out_dir,
                      epochs_from_profiles=epochs is None and not _given(ctx, "epoch_options"),
                      report_dir=report_dir, local_offering_path=local_offering,
-                     json_output=json_output, all_plans=all_plans, console=console, err_console=err_console, objective=objective,
+                     json_output=json_output, all_plans=all_plans, show_all=all_tables, console=console, err_console=err_console, objective=objective,
                      weights=weights, deadline=deadline, budget=budget, clouds=cloud, regions=region,
                      accelerators=accelerator, spot=spot, min_gpu_memory=min_gpu_memory, max_global_batch=max_global_batch, primary_epochs=epochs,
                      dataset_gb=dataset_gb, pipeline_profile=pipeline, pipeline_strategy=pipeline_strategy,

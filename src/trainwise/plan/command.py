@@ -150,8 +150,8 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
 
 def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_name: str, epoch_options: Sequence[int],
                      out_dir: Path, report_dir: Path | None, local_offering_path: Path | None, json_output: bool,
-                     all_plans: bool = False, epochs_from_profiles: bool = False,
-                     console: Console, err_console: Console, **choices: Any) -> PlanResult:
+                     all_plans: bool = False, epochs_from_profiles: bool = False, show_all: bool = False,
+                     quiet: bool = False, console: Console, err_console: Console, **choices: Any) -> PlanResult:
     """epochs_from_profiles: neither --epochs nor --epoch-options was given, so the headline epoch
     count is the one the profiled script sets for itself, when the profiles read it."""
     from trainwise.catalog import load_catalog, load_user_offerings
@@ -175,8 +175,13 @@ def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_na
             with _step(progress, f"profiling the default workload {workload} on this machine (a few iterations)"):
                 measured = profile_workload_quiet(workload, status_console)
             path = measured.save(out_dir / f"{workload}.profile.json")
-            status_console.print(f"profile written to [bold]{path}[/bold]")
+            status_console.print(f"profile written to [bold]{path}[/bold]", highlight=False)
             profiles = [(workload, measured)]
+            if epochs_from_profiles and options.primary_epochs is None:
+                from trainwise.workloads import get_workload
+
+                # the job is the workload's own: its epoch count is the headline
+                options = options.model_copy(update={"primary_epochs": get_workload(workload).default_epochs})
         if epochs_from_profiles and profile_paths and options.primary_epochs is None:
             own = script_epochs_of([prof for _, prof in profiles])
             if own is not None:
@@ -207,12 +212,17 @@ def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_na
                           default=_json_default)
         console.file.write(text + "\n")
         console.file.flush()
-    else:
+    elif show_all:
         from trainwise.report.terminal import print_plan
 
         print_plan(console, result, options.top_n)
-    for kind, path in paths.items():
-        status_console.print(f"{kind} report: [bold]{path}[/bold]")
+    else:
+        from trainwise.report.terminal import print_answer
+
+        print_answer(console, result, options.top_n)
+    if paths:
+        others = ", ".join(path.name for kind, path in paths.items() if kind != "html")
+        status_console.print(f"report: [bold]{paths['html']}[/bold] (with {others})", highlight=False)
     return result
 
 

@@ -230,3 +230,98 @@ def console_distributed_table(console: Console, frame, best_id: str | None, top_
     table = distributed_table(frame, best_id, top_n, compact=console.width < WIDE_TERMINAL)
     if table is not None:
         console.print(table)
+
+
+# ---- the short answer (trainwise plan, default) ------------------------------------------------
+
+ANSWER_ALTERNATIVES = 6
+
+
+def choice_key(frame):
+    """What makes two plans a different choice for the user: the machine (instance type and its
+    accelerators), the market and the engine — not the region or zone it runs in."""
+    parallelism = (frame["parallelism"].astype(object).fillna("").astype(str) if "parallelism" in frame.columns
+                   else frame["offering_id"].astype(str).str[:0])
+    engine = parallelism.where(parallelism != "", "single")
+    return (frame["cloud"].astype(str) + "|" + frame["instance_type"].astype(str) + "|"
+            + frame["accelerator"].astype(object).fillna("CPU").astype(str) + "|"
+            + frame["accelerator_count"].astype(str) + "|" + frame["market"].astype(str) + "|" + engine)
+
+
+def distinct_choices(primary, limit: int | None):
+    """The best plan of each distinct choice (`choice_key`), best first, with the number of regions
+    (or zones) the same choice was priced in: (rows, regions per row)."""
+    keys = choice_key(primary)
+    first = ~keys.duplicated()
+    regions = primary.assign(_k=keys).groupby("_k", sort=False)["offering_id"].nunique()
+    rows = primary[first.to_numpy()]
+    if limit is not None:
+        rows = rows.head(limit)
+    return rows, [int(regions[k]) for k in keys[first.to_numpy()].head(len(rows))]
+
+
+def engine_of(record: dict) -> str:
+    return {"": "single", "ddp-node": "DDP", "ddp-multi-node": "DDP", "hivemind": "Hivemind"}.get(
+        str(record.get("parallelism") or ""), str(record.get("parallelism")))
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def print_answer(console: Console, result, top_n: int = ANSWER_ALTERNATIVES, report_path=None) -> None:
+    """The answer in about 30 lines: the best plan and why (its time and cost broken down), the best
+    plan of each other distinct choice, what was pruned and the robustness flags."""
+    from rich.table import Table as RichTable
+    from rich import box
+
+    from trainwise.report.data import accelerators_text, cost_ratio, display_row, duration, money, records, time_parts
+
+    primary = result.primary
+    best = records(primary.head(1))[0]
+    shown = display_row(best)
+    batch = result.job_global_batch or best["batch_size"]
+    console.print(f"[bold]Plan[/bold]: {result.primary_epochs} epochs at global batch {batch:,} — "
+                  f"{result.objective.describe}", highlight=False)
+    for profile in result.profiles:
+        note = next((n for n in profile.get("notes", ()) if n.startswith("profiled on a slice")), "")
+        console.print(f"  profile {profile['label']}: {profile['provenance']}" + (f"; {note}" if note else ""),
+                      highlight=False, style="dim")
+    choices, regions = distinct_choices(primary, top_n + 1)
+    where = f"; cheapest of {regions[0]} regions/zones" if regions and regions[0] > 1 else ""
+    console.print(f"\n[bold green]Best:[/bold green] {best['offering_id']}", highlight=False)
+    console.print(f"  {shown['accelerator']}, {best['market']}, {engine_of(best)}{where}", highlight=False)
+    console.print(f"  [bold]{shown['time']}[/bold] ({shown['time band']}) for [bold]{shown['cost']}[/bold] "
+                  f"({shown['cost band']}); {shown['$/1M samples']} per 1M samples", highlight=False)
+    parts = " + ".join(f"{label} {duration(seconds)}" for label, seconds in time_parts(best))
+    console.print(f"  time = {parts}", highlight=False)
+    fixed = best.get("fixed_cost") or 0.0
+    console.print(f"  cost = fixed {money(fixed)} (boot, staging, storage) + training {money(best['total_cost'] - fixed)}",
+                  highlight=False)
+    console.print(f"  time from: {_short(str(best['time_provenance']), console.width - 13)}", highlight=False, style="dim")
+    console.print(f"  price from: {_short(str(best['price_provenance']), console.width - 14)}", highlight=False, style="dim")
+
+    table = RichTable(title="Runner-up of each other choice (machine × market × engine)", box=box.SIMPLE_HEAD,
+                      title_justify="left", pad_edge=False, show_edge=False)
+    for column in ("#", "instance", "accelerators", "market", "engine", "time", "cost", "× best $"):
+        table.add_column(column, justify="right" if column in ("#", "time", "cost", "× best $") else "left",
+                         overflow="ellipsis", no_wrap=True, max_width=24 if column == "instance" else None)
+    alternatives = records(choices.iloc[1:])
+    for record, n_regions in zip(alternatives, regions[1:]):
+        instance = str(record["instance_type"]) + (f" ({n_regions} reg.)" if n_regions > 1 else "")
+        table.add_row(str(int(record["rank"])), instance, accelerators_text(record), str(record["market"]),
+                      engine_of(record), duration(record["wall_s"]), money(record["total_cost"]),
+                      cost_ratio(record["total_cost"], best["total_cost"]))
+    if alternatives:
+        console.print(table)
+    total = len(primary)
+    console.print(f"{total:,} plans ranked in {len(choice_key(primary).unique()):,} distinct choices; "
+                  "--top N shows more, --all every table", highlight=False)
+    pruned = {reason: count for reason, count in (result.pruned or {}).items() if count}
+    if pruned:
+        console.print(f"[yellow]not ranked[/yellow] (would not train the job at global batch {batch:,}): "
+                      + "; ".join(f"{count:,} × {reason}" for reason, count in pruned.items()), highlight=False)
+    for flag in result.flags[:3]:
+        console.print(f"[yellow]⚠[/yellow] {_short(flag, 2 * console.width - 4)}", highlight=False)
+    if len(result.flags) > 3:
+        console.print(f"[yellow]⚠[/yellow] {len(result.flags) - 3} more flag(s) in the report", highlight=False)
