@@ -294,3 +294,22 @@ def test_a_plan_saved_with_a_command_predicts_the_commands_own_epochs(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--epochs 5 but the training command trains --epochs 1" in err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_plan_save_refuses_a_spot_plan_launch_could_not_run(tmp_path, capsys):
+    """`launch` refuses a spot plan with no checkpoint bucket (a preempted run could not resume):
+    `plan --save` refuses it when saving, naming the fix, and writes nothing."""
+    from trainwise.cli import main
+
+    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02).save(
+        tmp_path / "v100.json")
+    base = ["plan", "--profile", str(profile), "--catalog", "packaged", "--cloud", "aws", "--epoch-options", "10",
+            "--single-machine", "--out-dir", str(tmp_path / "out")]
+    path = tmp_path / "spot.json"
+    assert main([*base, "--save", str(path), "--", "python", "t.py"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "spot machine" in err and "--checkpoint-uri s3://BUCKET/PATH" in err and "--no-spot" in err
+    assert not path.exists()
+    assert main([*base, "--save", str(path), "--checkpoint-uri", "s3://bucket/ckpt", "--", "python", "t.py"]) == 0
+    assert load_plan(path).offering.spot
+    assert main([*base, "--no-spot", "--save", str(tmp_path / "od.json"), "--", "python", "t.py"]) == 0

@@ -89,10 +89,14 @@ def test_terminal_tables(result, width):
     assert "measured on gpubox (imported)" in text.replace("\n", " ") or "T2" in text
 
 
-def test_cost_efficiency_reads_as_a_ratio_past_twice_the_reference_cost():
-    from trainwise.report.data import cost_efficiency_text
+def test_cost_efficiency_reads_in_one_unit():
+    from trainwise.report.data import accelerators_text, cost_efficiency_text
 
-    assert cost_efficiency_text(0.5) == "50.0 %"  # the seed's 1 − C/C_ref: half the reference's cost
-    assert cost_efficiency_text(-0.6) == "-60.0 %"
-    assert cost_efficiency_text(-2496.523) == "2,497.5× ref. cost"  # not "-249652.3 %"
+    # 1 − C/C_ref shown as the cost ratio C/C_ref for every row: never "66.7 %" beside "4,311.0×"
+    assert cost_efficiency_text(0.5) == "0.50×"
+    assert cost_efficiency_text(-0.6) == "1.60×"
+    assert cost_efficiency_text(-2496.523) == "2,498×"
     assert cost_efficiency_text(float("nan")) == "—"
+    assert accelerators_text({"accelerator": "A10", "accelerator_count": 1 / 3}) == "A10 ×1/3"  # not ×0.333333
+    assert accelerators_text({"accelerator": "A100", "accelerator_count": 8.0}) == "A100 ×8"
+    assert accelerators_text({"accelerator": None, "accelerator_count": 0.0}) == "CPU"

@@ -17,6 +17,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console()
 err_console = Console(stderr=True)
 
+
+@app.callback()
+def _global_options(quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display on stderr (it is off anyway when stderr is not a terminal)")] = False) -> None:
+    from trainwise._progress import set_quiet
+
+    set_quiet(quiet)
+
 from trainwise.catalog.cli import catalog_app  # noqa: E402 - light: pandas is imported lazily
 
 app.add_typer(catalog_app, name="catalog")

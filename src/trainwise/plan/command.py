@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from trainwise.errors import TrainwiseError
 from trainwise.plan import costs
@@ -132,20 +131,17 @@ def check_plan_outputs(*, save_path: Path | None, report_dir: Path | None, input
 
 
 @contextmanager
-def _progress(console: Console) -> Iterator[Progress]:
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                        console=console, transient=True)
-    with progress:
-        yield progress
+def _progress(console: Console) -> Iterator[None]:
+    yield None
 
 
 @contextmanager
-def _step(progress: Progress, description: str) -> Iterator[None]:
-    task = progress.add_task(description, total=1)
-    try:
+def _step(progress: None, description: str) -> Iterator[None]:
+    """One phase of the plan, shown on stderr while it runs (trainwise._progress)."""
+    from trainwise._progress import phase
+
+    with phase(description):
         yield
-    finally:
-        progress.update(task, completed=1)
 
 
 def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_name: str, epoch_options: Sequence[int],
@@ -177,11 +173,15 @@ def run_plan_command(*, workload: str, profile_paths: Sequence[Path], catalog_na
             path = measured.save(out_dir / f"{workload}.profile.json")
             status_console.print(f"profile written to [bold]{path}[/bold]", highlight=False)
             profiles = [(workload, measured)]
-            if epochs_from_profiles and options.primary_epochs is None:
-                from trainwise.workloads import get_workload
+            from trainwise.workloads import get_workload
 
+            spec = get_workload(workload)
+            if epochs_from_profiles and options.primary_epochs is None:
                 # the job is the workload's own: its epoch count is the headline
-                options = options.model_copy(update={"primary_epochs": get_workload(workload).default_epochs})
+                options = options.model_copy(update={"primary_epochs": spec.default_epochs})
+            if options.dataset_gb is None and spec.hyperparameters.get("dataset_gb"):
+                options = options.model_copy(update={"dataset_gb": float(spec.hyperparameters["dataset_gb"]),
+                                                     "dataset_source": spec.hyperparameters["dataset_gb_source"]})
         if epochs_from_profiles and profile_paths and options.primary_epochs is None:
             own = script_epochs_of([prof for _, prof in profiles])
             if own is not None:

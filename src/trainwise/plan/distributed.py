@@ -381,7 +381,10 @@ def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], ca
         if char is not None:
             if per_worker_batch is not None:
                 char = rebatch(char, per_worker_batch)
-            per_sample_wait = dm.host_overhead_from_profile(item.profile) / max(1, item.profile.dataset.global_batch_size)
+            from trainwise.plan.scaling import is_slice
+
+            per_sample_wait = (0.0 if is_slice(item.profile) else
+                               dm.host_overhead_from_profile(item.profile) / max(1, item.profile.dataset.global_batch_size))
             try:
                 pred = dm.predict_iteration(char, catalog.accelerator(accelerator), 1, None,
                                             per_sample_wait * char.per_device_batch)

@@ -376,6 +376,14 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
     flags += _robustness_flags(candidates, objective, epochs_list, constraints)
     flags += _large_batch_flags(candidates, labelled, primary, constraints)
     assumptions = _assumptions(catalog, options, locals_, candidates, predictions)
+    from trainwise.plan.scaling import is_slice
+
+    for item in labelled:
+        if is_slice(item.profile):
+            assumptions.append(f"profile {item.label} measured a slice here (batch {item.profile.dataset.global_batch_size}); "
+                               f"the full-size step (batch {job_global_batch(item.profile)}) is the device model's, and "
+                               "its data loader is assumed to keep up with the devices (real JPEG decoding needs "
+                               "enough DataLoader workers)")
     plans = candidates.drop(columns=["offering_row", "_spot", "_cloudy", "_granularity_s", "_seq"])
     profile_rows = tuple({"label": p.label, "host": p.host, "device": p.device, "accelerator": p.accelerator,
                           "provenance": p.provenance, "batch_size": p.profile.dataset.global_batch_size,

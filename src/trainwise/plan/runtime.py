@@ -184,11 +184,12 @@ def this_machine(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
 
 def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFrame:
     """Every offering with whole accelerators the device model knows, from each profile's workload
-    characterisation (trainwise.predict.device_model): data parallel at the profile's batch per
-    device, so N devices do an epoch in N_train / (N × batch) iterations. Init is the profile's own
-    (measured); validation scales with the modelled speed-up. Rows whose model does not fit in the
-    accelerator's memory, or whose global batch (devices × batch) exceeds the training set, are left
-    out (the planner lists them as not predicted)."""
+    characterisation (trainwise.predict.device_model): data parallel with the job's global batch split
+    over the N devices (trainwise.plan.scaling), so an epoch is N_train / global batch steps whatever N.
+    Init is the profile's own (measured); validation scales with the modelled per-sample speed-up.
+    Splits that do not divide or fall below the per-device floor are pruned (counted in
+    `context.pruned`); rows whose model does not fit in the accelerator's memory are left out (the
+    planner lists them as not predicted)."""
     if context.catalog is None:
         return _empty()
     from trainwise.predict import device_model as dm
@@ -208,8 +209,11 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
         predictions = context.predictions[context.predictions["profile"] == item.label]
         profile_batch = max(1, int(item.profile.dataset.global_batch_size))
         job_batch = job_global_batch(item.profile)
-        # the measured data wait is per sample of the profiled batch: a device's share is per its batch
-        host_overhead_per_sample_s = dm.host_overhead_from_profile(item.profile) / profile_batch
+        # the measured data wait is per sample of the profiled batch: a device's share is per its batch.
+        # A slice profiled here with its data made in the training process says nothing of the full-size
+        # job's loader: that one is assumed to keep up (the plan's assumptions say so).
+        host_overhead_per_sample_s = (0.0 if job_batch != profile_batch
+                                      else dm.host_overhead_from_profile(item.profile) / profile_batch)
         n_train = item.profile.dataset.n_train or ((item.profile.dataset.iterations_per_epoch or 1) * job_batch)
         scaled: dict[int, object] = {}
         for (accelerator, count), positions in groups.items():
@@ -296,7 +300,7 @@ def collect(offerings: pd.DataFrame, context: RuntimeContext, sources: Sequence[
     index = {p.label: i for i, p in enumerate(context.profiles)}
     profile_idx = (frame["_profile_idx"].to_numpy() if "_profile_idx" in frame.columns and not frame["_profile_idx"].isna().any()
                    else frame["profile"].map(index).to_numpy()).astype("int64")
-    batches = np.array([p.profile.dataset.global_batch_size for p in context.profiles], dtype="int64")
+    batches = np.array([job_global_batch(p.profile) for p in context.profiles], dtype="int64")
     batch = batches[profile_idx]
     # Preferred source first, then profile order; keep the first row per (offering, batch, epochs).
     order = np.lexsort((profile_idx, frame["priority"].to_numpy()))

@@ -15,9 +15,9 @@ from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
 
 # Workloads profiled on a slice: the batch of the slice and the profile's sampling bounds. ResNet-50
-# at 224x224 takes ~1.5 s a step at batch 4 on a 2-core CPU (measured on the project's machine).
+# at 224x224 takes about a second a step at batch 2 on a 2-core CPU (measured on the project's machine).
 SLICE_PROFILES = {
-    "resnet50_imagenet": {"batch_size": 4, "options": {"min_iterations": 6, "min_profile_seconds": 3.0,
+    "resnet50_imagenet": {"batch_size": 2, "options": {"min_iterations": 6, "min_profile_seconds": 3.0,
                                                         "max_profile_seconds": 20.0, "validation_batches": 2,
                                                         "epoch2_iterations": 0}},
 }
@@ -58,6 +58,6 @@ def with_full_size_characterisation(profile: Profile, spec) -> Profile:
     char = characterise_named(model, per_device_batch=spec.default_batch_size)
     char = char.model_copy(update={"notes": [*char.notes, f"{FULL_SIZE_NOTE} {model} at batch {spec.default_batch_size} "
                                                           "(the profile measured a slice at a small batch)"]})
-    note = (f"profiled on a slice: batch {profile.dataset.global_batch_size}, {profile.steady_state.iteration.n} steps "
-            f"here; the plan is for the full-size job (batch {spec.default_batch_size}, characterised on the meta device)")
+    note = (f"profiled on a slice (batch {profile.dataset.global_batch_size}, {profile.steady_state.iteration.n} steps); "
+            f"the full-size step (batch {spec.default_batch_size}) is modelled")
     return profile.model_copy(update={"characterisation": char, "notes": [*profile.notes, note]})

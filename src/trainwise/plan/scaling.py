@@ -23,8 +23,8 @@ FULL_SIZE_NOTE = "full-size job:"
 
 # Pruning reasons, as the terminal and the report show them.
 REASON_INDIVISIBLE = "global batch does not split evenly over the devices"
-REASON_FLOOR = f"per-device batch below {MIN_PER_DEVICE_BATCH} (the global batch spread too thin)"
-REASON_SLICE = "profile measured on a slice at another batch than the job's (no measured step at the job's batch)"
+REASON_FLOOR = f"per-device batch below {MIN_PER_DEVICE_BATCH}"
+REASON_SLICE = "only a slice at another batch measured there"
 
 
 def job_global_batch(profile: Any) -> int:
@@ -34,6 +34,11 @@ def job_global_batch(profile: Any) -> int:
     if char is not None and any(str(note).startswith(FULL_SIZE_NOTE) for note in getattr(char, "notes", ()) or ()):
         return int(char.per_device_batch)
     return max(1, int(profile.dataset.global_batch_size))
+
+
+def is_slice(profile: Any) -> bool:
+    """The profile measured a slice of the job at another batch (its step is not the job's step)."""
+    return job_global_batch(profile) != max(1, int(profile.dataset.global_batch_size))
 
 
 def split_batch(global_batch: int, devices: int) -> tuple[int | None, str]:

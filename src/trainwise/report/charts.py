@@ -15,8 +15,8 @@ import numpy as np
 
 MAX_BACKGROUND_POINTS = 3000
 LABELLED_CHOICES = 6
-ENGINES = {"single": ("one machine", "o", "#1f77b4"), "DDP": ("DDP (several GPUs/machines)", "s", "#2ca02c"),
-           "Hivemind": ("Hivemind (decentralised)", "^", "#9467bd")}
+ENGINES = {"single": ("one machine", "o", "#1f77b4"), "DDP": ("DDP", "s", "#2ca02c"),
+           "Hivemind": ("Hivemind", "^", "#9467bd")}
 
 
 def _engines(frame) -> np.ndarray:
@@ -37,8 +37,8 @@ def pareto_chart_png(result: Any, *, dpi: int = 100) -> bytes:
 
     hours = 3600.0
     primary = result.primary
-    fig = Figure(figsize=(8.6, 5.0), dpi=dpi)
-    ax = fig.add_axes((0.09, 0.11, 0.6, 0.8))
+    fig = Figure(figsize=(8.4, 5.0), dpi=dpi)
+    ax = fig.add_axes((0.09, 0.11, 0.58, 0.8))
 
     def thin(frame):
         if len(frame) <= MAX_BACKGROUND_POINTS:
@@ -65,7 +65,7 @@ def pareto_chart_png(result: Any, *, dpi: int = 100) -> bytes:
         ordered = front.sort_values("wall_s")
         ax.step(ordered["wall_s"] / hours, ordered["total_cost"], where="post", color="#d62728", linewidth=1.4,
                 zorder=3, label=f"Pareto front ({len(front)} plans)")
-    ax.scatter([], [], s=12, color="#888888", alpha=0.3, label="faded: dominated (a plan is faster and cheaper)")
+    ax.scatter([], [], s=12, color="#888888", alpha=0.3, label="faded: dominated")
     choices, _ = distinct_choices(primary, LABELLED_CHOICES)
     for n, (_, row) in enumerate(choices.iterrows()):
         x, y = row["wall_s"] / hours, row["total_cost"]
@@ -85,7 +85,7 @@ def pareto_chart_png(result: Any, *, dpi: int = 100) -> bytes:
     ax.set_title(f"Cost vs time, {result.primary_epochs} epochs — {result.objective.describe}", fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
-    fig.text(0.715, 0.42, "labelled: best of each choice\n" + "\n".join(legend_rows), fontsize=7.5, va="top",
+    fig.text(0.69, 0.5, "labelled: best of each choice\n" + "\n".join(legend_rows), fontsize=7.5, va="top",
              family="monospace")
     fig.text(0.01, 0.01, result.catalog_caption[:150], fontsize=6.5, color="#555555")
     buffer = io.BytesIO()

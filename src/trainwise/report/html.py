@@ -27,7 +27,7 @@ th,td{border:1px solid #ddd;padding:2px 5px;text-align:right;vertical-align:top;
 th{background:#f4f4f4;position:sticky;top:0}td.l,th.l{text-align:left;white-space:normal}
 tr.pareto td{background:#fff2f2}tr.best td{background:#f3f9ee;font-weight:600}
 figure{margin:0}figure img{max-width:100%;height:auto;border:1px solid #eee}
-.first{display:grid;grid-template-columns:minmax(380px,520px) 1fr;gap:1rem;align-items:start}
+.first{display:grid;grid-template-columns:minmax(420px,560px) 1fr;gap:1rem;align-items:start}
 .answer p{margin:.25rem 0}.answer table{font-size:.75rem}.big{font-size:1.15rem}
 details summary{cursor:pointer;color:#555;font-size:.9rem;margin:.4rem 0}sup{color:#555}
 .bar{display:flex;height:12px;min-width:200px}.bar span{display:block;height:12px}
@@ -149,7 +149,7 @@ def _answer(result: Any, best: dict[str, Any], sources: "Sources") -> str:
     """The first screen's left column: the best plan, its time and cost broken down, the runner-up of
     each other distinct choice, what was not ranked and the flags."""
     from trainwise.report.data import accelerators_text, cost_ratio, time_parts
-    from trainwise.report.terminal import distinct_choices, engine_of
+    from trainwise.report.terminal import choice_label, distinct_choices, engine_of, short_duration
 
     shown = display_row(best)
     choices, regions = distinct_choices(result.primary, ANSWER_CHOICES + 1)
@@ -162,8 +162,8 @@ def _answer(result: Any, best: dict[str, Any], sources: "Sources") -> str:
                         f"{_e(duration(v))}" for i, (label, v) in enumerate(parts))
     fixed = best.get("fixed_cost") or 0.0
     batch = result.job_global_batch or best["batch_size"]
-    out = [f'<div class="best answer" id="best-plan"><p class="big"><b>Best plan:</b> {_e(best["offering_id"])}</p>',
-           f"<p>{_e(accelerators_text(best))}, {_e(best['market'])}, {_e(engine_of(best))}{_e(where)} · "
+    out = [f'<div id="answer"><div class="best answer" id="best-plan"><p class="big"><b>Best plan:</b> {_e(best["offering_id"])}</p>',
+           f"<p>{_e(accelerators_text(best))}, {_e(best['market'])}, {_e('one machine' if engine_of(best) == 'single' else engine_of(best))}{_e(where)} · "
            f"{result.primary_epochs} epochs at global batch {batch:,}</p>",
            f'<p class="big"><b>{_e(shown["time"])}</b> ({_e(shown["time band"])}) for <b>{_e(shown["cost"])}</b> '
            f"({_e(shown['cost band'])})</p>",
@@ -175,20 +175,27 @@ def _answer(result: Any, best: dict[str, Any], sources: "Sources") -> str:
            f'boot: {_e(best.get("provisioning_source") or "")}</p></div>']
     rows = []
     for record, n in zip(records(choices.iloc[1:]), regions[1:]):
-        rows.append([str(int(record["rank"])), f"{record['instance_type']}" + (f" ({n} regions)" if n > 1 else ""),
-                     accelerators_text(record), str(record["market"]), engine_of(record), duration(record["wall_s"]),
-                     money(record["total_cost"]), cost_ratio(record["total_cost"], best["total_cost"])])
+        rows.append([str(int(record["rank"])), choice_label(record), accelerators_text(record), str(record["market"]),
+                     str(n), short_duration(record["wall_s"]), money(record["total_cost"]),
+                     cost_ratio(record["total_cost"], best["total_cost"])])
     if rows:
-        out.append("<h3>Runner-up of each other choice</h3>" + _table(
-            ["rank", "instance", "accelerators", "market", "engine", "time", "cost", "× best cost"], rows,
-            table_id="choices-table", left={"instance", "accelerators", "market", "engine"}))
+        out.append('<p style="margin:.6rem 0 0"><b>The best plan of each other choice</b></p>' + _table(
+            ["rank", "machine", "accelerators", "market", "regions", "time", "cost", "× best"], rows,
+            table_id="choices-table", left={"machine", "accelerators", "market"}))
     pruned = {k: v for k, v in (result.pruned or {}).items() if v}
     if pruned:
         out.append(f'<p id="pruned"><b>Not ranked</b> (they would not train the job at global batch {batch:,}): '
                    + "; ".join(f"{v:,} × {_e(k)}" for k, v in pruned.items()) + "</p>")
     if result.flags:
-        out.append('<div class="flags" id="flags"><ul>' + "".join(f"<li>{_e(flag)}</li>" for flag in result.flags)
-                   + "</ul></div>")
+        from trainwise.report.terminal import headline_flags
+
+        own, _ = headline_flags(result)
+        others = [flag for flag in result.flags if flag not in own]
+        out.append('<div class="flags" id="flags"><ul>' + "".join(f"<li>{_e(flag)}</li>" for flag in own) + "</ul>"
+                   + (f"<details><summary>{len(others)} flag(s) about the other epoch options</summary><ul>"
+                      + "".join(f"<li>{_e(flag)}</li>" for flag in others) + "</ul></details>" if others else "")
+                   + "</div>")
+    out.append("</div>")
     return "".join(out)
 
 
@@ -266,6 +273,12 @@ def render_html(result: Any, chart_png: bytes, *, generated_at: str = "", top_n:
     parts.append("<script>(function(){var i=document.getElementById('pareto-chart'),s=document.getElementById('chart-status');"
                  "function done(){s.textContent=i.naturalWidth>0?('chart decoded '+i.naturalWidth+'x'+i.naturalHeight):"
                  "'chart failed to decode';s.setAttribute('data-natural-width',String(i.naturalWidth));}"
-                 "if(i.complete){done();}else{i.addEventListener('load',done);i.addEventListener('error',done);}})();</script>")
+                 "if(i.complete){done();}else{i.addEventListener('load',done);i.addEventListener('error',done);}"
+                 # the layout as rendered, for the browser test: page height, where the answer and chart end
+                 "function layout(){var b=document.body,r=function(id){return String(Math.round("
+                 "document.getElementById(id).getBoundingClientRect().bottom));};"
+                 "b.setAttribute('data-page-height',String(document.documentElement.scrollHeight));"
+                 "b.setAttribute('data-answer-bottom',r('best-plan'));b.setAttribute('data-chart-bottom',r('pareto-chart'));}"
+                 "if(i.complete){layout();}else{i.addEventListener('load',layout);}})();</script>")
     parts.append("</body></html>")
     return "\n".join(p for p in parts if p)

@@ -269,59 +269,92 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def short_duration(seconds: float | None) -> str:
+    """A duration in at most 8 characters: "45 s", "17.5 min", "31.2 h", "1,344 h"."""
+    if seconds is None or seconds != seconds:
+        return "—"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    hours = seconds / 3600
+    return f"{hours:.1f} h" if hours < 100 else f"{hours:,.0f} h"
+
+
+def choice_label(record: dict) -> str:
+    """The machine a plan rents, with its engine when it is a group: "g5.xlarge", "DDP 4× g4dn.xlarge"."""
+    engine = engine_of(record)
+    return str(record["instance_type"]) if engine == "single" else f"{engine} {record['instance_type']}"
+
+
+def headline_flags(result) -> tuple[list[str], int]:
+    """The flags about the headline epoch count or the whole plan, and how many others there are."""
+    import re
+
+    own = [f for f in result.flags if not re.match(r"\d+ epochs:", f) or f.startswith(f"{result.primary_epochs} epochs:")]
+    return own, len(result.flags) - len(own)
+
+
 def print_answer(console: Console, result, top_n: int = ANSWER_ALTERNATIVES, report_path=None) -> None:
     """The answer in about 30 lines: the best plan and why (its time and cost broken down), the best
-    plan of each other distinct choice, what was pruned and the robustness flags."""
-    from rich.table import Table as RichTable
+    plan of each other distinct choice, what was not ranked and the robustness flags."""
     from rich import box
+    from rich.table import Table as RichTable
 
-    from trainwise.report.data import accelerators_text, cost_ratio, display_row, duration, money, records, time_parts
+    from trainwise.report.data import accelerators_text, cost_ratio, display_row, money, records, time_parts
 
     primary = result.primary
     best = records(primary.head(1))[0]
     shown = display_row(best)
     batch = result.job_global_batch or best["batch_size"]
-    console.print(f"[bold]Plan[/bold]: {result.primary_epochs} epochs at global batch {batch:,} — "
+    console.print(f"[bold]Plan[/bold]: {result.primary_epochs} epochs at global batch {batch:,}, "
                   f"{result.objective.describe}", highlight=False)
     for profile in result.profiles:
         note = next((n for n in profile.get("notes", ()) if n.startswith("profiled on a slice")), "")
-        console.print(f"  profile {profile['label']}: {profile['provenance']}" + (f"; {note}" if note else ""),
-                      highlight=False, style="dim")
+        console.print(_short(f"  {profile['label']}: {profile['provenance']}" + (f", {note}" if note else ""),
+                             2 * console.width - 4), highlight=False, style="dim")
     choices, regions = distinct_choices(primary, top_n + 1)
-    where = f"; cheapest of {regions[0]} regions/zones" if regions and regions[0] > 1 else ""
+    where = f"; cheapest of {regions[0]} regions" if regions and regions[0] > 1 else ""
     console.print(f"\n[bold green]Best:[/bold green] {best['offering_id']}", highlight=False)
-    console.print(f"  {shown['accelerator']}, {best['market']}, {engine_of(best)}{where}", highlight=False)
-    console.print(f"  [bold]{shown['time']}[/bold] ({shown['time band']}) for [bold]{shown['cost']}[/bold] "
-                  f"({shown['cost band']}); {shown['$/1M samples']} per 1M samples", highlight=False)
-    parts = " + ".join(f"{label} {duration(seconds)}" for label, seconds in time_parts(best))
-    console.print(f"  time = {parts}", highlight=False)
+    engine = "one machine" if engine_of(best) == "single" else engine_of(best)
+    console.print(f"  {accelerators_text(best)}, {best['market']}, {engine}{where}", highlight=False)
+    console.print(f"  [bold]{short_duration(best['wall_s'])}[/bold] ({short_duration(best['low_s'])}–"
+                  f"{short_duration(best['high_s'])}) for [bold]{money(best['total_cost'])}[/bold] "
+                  f"({shown['cost band']}), {shown['$/1M samples']}/1M samples", highlight=False)
+    console.print("  time: " + ", ".join(f"{label} {short_duration(v)}" for label, v in time_parts(best)),
+                  highlight=False)
     fixed = best.get("fixed_cost") or 0.0
     console.print(f"  cost = fixed {money(fixed)} (boot, staging, storage) + training {money(best['total_cost'] - fixed)}",
                   highlight=False)
-    console.print(f"  time from: {_short(str(best['time_provenance']), console.width - 13)}", highlight=False, style="dim")
-    console.print(f"  price from: {_short(str(best['price_provenance']), console.width - 14)}", highlight=False, style="dim")
+    console.print(_short(f"  time from: {best['time_provenance']}", console.width), highlight=False, style="dim")
+    console.print(_short(f"  price from: {best['price_provenance']}", console.width), highlight=False, style="dim")
 
-    table = RichTable(title="Runner-up of each other choice (machine × market × engine)", box=box.SIMPLE_HEAD,
-                      title_justify="left", pad_edge=False, show_edge=False)
-    for column in ("#", "instance", "accelerators", "market", "engine", "time", "cost", "× best $"):
-        table.add_column(column, justify="right" if column in ("#", "time", "cost", "× best $") else "left",
-                         overflow="ellipsis", no_wrap=True, max_width=24 if column == "instance" else None)
+    table = RichTable(title="The best plan of each other choice", box=box.SIMPLE_HEAD, title_justify="left",
+                      pad_edge=False, show_edge=False, collapse_padding=True, padding=(0, 1))
+    # widths that fit 80 columns: only the machine's name gives way (ellipsis), never a number
+    widths = {"#": 4, "machine": 22, "accel.": 12, "market": 7, "reg.": 4, "time": 7, "cost": 7, "× best": 6}
+    for column, width in widths.items():
+        table.add_column(column, justify="left" if column in ("machine", "accel.", "market") else "right",
+                         overflow="ellipsis", no_wrap=True, max_width=width,
+                         min_width=None if column == "machine" else min(width, len(column)))
     alternatives = records(choices.iloc[1:])
     for record, n_regions in zip(alternatives, regions[1:]):
-        instance = str(record["instance_type"]) + (f" ({n_regions} reg.)" if n_regions > 1 else "")
-        table.add_row(str(int(record["rank"])), instance, accelerators_text(record), str(record["market"]),
-                      engine_of(record), duration(record["wall_s"]), money(record["total_cost"]),
+        table.add_row(str(int(record["rank"])), choice_label(record), accelerators_text(record),
+                      "on-dem." if record["market"] == "on-demand" else str(record["market"]), str(n_regions),
+                      short_duration(record["wall_s"]), money(record["total_cost"]),
                       cost_ratio(record["total_cost"], best["total_cost"]))
     if alternatives:
         console.print(table)
-    total = len(primary)
-    console.print(f"{total:,} plans ranked in {len(choice_key(primary).unique()):,} distinct choices; "
-                  "--top N shows more, --all every table", highlight=False)
+    console.print(f"{len(primary):,} plans in {len(choice_key(primary).unique()):,} choices; --top N for more, "
+                  "--all for every table", highlight=False)
     pruned = {reason: count for reason, count in (result.pruned or {}).items() if count}
     if pruned:
-        console.print(f"[yellow]not ranked[/yellow] (would not train the job at global batch {batch:,}): "
+        console.print(f"[yellow]not ranked[/yellow] (would change the global batch {batch:,}): "
                       + "; ".join(f"{count:,} × {reason}" for reason, count in pruned.items()), highlight=False)
-    for flag in result.flags[:3]:
+    flags, others = headline_flags(result)
+    for flag in flags[:2]:
         console.print(f"[yellow]⚠[/yellow] {_short(flag, 2 * console.width - 4)}", highlight=False)
-    if len(result.flags) > 3:
-        console.print(f"[yellow]⚠[/yellow] {len(result.flags) - 3} more flag(s) in the report", highlight=False)
+    if len(flags) > 2 or others:
+        console.print(f"[yellow]⚠[/yellow] {len(flags[2:]) + others} more flag(s) in the report", highlight=False)

@@ -135,7 +135,9 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             default_val_samples=50_000,
             hyperparameters={"optimizer": "SGD", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
                              "lr_milestones": (30, 60, 80), "input_shape": (3, 224, 224), "num_classes": 1000,
-                             "characterise_as": "resnet50"},
+                             "characterise_as": "resnet50",
+                             # ILSVRC2012_img_train.tar 138 GB + ILSVRC2012_img_val.tar 6.3 GB (image-net.org)
+                             "dataset_gb": 144.3, "dataset_gb_source": "ImageNet-1k as published: train 138 GB + val 6.3 GB"},
         ),
         WorkloadSpec(
             name="seismic_fcn",
