@@ -12,8 +12,8 @@ from rich.console import Console
 
 from trainwise.catalog import load_catalog
 from trainwise.plan import Objective, PlanOptions, plan
-from trainwise.plan.distributed import single_machine_options
-from trainwise.plan.scaling import (FULL_SIZE_NOTE, MIN_PER_DEVICE_BATCH, REASON_FLOOR, REASON_INDIVISIBLE,
+from trainwise.plan.distributed import DistributedOptions, single_machine_options
+from trainwise.plan.scaling import (FULL_SIZE_NOTE, MIN_PER_DEVICE_BATCH, REASON_FLOOR, REASON_INDIVISIBLE, REASON_SLICE,
                                     job_global_batch, rebatch, split_batch)
 from trainwise.plan.synthetic import synthetic_profile
 from trainwise.predict.characterise import characterise_named
@@ -73,7 +73,7 @@ def test_tpu_pod_is_pruned_with_the_reason(pod_case):
 def test_no_ranked_plan_changes_the_global_batch():
     profile = _imagenet_profile("resnet50", 256)
     result = plan([profile], load_catalog(), Objective(kind="fastest"), epoch_options=[90],
-                  options=PlanOptions(this_host="here"))
+                  options=PlanOptions(this_host="here", distributed=DistributedOptions()))
     from trainwise.plan.planner import global_batch_sizes
 
     assert set(global_batch_sizes(result.ranked).tolist()) == {256.0}
@@ -119,5 +119,5 @@ def test_a_slice_profile_plans_the_full_size_job():
     assert best["wall_s"] > 3600 and best["total_cost"] > 10  # hours and dollars: a real job
     # this machine measured only the slice (batch 4): it is not ranked for the batch-256 job
     assert not (result.primary["offering_id"].astype(str) == "local/this-machine").any()
-    assert result.pruned.get("profile measured on a slice at another batch than the job's (no measured step at the "
-                             "job's batch)", 0) >= 1
+    assert result.pruned.get(REASON_SLICE, 0) >= 1
+    assert any("measured a slice here" in a for a in result.assumptions)
