@@ -51,7 +51,8 @@ def test_chart_decodes_and_tables_render(report, tmp_path):
     assert int(match.group(1)) > 300
     assert "chart decoded" in dom
     assert re.search(r'<img id="pareto-chart"[^>]*src="data:image/png;base64,', dom)
-    for table in ("plans-table", "pareto-table", "epochs-table", "breakdown-table", "offerings-table", "profiles-table"):
+    assert 'id="plans-csv" href="plans.csv.gz"' in dom  # every plan: the table file, not an 8,000-row page
+    for table in ("plans-table", "pareto-table", "epochs-table", "breakdown-table", "profiles-table"):
         body = dom.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
         assert body.count("<tr") >= 2, table  # header + at least one row
     assert "measured on gpubox (imported) on V100" in dom and "measured here" in dom

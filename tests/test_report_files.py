@@ -37,10 +37,10 @@ def test_html_is_self_contained_and_complete(result):
     page = render_html(result, png, generated_at="2026-11-22T00:00:00+00:00")
     assert page.startswith("<!DOCTYPE html>")
     for fragment in ('id="pareto-chart"', 'id="plans-table"', 'id="pareto-table"', 'id="epochs-table"',
-                     'id="methodology2-table"', 'id="breakdown-table"', 'id="offerings-table"', 'id="not-predicted-table"',
+                     'id="methodology2-table"', 'id="breakdown-table"', 'id="plans-csv"', 'id="not-predicted-table"',
                      'id="profiles-table"', 'id="assumptions"', 'id="catalog-caption"', "expected preemption loss",
                      "data staging", "first epoch", "steady state", "validation", "prices as of 2026-11-21",
-                     "Known inconsistencies"):
+                     "Inconsistencies in the published sources", 'id="best-breakdown"', 'id="sources-legend"'):
         assert fragment in page, fragment
     assert "http://" not in page and "https://" not in page and "<link" not in page and "src=\"http" not in page
     assert "&lt;b&gt;lab&lt;/b&gt; &amp; co" in page and "<b>lab</b>" not in page
