@@ -100,3 +100,30 @@ def test_cost_efficiency_reads_in_one_unit():
     assert accelerators_text({"accelerator": "A10", "accelerator_count": 1 / 3}) == "A10 ×1/3"  # not ×0.333333
     assert accelerators_text({"accelerator": "A100", "accelerator_count": 8.0}) == "A100 ×8"
     assert accelerators_text({"accelerator": None, "accelerator_count": 0.0}) == "CPU"
+
+
+def test_footnote_codes_mean_the_same_source_in_every_table(result):
+    """--all on a narrow terminal: T1/P1 stand for the same time/price source in the top-plans table
+    and in the Pareto table (they used to be renumbered per table)."""
+    import re
+
+    console = Console(width=100, record=True, file=open("/dev/null", "w"))
+    print_plan(console, result)
+    text = console.export_text()
+    legends = re.findall(r"([TP]\d+): (.+?)(?:;|\n)", text)
+    meaning: dict[str, str] = {}
+    for code, source in legends:
+        assert meaning.setdefault(code, source.strip()) == source.strip(), code
+    assert len(meaning) >= 2
+
+
+def test_html_footnote_codes_are_stable(result):
+    import re
+
+    page = render_html(result, pareto_chart_png(result))
+    legend = page.split('id="sources-legend"', 1)[1].split("</ul>", 1)[0]
+    codes = re.findall(r"<b>([TP]\d+)</b>", legend)
+    assert len(codes) == len(set(codes)) >= 2  # one entry per code, the same code in every table
+    for table in ("plans-table", "pareto-table"):
+        body = page.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
+        assert set(re.findall(r">(T\d+) P\d+<", body)) <= set(codes)

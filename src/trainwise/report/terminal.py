@@ -135,7 +135,8 @@ _COMPACT_COLUMNS = ["rank", "offering", "accelerator", "market", "batch", "time"
 WIDE_TERMINAL = 180
 
 
-def plan_table(frame, title: str, caption: str = "", best_id: str | None = None, compact: bool = False) -> Table:
+def plan_table(frame, title: str, caption: str = "", best_id: str | None = None, compact: bool = False,
+               notes: dict | None = None) -> Table:
     """A rich table of plan rows (a DataFrame from a PlanResult); the best row bold, Pareto rows red.
     `compact` (narrow terminals): fewer columns, and the provenance of each row's time (T1, T2…)
     and price (P1, P2…) as footnotes in the caption."""
@@ -146,7 +147,8 @@ def plan_table(frame, title: str, caption: str = "", best_id: str | None = None,
     for column in columns:
         table.add_column(column, justify="left" if column in ("offering", "accelerator", "market", "time from", "price from", "sources") else "right",
                          overflow="fold")
-    notes: dict[str, str] = {}
+    # one `notes` shared by the tables of a page keeps each code meaning the same source in all of them
+    notes = {} if notes is None else notes
     for record in records(frame):
         shown = display_row(record)
         if compact:
@@ -169,11 +171,12 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
     if not compact:
         caption += (f"\nspeedup: training time against {result.reference or 'the reference'} (the seed's definition); "
                     "time also counts provisioning and data staging")
+    notes: dict = {}
     console.print(plan_table(primary.head(top_n), f"Top {min(top_n, len(primary))} plans, {result.primary_epochs} epoch{'' if result.primary_epochs == 1 else 's'} — "
-                             f"{result.objective.describe}", caption, best_id, compact))
+                             f"{result.objective.describe}", caption, best_id, compact, notes))
     pareto = result.pareto[result.pareto["epochs"] == result.primary_epochs]
     console.print(plan_table(pareto, f"Pareto set ({len(pareto)}): no other plan is both faster and cheaper",
-                             "red: on the Pareto front; bold green: the best plan", best_id, compact))
+                             "red: on the Pareto front; bold green: the best plan", best_id, compact, notes))
     per_epochs = result.best_per_epochs()
     table = Table(title="Best plan per epoch option (Malta's methodology 2)")
     for column in ("epochs", "offering", "market", "batch", "time", "cost"):
