@@ -275,7 +275,7 @@ def plan(
     pipeline: Annotated[Optional[Path], typer.Option("--pipeline", help="Stage what a pipeline strategy stores (JSON from `trainwise pipeline profile --json`) instead of --dataset-gb")] = None,
     pipeline_strategy: Annotated[Optional[str], typer.Option(help="With --pipeline: the strategy id (default: the one the pipeline profile selected)")] = None,
     bandwidth_mbps: Annotated[Optional[float], typer.Option(help="Staging bandwidth, Mb/s (default: the seed's measured 8.75 MB/s)")] = None,
-    provisioning_minutes: Annotated[Optional[float], typer.Option(help="Provisioning/boot time of a cloud machine (default 15-20 min)")] = None,
+    provisioning_minutes: Annotated[Optional[float], typer.Option(help="Provisioning/boot time of a cloud machine, one figure for all (default: per cloud and kind of machine, with sources in the report)")] = None,
     interruption_rate: Annotated[Optional[float], typer.Option(help="Spot interruptions per hour")] = None,
     interruption_frequency_30d: Annotated[Optional[float], typer.Option(help="AWS-style interruption frequency over 30 days, e.g. 0.05")] = None,
     checkpoint_write_s: Annotated[Optional[float], typer.Option(help="Seconds to write a checkpoint (default: from the model size)")] = None,

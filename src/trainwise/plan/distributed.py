@@ -427,8 +427,14 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
             if offering_id not in row_of.index:
                 continue
             # the job's global batch, split over the group's workers (Hivemind: over its peers per round)
-            peers_or_workers = group.workers if group.kind != "hivemind" else sum(m.count for m in group.members)
-            per_worker, reason = split_batch(job_batch, peers_or_workers)
+            if group.kind == "hivemind":
+                # peers accumulate samples until the round holds the target batch: any split works, as
+                # long as each peer's share stays above the floor
+                peers = sum(m.count for m in group.members)
+                round_batch = options.target_batch_size or job_batch
+                per_worker, reason = split_batch(round_batch - round_batch % peers, peers)
+            else:
+                per_worker, reason = split_batch(job_batch, group.workers)
             if per_worker is None:
                 if group.kind != "ddp-node":  # catalog machines are counted by the device-model source
                     context.prune(reason)

@@ -81,6 +81,13 @@ class SyntheticImageNet(Dataset):
         return self.patterns[label] + self.noise[index % NOISE_BANK], label
 
 
+def build_datasets(train_samples: int = DEFAULTS["train_samples"], val_samples: int = DEFAULTS["val_samples"],
+                   seed: int = 0) -> tuple[Dataset, Dataset, str]:
+    """Return (train dataset, validation dataset, the ``data: ...`` source line)."""
+    return (SyntheticImageNet(train_samples, seed, "train"), SyntheticImageNet(val_samples, seed, "val"),
+            "data: synthetic (ImageNet-shaped, 3x224x224, 1,000 classes; class pattern + noise)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser("ResNet-50 on (synthetic) ImageNet-shaped images, 90 epochs (He et al. 2016; "
                           "Goyal et al. 2017).", **DEFAULTS)
@@ -88,10 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.train_samples % args.batch_size == 1:
         parser.error("--train-samples % --batch-size must not be 1 (a 1-sample last batch breaks BatchNorm)")
     device = setup(args)
-    train_ds = SyntheticImageNet(args.train_samples, args.seed, "train")
-    val_ds = SyntheticImageNet(args.val_samples, args.seed, "val")
+    train_ds, val_ds, data_line = build_datasets(args.train_samples, args.val_samples, seed=args.seed)
     model = build_model().to(device)
-    print_header(NAME, "data: synthetic (ImageNet-shaped, 3x224x224, 1,000 classes; class pattern + noise)", args, model)
+    print_header(NAME, data_line, args, model)
     train_loader = DataLoader(train_ds, shuffle=True, generator=shuffle_generator(args.seed), **loader_kwargs(args, device))
     val_loader = DataLoader(val_ds, shuffle=False, **loader_kwargs(args, device))
     criterion = nn.CrossEntropyLoss()
