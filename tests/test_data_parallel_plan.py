@@ -24,10 +24,13 @@ def catalog():
 
 
 def v100(**kw):
+    # a global batch of 256: groups of up to 32 devices split it at 8 or more samples each
+    kw.setdefault("batch_size", 256)
     return synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", workload="job", **kw)
 
 
 def cpu_here(**kw):
+    kw.setdefault("batch_size", 256)
     return synthetic_profile(host=HERE, iteration_s=kw.pop("iteration_s", 0.4), workload="job", **kw)
 
 
@@ -95,7 +98,7 @@ def test_a_multi_accelerator_machine_has_one_model_whatever_the_mode(catalog):
         return rows.set_index("key")[["wall_s", "time_source"]].astype({"time_source": str}).sort_index()
 
     # not measured on a V100: the device model predicts 8 × V100 (its all-reduce is fitted), in both modes
-    twins = [synthetic_profile(host=HERE, workload="nn_twins_mlp", batch_size=32, batches_per_epoch=400)]
+    twins = [synthetic_profile(host=HERE, workload="nn_twins_mlp", batch_size=256, batches_per_epoch=50)]
     default, single = eight_gpu_rows(twins, DistributedOptions()), eight_gpu_rows(twins, single_machine_options())
     assert len(default) and default.equals(single)
     assert set(default["time_source"].astype(str)) == {"device model"}
@@ -193,8 +196,9 @@ def test_seed_replay_hivemind_beats_synchronous_ddp_across_nodes():
     (80 samples/s), TBS 32K — Hivemind over 8 spot T4 VMs is several times faster than one T4, while
     synchronous DDP over the same 8 VMs all-reduces 0.8 GB of fp32 gradients every step and is
     communication-bound."""
-    t4 = synthetic_profile(host="t4box", device_name="Tesla T4", workload="convnext", iteration_s=0.4, batch_size=32,
-                           batches_per_epoch=40_000, parameters=197_800_000)
+    # 8 × the per-T4 batch 32 as the job's global batch: DDP over 8 VMs runs 32 per T4, as the seed's peers
+    t4 = synthetic_profile(host="t4box", device_name="Tesla T4", workload="convnext", iteration_s=3.2, batch_size=256,
+                           batches_per_epoch=5_000, parameters=197_800_000)
     result = plan([t4], load_catalog("seed-2021"), Objective(kind="fastest"),
                   options=PlanOptions(this_host=HERE, distributed=DistributedOptions(target_batch_size=32768,
                                                                                      node_counts=(8,))))
@@ -232,33 +236,20 @@ def test_parameter_averaging_is_counted_in_a_hivemind_groups_egress_when_asked(c
         options_from_cli(average_state_every=0)
 
 
-def test_max_global_batch_caps_weak_scaling_and_the_best_plan_flags_large_batches(catalog):
+def test_groups_split_the_global_batch_and_prune_what_cannot(catalog):
+    """Scale-out keeps the job's global batch (strong scaling): DDP splits it over the workers, Hivemind
+    rounds hold it; groups whose share per device falls below the floor are not ranked, and counted."""
     from trainwise.plan.planner import global_batch_sizes
+    from trainwise.plan.scaling import REASON_FLOOR
 
-    # slow steps over a small training set (40 steps of 32 per epoch): the fastest plans are data-parallel
-    # groups whose global batch grows with the devices, leaving a handful of steps per epoch
-    profiles = [v100(iteration_s=2.0, batches_per_epoch=40)]
+    profiles = [v100(iteration_s=2.0, batches_per_epoch=40, batch_size=64)]
     result = plan(profiles, catalog, Objective(kind="fastest"), options=options())
-    best = result.primary.iloc[:1]
-    profiled = int(best["batch_size"].iloc[0])
-    grown = float(global_batch_sizes(best)[0])
-    assert grown >= 2 * profiled
-    assert any(f"global batch of {grown:,.0f}" in flag and "step(s) per epoch" in flag and "--max-global-batch" in flag
-               for flag in result.flags)
-    # 8 V100s at batch 32 on a long job (1,250 steps per epoch) is ordinary DDP: no flag
-    ordinary = plan([v100(iteration_s=2.0, batches_per_epoch=10_000)], catalog, Objective(kind="fastest"), options=options())
-    assert float(global_batch_sizes(ordinary.primary.iloc[:1])[0]) == 8 * 32
-    assert not any("global batch of" in flag for flag in ordinary.flags)
-    capped = plan(profiles, catalog, Objective(kind="fastest"), Constraints(max_global_batch=4 * profiled), options=options())
-    kept = capped.ranked
-    assert (global_batch_sizes(kept) <= 4 * profiled).all()
-    assert (global_batch_sizes(kept) > profiled).any()  # groups up to 4 devices are still ranked
-    assert capped.exclusions.get("global-batch", 0) > 0
-    # still few steps per epoch at 4 devices, so the flag stays, but no longer suggests the cap it has
-    assert not any("pass --max-global-batch" in flag for flag in capped.flags)
-    # Hivemind rows accumulate to the target batch size, whatever the peer count
-    hivemind = kept[kept["parallelism"].astype(str) == "hivemind"]
-    assert len(hivemind) and (global_batch_sizes(hivemind) == profiled).all()
-    # a cap below every candidate names itself as what excluded them
+    assert set(global_batch_sizes(result.ranked).tolist()) == {64.0}
+    assert result.primary["workers"].max() <= 8  # 64 / 8 = 8 per worker, the floor
+    assert result.pruned.get(REASON_FLOOR, 0) > 0  # the 8-V100 groups of 2+ machines, the 16-GPU machines
+    assert not any("global batch of" in flag for flag in result.flags)
+    hivemind = result.ranked[result.ranked["parallelism"].astype(str) == "hivemind"]
+    assert len(hivemind) and (global_batch_sizes(hivemind) == 64).all()
+    # a cap below the job's batch excludes every plan and names itself
     with pytest.raises(TrainwiseError, match="--max-global-batch 1 excluded"):
         plan(profiles, catalog, Objective(kind="fastest"), Constraints(max_global_batch=1), options=options())

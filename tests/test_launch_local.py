@@ -94,7 +94,7 @@ def test_history_without_runs_is_one_line(tmp_path, monkeypatch, capsys):
     (["--timeout", "600"], "--timeout applies to --backend local only: add --backend local"),
     (["--work-dir", "runs", "--timeout", "5"], "--timeout, --work-dir apply to --backend local only"),
     (["--backend", "local", "-o", "task.yaml"], "--output describes the SkyPilot task, which --backend local does not write"),
-    (["--backend", "local", "--workdir", "src", "--validate", "packaged"], "--workdir, --validate describe the SkyPilot task"),
+    (["--backend", "local", "--code-dir", "src", "--validate", "packaged"], "--code-dir, --validate describe the SkyPilot task"),
 ])
 def test_an_option_of_the_other_backend_is_refused_before_the_plan_is_read(tmp_path, capsys, args, fragment):
     # they used to be dropped without a word (`--timeout 600` on a cloud launch limited nothing)
@@ -183,10 +183,16 @@ def test_a_command_running_a_local_script_gets_this_directory_as_workdir(tmp_pat
     assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml"]) == 0
     assert "workdir: . (the command names train.py" in " ".join(capsys.readouterr().out.split())
     assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "."
-    # an explicit --workdir wins (a folder that exists: SkyPilot syncs it)
+    # an explicit --code-dir wins (a folder that exists: SkyPilot syncs it)
     (tmp_path / "src").mkdir()
-    assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml", "--workdir", "src"]) == 0
+    assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml", "--code-dir", "src"]) == 0
     assert yaml.safe_load((tmp_path / "task.yaml").read_text())["workdir"] == "src"
+    # the old --workdir still works, hidden and deprecated, with a warning
+    assert main(["launch", "plan.json", "--dry-run", "-o", "task.yaml", "--workdir", "src"]) == 0
+    assert "--workdir is deprecated: use --code-dir" in " ".join(capsys.readouterr().err.split())
+    assert main(["launch", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "--code-dir" in help_text and "--workdir" not in help_text and "--work-dir" in help_text
 
 
 def test_a_cloud_launch_that_would_keep_nothing_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):

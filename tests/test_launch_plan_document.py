@@ -133,7 +133,9 @@ def test_plan_save_checks_uris_before_planning(tmp_path, capsys, monkeypatch, op
 def grouped_result(**constraints):
     from trainwise.plan.distributed import DistributedOptions
 
-    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02, jitter=0.05)
+    # global batch 256: 2 and 4 nodes split it at 128 and 64 per V100
+    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.16, jitter=0.05,
+                                batch_size=256)
     return plan([("v100", profile)], catalog(), make_objective("cheapest"), Constraints(clouds=("aws",), **constraints),
                 epoch_options=(10,), options=PlanOptions(this_host="elsewhere", distributed=DistributedOptions(
                     node_counts=(2, 4), hivemind=True)))
@@ -193,10 +195,10 @@ def test_nodes_without_a_row_to_predict_them_are_refused_in_one_line():
                                              r"Hivemind rows: hivemind/2x/azure/westus3/Standard_NC6s_v3: re-plan"):
         build_plan_document(result, catalog(), command=COMMAND, engine="hivemind", nodes=2)
     # a constraint that excludes the very row: the plan says which
-    capped = grouped_result(max_global_batch=int(result.best["batch_size"]))
-    assert capped.best["offering_id"] == "aws/use2-az2/p3.2xlarge"
-    with pytest.raises(TrainwiseError, match=r"multi-node/2x/aws/use2-az2/p3.2xlarge, is excluded by global-batch: relax"):
-        build_plan_document(capped, catalog(), command=COMMAND, engine="ddp", nodes=2)
+    capped = grouped_result(regions=("us-east-2",))
+    with pytest.raises(TrainwiseError, match=r"multi-node/2x/aws/use2-az2/p3.2xlarge, is excluded by region: relax"):
+        build_plan_document(with_best(capped, "aws/use2-az2/p3.2xlarge", "spot"), catalog(), command=COMMAND,
+                            engine="ddp", nodes=2)
     with pytest.raises(TrainwiseError, match=r"no row for 3 × aws/use2-az2/p3.2xlarge \(spot\) with DDP.*rows: none"):
         build_plan_document(result, catalog(), command=COMMAND, engine="ddp", nodes=3)
     # a 4-GPU machine: the planner groups single-accelerator machines only; the error names the rows it has
@@ -212,10 +214,11 @@ def test_nodes_without_a_row_to_predict_them_are_refused_in_one_line():
 def test_plan_save_nodes_end_to_end(tmp_path, capsys):
     from trainwise.cli import main
 
-    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02).save(
+    # global batch 48: 2 and 3 nodes split it at 24 and 16 per V100
+    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.3, batch_size=48).save(
         tmp_path / "v100.json")
     base = ["plan", "--profile", str(profile), "--catalog", "packaged", "--cloud", "aws", "--epoch-options", "10",
-            "--out-dir", str(tmp_path / "out")]
+            "--out-dir", str(tmp_path / "out"), "--checkpoint-uri", "s3://bucket/ckpt"]
     saved = {}
     for nodes in (1, 2, 3):  # 3 is not in the default --node-counts 2,4,8: --save --nodes 3 ranks it too
         path = tmp_path / f"n{nodes}.json"
@@ -280,7 +283,7 @@ def test_a_plan_saved_with_a_command_predicts_the_commands_own_epochs(tmp_path, 
     profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02).save(
         tmp_path / "v100.json")
     base = ["plan", "--profile", str(profile), "--catalog", "packaged", "--cloud", "aws", "--single-machine",
-            "--out-dir", str(tmp_path / "out")]
+            "--out-dir", str(tmp_path / "out"), "--checkpoint-uri", "s3://bucket/ckpt"]
     one, twenty = tmp_path / "one.json", tmp_path / "twenty.json"
     assert main([*base, "--save", str(one), "--", "python", "t.py", "--epochs", "1"]) == 0
     assert "headline: 1 epoch, the training command's --epochs" in capsys.readouterr().out
@@ -319,3 +322,22 @@ def test_a_plan_document_with_non_utf8_command_bytes_round_trips(tmp_path):
     document = build_plan_document(v100_result(), catalog(), command=command)
     document.save(tmp_path / "plan.json")  # PydanticSerializationError before
     assert os.fsencode(load_plan(tmp_path / "plan.json").command[-1]) == b"/d_\xff"
+
+
+def test_plan_save_refuses_a_spot_plan_launch_could_not_run(tmp_path, capsys):
+    """`launch` refuses a spot plan with no checkpoint bucket (a preempted run could not resume):
+    `plan --save` refuses it when saving, naming the fix, and writes nothing."""
+    from trainwise.cli import main
+
+    profile = synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02).save(
+        tmp_path / "v100.json")
+    base = ["plan", "--profile", str(profile), "--catalog", "packaged", "--cloud", "aws", "--epoch-options", "10",
+            "--single-machine", "--out-dir", str(tmp_path / "out")]
+    path = tmp_path / "spot.json"
+    assert main([*base, "--save", str(path), "--", "python", "t.py"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "spot machine" in err and "--checkpoint-uri s3://BUCKET/PATH" in err and "--no-spot" in err
+    assert not path.exists()
+    assert main([*base, "--save", str(path), "--checkpoint-uri", "s3://bucket/ckpt", "--", "python", "t.py"]) == 0
+    assert load_plan(path).offering.spot
+    assert main([*base, "--no-spot", "--save", str(tmp_path / "od.json"), "--", "python", "t.py"]) == 0

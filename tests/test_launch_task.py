@@ -197,7 +197,7 @@ def test_packaged_schema_refuses_local_sources_skypilot_could_not_upload(tmp_pat
     (tmp_path / "code").mkdir()
     (tmp_path / "train.py").write_text("print('train')\n")
     validate_packaged(task_config(plan, workdir=str(tmp_path / "code")), catalog())
-    with pytest.raises(TrainwiseError, match="--workdir .*/nowhere does not exist: give the folder"):
+    with pytest.raises(TrainwiseError, match="--code-dir .*/nowhere does not exist: give the folder"):
         validate_packaged(task_config(plan, workdir=str(tmp_path / "nowhere")), catalog())
     with pytest.raises(TrainwiseError, match="train.py is not a folder"):
         validate_packaged(task_config(plan, workdir=str(tmp_path / "train.py")), catalog())
@@ -216,10 +216,10 @@ def test_launch_refuses_a_missing_workdir_in_one_line(tmp_path, capsys):
     from trainwise.cli import main
 
     four_plans()["on-demand"].save(tmp_path / "plan.json")
-    code = main(["launch", str(tmp_path / "plan.json"), "--dry-run", "--validate", "packaged", "--workdir",
+    code = main(["launch", str(tmp_path / "plan.json"), "--dry-run", "--validate", "packaged", "--code-dir",
                  str(tmp_path / "nonexistent"), "-o", str(tmp_path / "t.yaml")])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: --workdir") and "does not exist" in err and "Traceback" not in err
+    assert code == 2 and err.startswith("error: --code-dir") and "does not exist" in err and "Traceback" not in err
     assert not (tmp_path / "t.yaml").exists()
 
 

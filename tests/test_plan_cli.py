@@ -38,8 +38,9 @@ def test_plan_writes_tables_and_every_report_file(capsys, tmp_path, profiles):
     code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--profile", str(profiles[1]),
                              "--catalog", "packaged", "--report", str(report), "--out-dir", str(tmp_path / "out"))
     assert code == 0, err
-    assert "Top" in out and "Pareto set" in out and "Best plan per epoch option" in out
+    assert "Best:" in out and "time: provisioning" in out and "The best plan of each other choice" in out
     assert "measured here" in out and "(imported)" in out
+    assert len(out.splitlines()) <= 40
     for name in ("plan.html", "pareto.png", "plan.json", "plan.md"):
         assert (report / name).is_file(), name
     assert (report / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -58,6 +59,10 @@ def test_plan_writes_tables_and_every_report_file(capsys, tmp_path, profiles):
     assert "| rank | offering |" in markdown and "## Pareto set" in markdown
     html = (report / "plan.html").read_text()
     assert "data:image/png;base64," in html and 'id="plans-table"' in html
+    code, out, err = run_cli(capsys, "plan", "--profile", str(profiles[0]), "--profile", str(profiles[1]),
+                             "--catalog", "packaged", "--all", "--out-dir", str(tmp_path / "out"))
+    assert code == 0, err
+    assert "Top" in out and "Pareto set" in out and "Best plan per epoch option" in out
     assert "http://" not in html and "https://" not in html  # self-contained: no external resource
     assert "plan.html" in out.replace("\n", "")  # where the report went
 

@@ -75,7 +75,11 @@ def test_costs_and_breakdown_add_up(catalog):
     result = plan([cpu_here(), v100_elsewhere()], catalog, Objective(kind="fastest"), options=options)
     plans = result.plans
     on_demand = plans[(plans["market"] == "on-demand") & (plans["accelerator"] == "V100")].iloc[0]
-    assert on_demand["provisioning_s"] == 1050.0
+    # provisioning per cloud (trainwise.plan.provisioning): a single AWS VM, Mao & Humphrey / Erben et al.
+    assert on_demand["cloud"] == "aws" and on_demand["provisioning_s"] == 180.0
+    assert "Mao & Humphrey" in on_demand["provisioning_source"]
+    assert on_demand["fixed_cost"] == pytest.approx((180.0 + on_demand["staging_s"]) / 3600 * on_demand["price_per_hour"]
+                                                    + 0.10 + on_demand["storage_cost"])
     assert on_demand["staging_s"] == pytest.approx(10e9 / (932.2e6 / 106.51))
     assert on_demand["egress_cost"] == pytest.approx(0.10)  # 10 GB x 0.01 $/GB from object storage
     assert on_demand["storage_cost"] == pytest.approx(10 * 0.005 * on_demand["wall_s"] / (30 * 86400))

@@ -37,10 +37,10 @@ def test_html_is_self_contained_and_complete(result):
     page = render_html(result, png, generated_at="2026-11-22T00:00:00+00:00")
     assert page.startswith("<!DOCTYPE html>")
     for fragment in ('id="pareto-chart"', 'id="plans-table"', 'id="pareto-table"', 'id="epochs-table"',
-                     'id="methodology2-table"', 'id="breakdown-table"', 'id="offerings-table"', 'id="not-predicted-table"',
+                     'id="methodology2-table"', 'id="breakdown-table"', 'id="plans-csv"', 'id="not-predicted-table"',
                      'id="profiles-table"', 'id="assumptions"', 'id="catalog-caption"', "expected preemption loss",
                      "data staging", "first epoch", "steady state", "validation", "prices as of 2026-11-21",
-                     "Known inconsistencies"):
+                     "Inconsistencies in the published sources", 'id="best-breakdown"', 'id="sources-legend"'):
         assert fragment in page, fragment
     assert "http://" not in page and "https://" not in page and "<link" not in page and "src=\"http" not in page
     assert "&lt;b&gt;lab&lt;/b&gt; &amp; co" in page and "<b>lab</b>" not in page
@@ -89,10 +89,41 @@ def test_terminal_tables(result, width):
     assert "measured on gpubox (imported)" in text.replace("\n", " ") or "T2" in text
 
 
-def test_cost_efficiency_reads_as_a_ratio_past_twice_the_reference_cost():
-    from trainwise.report.data import cost_efficiency_text
+def test_cost_efficiency_reads_in_one_unit():
+    from trainwise.report.data import accelerators_text, cost_efficiency_text
 
-    assert cost_efficiency_text(0.5) == "50.0 %"  # the seed's 1 − C/C_ref: half the reference's cost
-    assert cost_efficiency_text(-0.6) == "-60.0 %"
-    assert cost_efficiency_text(-2496.523) == "2,497.5× ref. cost"  # not "-249652.3 %"
+    # 1 − C/C_ref shown as the cost ratio C/C_ref for every row: never "66.7 %" beside "4,311.0×"
+    assert cost_efficiency_text(0.5) == "0.50×"
+    assert cost_efficiency_text(-0.6) == "1.60×"
+    assert cost_efficiency_text(-2496.523) == "2,498×"
     assert cost_efficiency_text(float("nan")) == "—"
+    assert accelerators_text({"accelerator": "A10", "accelerator_count": 1 / 3}) == "A10 ×1/3"  # not ×0.333333
+    assert accelerators_text({"accelerator": "A100", "accelerator_count": 8.0}) == "A100 ×8"
+    assert accelerators_text({"accelerator": None, "accelerator_count": 0.0}) == "CPU"
+
+
+def test_footnote_codes_mean_the_same_source_in_every_table(result):
+    """--all on a narrow terminal: T1/P1 stand for the same time/price source in the top-plans table
+    and in the Pareto table (they used to be renumbered per table)."""
+    import re
+
+    console = Console(width=100, record=True, file=open("/dev/null", "w"))
+    print_plan(console, result)
+    text = console.export_text()
+    legends = re.findall(r"([TP]\d+): (.+?)(?:;|\n)", text)
+    meaning: dict[str, str] = {}
+    for code, source in legends:
+        assert meaning.setdefault(code, source.strip()) == source.strip(), code
+    assert len(meaning) >= 2
+
+
+def test_html_footnote_codes_are_stable(result):
+    import re
+
+    page = render_html(result, pareto_chart_png(result))
+    legend = page.split('id="sources-legend"', 1)[1].split("</ul>", 1)[0]
+    codes = re.findall(r"<b>([TP]\d+)</b>", legend)
+    assert len(codes) == len(set(codes)) >= 2  # one entry per code, the same code in every table
+    for table in ("plans-table", "pareto-table"):
+        body = page.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
+        assert set(re.findall(r">(T\d+) P\d+<", body)) <= set(codes)

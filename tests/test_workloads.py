@@ -24,7 +24,8 @@ from trainwise.workloads import (
 )
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-EXPECTED = {"mnist_cnn", "seismic_fcn", "resnet50_cifar10", "inceptionv3_dr", "nn_twins_mlp", "rnn_sa_lstm"}
+EXPECTED = {"mnist_cnn", "seismic_fcn", "resnet50_cifar10", "inceptionv3_dr", "nn_twins_mlp", "rnn_sa_lstm",
+            "resnet50_imagenet"}
 EPOCH_LINE = re.compile(r"^epoch (\d+)/(\d+) loss=\S+ val_loss=\S+ val_acc=([0-9.]+) time=[0-9.]+s$", re.M)
 
 # Tiny sizes per workload: (batch, train samples, val samples). Slow ones are marked below.
@@ -35,8 +36,9 @@ TINY = {
     "rnn_sa_lstm": (8, 16, 8),
     "resnet50_cifar10": (4, 8, 4),
     "inceptionv3_dr": (2, 4, 2),
+    "resnet50_imagenet": (2, 4, 2),
 }
-SLOW = {"resnet50_cifar10", "inceptionv3_dr"}
+SLOW = {"resnet50_cifar10", "inceptionv3_dr", "resnet50_imagenet"}
 
 
 def _env() -> dict[str, str]:

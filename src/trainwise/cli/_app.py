@@ -12,6 +12,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console()
 err_console = Console(stderr=True)
 
+
+@app.callback()
+def _global_options(quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display on stderr (it is off anyway when stderr is not a terminal)")) -> None:
+    from trainwise._progress import set_quiet
+
+    set_quiet(quiet)
+
 # An example value of each comma-separated option, for its error message.
 _INT_LIST_EXAMPLES = {"--batch-sizes": "64,128,256", "--epoch-options": "5,10,20", "--node-counts": "2,4,8"}
 

@@ -36,7 +36,7 @@ plan_app = typer.Typer(cls=_PlanGroup, add_completion=False, pretty_exceptions_e
 
 
 def _ranking_options(
-    workload: Annotated[str, typer.Option(help="Reference workload to profile here when no --profile is given")] = "mnist_cnn",
+    workload: Annotated[str, typer.Option(help="Reference workload to profile here when no --profile is given (mnist_cnn: a quick example)")] = "resnet50_imagenet",
     profile_paths: Annotated[Optional[list[Path]], typer.Option("--profile", help="Measured profile(s) to plan from, from this or other machines (repeatable)")] = None,
     catalog: Annotated[str, typer.Option(help="Price catalog: current, seed-2021, or a path")] = "current",
     objective: Annotated[str, typer.Option(help="fastest, cheapest, weighted, deadline (cheapest meeting --deadline) or budget (fastest within --budget)")] = "cheapest",
@@ -59,14 +59,15 @@ def _ranking_options(
     pipeline: Annotated[Optional[Path], typer.Option("--pipeline", help="Stage what a pipeline strategy stores (JSON from `trainwise pipeline profile --json`) instead of --dataset-gb")] = None,
     pipeline_strategy: Annotated[Optional[str], typer.Option(help="With --pipeline: the strategy id (default: the one the pipeline profile selected)")] = None,
     bandwidth_mbps: Annotated[Optional[float], typer.Option(help="Staging bandwidth, Mb/s (default: the seed's measured 8.75 MB/s)")] = None,
-    provisioning_minutes: Annotated[Optional[float], typer.Option(help="Provisioning/boot time of a cloud machine (default 15-20 min)")] = None,
+    provisioning_minutes: Annotated[Optional[float], typer.Option(help="Provisioning/boot time of a cloud machine, one figure for all (default: per cloud and kind of machine, with sources in the report)")] = None,
     interruption_rate: Annotated[Optional[float], typer.Option(help="Spot interruptions per hour")] = None,
     interruption_frequency_30d: Annotated[Optional[float], typer.Option(help="AWS-style interruption frequency over 30 days, e.g. 0.05")] = None,
     checkpoint_write_s: Annotated[Optional[float], typer.Option(help="Seconds to write a checkpoint (default: from the model size)")] = None,
     reference: Annotated[Optional[str], typer.Option(help="offering_id of the reference platform (default: this machine, else the best plan)")] = None,
     billing: Annotated[Optional[str], typer.Option(help="Override billing granularity: per_second, per_minute or per_hour")] = None,
     min_billed_seconds: Annotated[Optional[float], typer.Option(help="Override the minimum billed seconds")] = None,
-    top: Annotated[int, typer.Option(help="Rows in the top-plans table")] = 10,
+    top: Annotated[int, typer.Option(help="Alternatives in the answer (rows of each table with --all)")] = 8,
+    all_tables: Annotated[bool, typer.Option("--all", help="Every table: top plans, Pareto set, best per epoch option, groups")] = False,
     out_dir: Annotated[Path, typer.Option(help="Where the profile and the default report are written")] = Path("trainwise-out"),
     distributed: Annotated[bool, typer.Option("--distributed/--single-machine", help="Also rank groups of machines: multi-node DDP, Hivemind and hybrid (default); or one machine each (a machine with several accelerators included)")] = True,
     node_counts: Annotated[str, typer.Option(help="With --distributed: machine counts for N x machine groups")] = ",".join(map(str, DEFAULT_NODE_COUNTS)),
@@ -160,6 +161,13 @@ def plan_history() -> None:
     _history()
 
 
+def _workload_epochs(name: str) -> int | None:
+    """The epochs a reference workload trains (the job `plan` profiles here when no --profile is given)."""
+    from trainwise.workloads import get_workload
+
+    return get_workload(name).default_epochs
+
+
 def _history() -> None:
     from trainwise.launch.command import show_history
 
@@ -181,7 +189,8 @@ def _request(ctx: typer.Context, options: dict[str, Any], saved_nodes: int | Non
         bandwidth_mbps=options["bandwidth_mbps"], provisioning_minutes=options["provisioning_minutes"],
         interruption_rate=options["interruption_rate"], interruption_frequency_30d=options["interruption_frequency_30d"],
         checkpoint_write_s=options["checkpoint_write_s"], reference=options["reference"], billing=options["billing"],
-        min_billed_seconds=options["min_billed_seconds"], top=options["top"], out_dir=options["out_dir"],
+        min_billed_seconds=options["min_billed_seconds"], top=options["top"], show_all=options["all_tables"],
+        out_dir=options["out_dir"],
         distributed=options["distributed"],
         node_counts=tuple(parse_int_list(options["node_counts"], "--node-counts")),
         target_batch_size=options["target_batch_size"], network=options["network"],
@@ -224,7 +233,8 @@ def _rank(ctx: typer.Context, options: dict[str, Any], *, save_path: Path | None
     decision = decide_epochs(epochs=request.epochs, epoch_options=request.epoch_options,
                              epoch_options_given=request.epoch_options_given,
                              profiles=[(str(path), profile) for path, (_, profile) in zip(request.profile_paths, profiles)],
-                             command=command if save_path is not None else None)
+                             command=command if save_path is not None else None,
+                             workload_epochs=None if request.profile_paths else _workload_epochs(request.workload))
     if decision.says:
         status_console.print(decision.says)
     request = request.model_copy(update={"epochs": decision.headline})

@@ -22,12 +22,25 @@ def _passthrough() -> list[str] | None:
 DEFAULT_WORK_DIR = Path("trainwise-out/runs")
 
 
+def resolve_code_dir(code_dir: str | None, workdir: str | None) -> str | None:
+    """`--code-dir`, or the deprecated `--workdir` it replaced (too close to the local backend's
+    `--work-dir`, which means something else), with a warning."""
+    if workdir is None:
+        return code_dir
+    if code_dir is not None:
+        raise TrainwiseError("--workdir is the old name of --code-dir: give --code-dir only")
+    Console(stderr=True).print("[yellow]warning:[/yellow] --workdir is deprecated: use --code-dir (the directory "
+                               "SkyPilot syncs); --work-dir is the local backend's run folder", highlight=False)
+    return workdir
+
+
 def launch_command(
     plan: Annotated[Path, typer.Argument(help="Plan JSON written by `trainwise plan --save`")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and validate the SkyPilot task; launch nothing")] = False,
     backend: Annotated[str, typer.Option(help="sky (SkyPilot: any cloud it supports) or local (this machine)")] = "sky",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write the SkyPilot task YAML (default PLAN.sky.yaml)")] = None,
-    workdir: Annotated[Optional[str], typer.Option(help="Directory SkyPilot syncs to the cluster (your training code)")] = None,
+    code_dir: Annotated[Optional[str], typer.Option("--code-dir", help="Directory SkyPilot syncs to the cluster (your training code)")] = None,
+    workdir_deprecated: Annotated[Optional[str], typer.Option("--workdir", hidden=True, help="Deprecated: --code-dir")] = None,
     trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the cluster (default: what this trainwise was installed from; a wheel built from a source checkout, uploaded)")] = None,
     work_dir: Annotated[Path, typer.Option(help="Local backend: where each run's staged data, log and working files go")] = DEFAULT_WORK_DIR,
     timeout: Annotated[Optional[float], typer.Option(help="Local backend: kill the training after this many seconds")] = None,
@@ -37,6 +50,7 @@ def launch_command(
     """Run a saved plan: a SkyPilot task on the plan's cloud (managed job for spot), or here with --backend local."""
     from trainwise.launch.command import launch
 
+    workdir = resolve_code_dir(code_dir, workdir_deprecated)
     if _passthrough():
         raise TrainwiseError("launch takes no command after `--`: the training command is in the plan (trainwise plan --save PLAN -- python train.py)")
     # Each backend reads only its own options; one given to the other backend used to be dropped
@@ -49,7 +63,7 @@ def launch_command(
             raise TrainwiseError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend local only: "
                                  "add --backend local, or drop " + ("it" if len(given) == 1 else "them"))
     elif backend == "local":
-        given = options_given(("--output", output, None), ("--workdir", workdir, None),
+        given = options_given(("--output", output, None), ("--code-dir", workdir, None),
                               ("--trainwise-spec", trainwise_spec, None), ("--validate", validate, "auto"))
         if given:
             raise TrainwiseError(f"{', '.join(given)} {'describes' if len(given) == 1 else 'describe'} the SkyPilot task, "

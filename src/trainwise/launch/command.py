@@ -62,6 +62,7 @@ def save_plan(result: Any, path: Path, *, catalog_name: str, passthrough: list[s
     document = build_plan_document(result, load_catalog(catalog_name), command=command,
                                    workload=None if profile_paths else workload,
                                    profile_path=str(profile_paths[0]) if profile_paths else None, **choices)
+    check_launchable(document)
     if not passthrough:
         origin = (f"the command profile {profile_paths[0]} measured (its own epoch count)" if profile_paths
                   else f"the reference workload {workload} at {result.primary_epochs} epochs")
@@ -76,6 +77,17 @@ def save_plan(result: Any, path: Path, *, catalog_name: str, passthrough: list[s
                   f"({'spot' if document.offering.spot else 'on-demand'}), {document.nodes} node(s), engine "
                   f"{document.engine}, predicted {p.training_s:,.0f} s training / {p.cost_usd:.4g} $ ({p.time_source})")
     return written
+
+
+def check_launchable(document: Any) -> None:
+    """Refuse, before it is written, a plan `trainwise launch` would refuse: a spot plan on a cloud
+    with no checkpoint bucket (a preempted run could not resume). Hivemind peers resume from the
+    others, not from checkpoints (trainwise.launch.skypilot_task)."""
+    offering = document.offering
+    if offering.spot and document.engine != "hivemind" and not document.checkpoint_uri and offering.is_cloud:
+        raise TrainwiseError(f"the best plan is a spot machine ({offering.offering_id}) and `trainwise launch` needs a "
+                             "checkpoint bucket for it, so a preempted run resumes: add --checkpoint-uri s3://BUCKET/PATH "
+                             "(or gs://...), or plan on-demand machines only with --no-spot")
 
 
 def show_history(console: Console) -> None:
@@ -161,7 +173,7 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
             # Without a workdir the cluster would not have the script the command runs.
             workdir = "."
             console.print(f"workdir: . (the command names {', '.join(local_files)} here; SkyPilot syncs this directory, "
-                          "minus .gitignore/.skyignore; pass --workdir to sync another)")
+                          "minus .gitignore/.skyignore; pass --code-dir to sync another)")
     head_identity = None
     if needs_head_identity(plan):
         from trainwise.launch.run_command import HIVEMIND_PORT, write_head_identity

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trainwise._progress import phase
 from trainwise.errors import TrainwiseError
 from trainwise.launch import staging
 from trainwise.launch.history import RunRecord, save_record
@@ -131,7 +132,7 @@ def run_local(plan: PlanDocument, *, work_dir: Path, console: Console, timeout_s
     log_path = run_dir / "job.log"
     console.print(f"running [bold]{plan.name}[/bold] here with {how}; log: {log_path}")
     t0 = time.perf_counter()
-    with log_path.open("wb") as log, console.status(f"training ({how})"):
+    with log_path.open("wb") as log, phase(f"training ({how}); log: {log_path}"):
         try:
             completed = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s,
                                        check=False)

@@ -330,7 +330,7 @@ def _check_local_sources(spec: TaskSpec) -> None:
     if spec.workdir is not None:
         path = Path(spec.workdir).expanduser()
         if not path.is_dir():
-            raise TrainwiseError(f"--workdir {spec.workdir} {'is not a folder' if path.exists() else 'does not exist'}: "
+            raise TrainwiseError(f"--code-dir {spec.workdir} {'is not a folder' if path.exists() else 'does not exist'}: "
                                  "give the folder with your training code (SkyPilot syncs it to the cluster)")
     for destination, mount in spec.file_mounts.items():
         source = mount if isinstance(mount, str) else mount.source

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from trainwise.errors import TrainwiseError
 from trainwise.core import costs
@@ -133,20 +132,17 @@ def check_plan_outputs(*, save_path: Path | None, report_dir: Path | None, input
 
 
 @contextmanager
-def _progress(console: Console) -> Iterator[Progress]:
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                        console=console, transient=True)
-    with progress:
-        yield progress
+def _progress(console: Console) -> Iterator[None]:
+    yield None
 
 
 @contextmanager
-def _step(progress: Progress, description: str) -> Iterator[None]:
-    task = progress.add_task(description, total=1)
-    try:
+def _step(progress: None, description: str) -> Iterator[None]:
+    """One phase of the plan, shown on stderr while it runs (trainwise._progress)."""
+    from trainwise._progress import phase
+
+    with phase(description):
         yield
-    finally:
-        progress.update(task, completed=1)
 
 
 def inputs_of(request: PlanRequest):
@@ -190,8 +186,15 @@ def run_plan_command(request: PlanRequest, *, console: Console, err_console: Con
             with _step(progress, f"profiling the default workload {workload} on this machine (a few iterations)"):
                 measured = profile_workload_quiet(workload, status_console)
             path = measured.save(request.out_dir / f"{workload}.profile.json")
-            status_console.print(f"profile written to [bold]{path}[/bold]")
+            status_console.print(f"profile written to [bold]{path}[/bold]", highlight=False)
             profiles = [(workload, measured)]
+            from trainwise.workloads import get_workload
+
+            spec = get_workload(workload)
+            if options.dataset_gb is None and spec.hyperparameters.get("dataset_gb"):
+                # the reference job's full-size data set (profiled here on a slice, staged at full size)
+                options = options.model_copy(update={"dataset_gb": float(spec.hyperparameters["dataset_gb"]),
+                                                     "dataset_source": spec.hyperparameters["dataset_gb_source"]})
         with _step(progress, "ranking candidates"):
             result = plan(profiles, catalog, objective, constraints, epoch_options=epoch_options, local_offering=local,
                           options=options)
@@ -212,12 +215,17 @@ def run_plan_command(request: PlanRequest, *, console: Console, err_console: Con
                           default=_json_default)
         console.file.write(text + "\n")
         console.file.flush()
-    else:
+    elif request.show_all:
         from trainwise.report.terminal import print_plan
 
         print_plan(console, result, options.top_n)
-    for kind, path in paths.items():
-        status_console.print(f"{kind} report: [bold]{path}[/bold]")
+    else:
+        from trainwise.report.terminal import print_answer
+
+        print_answer(console, result, options.top_n)
+    if paths:
+        others = ", ".join(path.name for kind, path in paths.items() if kind != "html")
+        status_console.print(f"report: [bold]{paths['html']}[/bold] (with {others})", highlight=False)
     return result
 
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainwise.errors import TrainwiseError
 from trainwise.plan.objectives import check_option_number
+from trainwise.plan.scaling import job_global_batch, split_batch
 from trainwise.predict import data_parallel as dp
 from trainwise.predict.topology import CONTINENTS, NetworkModel, Site, continent_of, load_network, seed_network
 
@@ -348,19 +349,33 @@ class _Compute:
     measured: bool = False  # a profile's measured step, not the device model's
 
 
-def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], catalog: Any, cache: dict) -> _Compute | None:
-    """One worker's compute on `accelerator` for profile `item` (None accelerator: this machine):
-    measured — by `item` or a sibling profile of the same job (workload and batch) — else the
-    device model from the profile's characterisation."""
-    key = (item.label, accelerator)
+def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], catalog: Any, cache: dict,
+                 per_worker_batch: int | None = None) -> _Compute | None:
+    """One worker's compute on `accelerator` for profile `item` (None accelerator: this machine) at
+    `per_worker_batch` (None: the profile's): measured — by `item` or a sibling profile of the same
+    job (workload and batch), its step scaled to the worker's share of the batch — else the device
+    model from the profile's characterisation at that batch."""
+    from trainwise.plan.scaling import job_global_batch, rebatch
+
+    key = (item.label, accelerator, per_worker_batch)
     if key in cache:
         return cache[key]
     out = None
     for candidate in (item, *siblings):
         measured_here = accelerator is None and candidate.here
+        if job_global_batch(candidate.profile) != max(1, candidate.profile.dataset.global_batch_size):
+            continue  # measured on a slice at another batch: not the job's step
         if measured_here or (accelerator is not None and candidate.accelerator == accelerator):
             worker = dp.compute_from_profile(candidate.profile).model_copy(
                 update={"source": "measured here" if measured_here else candidate.provenance})
+            if per_worker_batch is not None and per_worker_batch != worker.per_worker_batch_size:
+                # compute-bound steps scale with the samples in them (the measured step, split)
+                factor = per_worker_batch / worker.per_worker_batch_size
+                worker = worker.model_copy(update={
+                    "step_time_s": worker.step_time_s * factor,
+                    "step_time_samples_s": tuple(t * factor for t in worker.step_time_samples_s),
+                    "per_worker_batch_size": per_worker_batch,
+                    "source": f"{worker.source}, scaled to batch {per_worker_batch}"})
             out = _Compute(worker, candidate.profile.steady_state.iteration.relative_ci95_halfwidth, True, "",
                            candidate.label, measured=True)
             break
@@ -370,9 +385,15 @@ def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], ca
 
         char = characterisation_or_none(item.profile)
         if char is not None:
+            if per_worker_batch is not None:
+                char = rebatch(char, per_worker_batch)
+            from trainwise.plan.scaling import is_slice
+
+            per_sample_wait = (0.0 if is_slice(item.profile) else
+                               dm.host_overhead_from_profile(item.profile) / max(1, item.profile.dataset.global_batch_size))
             try:
                 pred = dm.predict_iteration(char, catalog.accelerator(accelerator), 1, None,
-                                            dm.host_overhead_from_profile(item.profile))
+                                            per_sample_wait * char.per_device_batch)
                 note = "" if pred.fits_memory else (f"memory: needs ~{pred.memory_required_gib:.1f} GiB per device, "
                                                     f"{accelerator} has ~{pred.memory_available_gib:.1f} GiB usable")
                 out = _Compute(dp.WorkerCompute(step_time_s=pred.iteration_s, per_worker_batch_size=char.per_device_batch,
@@ -407,11 +428,25 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
         n_train = profile.dataset.n_train or ((profile.dataset.iterations_per_epoch or 1) * max(1, profile.dataset.global_batch_size))
         parameters = profile.model.trainable_parameters or profile.model.parameters
         gradient_bytes = profile.model.gradient_bytes or parameters * 4
+        job_batch = job_global_batch(profile)
         for offering_id, group in groups.items():
             if offering_id not in row_of.index:
                 continue
+            # the job's global batch, split over the group's workers (Hivemind: over its peers per round)
+            if group.kind == "hivemind":
+                # peers accumulate samples until the round holds the target batch: any split works, as
+                # long as each peer's share stays above the floor
+                peers = sum(m.count for m in group.members)
+                round_batch = options.target_batch_size or job_batch
+                per_worker, reason = split_batch(round_batch - round_batch % peers, peers)
+            else:
+                per_worker, reason = split_batch(job_batch, group.workers)
+            if per_worker is None:
+                if group.kind != "ddp-node":  # catalog machines are counted by the device-model source
+                    context.prune(reason)
+                continue
             computes = [_compute_for(m.accelerator if m.offering_row is not None else None, item, siblings,
-                                     context.catalog, cache) for m in group.members]
+                                     context.catalog, cache, per_worker) for m in group.members]
             if any(c is None for c in computes):
                 continue
             # one row per group and job: the profile that measured the (first) cloud machine owns it,
@@ -436,10 +471,8 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                 else:
                     link = dp.inter_node_link(member.site.cloud, network)
                     overlap = 1.0
-                if compute.worker.per_worker_batch_size * group.workers > n_train:
-                    # weak scaling keeps the per-worker batch: a global batch larger than the training
-                    # set is not the same training job (fewer than one step per epoch)
-                    continue
+                if job_batch > n_train:
+                    continue  # a global batch larger than the training set: less than one step per epoch
                 pred = dp.predict_ddp(compute.worker, int(gradient_bytes), group.workers, link, algorithm="auto",
                                       overlap=overlap)
                 samples_per_s, g, comm = pred.samples_per_s, pred.granularity, pred.exposed_communication_s
@@ -459,7 +492,7 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                         peers.append(dp.HivemindPeer(name=site.name, samples_per_s=rate, site=site,
                                                      price_per_hour=0.0 if math.isnan(price) else price,
                                                      source=c.worker.source))
-                tbs = options.target_batch_size or max(1, profile.dataset.global_batch_size)
+                tbs = options.target_batch_size or job_batch
                 if tbs > n_train:
                     continue  # an averaging round per more than an epoch: not the same training job
                 pred = dp.predict_hivemind(peers, int(parameters), tbs, network=network,
@@ -580,8 +613,9 @@ def assumptions(options: DistributedOptions) -> list[str]:
     """The data-parallel model's assumptions, for the plan's assumptions list."""
     net = options.net()
     ddp = [
-        "data parallel: DDP rows keep the profile's batch per worker (weak scaling: the global batch grows with the "
-        "workers; groups whose global batch, or Hivemind TBS, exceeds the training set are not ranked) and the profile's epochs (a larger global batch may need more epochs to converge: re-profile with `--epochs-from`); all-reduce in 25 MiB buckets overlapped with backward, ring or tree (the cheaper); intra-machine "
+        "data parallel: every row keeps the job's global batch, split over the workers (strong scaling); a split that "
+        "does not divide evenly or leaves fewer than 8 samples per device is not ranked (the plan says how many); "
+        "all-reduce in 25 MiB buckets overlapped with backward, ring or tree (the cheaper); intra-machine "
         "links from the catalog's interconnect, between machines the seed-003 intra-cloud bandwidth",
     ]
     if not options.hivemind and not options.node_counts and not options.groups:

@@ -38,6 +38,7 @@ from trainwise.errors import TrainwiseError
 from trainwise.plan import costs
 from trainwise.plan.objectives import Constraints, Objective, format_hours, format_money
 from trainwise.plan.pareto import pareto_mask_grouped
+from trainwise.plan.scaling import job_global_batch
 from trainwise.plan.runtime import (
     DEFAULT_SOURCES,
     NOT_PREDICTED,
@@ -79,9 +80,10 @@ class PlanOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    provisioning_s: tuple[float, float, float] = Field(default=costs.DEFAULT_PROVISIONING_S,
-                                                       description="low, expected, high seconds to a running cloud machine")
-    provisioning_source: str = costs.PROVISIONING_SOURCE
+    provisioning_s: tuple[float, float, float] | None = Field(
+        default=None, description="low, expected, high seconds to a running cloud machine; None: per cloud and kind "
+                                  "of machine (trainwise.plan.provisioning)")
+    provisioning_source: str = "per cloud and kind of machine (trainwise.plan.provisioning)"
     dataset_gb: float | None = Field(default=None, ge=0, description="dataset staged to cloud machines; None: not modelled")
     dataset_source: str = Field(default="user-given --dataset-gb", description="where dataset_gb comes from")
     staging_bytes_per_s: float = Field(default=costs.DEFAULT_STAGING_BYTES_PER_S, gt=0)
@@ -113,10 +115,14 @@ class PlanResult:
     flags: tuple[str, ...]
     assumptions: tuple[str, ...]
     exclusions: Mapping[str, int]    # constraint -> candidates it excluded (at the primary epoch option)
+    
     catalog_caption: str
     reference: str | None
     profiles: tuple[Mapping[str, Any], ...]
     inconsistencies: tuple[str, ...] = field(default=())
+    # reason -> offerings/groups not ranked because they would change the job's global batch
+    pruned: Mapping[str, int] = field(default_factory=dict)
+    job_global_batch: int | None = None
 
     @property
     def ranked(self) -> pd.DataFrame:
@@ -370,10 +376,19 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
     flags += _robustness_flags(candidates, objective, epochs_list, constraints)
     flags += _large_batch_flags(candidates, labelled, primary, constraints)
     assumptions = _assumptions(catalog, options, locals_, candidates, predictions)
+    from trainwise.plan.scaling import is_slice
+
+    for item in labelled:
+        if is_slice(item.profile):
+            assumptions.append(f"profile {item.label} measured a slice here (batch {item.profile.dataset.global_batch_size}); "
+                               f"the full-size step (batch {job_global_batch(item.profile)}) is the device model's, and "
+                               "its data loader is assumed to keep up with the devices (real JPEG decoding needs "
+                               "enough DataLoader workers)")
     plans = candidates.drop(columns=["offering_row", "_spot", "_cloudy", "_granularity_s", "_seq"])
     profile_rows = tuple({"label": p.label, "host": p.host, "device": p.device, "accelerator": p.accelerator,
                           "provenance": p.provenance, "batch_size": p.profile.dataset.global_batch_size,
-                          "workload": p.profile.workload, "created_at": p.profile.created_at} for p in labelled)
+                          "workload": p.profile.workload, "created_at": p.profile.created_at,
+                          "notes": tuple(str(n) for n in p.profile.notes)} for p in labelled)
     from trainwise.plan.metrics import inconsistencies
 
     return PlanResult(plans=plans, not_predicted=not_predicted, primary_epochs=primary, epoch_options=epochs_list,
@@ -381,7 +396,9 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
                       exclusions=dict(exclusions), catalog_caption=catalog.caption, reference=reference_label,
                       profiles=profile_rows,
                       inconsistencies=tuple(f"{i.where}: stated {i.stated}, inputs give {i.computed:.3g} — {i.explanation}"
-                                            for i in inconsistencies()))
+                                            for i in inconsistencies()),
+                      pruned=dict(sorted(context.pruned.items(), key=lambda kv: -kv[1])),
+                      job_global_batch=job_global_batch(labelled[0].profile) if len(labelled) == 1 else None)
 
 
 _OFFERING_FIELDS = ["offering_id", "catalog", "cloud", "region", "zone", "instance_type", "accelerator",
@@ -451,7 +468,14 @@ def _cost_model(frame: pd.DataFrame, catalog: Catalog, options: PlanOptions) -> 
     """Adds time, band, cost and metric columns in place (the frame is the planner's own)."""
     cloudy = frame["_cloudy"].to_numpy()
     spot = frame["_spot"].to_numpy()
-    low_p, mid_p, high_p = options.provisioning_s
+    if options.provisioning_s is not None:
+        low_p, mid_p, high_p = options.provisioning_s
+        frame["provisioning_source"] = options.provisioning_source
+    else:
+        from trainwise.plan.provisioning import provisioning_table
+
+        low_p, mid_p, high_p, sources = provisioning_table(frame)
+        frame["provisioning_source"] = pd.Categorical(np.where(cloudy, sources, "already running"))
     provisioning = np.where(cloudy, mid_p, 0.0)
     provisioning_low = np.where(cloudy, low_p, 0.0)
     provisioning_high = np.where(cloudy, high_p, 0.0)
@@ -492,12 +516,15 @@ def _cost_model(frame: pd.DataFrame, catalog: Catalog, options: PlanOptions) -> 
     frame["compute_cost"] = billed_cost(wall)
     frame["egress_cost"] = egress
     frame["storage_cost"] = storage
+    # fixed costs, whatever the training takes: the machine's time to boot and stage, egress, storage
+    frame["fixed_cost"] = (provisioning + staging) / 3600.0 * price + egress + storage
     # data-parallel groups: the peers' network egress and data loading, per hour of the run
     network_rate = frame["network_usd_per_hour"].to_numpy() if "network_usd_per_hour" in frame.columns else None
     network = network_rate * wall / 3600.0 if network_rate is not None else 0.0
     if network_rate is not None:
         frame["network_egress_cost"] = network
     frame["total_cost"] = frame["compute_cost"] + egress + storage + network
+    frame["fixed_cost"] = np.minimum(frame["fixed_cost"].to_numpy(), frame["total_cost"].to_numpy())
     frame["cost_low"] = billed_cost(frame["low_s"].to_numpy()) + egress + storage + (
         network_rate * frame["low_s"].to_numpy() / 3600.0 if network_rate is not None else 0.0)
     frame["cost_high"] = billed_cost(frame["high_s"].to_numpy()) + egress + storage + (
@@ -814,14 +841,20 @@ def _infeasible(frame: pd.DataFrame, objective: Objective, constraints: Constrai
 
 def _assumptions(catalog: Catalog, options: PlanOptions, locals_: Sequence[Offering], frame: pd.DataFrame,
                  predictions: pd.DataFrame) -> list[str]:
-    low, mid, high = options.provisioning_s
     egress_price, egress_source = _egress_price(catalog)
+    if options.provisioning_s is not None:
+        low, mid, high = options.provisioning_s
+        provisioning_line = (f"provisioning/boot of a cloud machine: {mid / 60:.1f} min (band {low / 60:.0f}–{high / 60:.0f} min) — "
+                             f"{options.provisioning_source}; on-premise and this machine: 0")
+    else:
+        from trainwise.plan.provisioning import describe
+
+        provisioning_line = describe()
     out = [
         f"prices: {catalog.caption}",
         f"training time: trainwise's same-machine estimator (estimator {options.estimator!r}) on each profile; "
         "the band is the steady-state 95 % interval",
-        f"provisioning/boot of a cloud machine: {mid / 60:.1f} min (band {low / 60:.0f}–{high / 60:.0f} min) — "
-        f"{options.provisioning_source}; on-premise and this machine: 0",
+        provisioning_line,
         "billing: the whole wall time (boot included) at "
         + (f"{options.billing or 'the offering’s'} granularity and "
            + (f"a {options.min_billed_seconds:g} s minimum" if options.min_billed_seconds is not None else "the offering’s minimum")

@@ -23,7 +23,7 @@ class PlanRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workload: str = "mnist_cnn"
+    workload: str = "resnet50_imagenet"
     profile_paths: tuple[Path, ...] = ()
     catalog: str = "current"
     objective: str = "cheapest"
@@ -54,7 +54,8 @@ class PlanRequest(BaseModel):
     reference: str | None = None
     billing: str | None = None
     min_billed_seconds: float | None = None
-    top: int = 10
+    top: int = 8
+    show_all: bool = False
     out_dir: Path = Path("trainwise-out")
     distributed: bool = True
     node_counts: tuple[int, ...] = DEFAULT_NODE_COUNTS

@@ -26,6 +26,7 @@ import pandas as pd
 
 from trainwise.catalog.model import Catalog
 from trainwise.errors import TrainwiseError
+from trainwise.plan.scaling import REASON_SLICE, job_global_batch, rebatch, split_batch
 from trainwise.profile.schema import Profile
 
 RUNTIME_COLUMNS = ("offering_row", "profile", "epochs", "training_s", "training_low_s", "training_high_s",
@@ -77,6 +78,11 @@ class RuntimeContext:
     # data-parallel groups (trainwise.plan.distributed): offering_id -> Group, and their options
     groups: dict = field(default_factory=dict)
     distributed: object = None
+    # reason -> offerings (or groups) not ranked because they would change the job's global batch
+    pruned: dict = field(default_factory=dict)
+
+    def prune(self, reason: str, count: int = 1) -> None:
+        self.pruned[reason] = self.pruned.get(reason, 0) + int(count)
 
 
 RuntimeSource = Callable[[pd.DataFrame, RuntimeContext], pd.DataFrame]
@@ -136,13 +142,25 @@ def _attach(matches: pd.DataFrame, context: RuntimeContext, provenance: dict[str
     return pd.DataFrame(data)
 
 
+def _measured_at_other_batch(item: LabelledProfile) -> bool:
+    """The profile measured a slice of the job at another batch: its step is not the job's step."""
+    return job_global_batch(item.profile) != max(1, int(item.profile.dataset.global_batch_size))
+
+
 def measured_profiles(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFrame:
     """Offerings whose accelerator is the one a profile was measured on (one device)."""
-    by_accelerator = [(p.label, p.accelerator) for p in context.profiles if p.accelerator is not None]
+    single = offerings[(offerings["accelerator_count"] == 1.0) & offerings["accelerator"].notna()]
+    by_accelerator = []
+    for p in context.profiles:
+        if p.accelerator is None:
+            continue
+        if _measured_at_other_batch(p):
+            context.prune(REASON_SLICE, int((single["accelerator"] == p.accelerator).sum()))
+            continue
+        by_accelerator.append((p.label, p.accelerator))
     if not by_accelerator:
         return _empty()
     table = pd.DataFrame(by_accelerator, columns=["profile", "accelerator"])
-    single = offerings[(offerings["accelerator_count"] == 1.0) & offerings["accelerator"].notna()]
     rows = pd.DataFrame({"offering_row": single.index.to_numpy(), "accelerator": single["accelerator"].to_numpy()})
     matches = rows.merge(table, on="accelerator", how="inner")[["offering_row", "profile"]]
     provenance = {p.label: f"{p.provenance} on {p.accelerator}" for p in context.profiles}
@@ -151,8 +169,12 @@ def measured_profiles(offerings: pd.DataFrame, context: RuntimeContext) -> pd.Da
 
 def this_machine(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFrame:
     """Profiles taken on this host, priced on the local offering(s)."""
-    here = [p.label for p in context.profiles if p.here]
-    if not here or not context.local_offering_ids:
+    if not context.local_offering_ids:
+        return _empty()
+    here = [p.label for p in context.profiles if p.here and not _measured_at_other_batch(p)]
+    if any(p.here and _measured_at_other_batch(p) for p in context.profiles):
+        context.prune(REASON_SLICE, len(context.local_offering_ids))
+    if not here:
         return _empty()
     local_rows = offerings.index[offerings["offering_id"].isin(context.local_offering_ids)].to_numpy()
     matches = pd.DataFrame([(row, label) for row in local_rows for label in here], columns=["offering_row", "profile"])
@@ -162,15 +184,16 @@ def this_machine(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
 
 def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFrame:
     """Every offering with whole accelerators the device model knows, from each profile's workload
-    characterisation (trainwise.predict.device_model): data parallel at the profile's batch per
-    device, so N devices do an epoch in N_train / (N × batch) iterations. Init is the profile's own
-    (measured); validation scales with the modelled speed-up. Rows whose model does not fit in the
-    accelerator's memory, or whose global batch (devices × batch) exceeds the training set, are left
-    out (the planner lists them as not predicted)."""
+    characterisation (trainwise.predict.device_model): data parallel with the job's global batch split
+    over the N devices (trainwise.plan.scaling), so an epoch is N_train / global batch steps whatever N.
+    Init is the profile's own (measured); validation scales with the modelled per-sample speed-up.
+    Splits that do not divide or fall below the per-device floor are pruned (counted in
+    `context.pruned`); rows whose model does not fit in the accelerator's memory are left out (the
+    planner lists them as not predicted)."""
     if context.catalog is None:
         return _empty()
     from trainwise.predict import device_model as dm
-    from trainwise.predict.offerings import characterisation_or_none, device_full_run, device_iterations_per_epoch
+    from trainwise.predict.offerings import characterisation_or_none, device_full_run
 
     # Load the fit up front: a missing or unreadable $TRAINWISE_DEVICE_PARAMS is the user's error to
     # report, not thousands of offerings the model "could not predict" (the per-accelerator guard below).
@@ -184,24 +207,38 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
         if char is None:
             continue
         predictions = context.predictions[context.predictions["profile"] == item.label]
-        host_overhead_s = dm.host_overhead_from_profile(item.profile)
-        n_train = item.profile.dataset.n_train or ((item.profile.dataset.iterations_per_epoch or 1) * char.per_device_batch)
+        profile_batch = max(1, int(item.profile.dataset.global_batch_size))
+        job_batch = job_global_batch(item.profile)
+        # the measured data wait is per sample of the profiled batch: a device's share is per its batch.
+        # A slice profiled here with its data made in the training process says nothing of the full-size
+        # job's loader: that one is assumed to keep up (the plan's assumptions say so).
+        host_overhead_per_sample_s = (0.0 if job_batch != profile_batch
+                                      else dm.host_overhead_from_profile(item.profile) / profile_batch)
+        n_train = item.profile.dataset.n_train or ((item.profile.dataset.iterations_per_epoch or 1) * job_batch)
+        scaled: dict[int, object] = {}
         for (accelerator, count), positions in groups.items():
-            if int(count) * char.per_device_batch > n_train:
-                # e.g. a 6144-chip TPU pod at the profile's batch per chip: a global batch larger
-                # than the training set is not the same job (less than one step per epoch)
+            per_device, reason = split_batch(job_batch, int(count))
+            if per_device is None:
+                context.prune(reason, len(positions))
                 continue
+            if job_batch > n_train:
+                continue
+            if per_device not in scaled:
+                scaled[per_device] = rebatch(char, per_device)
             try:
-                pred = dm.predict_iteration(char, context.catalog.accelerator(accelerator), int(count), None, host_overhead_s)
+                pred = dm.predict_iteration(scaled[per_device], context.catalog.accelerator(accelerator), int(count), None,
+                                            host_overhead_per_sample_s * per_device)
             except TrainwiseError:
                 continue
             if not pred.fits_memory:
                 continue
             rows = gpu.index.to_numpy()[positions]
-            iterations_per_epoch = device_iterations_per_epoch(item.profile, char, int(count))
+            iterations_per_epoch = int(np.ceil(n_train / job_batch))
+            split = "" if int(count) == 1 else f", global batch {job_batch} split {per_device} per device"
             for pred_row in predictions.itertuples():
-                run = device_full_run(item.profile, pred, int(pred_row.epochs), float(pred_row.validation_s),
-                                      iterations_per_epoch)
+                # validation measured at the profile's batch: per sample, the devices' rate applies
+                run = device_full_run(item.profile, pred, int(pred_row.epochs),
+                                      float(pred_row.validation_s) * profile_batch / per_device, iterations_per_epoch)
                 epochs, init_s, validation_s, iterations_s, total = (run.epochs, run.init_s, run.validation_s,
                                                                      run.iterations_s, run.total_s)
                 band = run.high_s - total
@@ -213,10 +250,10 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
                     "first_epoch_s": np.full(n, iterations_per_epoch * pred.iteration_s),
                     "steady_s": np.full(n, max(0.0, iterations_s - iterations_per_epoch * pred.iteration_s)),
                     "validation_s": np.full(n, validation_s),
-                    "time_provenance": [f"{pred.provenance} (device model from {item.provenance} profile)"] * n,
+                    "time_provenance": [f"{pred.provenance} (device model from {item.provenance} profile{split})"] * n,
                     "relative_error": np.full(n, band / total if total > 0 else 0.0),
                     "time_source": ["device model"] * n, "_profile_idx": np.full(n, profile_idx),
-                    "global_batch_size": np.full(n, float(int(count) * char.per_device_batch))}))
+                    "global_batch_size": np.full(n, float(job_batch))}))
     if not frames:
         return _empty()
     out = pd.concat(frames, ignore_index=True)
@@ -263,7 +300,7 @@ def collect(offerings: pd.DataFrame, context: RuntimeContext, sources: Sequence[
     index = {p.label: i for i, p in enumerate(context.profiles)}
     profile_idx = (frame["_profile_idx"].to_numpy() if "_profile_idx" in frame.columns and not frame["_profile_idx"].isna().any()
                    else frame["profile"].map(index).to_numpy()).astype("int64")
-    batches = np.array([p.profile.dataset.global_batch_size for p in context.profiles], dtype="int64")
+    batches = np.array([job_global_batch(p.profile) for p in context.profiles], dtype="int64")
     batch = batches[profile_idx]
     # Preferred source first, then profile order; keep the first row per (offering, batch, epochs).
     order = np.lexsort((profile_idx, frame["priority"].to_numpy()))

@@ -7,7 +7,8 @@ In order, the first that applies decides:
 1. `--epochs N` (with a training command that sets its own count, the two must agree);
 2. the training command's own flag (`plan save -- python train.py --epochs 3`);
 3. `--epochs-from FULL.json` (predict): the epochs a complete run with early stopping needed;
-4. without --epoch-options, the count every profiled script sets for itself;
+4. without --epoch-options, the count every profiled script sets for itself (or, when `plan` profiles a
+   reference workload here, the count that workload trains);
 5. the --epoch-options: each tabulated (predict), the largest the headline (plan).
 """
 
@@ -43,7 +44,8 @@ def _epochs(count: int) -> str:
 
 def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_options_given: bool,
                   profiles: Sequence[tuple[str, Profile]] = (), command: Sequence[str] | None = None,
-                  epochs_from: Profile | None = None, what: str = "headline") -> EpochDecision:
+                  epochs_from: Profile | None = None, workload_epochs: int | None = None,
+                  what: str = "headline") -> EpochDecision:
     """The epoch count(s) of one `predict` or `plan` (see the module's docstring for the order).
 
     `profiles`: (where it was read, profile) of each profile the command predicts from (their scripts'
@@ -87,6 +89,9 @@ def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_opt
         from trainwise.predict.same_machine import epochs_to_converge
 
         return EpochDecision(epochs_to_converge(epochs_from), options)
+    if not epoch_options_given and not profiles and workload_epochs is not None:
+        return EpochDecision(workload_epochs, options, f"{what}: {_epochs(workload_epochs)}, what the reference workload "
+                                                       "trains; --epochs N plans another")
     if not epoch_options_given and profiles:
         own = script_epochs_of([profile for _, profile in profiles])
         if own is not None:

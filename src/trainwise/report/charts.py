@@ -1,5 +1,10 @@
-"""The Pareto chart of cost vs time (the seeds' cost-vs-time figures, Malta Figures 4.6/4.7), with
-matplotlib's Agg backend: no display, no network, PNG bytes out."""
+"""The Pareto chart of cost vs time (the cost-vs-time figures of Malta's dissertation on choosing GPU
+VMs from short profiles), with matplotlib's Agg backend: no display, no network, PNG bytes out.
+
+What it shows: every ranked plan at the headline epoch count, faded unless it is on the Pareto front
+(no plan both faster and cheaper); the front as a step line; the best plan of each of the top
+distinct choices labelled with its rank; engines (one machine, DDP, Hivemind) by colour and marker;
+the legend outside the plotting area, so it never covers a point."""
 
 from __future__ import annotations
 
@@ -9,72 +14,80 @@ from typing import Any
 import numpy as np
 
 MAX_BACKGROUND_POINTS = 3000
-_MARKERS = {"on-demand": "o", "spot": "^"}
+LABELLED_CHOICES = 6
+ENGINES = {"single": ("one machine", "o", "#1f77b4"), "DDP": ("DDP", "s", "#2ca02c"),
+           "Hivemind": ("Hivemind", "^", "#9467bd")}
 
 
-def pareto_chart_png(result: Any, *, dpi: int = 110) -> bytes:
-    """PNG of every feasible candidate at the primary epoch option (cost vs wall time), the Pareto
-    front, the best plan, and the infeasible candidates faintly; error bars = uncertainty bands."""
+def _engines(frame) -> np.ndarray:
+    if "parallelism" not in frame.columns:
+        return np.full(len(frame), "single", dtype=object)
+    kind = frame["parallelism"].astype(object).fillna("").astype(str).to_numpy()
+    return np.where(kind == "", "single", np.where(kind == "hivemind", "Hivemind", "DDP"))
+
+
+def pareto_chart_png(result: Any, *, dpi: int = 100) -> bytes:
+    """PNG of the ranked plans at the headline epoch option (cost vs wall time)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     from matplotlib.figure import Figure
 
-    plans = result.plans
-    at = plans[plans["epochs"] == result.primary_epochs]
-    feasible = at[at["feasible"]]
-    infeasible = at[~at["feasible"]]
-    front = feasible[feasible["pareto"]].sort_values("wall_s")
-    fig = Figure(figsize=(9.0, 5.6), dpi=dpi)
-    ax = fig.add_subplot(1, 1, 1)
+    from trainwise.report.terminal import distinct_choices
+
     hours = 3600.0
+    primary = result.primary
+    fig = Figure(figsize=(8.4, 5.0), dpi=dpi)
+    ax = fig.add_axes((0.09, 0.11, 0.58, 0.8))
 
     def thin(frame):
         if len(frame) <= MAX_BACKGROUND_POINTS:
             return frame
         step = int(np.ceil(len(frame) / MAX_BACKGROUND_POINTS))
-        return frame.sort_values(["total_cost", "wall_s"], kind="stable").iloc[::step]
+        return frame.iloc[::step]
 
-    if len(infeasible):
-        bg = thin(infeasible)
-        ax.scatter(bg["wall_s"] / hours, bg["total_cost"], s=10, marker="x", color="#bbbbbb", linewidths=0.7,
-                   label=f"excluded by a constraint ({len(infeasible)})", zorder=1)
-    clouds = sorted(feasible["cloud"].dropna().unique().tolist())
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
-    for i, cloud in enumerate(clouds):
-        for market, marker in _MARKERS.items():
-            part = thin(feasible[(feasible["cloud"] == cloud) & (feasible["market"] == market)])
-            if part.empty:
-                continue
-            ax.scatter(part["wall_s"] / hours, part["total_cost"], s=22, marker=marker, alpha=0.55,
-                       color=palette[i % len(palette)], label=f"{cloud} {market} ({len(part)})", zorder=2)
+    engines = _engines(primary)
+    front = primary[primary["pareto"].to_numpy(dtype=bool)]
+    dominated = primary[~primary["pareto"].to_numpy(dtype=bool)]
+    dominated_engines = engines[~primary["pareto"].to_numpy(dtype=bool)]
+    front_engines = engines[primary["pareto"].to_numpy(dtype=bool)]
+    for engine, (label, marker, colour) in ENGINES.items():
+        part = thin(dominated[dominated_engines == engine])
+        if len(part):
+            ax.scatter(part["wall_s"] / hours, part["total_cost"], s=12, marker=marker, color=colour, alpha=0.12,
+                       linewidths=0, zorder=1)
+        on_front = front[front_engines == engine]
+        count = int((engines == engine).sum())
+        if count:
+            ax.scatter(on_front["wall_s"] / hours, on_front["total_cost"], s=34, marker=marker, color=colour,
+                       edgecolors="black", linewidths=0.5, zorder=4, label=f"{label}: {count:,} plans")
     if len(front):
-        xerr = np.vstack([(front["wall_s"] - front["low_s"]) / hours, (front["high_s"] - front["wall_s"]) / hours])
-        yerr = np.vstack([front["total_cost"] - front["cost_low"], front["cost_high"] - front["total_cost"]])
-        ax.errorbar(front["wall_s"] / hours, front["total_cost"], xerr=np.clip(xerr, 0, None), yerr=np.clip(yerr, 0, None),
-                    fmt="none", ecolor="#d62728", alpha=0.5, elinewidth=1, zorder=3)
-        ax.step(front["wall_s"] / hours, front["total_cost"], where="post", color="#d62728", linewidth=1.6,
-                label=f"Pareto front ({len(front)})", zorder=4)
-        ax.scatter(front["wall_s"] / hours, front["total_cost"], s=40, facecolors="none", edgecolors="#d62728", zorder=5)
-    if len(feasible):
-        best = result.primary.iloc[0]
-        ax.scatter([best["wall_s"] / hours], [best["total_cost"]], s=240, marker="*", color="#ffd700", edgecolors="black",
-                   zorder=6, label=f"best: {best['offering_id']} ({best['market']})")
-    values_x = at["wall_s"].to_numpy() / hours
-    values_y = at["total_cost"].to_numpy()
-    positive_x = values_x[values_x > 0]
-    positive_y = values_y[values_y > 0]
-    if positive_x.size and positive_x.max() / positive_x.min() > 20:
+        ordered = front.sort_values("wall_s")
+        ax.step(ordered["wall_s"] / hours, ordered["total_cost"], where="post", color="#d62728", linewidth=1.4,
+                zorder=3, label=f"Pareto front ({len(front)} plans)")
+    ax.scatter([], [], s=12, color="#888888", alpha=0.3, label="faded: dominated")
+    choices, _ = distinct_choices(primary, LABELLED_CHOICES)
+    for n, (_, row) in enumerate(choices.iterrows()):
+        x, y = row["wall_s"] / hours, row["total_cost"]
+        ax.scatter([x], [y], s=240 if n == 0 else 90, marker="*" if n == 0 else "D", color="#ffd700" if n == 0 else "white",
+                   edgecolors="black", linewidths=0.8, zorder=6)
+        ax.annotate(f"#{int(row['rank'])}", (x, y), xytext=(6, 6 if n % 2 == 0 else -12), textcoords="offset points",
+                    fontsize=8, weight="bold", zorder=7)
+    legend_rows = [f"#{int(r['rank'])} {str(r['instance_type'])[:22]} {r['market']}" for _, r in choices.iterrows()]
+    x_values = primary["wall_s"].to_numpy() / hours
+    y_values = primary["total_cost"].to_numpy()
+    if x_values.size and x_values.min() > 0 and x_values.max() / x_values.min() > 20:
         ax.set_xscale("log")
-    if positive_y.size and positive_y.max() / positive_y.min() > 20:
+    if y_values.size and y_values.min() > 0 and y_values.max() / y_values.min() > 20:
         ax.set_yscale("log")
-    ax.set_xlabel("expected wall time (hours): provisioning + staging + training + expected preemption loss")
+    ax.set_xlabel("expected wall time (h): boot + staging + training + preemption")
     ax.set_ylabel("expected cost (USD)")
-    ax.set_title(f"Cost vs time, {result.primary_epochs} epochs — {result.objective.describe}", fontsize=11)
+    ax.set_title(f"Cost vs time, {result.primary_epochs} epochs — {result.objective.describe}", fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=7, loc="best", framealpha=0.85)
-    fig.text(0.01, 0.005, result.catalog_caption, fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
+    fig.text(0.69, 0.5, "labelled: best of each choice\n" + "\n".join(legend_rows), fontsize=7.5, va="top",
+             family="monospace")
+    fig.text(0.01, 0.01, result.catalog_caption[:150], fontsize=6.5, color="#555555")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()

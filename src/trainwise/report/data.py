@@ -19,7 +19,7 @@ ROW_COLUMNS = [
     "speedup_with_staging", "cost_efficiency", "break_even_speedup", "score", "pareto", "feasible", "excluded_by",
     "provisioning_s", "staging_s", "init_s", "first_epoch_s", "steady_s", "validation_s", "preemption_loss_s",
     "expected_interruptions", "checkpoint_interval_s", "compute_cost", "egress_cost", "storage_cost",
-    "relative_error", "time_provenance", "price_provenance", "status",
+    "relative_error", "time_provenance", "price_provenance", "provisioning_source", "fixed_cost", "status",
     # data-parallel rows (plan --distributed; absent otherwise)
     "parallelism", "workers", "granularity", "communication_s", "network_usd_per_hour", "network_egress_cost",
     "scaling_note", "why",
@@ -27,6 +27,43 @@ ROW_COLUMNS = [
 BREAKDOWN = [("provisioning_s", "provisioning"), ("staging_s", "data staging"), ("init_s", "init"),
              ("first_epoch_s", "first epoch"), ("steady_s", "steady state"), ("validation_s", "validation"),
              ("preemption_loss_s", "expected preemption loss")]
+
+
+def time_parts(row: dict[str, Any]) -> list[tuple[str, float]]:
+    """The wall time of a plan in the four parts a reader decides on: provisioning, data staging,
+    training (start-up, epochs, validation) and the expected loss to spot preemptions."""
+    def get(column: str) -> float:
+        value = row.get(column)
+        return 0.0 if value is None or value != value else max(0.0, float(value))
+
+    training = sum(get(c) for c in ("init_s", "first_epoch_s", "steady_s", "validation_s"))
+    return [("provisioning", get("provisioning_s")), ("staging", get("staging_s")), ("training", training),
+            ("preemption", get("preemption_loss_s"))]
+
+
+def accelerators_text(row: dict[str, Any]) -> str:
+    """"A100 ×8", a fractional GPU as "A10 ×1/3" (never 0.333333), "CPU" without one."""
+    from fractions import Fraction
+
+    name = row.get("accelerator")
+    if not isinstance(name, str):
+        return "CPU"
+    count = row.get("accelerator_count")
+    if count is None or count != count:
+        return name
+    if float(count).is_integer():
+        return f"{name} ×{int(count)}"
+    return f"{name} ×{Fraction(float(count)).limit_denominator(16)}"
+
+
+def cost_ratio(cost: Any, reference: Any) -> str:
+    """Cost against a reference cost as one unit everywhere: "0.42×", "3.1×", "4,311×"."""
+    if cost is None or reference is None or not reference or cost != cost or reference != reference:
+        return "—"
+    value = float(cost) / float(reference)
+    if value >= 100:
+        return f"{value:,.0f}×"
+    return f"{value:.2f}×" if value < 10 else f"{value:.1f}×"
 
 
 def _clean(value: Any) -> Any:
@@ -69,6 +106,8 @@ def plan_payload(result: Any, top_n: int = 10, *, all_plans: bool = False) -> di
         "best_per_epochs": records(result.best_per_epochs()),
         "plans_total": int(len(result.ranked)),
         "excluded": {k: int(v) for k, v in result.exclusions.items()},
+        "job_global_batch": result.job_global_batch,
+        "pruned": {k: int(v) for k, v in (result.pruned or {}).items()},
         "not_predicted": records(result.not_predicted, list(result.not_predicted.columns)),
         "profiles": [dict(p) for p in result.profiles],
         "flags": list(result.flags),
@@ -121,13 +160,11 @@ def percent(value: Any) -> str:
 
 
 def cost_efficiency_text(value: Any) -> str:
-    """The seed's cost efficiency, 1 − C/C_ref (DIGEST §2), as a percentage while that reads well;
-    past −100 % (more than twice the reference's cost) as the cost ratio, which a "−249,652 %" hides."""
+    """Cost efficiency 1 − C/C_ref (Künas, "cloud TPUs vs a local GPU cluster" MSc thesis), shown in one unit for
+    every row: the cost ratio C/C_ref ("0.33×", "4,311×"), never a mix of percentages and ratios."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
-    if float(value) >= -1.0:
-        return percent(value)
-    return f"{1.0 - float(value):,.1f}× ref. cost"
+    return cost_ratio(1.0 - float(value), 1.0)
 
 
 def display_row(row: dict[str, Any]) -> dict[str, str]:
@@ -136,7 +173,7 @@ def display_row(row: dict[str, Any]) -> dict[str, str]:
     return {
         "rank": "" if rank is None or (isinstance(rank, float) and math.isnan(rank)) else str(int(rank)),
         "offering": str(row["offering_id"]),
-        "accelerator": f"{row['accelerator']} ×{row['accelerator_count']:g}" if isinstance(row.get("accelerator"), str) else "CPU",
+        "accelerator": accelerators_text(row),
         "market": str(row["market"]),
         "batch": str(row["batch_size"]),
         "epochs": str(row["epochs"]),
@@ -148,7 +185,7 @@ def display_row(row: dict[str, Any]) -> dict[str, str]:
         "$/epoch": money(row["usd_per_epoch"]),
         "$/1M samples": money(row["usd_per_1m_samples"]),
         "speedup": ratio(row.get("speedup")),
-        "cost eff.": cost_efficiency_text(row.get("cost_efficiency")),
+        "cost vs ref.": cost_efficiency_text(row.get("cost_efficiency")),
         "break-even": ratio(row.get("break_even_speedup")),
         "time from": str(row["time_provenance"]),
         "price from": str(row["price_provenance"]),

@@ -10,7 +10,7 @@ import pandas as pd
 from trainwise.report.data import BREAKDOWN, display_row, duration, money, records
 
 _HEADERS = ["rank", "offering", "accelerator", "market", "batch", "time", "time band", "cost", "cost band", "$/epoch",
-            "$/1M samples", "speedup", "cost eff.", "time from", "price from"]
+            "$/1M samples", "speedup", "cost vs ref.", "time from", "price from"]
 
 
 def _cell(text: str) -> str:

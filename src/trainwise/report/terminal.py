@@ -126,7 +126,8 @@ _COMPACT_COLUMNS = ["rank", "offering", "accelerator", "market", "batch", "time"
 WIDE_TERMINAL = 180
 
 
-def plan_table(frame, title: str, caption: str = "", best_id: str | None = None, compact: bool = False) -> Table:
+def plan_table(frame, title: str, caption: str = "", best_id: str | None = None, compact: bool = False,
+               notes: dict | None = None) -> Table:
     """A rich table of plan rows (a DataFrame from a PlanResult); the best row bold, Pareto rows red.
     `compact` (narrow terminals): fewer columns, and the provenance of each row's time (T1, T2…)
     and price (P1, P2…) as footnotes in the caption."""
@@ -137,7 +138,8 @@ def plan_table(frame, title: str, caption: str = "", best_id: str | None = None,
     for column in columns:
         table.add_column(column, justify="left" if column in ("offering", "accelerator", "market", "time from", "price from", "sources") else "right",
                          overflow="fold")
-    notes: dict[str, str] = {}
+    # one `notes` shared by the tables of a page keeps each code meaning the same source in all of them
+    notes = {} if notes is None else notes
     for record in records(frame):
         shown = display_row(record)
         if compact:
@@ -160,11 +162,12 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
     if not compact:
         caption += (f"\nspeedup: training time against {result.reference or 'the reference'} (the seed's definition); "
                     "time also counts provisioning and data staging")
+    notes: dict = {}
     console.print(plan_table(primary.head(top_n), f"Top {min(top_n, len(primary))} plans, {result.primary_epochs} epoch{'' if result.primary_epochs == 1 else 's'} — "
-                             f"{result.objective.describe}", caption, best_id, compact))
+                             f"{result.objective.describe}", caption, best_id, compact, notes))
     pareto = result.pareto[result.pareto["epochs"] == result.primary_epochs]
     console.print(plan_table(pareto, f"Pareto set ({len(pareto)}): no other plan is both faster and cheaper",
-                             "red: on the Pareto front; bold green: the best plan", best_id, compact))
+                             "red: on the Pareto front; bold green: the best plan", best_id, compact, notes))
     per_epochs = result.best_per_epochs()
     table = Table(title="Best plan per epoch option (Malta's methodology 2)")
     for column in ("epochs", "offering", "market", "batch", "time", "cost"):
@@ -221,3 +224,131 @@ def console_distributed_table(console: Console, frame, best_id: str | None, top_
     table = distributed_table(frame, best_id, top_n, compact=console.width < WIDE_TERMINAL)
     if table is not None:
         console.print(table)
+
+
+# ---- the short answer (trainwise plan, default) ------------------------------------------------
+
+ANSWER_ALTERNATIVES = 6
+
+
+def choice_key(frame):
+    """What makes two plans a different choice for the user: the machine (instance type and its
+    accelerators), the market and the engine — not the region or zone it runs in."""
+    parallelism = (frame["parallelism"].astype(object).fillna("").astype(str) if "parallelism" in frame.columns
+                   else frame["offering_id"].astype(str).str[:0])
+    engine = parallelism.where(parallelism != "", "single")
+    return (frame["cloud"].astype(str) + "|" + frame["instance_type"].astype(str) + "|"
+            + frame["accelerator"].astype(object).fillna("CPU").astype(str) + "|"
+            + frame["accelerator_count"].astype(str) + "|" + frame["market"].astype(str) + "|" + engine)
+
+
+def distinct_choices(primary, limit: int | None):
+    """The best plan of each distinct choice (`choice_key`), best first, with the number of regions
+    (or zones) the same choice was priced in: (rows, regions per row)."""
+    keys = choice_key(primary)
+    first = ~keys.duplicated()
+    regions = primary.assign(_k=keys).groupby("_k", sort=False)["offering_id"].nunique()
+    rows = primary[first.to_numpy()]
+    if limit is not None:
+        rows = rows.head(limit)
+    return rows, [int(regions[k]) for k in keys[first.to_numpy()].head(len(rows))]
+
+
+def engine_of(record: dict) -> str:
+    return {"": "single", "ddp-node": "DDP", "ddp-multi-node": "DDP", "hivemind": "Hivemind"}.get(
+        str(record.get("parallelism") or ""), str(record.get("parallelism")))
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def short_duration(seconds: float | None) -> str:
+    """A duration in at most 8 characters: "45 s", "17.5 min", "31.2 h", "1,344 h"."""
+    if seconds is None or seconds != seconds:
+        return "—"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    hours = seconds / 3600
+    return f"{hours:.1f} h" if hours < 100 else f"{hours:,.0f} h"
+
+
+def choice_label(record: dict) -> str:
+    """The machine a plan rents, with its engine when it is a group: "g5.xlarge", "DDP 4× g4dn.xlarge"."""
+    engine = engine_of(record)
+    return str(record["instance_type"]) if engine == "single" else f"{engine} {record['instance_type']}"
+
+
+def headline_flags(result) -> tuple[list[str], int]:
+    """The flags about the headline epoch count or the whole plan, and how many others there are."""
+    import re
+
+    own = [f for f in result.flags if not re.match(r"\d+ epochs:", f) or f.startswith(f"{result.primary_epochs} epochs:")]
+    return own, len(result.flags) - len(own)
+
+
+def print_answer(console: Console, result, top_n: int = ANSWER_ALTERNATIVES, report_path=None) -> None:
+    """The answer in about 30 lines: the best plan and why (its time and cost broken down), the best
+    plan of each other distinct choice, what was not ranked and the robustness flags."""
+    from rich import box
+    from rich.table import Table as RichTable
+
+    from trainwise.report.data import accelerators_text, cost_ratio, display_row, money, records, time_parts
+
+    primary = result.primary
+    best = records(primary.head(1))[0]
+    shown = display_row(best)
+    batch = result.job_global_batch or best["batch_size"]
+    console.print(f"[bold]Plan[/bold]: {result.primary_epochs} epochs at global batch {batch:,}, "
+                  f"{result.objective.describe}", highlight=False)
+    for profile in result.profiles:
+        note = next((n for n in profile.get("notes", ()) if n.startswith("profiled on a slice")), "")
+        console.print(_short(f"  {profile['label']}: {profile['provenance']}" + (f", {note}" if note else ""),
+                             2 * console.width - 4), highlight=False, style="dim")
+    choices, regions = distinct_choices(primary, top_n + 1)
+    where = f"; cheapest of {regions[0]} regions" if regions and regions[0] > 1 else ""
+    console.print(f"\n[bold green]Best:[/bold green] {best['offering_id']}", highlight=False)
+    engine = "one machine" if engine_of(best) == "single" else engine_of(best)
+    console.print(f"  {accelerators_text(best)}, {best['market']}, {engine}{where}", highlight=False)
+    console.print(f"  [bold]{short_duration(best['wall_s'])}[/bold] ({short_duration(best['low_s'])}–"
+                  f"{short_duration(best['high_s'])}) for [bold]{money(best['total_cost'])}[/bold] "
+                  f"({shown['cost band']}), {shown['$/1M samples']}/1M samples", highlight=False)
+    console.print("  time: " + ", ".join(f"{label} {short_duration(v)}" for label, v in time_parts(best)),
+                  highlight=False)
+    fixed = best.get("fixed_cost") or 0.0
+    console.print(f"  cost = fixed {money(fixed)} (boot, staging, storage) + training {money(best['total_cost'] - fixed)}",
+                  highlight=False)
+    console.print(_short(f"  time from: {best['time_provenance']}", console.width), highlight=False, style="dim")
+    console.print(_short(f"  price from: {best['price_provenance']}", console.width), highlight=False, style="dim")
+
+    table = RichTable(title="The best plan of each other choice", box=box.SIMPLE_HEAD, title_justify="left",
+                      pad_edge=False, show_edge=False, collapse_padding=True, padding=(0, 1))
+    # widths that fit 80 columns: only the machine's name gives way (ellipsis), never a number
+    widths = {"#": 4, "machine": 22, "accel.": 12, "market": 7, "reg.": 4, "time": 7, "cost": 7, "× best": 6}
+    for column, width in widths.items():
+        table.add_column(column, justify="left" if column in ("machine", "accel.", "market") else "right",
+                         overflow="ellipsis", no_wrap=True, max_width=width,
+                         min_width=None if column == "machine" else min(width, len(column)))
+    alternatives = records(choices.iloc[1:])
+    for record, n_regions in zip(alternatives, regions[1:]):
+        table.add_row(str(int(record["rank"])), choice_label(record), accelerators_text(record),
+                      "on-dem." if record["market"] == "on-demand" else str(record["market"]), str(n_regions),
+                      short_duration(record["wall_s"]), money(record["total_cost"]),
+                      cost_ratio(record["total_cost"], best["total_cost"]))
+    if alternatives:
+        console.print(table)
+    console.print(f"{len(primary):,} plans in {len(choice_key(primary).unique()):,} choices; --top N for more, "
+                  "--all for every table", highlight=False)
+    pruned = {reason: count for reason, count in (result.pruned or {}).items() if count}
+    if pruned:
+        console.print(f"[yellow]not ranked[/yellow] (would change the global batch {batch:,}): "
+                      + "; ".join(f"{count:,} × {reason}" for reason, count in pruned.items()), highlight=False)
+    flags, others = headline_flags(result)
+    for flag in flags[:2]:
+        console.print(f"[yellow]⚠[/yellow] {_short(flag, 2 * console.width - 4)}", highlight=False)
+    if len(flags) > 2 or others:
+        console.print(f"[yellow]⚠[/yellow] {len(flags[2:]) + others} more flag(s) in the report", highlight=False)

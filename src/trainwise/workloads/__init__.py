@@ -120,6 +120,26 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             },
         ),
         WorkloadSpec(
+            name="resnet50_imagenet",
+            module=f"{_PKG}.resnet50_imagenet",
+            description="ImageNet / ResNet-50, 90 epochs, momentum SGD (the default job of `trainwise plan`)",
+            seed_source=(
+                "He et al., Deep Residual Learning for Image Recognition (CVPR 2016); Goyal et al., Accurate, "
+                "Large Minibatch SGD: Training ImageNet in 1 Hour (2017): batch 256, lr 0.1, /10 at 30/60/80, 90 epochs"
+            ),
+            data_kind="synthetic",
+            data_description="ImageNet-shaped 3x224x224 images, 1,000 classes (class pattern + noise), generated per index",
+            default_batch_size=256,
+            default_epochs=90,
+            default_train_samples=1_281_167,
+            default_val_samples=50_000,
+            hyperparameters={"optimizer": "SGD", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
+                             "lr_milestones": (30, 60, 80), "input_shape": (3, 224, 224), "num_classes": 1000,
+                             "characterise_as": "resnet50",
+                             # ILSVRC2012_img_train.tar 138 GB + ILSVRC2012_img_val.tar 6.3 GB (image-net.org)
+                             "dataset_gb": 144.3, "dataset_gb_source": "ImageNet-1k as published: train 138 GB + val 6.3 GB"},
+        ),
+        WorkloadSpec(
             name="seismic_fcn",
             module=f"{_PKG}.seismic_fcn",
             description="Seismic diffraction-apex detection with a fully convolutional LeNet, momentum SGD",
