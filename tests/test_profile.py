@@ -370,14 +370,16 @@ def test_no_characterise_option_skips_the_trace():
     assert profile.characterisation is None
 
 
-def test_allocator_settings_are_applied_recorded_and_can_be_turned_off(monkeypatch):
+def test_allocator_settings_are_off_by_default_applied_on_request_and_recorded(monkeypatch):
     from trainwise import allocator
 
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
-    tuned = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
-    plain = run_profile(script("mlp_train.py", "--epochs", "1"),
-                        ProfileOptions(mode="full", characterise=False, tune_allocator=False), quiet=True)
+    # The job is measured as it runs: no allocator setting unless the user asks for it.
+    plain = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
+    tuned = run_profile(script("mlp_train.py", "--epochs", "1"),
+                        ProfileOptions(mode="full", characterise=False, tune_allocator=True), quiet=True)
+    assert allocator.launch_environment({}) == {}
     if allocator.uses_glibc():
         assert tuned.environment.allocator_env == allocator.TUNED_VARIABLES
     assert plain.environment.allocator_env == {}
