@@ -44,7 +44,11 @@ from typing import Any
 from trainwise import denormals
 from trainwise.allocator import recorded_settings as recorded_allocator_settings
 from trainwise.profile import script_epochs as script_epochs_source
-from trainwise.profile import stats
+from trainwise.agent import stop_rule
+from trainwise.agent.autograd_steps import BackwardIterations, reaches_parameters
+from trainwise.agent.events import BackwardEnd, EventBus, IterationEnd, ModelForward, OptimizerBuilt, OptimizerStep
+from trainwise.agent.regions import EvalRegions, ValidationRegion
+from trainwise.agent.watchdog import DEFAULT_NO_ITERATION_LIMIT_S, NoIterationWatchdog
 
 CONFIG_ENV = "TRAINWISE_PROFILE_CONFIG"
 RAW_FORMAT_VERSION = 1
@@ -54,10 +58,6 @@ _recorder: "Recorder | None" = None
 
 # Optimizer state entries a step takes the square root of (Adam/AdamW, RMSprop, Adagrad)
 SQRT_STATE_KEYS = ("exp_avg_sq", "square_avg", "sum")
-# The cost budget aims this much under the cap: the full run it is a fraction of is itself a
-# prediction, and spending exactly the cap put the median cost at 2.03 % of a 2 % budget in the
-# same-machine benchmark of 2026-11-25 17:00 (runs that came out faster than predicted overshoot)
-BUDGET_MARGIN = 0.05
 # Fewer zeros than this cannot cost a step anything measurable: not timed
 MIN_ZEROS_TO_TIME = 65_536
 # Square roots timed on at most this many state elements (the zeroiest tensors first), ~0.1 s here
@@ -353,6 +353,12 @@ class Recorder:
         self._script_epochs_from_framework = False
         self._script_epochs_rank: tuple = ()
         self.budget_fraction = float(config.get("budget_fraction", 0.02))
+        self._stop_settings = stop_rule.StopSettings(
+            min_iterations=self.min_iterations, max_iterations=self.max_iterations, max_seconds=self.max_seconds,
+            min_seconds=self.min_seconds, min_budget_seconds=self.min_budget_seconds,
+            target_relative_ci=self.target_relative_ci, max_relative_drift=self.max_relative_drift,
+            budget_fraction=self.budget_fraction, validation_batches=self.validation_batches,
+            epoch2_iterations=self.epoch2_iterations)
         self.out_path = config["out_path"]
 
         self.marks: dict[str, float] = {"bootstrap": self.now()}
@@ -441,6 +447,22 @@ class Recorder:
         # folder, so the same filesystem and the same cost): the few sampled iterations must not
         # replace the user's checkpoint. {the path's absolute form: scratch path}
         self.scratch_saves: dict[str, str] = {}
+        # The agent's events (trainwise.agent.events) and the subscribers that turn them into iterations,
+        # epochs and validation where no optimizer step or DataLoader shows them.
+        self.bus = EventBus()
+        self._backward_iterations = self.bus.subscribe(BackwardIterations(self._on_autograd_iteration))
+        self._regions = self.bus.subscribe(EvalRegions(self._on_region_start, self._on_region_end))
+        self._model_forward_hook = None
+        self._dataloader_validation = False
+        self._autograd_noted = False
+        # Sampled, stable, no DataLoader to end epoch 1 early: waiting for the epoch's end (a validation region)
+        self._waiting_for_epoch_end = False
+        self.no_iteration_limit_s = float(config.get("no_iteration_limit_s", DEFAULT_NO_ITERATION_LIMIT_S))
+        self._watchdog = NoIterationWatchdog(self.no_iteration_limit_s, self._iterations_seen_or_coming,
+                                             self._on_no_iteration)
+        # --full: the record is also written every so often, so that a killed run still reports what it recorded
+        self._snapshot_at_s = 0.0
+        self._snapshot_cost_s = 0.0
 
     def note_script_epochs(self, epochs: Any, source: str, *, framework: bool = False, rank: tuple = ()) -> None:
         """Keep the script's own epoch count. Of argparse readings, the best ranked
@@ -600,6 +622,7 @@ class Recorder:
             recorder.mark("first_optimizer_init")
             result = original_optimizer_init(optimizer, *args, **kwargs)
             recorder.mark("first_optimizer_ready")  # the first optimizer pays torch's lazy imports
+            recorder.bus.emit(OptimizerBuilt(recorder.now(), id(optimizer)))
             return result
 
         optimizer_class.__init__ = optimizer_init
@@ -609,10 +632,12 @@ class Recorder:
 
         def save(obj, f, *args, **kwargs):
             if recorder.sampled and isinstance(f, (str, os.PathLike)):
-                if recorder.epoch1_truncated and recorder.framework is None:
-                    # Sampling has stopped: this is the script's end-of-training (or end-of-epoch)
-                    # save of a model trained a few iterations. End the profile here.
+                if recorder.epoch1_truncated and recorder.framework is None and not recorder.epoch2_still_to_come():
+                    # Sampling has stopped and no later epoch is to be timed: this is the script's
+                    # end-of-training save of a model trained a few iterations. End the profile here.
                     recorder._finish("stopped_before_save")
+                # During sampling, or an end-of-epoch save with epoch 2's start still to be timed: the
+                # save goes to a scratch file and sampling goes on.
                 f = recorder.scratch_path(f)
             return original_save(obj, f, *args, **kwargs)
 
@@ -625,12 +650,30 @@ class Recorder:
         torch.load = load
         torch.save = save
 
+        # Loops without an optimizer object: a backward pass that reaches the model's parameters ends an
+        # iteration (trainwise.agent.autograd_steps). Tensor.backward calls torch.autograd.backward.
+        original_backward = torch.autograd.backward
+
+        def autograd_backward(tensors, *args, **kwargs):
+            if (recorder.primary_optimizer_id is not None or recorder.framework is not None or recorder.explicit_steps
+                    or recorder.paused or recorder.finished):
+                return original_backward(tensors, *args, **kwargs)
+            try:
+                reaches = reaches_parameters(tensors)
+            except Exception:  # noqa: BLE001 - looking at the graph must never break the backward
+                reaches = False
+            result = original_backward(tensors, *args, **kwargs)
+            recorder.bus.emit(BackwardEnd(recorder.now(), reaches))
+            return result
+
+        torch.autograd.backward = autograd_backward
+
         # Loops without a DataLoader: the first iteration starts at the first forward pass.
         self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._on_first_forward)
-        if self.characterise:
-            # A (post) forward hook: only those receive keyword inputs (HF models are called with them).
-            self._shape_hook = torch.nn.modules.module.register_module_forward_hook(
-                self._capture_model_inputs, with_kwargs=True)
+        # A (post) forward hook: only those receive keyword inputs (HF models are called with them). It also
+        # finds the model (the module owning the most parameters), whose calls show validation regions.
+        self._shape_hook = torch.nn.modules.module.register_module_forward_hook(
+            self._capture_model_inputs, with_kwargs=True)
 
     def _capture_model_inputs(self, module, args, kwargs, output):
         # Runs for every module call until the first optimizer step (iteration 1, warm-up anyway);
@@ -645,14 +688,16 @@ class Recorder:
             count = sum(p.numel() for p in module.parameters())
             if count <= self._model_parameters:
                 return None
+            self._model_ref = weakref.ref(module)
+            self._model_parameters = count
+            if not self.characterise:
+                return None
             from trainwise.predict.characterise import batch_shapes_of, detect_memory_format, detect_precision
 
             device_type = "cpu"
             for p in module.parameters():
                 device_type = p.device.type
                 break
-            self._model_ref = weakref.ref(module)
-            self._model_parameters = count
             self._model_inputs = batch_shapes_of(args, kwargs)
             self._model_precision = detect_precision(device_type if device_type in ("cuda", "cpu") else "cuda")
             self._model_memory_format = detect_memory_format(args)
@@ -735,6 +780,8 @@ class Recorder:
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
+        if self.framework is None:
+            self._watchdog.start()
         if self.iter_start is None and not self.iterations and self.framework is None and self._torch.is_grad_enabled():
             self.iter_start = time.perf_counter() - self.perf0 + self.offset_s
             self.mark("first_iteration_start")
@@ -840,6 +887,7 @@ class Recorder:
             if record is None:
                 record = state.record = self._validation_record(start_s, state)
                 self.validations.append(record)
+                self._dataloader_validation = True
             self._record_validation_batch(record, start_s, end_s, samples)
         if self.sampled and not self.validation_done and len(record["batch_starts_s"]) >= self.validation_batches \
                 and self.epoch1_truncated:
@@ -956,6 +1004,7 @@ class Recorder:
             record["epoch"] = max(0, len(self.epochs) - 1)
             record["batches_total"] = state.info.get("batches_per_pass")
             self.validations.append(record)
+            self._dataloader_validation = True
             if state.exhausted_s is not None:
                 record["end_s"] = state.exhausted_s
                 self._exclude_from_iteration(record)
@@ -1037,6 +1086,7 @@ class Recorder:
     def _boundary(self, optimizer) -> None:
         if self.explicit_steps or self.paused:
             return
+        self.bus.emit(OptimizerStep(self.now(), id(optimizer)))
         if self.primary_optimizer_id is None:
             self.primary_optimizer_id = id(optimizer)
             self._optimizer_ref = weakref.ref(optimizer)
@@ -1081,6 +1131,11 @@ class Recorder:
         if self.epochs:
             self.epochs[-1]["iterations"] += 1
         self._reset_iteration()
+        self.bus.emit(IterationEnd(end_s, len(self.iterations) - 1, "explicit" if self.explicit_steps else "hooks"))
+        if len(self.iterations) == 1:
+            self._watch_model_calls(start_s)
+        if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, 50 * self._snapshot_cost_s):
+            self._write_snapshot(end_s)
         if self._optimizer_ref is not None and len(self.iterations) in ZERO_COUNT_STEPS and not self._zero_tracking_failed:
             self._track_state_zeros(len(self.iterations))
         if self.sampled and len(self.iterations) == 1:
@@ -1100,6 +1155,14 @@ class Recorder:
         self.iter_start = resumed_s
 
     def _check_stop(self, epoch: int) -> None:
+        if self._waiting_for_epoch_end:
+            waited_s = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
+            if waited_s >= self.max_seconds:
+                self.notes.append(f"no end of epoch seen within --max-seconds {self.max_seconds:g} s of sampling "
+                                  "(no DataLoader, no model.eval()/no_grad validation): iterations per epoch unknown, "
+                                  "give predict --iterations-per-epoch N")
+                self._finish("sampled_no_dataloader")
+            return
         if self.epoch1_truncated:
             if epoch > self._truncated_epoch:
                 self._later_epoch_iterations += 1
@@ -1118,50 +1181,178 @@ class Recorder:
             return
         self._next_check = n + max(1, n // 20)
         times = [it["end_s"] - it["start_s"] for it in self.iterations]
-        verdict = stats.stability(times, target_relative_ci=self.target_relative_ci,
-                                  max_relative_drift=self.max_relative_drift)
-        reason = None
-        if verdict.stable and n >= self.min_iterations and elapsed >= self.min_seconds:
-            reason = "stable"
-        elif n >= self.max_iterations:
-            reason = "max_iterations"
-        elif elapsed >= self.max_seconds:
-            reason = "time_budget"
-        elif elapsed >= self.min_budget_seconds and self._over_budget(times, elapsed):
-            reason = "cost_budget"
-        if reason is None:
+        decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs())
+        if decision.reason is None:
             return
-        self.stability = {"reason": reason, "iterations": n, "warmup_iterations": verdict.warmup_iterations,
-                          "relative_ci95_halfwidth": verdict.relative_ci95_halfwidth,
-                          "relative_drift": verdict.relative_drift, "stable": verdict.stable}
+        self.stability = decision.as_record(n)
         self._probe_level("after")
         self.epoch1_truncated = True
         self._truncated_epoch = epoch
         if self.current_train_state is None:
-            # No DataLoader to end early: this loop cannot be steered, so stop here.
+            if self._model_forward_hook is not None and self.framework is None and not self.explicit_steps:
+                # No DataLoader to end early: sampling goes on, unrecorded by the stop rule, to the end of
+                # this epoch (the model's next validation region), bounded by --max-seconds.
+                self.epoch1_truncated = False
+                self._waiting_for_epoch_end = True
+                return
+            # No DataLoader to end early and no epoch boundary to wait for: stop here.
             self._finish("sampled_no_dataloader")
             return
         self._mark_train_truncation()
 
-    def _over_budget(self, times: list[float], elapsed_s: float) -> bool:
-        """With the planned epoch count known, the whole profile — start-up included — should cost
-        at most `budget_fraction` of the predicted full run."""
-        planned = self.planned_epochs
-        if not planned or not self.epochs or not self.epochs[0].get("batches_per_epoch"):
-            return False
-        warmup = stats.detect_warmup(times)
-        steady = times[warmup:] or times[-1:]
-        mean_s = sum(steady) / len(steady)
-        init_s = self.marks["first_iteration_start"]
+    def _budget_inputs(self) -> stop_rule.BudgetInputs | None:
+        if not self.epochs:
+            return None
         # An iteration is one optimizer step: with gradient accumulation it consumes several batches.
         batches = sum(it["batches"] for it in self.iterations)
-        batches_per_iteration = max(1.0, batches / len(self.iterations)) if self.iterations else 1.0
-        iterations_per_epoch = self.epochs[0]["batches_per_epoch"] / batches_per_iteration
-        predicted_full_s = init_s + mean_s * iterations_per_epoch * float(planned)
-        # What is still to come: the validation batches (about half an iteration each: no backward)
-        # and the epoch-2 iterations.
-        reserve_s = (0.5 * self.validation_batches + self.epoch2_iterations) * mean_s
-        return self.now() + reserve_s >= (1.0 - BUDGET_MARGIN) * self.budget_fraction * predicted_full_s
+        return stop_rule.BudgetInputs(
+            planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch"),
+            batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,
+            init_s=self.marks["first_iteration_start"], now_s=self.now())
+
+    # ---- loops without a DataLoader or an optimizer (trainwise.agent) -------------------------------
+    def _iterations_seen_or_coming(self) -> bool:
+        return (bool(self.iterations) or self.finished or self.framework is not None or self.explicit_steps
+                or self._backward_iterations.backwards_without_step > 0)
+
+    def _on_no_iteration(self) -> None:
+        with self._lock:
+            if self._iterations_seen_or_coming():
+                return
+            self._characterise_tried = True  # nothing trained: no step to trace
+            self.notes.append(f"no training iteration within {self.no_iteration_limit_s:g} s of the first forward pass")
+            self._finish("no_iterations")
+
+    def _on_autograd_iteration(self, t_s: float) -> None:
+        if self.finished:
+            return
+        if not self._autograd_noted:
+            self._autograd_noted = True
+            self._stop_capturing()
+            model = self._model_ref() if self._model_ref is not None else None
+            if model is not None:
+                self._describe_parameters(list(model.parameters()), None)
+            self.notes.append("no optimizer step seen: iterations delimited by backward passes that reach the model's "
+                              "parameters (a loop that updates its parameters by hand)")
+        self.end_iteration()
+
+    def _watch_model_calls(self, first_start_s: float) -> None:
+        """After the first iteration: the model's calls show validation regions (and, without a training
+        DataLoader, epoch boundaries), one forward pre-hook on the model alone."""
+        model = self._model_ref() if self._model_ref is not None else None
+        if model is None or self.framework is not None or self.explicit_steps or self._model_forward_hook is not None:
+            return
+        torch = self._torch
+        recorder = self
+
+        def model_called(module, args):
+            if recorder.finished or recorder.paused or recorder._dataloader_validation or recorder.framework is not None:
+                return None
+            recorder.bus.emit(ModelForward(recorder.now(), torch.is_grad_enabled(), module.training))
+            if recorder._regions.current is not None:
+                recorder._after_region_call(recorder._regions.current)
+            return None
+
+        self._model_forward_hook = model.register_forward_pre_hook(model_called)
+        if self.current_train_state is None and not self.epochs:
+            self.epochs.append({"index": 0, "start_s": first_start_s, "end_s": None, "iterations": len(self.iterations),
+                                "truncated": False, "batches_per_epoch": None})
+
+    def _on_region_start(self, region: ValidationRegion) -> None:
+        if self._dataloader_validation or self.finished:
+            return
+        no_loader = self.current_train_state is None
+        if no_loader and self.epochs and self.epochs[-1]["end_s"] is None:
+            epoch = self.epochs[-1]
+            epoch["end_s"] = region.start_s
+            epoch["batches_per_epoch"] = epoch["iterations"]
+            if "train" not in self.loaders:
+                self.loaders["train"] = {"batches_per_pass": epoch["iterations"], "dataset_size": None,
+                                         "drop_last": False, "num_workers": 0}
+                self.notes.append(f"no training DataLoader: an epoch is the training between two validation regions "
+                                  f"(model.eval() or torch.no_grad() calls of the model); epoch 1 had "
+                                  f"{epoch['iterations']} iterations")
+            if self._waiting_for_epoch_end:
+                self._waiting_for_epoch_end = False
+                self.epoch1_truncated = True
+                self._truncated_epoch = epoch["index"]
+        record = {"epoch": max(0, len(self.epochs) - 1), "start_s": region.start_s, "end_s": None,
+                  "batch_starts_s": region.batch_starts_s, "data_wait_s": [], "samples": 0, "truncated": False,
+                  "batches_total": None, "loader": None}
+        region.record = record
+        self.validations.append(record)
+
+    def _after_region_call(self, region: ValidationRegion) -> None:
+        """Sampling over in what is the last epoch (or with no epoch 2 to time): once `validation_batches`
+        calls of a validation region are timed and an earlier whole region gave its length, the profile
+        is complete; the script's end-of-training code must not run."""
+        record = region.record
+        if (record is None or not self.sampled or not self.epoch1_truncated or self.validation_done
+                or len(region.batch_starts_s) < max(1, self.validation_batches)):
+            return
+        planned = self.planned_epochs
+        if not (self.epoch2_iterations <= 0 or (planned is not None and self._truncated_epoch >= planned - 1)):
+            return
+        whole = [r.record for r in self._regions.regions if r.end_s is not None and r.record is not None]
+        if not whole:
+            return
+        record["end_s"] = self.now()
+        record["truncated"] = True
+        record["batches_total"] = whole[-1]["batches_total"]
+        self.validation_done = True
+        self._finish("validation_timed")
+
+    def _close_open_region(self) -> None:
+        """A validation region still open when the record is written ended with the script."""
+        region = self._regions.current
+        if region is None or region.record is None or region.record["end_s"] is not None:
+            return
+        region.record["end_s"] = self.now()
+        region.record["batches_total"] = len(region.batch_starts_s)
+
+    def _on_region_end(self, region: ValidationRegion) -> None:
+        record = region.record
+        if record is None or self.finished:
+            return
+        record["end_s"] = region.end_s
+        record["batches_total"] = len(region.batch_starts_s)
+        if "val" not in self.loaders:
+            self.loaders["val"] = {"batches_per_pass": len(region.batch_starts_s), "dataset_size": None,
+                                   "drop_last": False, "num_workers": 0}
+        if self.current_train_state is None:
+            self.epochs.append({"index": len(self.epochs), "start_s": region.end_s, "end_s": None, "iterations": 0,
+                                "truncated": False, "batches_per_epoch": None})
+            self.iter_start = region.end_s
+        else:
+            self._exclude_from_iteration(record)
+        if self.sampled and self.epoch1_truncated and not self.validation_done:
+            self.validation_done = True
+            planned = self.planned_epochs
+            if self.epoch2_iterations <= 0 or (planned is not None and self._truncated_epoch >= planned - 1):
+                self._finish("validation_timed")
+
+    def _write_snapshot(self, now_s: float) -> None:
+        """--full: the record so far, as if the process ended now (replaced by the final one)."""
+        started = time.perf_counter()
+        try:
+            record = self.raw_record()
+            record["stop_reason"] = "interrupted"
+            record["notes"] = self.notes + ["the job ended before trainwise could finish its record (killed, or "
+                                            "it crashed hard): the profile holds what was recorded until "
+                                            f"{now_s:.1f} s after launch"]
+            self._write_record(record)
+        except Exception:  # noqa: BLE001 - a snapshot must never break the job
+            pass
+        self._snapshot_cost_s = time.perf_counter() - started
+        self._snapshot_at_s = self.now()
+
+    def epoch2_still_to_come(self) -> bool:
+        """Sampling stopped in an epoch that may not be the last, and the first iterations of the next
+        one (its start cost: workers restarting, a slow first iteration) are still to be timed."""
+        planned = self.planned_epochs
+        last_epoch = planned is not None and self._truncated_epoch >= planned - 1
+        return (self.epoch1_truncated and self.epoch2_iterations > 0 and not last_epoch
+                and self._later_epoch_iterations < self.epoch2_iterations)
 
     def _mark_train_truncation(self) -> None:
         # The active training iterator ends its epoch at its next request.
@@ -1207,21 +1398,24 @@ class Recorder:
         """Add the parameters `optimizer` steps to the model's description (every optimizer that steps,
         each parameter once; the optimizer named is the primary's, the first to step)."""
         self._described_optimizers.add(id(optimizer))
+        params = [p for group in getattr(optimizer, "param_groups", []) for p in group.get("params", [])]
+        self._describe_parameters(params, type(optimizer).__name__)
+
+    def _describe_parameters(self, params: list, optimizer_name: str | None) -> None:
         model = self.model or {"parameters": 0, "trainable_parameters": 0, "gradient_bytes": 0, "device": "cpu",
-                               "parameter_dtypes": [], "optimizer": type(optimizer).__name__}
+                               "parameter_dtypes": [], "optimizer": optimizer_name}
         dtypes = set(model["parameter_dtypes"])
-        for group in getattr(optimizer, "param_groups", []):
-            for p in group.get("params", []):
-                if id(p) in self._described_parameters:
-                    continue
-                self._described_parameters.add(id(p))
-                count = p.numel()
-                model["parameters"] += count
-                if p.requires_grad:
-                    model["trainable_parameters"] += count
-                    model["gradient_bytes"] += count * p.element_size()
-                model["device"] = str(p.device)
-                dtypes.add(str(p.dtype).replace("torch.", ""))
+        for p in params:
+            if id(p) in self._described_parameters:
+                continue
+            self._described_parameters.add(id(p))
+            count = p.numel()
+            model["parameters"] += count
+            if p.requires_grad:
+                model["trainable_parameters"] += count
+                model["gradient_bytes"] += count * p.element_size()
+            model["device"] = str(p.device)
+            dtypes.add(str(p.dtype).replace("torch.", ""))
         model["parameter_dtypes"] = sorted(dtypes)
         self.model = model
 
@@ -1387,7 +1581,10 @@ class Recorder:
         self.written = True
         # A pass still undecided when the record is written ended with the process, without a step.
         self._settle_undecided()
-        record = self.raw_record()
+        self._close_open_region()
+        self._write_record(self.raw_record())
+
+    def _write_record(self, record: dict[str, Any]) -> None:
         directory = os.path.dirname(os.path.abspath(self.out_path))
         fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=directory)
         with os.fdopen(fd, "w") as handle:
