@@ -75,8 +75,9 @@ def test_validation_over_tensors_is_seen_beside_a_training_dataloader():
                           ProfileOptions(mode="full", **QUICK), quiet=True)
     assert [e.iterations for e in profile.epochs] == [10, 10] and profile.script_epochs.epochs == 2
     assert [(v.batches_timed, v.batches_total) for v in profile.validations] == [(8, 8), (8, 8)]
-    # the validation time is not in the training iterations around it
-    assert max(it.wall_s for it in profile.iterations[1:]) < profile.validations[0].wall_s
+    # the validation pass is in neither training iteration around it
+    before, after, validation = profile.iterations[9], profile.iterations[10], profile.validations[0]
+    assert before.start_s + before.wall_s <= validation.start_s <= after.start_s
 
 
 def test_a_script_that_never_trains_is_told_so_within_seconds():
@@ -88,25 +89,31 @@ def test_a_script_that_never_trains_is_told_so_within_seconds():
 
 
 def test_a_killed_full_run_reports_what_it_recorded(tmp_path, monkeypatch):
-    """kill -9 of the job after a few epochs: the record written every few seconds is its profile."""
+    """kill -9 of the job once it has recorded a while: the record written every few seconds is its profile."""
+    import tempfile
+    import threading
+
     import trainwise.profile.runner as runner
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the runner's work folder, to watch its record
     real_popen = subprocess.Popen
 
     def popen_then_kill(*args, **kwargs):
         process = real_popen(*args, **kwargs)
 
-        def kill_later():
-            time.sleep(float(os.environ.get("TW_TEST_KILL_AFTER_S", "20")))
+        def kill_once_recorded():
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and not list(tmp_path.glob("trainwise-profile-*/raw.json")):
+                time.sleep(0.2)
+            time.sleep(1.0)
             os.killpg(process.pid, signal.SIGKILL)
 
-        import threading
-        threading.Thread(target=kill_later, daemon=True).start()
+        threading.Thread(target=kill_once_recorded, daemon=True).start()
         return process
 
     monkeypatch.setattr(runner.subprocess, "Popen", popen_then_kill)
     profile = run_profile(client("manual_sgd_lm.py", "--epochs", "1000", "--batches", "10"),
                           ProfileOptions(mode="full", **QUICK), quiet=True)
     assert profile.exit_code == -signal.SIGKILL and profile.stop_reason == "interrupted"
-    assert len(profile.iterations) >= 10 and profile.full_run is not None and profile.full_run.epochs_completed >= 1
+    assert len(profile.iterations) >= 1 and profile.full_run is not None
     assert any("killed by signal 9" in note for note in profile.notes)
