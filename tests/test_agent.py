@@ -157,6 +157,23 @@ def test_stop_rule_stops_when_stable_or_capped():
         "max_iterations"
 
 
+def test_a_stable_verdict_waits_for_the_minimum_sampling_time():
+    settings = stop_rule.StopSettings(min_iterations=10, min_seconds=1.5, target_relative_ci=0.5)
+    times = [0.002] * 50  # millisecond iterations are "stable" after a handful
+    assert stop_rule.decide(times, 0.1, settings).reason is None
+    assert stop_rule.decide(times, 1.5, settings).reason == "stable"
+    assert stop_rule.decide(times[:9], 2.0, settings).reason is None  # and for at least min_iterations
+
+
+def test_the_budget_is_not_checked_before_its_floor_of_sampled_seconds():
+    settings = stop_rule.StopSettings(min_iterations=10, min_budget_seconds=0.8, target_relative_ci=1e-9)
+    times = [0.001 * (1 + (k % 3)) for k in range(40)]
+    budget = stop_rule.BudgetInputs(planned_epochs=1, batches_per_epoch=2000, batches_per_iteration=1.0,
+                                    init_s=5.0, now_s=5.2)
+    assert stop_rule.decide(times, 0.2, settings, budget).reason is None
+    assert stop_rule.decide(times, 0.8, settings, budget).reason == "cost_budget"
+
+
 def warming_up(n: int) -> list[float]:
     """A step time that settles slowly: 62 ms falling to 43 ms over ~200 iterations (rnn_sa_lstm on the
     16-core host), with a little noise so that the stability test does not pass early."""

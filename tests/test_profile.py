@@ -414,6 +414,9 @@ def test_denormals_are_flushed_in_the_job_recorded_and_can_be_kept(tmp_path):
     assert "not recorded" in denormals.describe(None)
 
 
+# The stop rule's arithmetic is unit-tested with synthetic iteration times (tests/test_agent.py); this
+# end-to-end check of it runs with the long tests.
+@pytest.mark.long
 def test_stability_verdict_waits_for_the_minimum_sampling_time():
     # Millisecond iterations are "stable" after a handful; the verdict must still wait min_profile_seconds.
     # (--passes: epochs the profile cannot read, which would set a cost budget that stops sooner.)
@@ -430,6 +433,9 @@ def test_stability_verdict_waits_for_the_minimum_sampling_time():
         ProfileOptions(min_profile_seconds=-1).validate()
 
 
+# The stop rule's arithmetic is unit-tested with synthetic iteration times (tests/test_agent.py); this
+# end-to-end check of it runs with the long tests.
+@pytest.mark.long
 def test_cost_budget_stops_sampling_but_not_before_its_floor():
     # A short planned run: start-up alone exceeds 2 % of it, so the cost budget ends sampling once the
     # sampled iterations used their share of it (trainwise.agent.stop_rule.SAMPLING_SHARE) without a

@@ -44,12 +44,14 @@ def test_manual_sgd_without_optimizer_or_dataloader_is_profiled_with_its_epochs_
     assert sampled.epochs[-1].iterations == 2 and sampled.validations[0].batches_total == 5
 
 
+@pytest.mark.long
 def test_lbfgs_closure_is_one_iteration_per_step():
     profile = run_profile(client("lbfgs_closure.py", "--n_epochs", "3"), ProfileOptions(mode="full", **QUICK), quiet=True)
     assert len(profile.iterations) == 3 and profile.model.optimizer == "LBFGS"
     assert profile.script_epochs.epochs == 3 and profile.dataset.iterations_per_epoch == 1
 
 
+@pytest.mark.long
 def test_gan_with_two_optimizers_is_one_iteration_per_pair_of_steps():
     profile = run_profile(client("gan_two_optimizers.py", "--niter", "1", "--samples", "320"),
                           ProfileOptions(mode="full", **QUICK), quiet=True)
@@ -59,6 +61,7 @@ def test_gan_with_two_optimizers_is_one_iteration_per_pair_of_steps():
     assert profile.model.parameters == g_and_d
 
 
+@pytest.mark.long
 def test_a_checkpoint_every_epoch_still_gets_epoch_2s_start(tmp_path):
     checkpoint = tmp_path / "model_epoch.pth"
     profile = run_profile(client("checkpoint_every_epoch.py", "--nEpochs", "20", "--samples", "3200",
@@ -70,6 +73,7 @@ def test_a_checkpoint_every_epoch_still_gets_epoch_2s_start(tmp_path):
     assert not checkpoint.exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.long
 def test_validation_over_tensors_is_seen_beside_a_training_dataloader():
     profile = run_profile(client("tensor_validation.py", "--num-epochs", "2", "--samples", "320"),
                           ProfileOptions(mode="full", **QUICK), quiet=True)
@@ -88,6 +92,7 @@ def test_a_script_that_never_trains_is_told_so_within_seconds():
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.long
 def test_a_killed_full_run_reports_what_it_recorded(tmp_path, monkeypatch):
     """kill -9 of the job once it has recorded a while: the record written every few seconds is its profile."""
     import tempfile

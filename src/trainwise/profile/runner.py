@@ -145,6 +145,22 @@ def _kill_group(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def agent_package_parent(workdir: str | os.PathLike) -> str:
+    """A folder holding only the trainwise package (a link to it), for an interpreter that is not
+    trainwise's own (the user's venv, with its own torch): appending it to that interpreter's sys.path
+    reaches trainwise's in-process agent, which needs only the standard library and torch, and nothing
+    else of the environment trainwise is installed in (its pydantic, numpy... stay out of the job)."""
+    parent = Path(workdir) / "agent-path"
+    parent.mkdir(exist_ok=True)
+    link = parent / "trainwise"
+    if not link.exists():
+        try:
+            link.symlink_to(PACKAGE_PARENT / "trainwise", target_is_directory=True)
+        except OSError:  # a filesystem without symbolic links: the package's own parent, as before
+            return str(PACKAGE_PARENT)
+    return str(parent)
+
+
 def _remove_scratch_saves(raw_path: Path) -> None:
     """The scratch files the job's checkpoint saves went to (trainwise.profile._child.Recorder.scratch_path),
     also when the job was killed before it could remove them."""
@@ -170,7 +186,7 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         env = denormals.launch_environment(launch_environment(os.environ, tune=options.tune_allocator),
                                            flush=options.flush_denormal)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")] if p)
-        env["TRAINWISE_PACKAGE_PARENT"] = str(PACKAGE_PARENT)
+        env["TRAINWISE_PACKAGE_PARENT"] = agent_package_parent(workdir)
         launch_wall = time.time()
         config["launch_wall_s"] = launch_wall
         env[CONFIG_ENV] = json.dumps(config)
