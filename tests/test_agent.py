@@ -112,7 +112,7 @@ def test_eval_regions_mark_validation_between_epochs():
 def test_model_calls_before_training_are_not_validation():
     regions = EvalRegions()
     regions(ModelForward(0.0, grad_enabled=False, training=False))  # a look at the untrained model
-    assert regions.regions == []
+    assert not regions.regions and regions.count == 0
     regions(IterationEnd(1.0, 0, "optimizer"))
     regions(ModelForward(2.0, grad_enabled=True, training=False))  # eval mode alone is validation too
     assert len(regions.regions) == 1

@@ -8,6 +8,7 @@ exhaustion marks an epoch), the region's start ends an epoch and its end starts 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from trainwise.agent.events import Event, IterationEnd, ModelForward
@@ -33,7 +34,9 @@ class EvalRegions:
         self.on_region_end = on_region_end
         self.iterations = 0
         self.current: ValidationRegion | None = None
-        self.regions: list[ValidationRegion] = []
+        # The latest regions (a long run has one per epoch, or per iteration for a metric under no_grad)
+        self.regions: deque[ValidationRegion] = deque(maxlen=64)
+        self.count = 0
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, IterationEnd):
@@ -46,6 +49,7 @@ class EvalRegions:
             if self.current is None:
                 self.current = ValidationRegion(start_s=event.t_s)
                 self.regions.append(self.current)
+                self.count += 1
                 if self.on_region_start is not None:
                     self.on_region_start(self.current)
             self.current.batch_starts_s.append(event.t_s)

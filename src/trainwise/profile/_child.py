@@ -27,11 +27,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import platform
-import resource
-import socket
 import sys
-import tempfile
 import threading
 import weakref
 import time
@@ -41,24 +37,23 @@ from trainwise.agent import stop_rule
 from trainwise.agent.autograd_steps import BackwardIterations
 from trainwise.agent.events import EventBus, IterationEnd, OptimizerStep
 from trainwise.agent.regions import EvalRegions
-from trainwise.agent.watchdog import DEFAULT_NO_ITERATION_LIMIT_S, NoIterationWatchdog
-from trainwise.allocator import recorded_settings as recorded_allocator_settings
+from trainwise.agent.watchdog import NoIterationWatchdog
 from trainwise.profile import _torch_hooks
-from trainwise.profile import script_epochs as script_epochs_source
 from trainwise.profile._capture import WorkloadCapture
+from trainwise.profile._epochs_read import ScriptEpochs
 from trainwise.profile._no_loader import LoopsWithoutLoader
 from trainwise.profile._passes import LoaderPasses, _LoaderState
+from trainwise.profile._record import RecordOutput
+from trainwise.profile._sampling import Sampling
 from trainwise.profile._state_zeros import ZERO_COUNT_STEPS, StateZerosRecording
-from trainwise.profile._watchers import (_cpu_model, _FrameworkImportWatcher, _TorchImportWatcher, _watch_argparse,
-                                         _watch_sys_exit)
-from trainwise.profile._watchers import _batch_length  # noqa: F401 - other modules import it from here
+from trainwise.profile._watchers import _FrameworkImportWatcher, _TorchImportWatcher, _watch_argparse, _watch_sys_exit
+# Other modules import these from here (host_noise, the Lightning integration)
+from trainwise.profile._record import RAW_FORMAT_VERSION  # noqa: F401
+from trainwise.profile._watchers import _batch_length, _cpu_model  # noqa: F401
 
 CONFIG_ENV = "TRAINWISE_PROFILE_CONFIG"
-RAW_FORMAT_VERSION = 1
 
 _recorder: "Recorder | None" = None
-
-
 
 
 def current() -> "Recorder | None":
@@ -90,7 +85,8 @@ class _FinishNow(Exception):
     """Internal: the profile is complete."""
 
 
-class Recorder(LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording):
+class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording, ScriptEpochs,
+               RecordOutput):
     """The profile's record of one training process: iterations, epochs, validation, the stop rule's
     verdict, and writing it. Its parts live in the mixins' modules (_passes, _no_loader, _capture,
     _state_zeros) and the torch patches in _torch_hooks."""
@@ -225,48 +221,13 @@ class Recorder(LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosReco
         self._autograd_noted = False
         # Sampled, stable, no DataLoader to end epoch 1 early: waiting for the epoch's end (a validation region)
         self._waiting_for_epoch_end = False
-        self.no_iteration_limit_s = float(config.get("no_iteration_limit_s", DEFAULT_NO_ITERATION_LIMIT_S))
+        # Only `trainwise profile` sets it: inside `trainwise run` the recorder never stops the job.
+        self.no_iteration_limit_s = float(config.get("no_iteration_limit_s") or 0.0)
         self._watchdog = NoIterationWatchdog(self.no_iteration_limit_s, self._iterations_seen_or_coming,
                                              self._on_no_iteration)
         # --full: the record is also written every so often, so that a killed run still reports what it recorded
         self._snapshot_at_s = 0.0
         self._snapshot_cost_s = 0.0
-
-    def note_script_epochs(self, epochs: Any, source: str, *, framework: bool = False, rank: tuple = ()) -> None:
-        """Keep the script's own epoch count. Of argparse readings, the best ranked
-        (script_epochs.argparse_reading), the later of equals; a framework's loop settings replace them
-        all, and the first framework statement is final (not_epoch_bound included)."""
-        if self._script_epochs_from_framework:
-            return
-        if framework:
-            value = script_epochs_source.whole_epochs(epochs)
-            self._script_epochs_from_framework = True
-            self.script_epochs = None if value is None else {"epochs": value, "source": source}
-            return
-        value = script_epochs_source.argument_epochs(epochs)
-        if value is None or (self.script_epochs is not None and tuple(rank) < self._script_epochs_rank):
-            return
-        self.script_epochs = {"epochs": value, "source": source}
-        self._script_epochs_rank = tuple(rank)
-
-    def note_not_epoch_bound(self, limit: str) -> None:
-        """The framework's loop ends on something else than an epoch count (a step or time limit, none at
-        all): an argparse `--epochs` of the script is not what it runs, and the profile keeps no count."""
-        if self._script_epochs_from_framework:
-            return
-        dropped = self.script_epochs
-        self.note_script_epochs(None, limit, framework=True)
-        note = (f"no epoch count read: the training loop is not bound by one ({limit})"
-                + (f"; {dropped['source']} is not what it runs" if dropped else "") + "; give predict and plan --epochs N")
-        if note not in self.notes:
-            self.notes.append(note)
-
-    @property
-    def planned_epochs(self) -> int | None:
-        """The full run's epochs: --epochs when given, else the script's own count."""
-        if self.epochs_hint:
-            return int(self.epochs_hint)
-        return self.script_epochs["epochs"] if self.script_epochs else None
 
     # ---- time -------------------------------------------------------------------------------
     def now(self) -> float:
@@ -279,7 +240,6 @@ class Recorder(LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosReco
     def install_torch_hooks(self) -> None:
         _torch_hooks.install(self)
 
-
     def _on_first_forward(self, module, args):
         if self._forward_hook is not None:
             self._forward_hook.remove()
@@ -289,7 +249,6 @@ class Recorder(LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosReco
         if self.iter_start is None and not self.iterations and self.framework is None and self._torch.is_grad_enabled():
             self.iter_start = time.perf_counter() - self.perf0 + self.offset_s
             self.mark("first_iteration_start")
-
 
     # ---- iterations -------------------------------------------------------------------------
     def _reset_iteration(self) -> None:
@@ -353,7 +312,7 @@ class Recorder(LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosReco
         self.bus.emit(IterationEnd(end_s, len(self.iterations) - 1, "explicit" if self.explicit_steps else "hooks"))
         if len(self.iterations) == 1:
             self._watch_model_calls(start_s)
-        if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, 50 * self._snapshot_cost_s):
+        if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, 200 * self._snapshot_cost_s):
             self._write_snapshot(end_s)
         if self._optimizer_ref is not None and len(self.iterations) in ZERO_COUNT_STEPS and not self._zero_tracking_failed:
             self._track_state_zeros(len(self.iterations))
@@ -373,99 +332,6 @@ class Recorder(LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosReco
         self.observer_s += resumed_s - end_s
         self.iter_start = resumed_s
 
-    def _check_stop(self, epoch: int) -> None:
-        if self._waiting_for_epoch_end:
-            waited_s = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
-            if waited_s >= self.max_seconds:
-                self.notes.append(f"no end of epoch seen within --max-seconds {self.max_seconds:g} s of sampling "
-                                  "(no DataLoader, no model.eval()/no_grad validation): iterations per epoch unknown, "
-                                  "give predict --iterations-per-epoch N")
-                self._finish("sampled_no_dataloader")
-            return
-        if self.epoch1_truncated:
-            if epoch > self._truncated_epoch:
-                self._later_epoch_iterations += 1
-            if self._later_epoch_iterations >= self.epoch2_iterations or not self.epochs:
-                self._finish("sampled")
-            return
-        n = len(self.iterations)
-        # Seconds of sampling: the trace done after the first iteration is not sampling time (the cost
-        # budget below still counts it).
-        elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
-        if n < self.min_iterations and elapsed < self.max_seconds:
-            return
-        # The stability test costs O(n log n): run it on a geometric schedule (about every 5 % more
-        # iterations) so that its cost per iteration stays negligible even for millisecond iterations.
-        if n < self._next_check and n < self.max_iterations and elapsed < self.max_seconds:
-            return
-        self._next_check = n + max(1, n // 20)
-        times = [it["end_s"] - it["start_s"] for it in self.iterations]
-        decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs())
-        if decision.reason is None:
-            return
-        self.stability = decision.as_record(n)
-        self._probe_level("after")
-        self.epoch1_truncated = True
-        self._truncated_epoch = epoch
-        if self.current_train_state is None:
-            if self._model_forward_hook is not None and self.framework is None and not self.explicit_steps:
-                # No DataLoader to end early: sampling goes on, unrecorded by the stop rule, to the end of
-                # this epoch (the model's next validation region), bounded by --max-seconds.
-                self.epoch1_truncated = False
-                self._waiting_for_epoch_end = True
-                return
-            # No DataLoader to end early and no epoch boundary to wait for: stop here.
-            self._finish("sampled_no_dataloader")
-            return
-        self._mark_train_truncation()
-
-    def _budget_inputs(self) -> stop_rule.BudgetInputs | None:
-        if not self.epochs:
-            return None
-        # An iteration is one optimizer step: with gradient accumulation it consumes several batches.
-        batches = sum(it["batches"] for it in self.iterations)
-        return stop_rule.BudgetInputs(
-            planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch"),
-            batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,
-            init_s=self.marks["first_iteration_start"], now_s=self.now())
-
-
-    def epoch2_still_to_come(self) -> bool:
-        """Sampling stopped in an epoch that may not be the last, and the first iterations of the next
-        one (its start cost: workers restarting, a slow first iteration) are still to be timed."""
-        planned = self.planned_epochs
-        last_epoch = planned is not None and self._truncated_epoch >= planned - 1
-        return (self.epoch1_truncated and self.epoch2_iterations > 0 and not last_epoch
-                and self._later_epoch_iterations < self.epoch2_iterations)
-
-    def _mark_train_truncation(self) -> None:
-        # The active training iterator ends its epoch at its next request.
-        if self.current_train_state is not None:
-            self.current_train_state.truncate = True
-
-    def scratch_path(self, path: str | os.PathLike) -> str:
-        """Where a sampled profile writes the script's save to `path`: a hidden file beside it."""
-        target = os.path.abspath(os.fspath(path))
-        scratch = self.scratch_saves.get(target)
-        if scratch is None:
-            directory, name = os.path.split(target)
-            scratch = os.path.join(directory, f".{name}.trainwise-profile-{os.getpid()}")
-            self.scratch_saves[target] = scratch
-            # Listed for the runner too, which removes them if this process is killed first.
-            with open(self.out_path + ".scratch", "a") as listing:
-                listing.write(scratch + "\n")
-            self.notes.append(f"the script saved {os.fspath(path)} during sampling: written to a scratch file beside "
-                              "it instead and removed at the end, so the file itself is untouched (the save's time "
-                              "counts in its iteration as usual)")
-        return scratch
-
-    def _remove_scratch_saves(self) -> None:
-        for scratch in self.scratch_saves.values():
-            try:
-                os.unlink(scratch)
-            except OSError:
-                pass  # never written (the save failed) or already gone
-
     # ---- explicit API -----------------------------------------------------------------------
     def explicit_step(self, samples: int | None = None) -> None:
         self.explicit_steps = True
@@ -476,145 +342,4 @@ class Recorder(LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosReco
         self.explicit_steps = True
         self.iter_start = self.now()
         self.mark("first_iteration_start")
-
-    # ---- model / environment ----------------------------------------------------------------
-    def _describe_model(self, optimizer) -> None:
-        """Add the parameters `optimizer` steps to the model's description (every optimizer that steps,
-        each parameter once; the optimizer named is the primary's, the first to step)."""
-        self._described_optimizers.add(id(optimizer))
-        params = [p for group in getattr(optimizer, "param_groups", []) for p in group.get("params", [])]
-        self._describe_parameters(params, type(optimizer).__name__)
-
-    def _describe_parameters(self, params: list, optimizer_name: str | None) -> None:
-        model = self.model or {"parameters": 0, "trainable_parameters": 0, "gradient_bytes": 0, "device": "cpu",
-                               "parameter_dtypes": [], "optimizer": optimizer_name}
-        dtypes = set(model["parameter_dtypes"])
-        for p in params:
-            if id(p) in self._described_parameters:
-                continue
-            self._described_parameters.add(id(p))
-            count = p.numel()
-            model["parameters"] += count
-            if p.requires_grad:
-                model["trainable_parameters"] += count
-                model["gradient_bytes"] += count * p.element_size()
-            model["device"] = str(p.device)
-            dtypes.add(str(p.dtype).replace("torch.", ""))
-        model["parameter_dtypes"] = sorted(dtypes)
-        self.model = model
-
-    def _environment(self) -> dict[str, Any]:
-        torch = self._torch
-        env: dict[str, Any] = {
-            "python_version": platform.python_version(), "platform": platform.platform(),
-            "hostname": socket.gethostname(), "cpu_model": _cpu_model(), "logical_cores": os.cpu_count(),
-            "torch_version": getattr(torch, "__version__", None),
-            "torch_threads": torch.get_num_threads() if torch is not None else None,
-            "device": self.model.get("device", "cpu"), "device_name": None,
-            "allocator_env": recorded_allocator_settings(),
-            "flush_denormal": self.flush_denormal,
-        }
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            env["device_name"] = torch.cuda.get_device_name()
-        return env
-
-    def _memory(self) -> dict[str, Any]:
-        peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-        memory: dict[str, Any] = {"peak_rss_bytes": int(peak_rss_kib) * 1024, "peak_device_bytes": None}
-        torch = self._torch
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            memory["peak_device_bytes"] = int(torch.cuda.max_memory_allocated())
-        return memory
-
-    # ---- output -----------------------------------------------------------------------------
-    def raw_record(self) -> dict[str, Any]:
-        last_events = [it["end_s"] for it in self.iterations] + [v["end_s"] for v in self.validations if v["end_s"]]
-        return {
-            "raw_format_version": RAW_FORMAT_VERSION,
-            "mode": "sampled" if self.sampled else "full",
-            "config": {k: v for k, v in self.config.items() if k != "out_path"},
-            "stop_reason": self.stop_reason,
-            "stability": self.stability,
-            "level_probes": self.level_probes,
-            "marks": self.marks,
-            "iterations": self.iterations,
-            "validations": self.validations,
-            "epochs": self.epochs,
-            "loaders": self.loaders,
-            "model": self.model,
-            "environment": self._environment(),
-            "memory": self._memory(),
-            "training_end_s": max(last_events) if last_events else None,
-            "recorded_until_s": self.now(),
-            "explicit_steps": self.explicit_steps,
-            "observer_s": self.observer_s,
-            "characterisation": self.characterisation,
-            "optimizer_state_zeros": self.optimizer_state_zeros,
-            "script_epochs": self.script_epochs,
-            "notes": self.notes,
-        }
-
-
-    def write(self) -> None:
-        if self.written:
-            return
-        self.written = True
-        # A pass still undecided when the record is written ended with the process, without a step.
-        self._settle_undecided()
-        self._close_open_region()
-        self._write_record(self.raw_record())
-
-    def _write_record(self, record: dict[str, Any]) -> None:
-        directory = os.path.dirname(os.path.abspath(self.out_path))
-        fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=directory)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(record, handle)
-        os.replace(tmp, self.out_path)
-
-    def _finish(self, reason: str) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        self.stop_reason = reason
-        self._characterise()
-        self._count_state_zeros()
-        self.write()
-        self._remove_scratch_saves()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # End now, skipping the rest of the script: its end-of-training code (saving a model,
-        # writing results) must not run on a model that was trained for a few iterations only.
-        os._exit(0)
-
-    def on_sys_exit(self, status: Any, call: str = "sys.exit") -> None:
-        if self.finished or not self.iterations or threading.current_thread() is not threading.main_thread():
-            return
-        train = self.current_train_state
-        in_epoch = train is not None and train.role == "train" and bool(self.epochs) and self.epochs[-1]["end_s"] is None
-        sampling = self.sampled and not self.epoch1_truncated
-        if not (in_epoch or sampling):
-            return  # after its training (`sys.exit(main())`): an ordinary end
-        call = f"{call}()" if status is None else f"{call}({status!r})"
-        where = [f"in the middle of epoch {len(self.epochs)} (its training DataLoader pass unfinished)"] if in_epoch else []
-        if sampling:
-            where.append("before sampling had stopped (the steady state rests on these iterations, not on a stable sample)")
-        self.exit_mid_training = f"the script called {call} after {len(self.iterations)} iterations, {' and '.join(where)}"
-
-    def on_process_exit(self) -> None:
-        if not self.finished and self.exit_mid_training is not None:
-            self.stop_reason = "script_exited_mid_training"
-            self.notes.append(f"{self.exit_mid_training}: the profile holds what ran until then")
-        elif not self.finished and self.sampled and self.epoch1_truncated:
-            # The script went on past its sampled epoch to its end (a one-epoch job, or sampling stopped
-            # in the last epoch): whatever it does after training ran on a barely trained model.
-            self.stop_reason = "script_ended_after_sampling"
-            self.notes.append("the script ran to its end after sampling stopped (its last epoch was the sampled one): "
-                              "its end-of-training code ran on a model trained for a few iterations; pass --epochs so "
-                              "that trainwise stops after timing validation, or profile a run with more epochs")
-        if not self.finished:
-            self._characterise()
-            self._count_state_zeros()
-            self.write()
-        self._remove_scratch_saves()
-
 

@@ -66,6 +66,9 @@ class LoopsWithoutLoader:
         if self._dataloader_validation or self.finished:
             return
         no_loader = self.current_train_state is None
+        if not no_loader and self.epochs and self.epochs[-1]["end_s"] is None:
+            # Inside a training DataLoader pass: a metric on the training batch under no_grad, not validation.
+            return
         if no_loader and self.epochs and self.epochs[-1]["end_s"] is None:
             epoch = self.epochs[-1]
             epoch["end_s"] = region.start_s

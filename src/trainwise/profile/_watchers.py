@@ -175,4 +175,3 @@ def _cpu_model() -> str:
         pass
     return platform.processor() or platform.machine()
 
-
