@@ -168,6 +168,8 @@ def test_a_sampled_profile_times_every_loader_evaluated_after_the_truncated_epoc
     assert "validation over 2 DataLoaders per epoch (passes of 40, 20 batches)" in prediction.note
 
 
+# Unit-tested with a synthetic pass stream (tests/test_profile_recorder_units.py); end to end with the long tests.
+@pytest.mark.long
 def test_a_validation_loop_without_eval_or_no_grad_is_validation_not_an_epoch():
     from trainwise.predict.same_machine import predict_total
 
@@ -206,6 +208,8 @@ def test_a_mid_epoch_validation_loop_without_eval_is_kept_out_of_the_epoch_and_i
         assert full.iterations[after].wall_s < pass_s / 2
 
 
+# Unit-tested with a synthetic pass stream (tests/test_profile_recorder_units.py); end to end with the long tests.
+@pytest.mark.long
 def test_a_look_at_one_batch_before_training_is_neither_an_epoch_nor_validation():
     profile = run_profile(script("mlp_train.py", "--epochs", "2", "--peek"), ProfileOptions(mode="full"), quiet=True)
     assert [e.iterations for e in profile.epochs] == [40, 40]

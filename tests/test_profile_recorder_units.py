@@ -90,3 +90,82 @@ def test_a_sampled_profile_without_a_dataloader_waits_for_the_end_of_epoch_1(tmp
     evaluate(recorder, t + 1, 1)
     train_steps(recorder, t + 2, 1)
     assert finished == ["validation_timed"]
+
+
+class FakeLoader:
+    """What the recorder reads of a DataLoader and its iterator (weakly referenced, sized)."""
+
+    def __init__(self, batches: int, batch_size: int = 16) -> None:
+        self.batches, self.batch_size = batches, batch_size
+
+
+class FakeIterator:
+    def __init__(self, loader: FakeLoader) -> None:
+        import weakref
+
+        self._trainwise_loader = weakref.ref(loader)
+        self._dataset = [0] * (loader.batches * loader.batch_size)
+        self._num_workers = 0
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return self.loader.batches
+
+
+def run_pass(recorder, loader: FakeLoader, optimizer=None, batches: int | None = None):
+    """One pass over `loader` as the patched iterator reports it: each batch fetched, then (with an
+    optimizer) one step; exhausted at the end."""
+    import time
+
+    import torch
+
+    iterator = FakeIterator(loader)
+    if recorder._undecided is not None:  # as the patched __next__ does when another pass begins
+        recorder._settle_undecided()
+    state = recorder._new_loader_state(iterator)
+    for _ in range(loader.batches if batches is None else batches):
+        start = time.perf_counter()
+        recorder._on_batch(iterator, state, start, time.perf_counter(), torch.zeros(loader.batch_size, 4))
+        recorder._last_batch_state = state
+        state.grad_at_last_batch = torch.is_grad_enabled()
+        if optimizer is not None:
+            recorder._boundary(optimizer)
+    if batches is None:
+        recorder._on_exhausted(iterator, state, time.perf_counter())
+    return state
+
+
+def test_a_pass_that_ends_without_an_optimizer_step_is_validation_not_an_epoch(recorder):
+    """The synthetic form of test_profile's validation loop without eval() or no_grad (2 epochs of 40
+    training batches, 20 validation batches with gradients on and the model in train mode)."""
+    import torch
+
+    recorder._torch = torch
+    parameter = torch.nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.SGD([parameter], lr=0.1)
+    train, val = FakeLoader(40), FakeLoader(20)
+    for _ in range(2):
+        run_pass(recorder, train, optimizer)
+        run_pass(recorder, val)
+    recorder._settle_undecided()
+    assert [e["iterations"] for e in recorder.epochs] == [40, 40]
+    assert [(v["epoch"], len(v["batch_starts_s"]), v["batches_total"]) for v in recorder.validations] == [(0, 20, 20),
+                                                                                                          (1, 20, 20)]
+    assert recorder.loaders["train"]["dataset_size"] == 640 and recorder.loaders["val"]["dataset_size"] == 320
+    assert all(it["batches"] == 1 and it["samples"] == 16 for it in recorder.iterations)
+    assert recorder.epochs[0]["end_s"] <= recorder.validations[0]["start_s"] < recorder.epochs[1]["start_s"]
+    assert any("without model.eval() or torch.no_grad()" in note for note in recorder.notes)
+    assert recorder.model["parameters"] == 3 and recorder.model["optimizer"] == "SGD"
+
+
+def test_a_look_at_one_batch_before_training_is_neither_an_epoch_nor_validation(recorder):
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    train = FakeLoader(10)
+    run_pass(recorder, train, batches=1)  # next(iter(loader)): abandoned
+    run_pass(recorder, train, optimizer)
+    run_pass(recorder, train, optimizer)
+    assert [e["iterations"] for e in recorder.epochs] == [10, 10] and recorder.validations == []
+    assert any("neither an epoch nor validation" in note for note in recorder.notes)
