@@ -25,6 +25,12 @@ from trainwise.profile.script_epochs import epochs_in_command, epochs_in_namespa
     (["python", "train.py", "--epochs", "many"], None),
     (["python", "train.py", "--epoch-size", "100"], None),
     (["python", "train.py"], None),
+    (["python", "dcgan.py", "--niter", "25"], (25, "--niter")),
+    (["python", "super_resolution.py", "--nEpochs", "2"], (2, "--nEpochs")),
+    (["python", "train.py", "--n_epochs", "6"], (6, "--n_epochs")),
+    (["python", "train.py", "--n-epochs", "6"], (6, "--n-epochs")),
+    (["python", "train.py", "--max-epochs", "8"], (8, "--max-epochs")),
+    (["python", "train.py", "--num_epochs", "11"], (11, "--num_epochs")),
 ])
 def test_epochs_in_command(command, expected):
     assert epochs_in_command(command) == expected
@@ -227,3 +233,20 @@ def test_a_saved_command_without_epochs_cannot_take_the_profiled_commands(tmp_pa
     captured = capsys.readouterr()
     assert __import__("json").loads(captured.out)["primary_epochs"] == 1
     assert "headline: 1 epoch, the training command's --epochs" in captured.err
+
+
+def test_the_epoch_argument_the_user_gave_wins_over_a_defaulted_one():
+    from trainwise.profile.script_epochs import argparse_reading
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--niter", type=int, default=25)
+    parser.add_argument("--nEpochs", type=int, default=3)
+    argv = ["--niter", "4"]
+    namespace = parser.parse_args(argv)
+    assert epochs_in_namespace(namespace, parser) == (4, "the script's argparse argument niter=4")
+    epochs, source, rank = argparse_reading(parser, namespace, None, caller_file="/home/u/train.py", argv=argv)
+    assert (epochs, rank) == (4, (True, True, True))
+    # Nothing given: the unambiguous name first.
+    assert epochs_in_namespace(parser.parse_args([]), parser)[0] == 10
+    assert epochs_in_namespace(parser.parse_args(["--nEpochs", "7"]), parser)[0] == 7

@@ -62,9 +62,10 @@ class ProfileOptions:
     # Trace one training step on the meta device after sampling (1-10 s, outside the measured
     # iterations) so the device model can predict other accelerators from this profile.
     characterise: bool = True
-    # Launch with trainwise's glibc malloc settings (trainwise.allocator): faster and steadier CPU
-    # steps; `trainwise run` applies the same ones, so the prediction holds for that launch.
-    tune_allocator: bool = True
+    # Opt in: launch with trainwise's glibc malloc settings (trainwise.allocator). Off by default: the
+    # profiler measures the job as the user runs it (the setting made one job 24 % faster, an LBFGS
+    # job 65 % slower); `trainwise run --tune-allocator` must then be used for the prediction to hold.
+    tune_allocator: bool = False
     # Flush denormal floats to zero in the job (trainwise.denormals): much faster, steadier CPU
     # steps for models that produce them; `trainwise run` does the same by default.
     flush_denormal: bool = True
@@ -76,6 +77,9 @@ class ProfileOptions:
     # the host's mean level from `trainwise host-noise` (benchmarks/level_probe.py: a 1-s window's level
     # follows the probe's with correlation 0.7-0.9). 0 turns it off.
     level_probe_s: float = 0.1
+    # A script in which no training iteration shows (no optimizer step, no backward pass reaching a model's
+    # parameters, no trainwise.profile.step()) this long after its first forward pass is stopped and told so.
+    no_iteration_limit_s: float = 30.0
 
     def validate(self) -> None:
         from trainwise.bounds import check_finite
@@ -101,6 +105,8 @@ class ProfileOptions:
             raise TrainwiseError(f"--min-budget-seconds must be ≥ 0 (got {self.min_budget_seconds})")
         if self.min_profile_seconds < 0:
             raise TrainwiseError(f"--min-seconds must be ≥ 0 (got {self.min_profile_seconds})")
+        if self.no_iteration_limit_s <= 0:
+            raise TrainwiseError(f"the no-iteration limit must be positive seconds (got {self.no_iteration_limit_s})")
         if self.max_profile_seconds <= 0:
             raise TrainwiseError(f"--max-seconds must be positive (got {self.max_profile_seconds})")
         # A zero or negative target could never be met: every profile would run to --max-seconds.
@@ -144,6 +150,22 @@ def _kill_group(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def agent_package_parent(workdir: str | os.PathLike) -> str:
+    """A folder holding only the trainwise package (a link to it), for an interpreter that is not
+    trainwise's own (the user's venv, with its own torch): appending it to that interpreter's sys.path
+    reaches trainwise's in-process agent, which needs only the standard library and torch, and nothing
+    else of the environment trainwise is installed in (its pydantic, numpy... stay out of the job)."""
+    parent = Path(workdir) / "agent-path"
+    parent.mkdir(exist_ok=True)
+    link = parent / "trainwise"
+    if not link.exists():
+        try:
+            link.symlink_to(PACKAGE_PARENT / "trainwise", target_is_directory=True)
+        except OSError:  # a filesystem without symbolic links: the package's own parent, as before
+            return str(PACKAGE_PARENT)
+    return str(parent)
+
+
 def _remove_scratch_saves(raw_path: Path) -> None:
     """The scratch files the job's checkpoint saves went to (trainwise.profile._child.Recorder.scratch_path),
     also when the job was killed before it could remove them."""
@@ -169,7 +191,7 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         env = denormals.launch_environment(launch_environment(os.environ, tune=options.tune_allocator),
                                            flush=options.flush_denormal)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")] if p)
-        env["TRAINWISE_PACKAGE_PARENT"] = str(PACKAGE_PARENT)
+        env["TRAINWISE_PACKAGE_PARENT"] = agent_package_parent(workdir)
         launch_wall = time.time()
         config["launch_wall_s"] = launch_wall
         env[CONFIG_ENV] = json.dumps(config)
@@ -203,18 +225,33 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         raise TrainwiseError("the training command exited without starting a Python training process that imports torch: "
                              "check that the command runs your PyTorch script")
     if not raw["iterations"]:
+        if raw.get("stop_reason") == "no_iterations":
+            limit_s = float(raw.get("config", {}).get("no_iteration_limit_s") or options.no_iteration_limit_s)
+            raise TrainwiseError(
+                f"no training iteration within {limit_s:g} s of the script's first forward pass (no optimizer step, no "
+                "backward pass reaching a model's parameters): profiling stopped; in a loop trainwise cannot see, call "
+                "trainwise.profile.step() after each iteration")
         if exit_code != 0:
             raise TrainwiseError(f"the training command exited with code {exit_code} before its first iteration: "
                                  "run it without trainwise to see its error")
         if "torch_imported" not in (raw.get("marks") or {}):
             raise TrainwiseError("the script finished without importing torch: trainwise profiles PyTorch training "
                                  "scripts; check that the command runs yours")
-        raise TrainwiseError("the script finished without a single optimizer step: trainwise finds iterations from "
-                             "torch.optim optimizer steps; in a custom loop call trainwise.profile.step() after each iteration")
+        raise TrainwiseError("the script finished without a single training iteration (no optimizer step, no backward "
+                             "pass reaching a model's parameters): in a custom loop call trainwise.profile.step() after "
+                             "each iteration")
+    killed_note = None
     if exit_code != 0:
-        raise TrainwiseError(f"the training command crashed (exit code {exit_code}) after {len(raw['iterations'])} "
-                             "iterations: fix the script, then profile again")
+        if raw["mode"] != "full" or raw.get("stop_reason") != "interrupted":
+            raise TrainwiseError(f"the training command crashed (exit code {exit_code}) after {len(raw['iterations'])} "
+                                 "iterations: fix the script, then profile again")
+        # A --full run that was killed (or crashed hard) after it recorded iterations: what it recorded.
+        how = f"was killed by signal {-exit_code}" if exit_code < 0 else f"exited with code {exit_code}"
+        killed_note = (f"the job {how} after {len(raw['iterations'])} iterations; this profile holds what was recorded "
+                       f"until {raw.get('recorded_until_s', 0.0):.1f} s after launch (written every few seconds)")
     profile = profile_from_raw(raw, command=list(command), process_wall_s=process_wall, exit_code=exit_code, workload=workload)
+    if killed_note is not None:
+        profile = profile.model_copy(update={"notes": profile.notes + [killed_note]})
     return attach_host_noise(profile) if options.host_noise else profile
 
 

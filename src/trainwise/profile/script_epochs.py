@@ -14,8 +14,11 @@ import os
 import sysconfig
 from typing import Any, Sequence
 
-# Argument names (argparse dests) that mean "train for this many epochs" in common scripts.
-EPOCH_ARGUMENT_NAMES = ("epochs", "num_epochs", "n_epochs", "max_epochs", "num_train_epochs", "train_epochs", "nb_epoch")
+# Argument names (argparse dests) that mean "train for this many epochs" in common scripts, the
+# unambiguous ones first: `--niter` (the DCGAN example's epoch count) and `--nEpochs` (the
+# super-resolution example's) come from the PyTorch examples repository.
+EPOCH_ARGUMENT_NAMES = ("epochs", "num_epochs", "n_epochs", "max_epochs", "num_train_epochs", "train_epochs", "nb_epoch",
+                        "nEpochs", "nepochs", "n_epoch", "num_epoch", "niter")
 _FLAGS = {f"--{name}": name for name in EPOCH_ARGUMENT_NAMES} | {
     f"--{name.replace('_', '-')}": name for name in EPOCH_ARGUMENT_NAMES}
 
@@ -42,19 +45,27 @@ def argument_epochs(value: Any) -> int | None:
     return whole_epochs(value)
 
 
-def epochs_in_namespace(namespace: Any) -> tuple[int, str] | None:
+def epochs_in_namespace(namespace: Any, parser: Any = None) -> tuple[int, str] | None:
     """(epochs, source) from a parsed argparse namespace, or None when it names no epoch count."""
-    found = _epoch_argument(namespace)
+    found = _epoch_argument(namespace, parser)
     return None if found is None else (found[1], f"the script's argparse argument {found[0]}={found[1]}")
 
 
-def _epoch_argument(namespace: Any) -> tuple[str, int] | None:
+def _epoch_argument(namespace: Any, parser: Any = None) -> tuple[str, int] | None:
+    """The first epoch argument (in EPOCH_ARGUMENT_NAMES order) whose value the user gave, when the
+    parser shows which were given (a value other than its default); else the first one set."""
     values = vars(namespace) if hasattr(namespace, "__dict__") else {}
-    for name in EPOCH_ARGUMENT_NAMES:
-        epochs = argument_epochs(values.get(name))
-        if epochs is not None:
-            return name, epochs
-    return None
+    found = [(name, epochs) for name in EPOCH_ARGUMENT_NAMES
+             if (epochs := argument_epochs(values.get(name))) is not None]
+    if parser is not None:
+        for name, epochs in found:
+            try:
+                default = argument_epochs(parser.get_default(name))
+            except Exception:  # noqa: BLE001 - a parser-like object without argparse's API
+                break
+            if default != epochs:
+                return name, epochs
+    return found[0] if found else None
 
 
 def _library_folders() -> tuple[str, ...]:
@@ -82,7 +93,7 @@ def argparse_reading(parser: Any, namespace: Any, args: Sequence[str] | None, *,
     the command line (not a list of the caller's), one parsed by the user's own code rather than an
     installed package (whose `--epochs` is the library's), one whose value was given rather than
     defaulted, in that order."""
-    found = _epoch_argument(namespace)
+    found = _epoch_argument(namespace, parser)
     if found is None:
         return None
     name, epochs = found

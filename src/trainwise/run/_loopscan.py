@@ -30,7 +30,15 @@ import os
 from types import FrameType
 
 # The agent's and the recorder's own hooks are on the stack between the script and DataLoader.__iter__.
-_HOOK_FILES = tuple(os.path.join("trainwise", part, "_child.py") for part in ("run", "profile"))
+# trainwise's own frames between the script's loop and the hook (the agent's patches live in several
+# modules of the package); a symlinked copy of the package resolves to the same folder
+_PACKAGE_DIR = os.path.join(os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "")
+
+
+def _is_trainwise_file(filename: str) -> bool:
+    return os.path.realpath(filename).startswith(_PACKAGE_DIR)
+
+
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _trees: dict[str, ast.Module | None] = {}
@@ -43,7 +51,7 @@ def loop_leaves_unbound(frame: FrameType | None, max_frames: int = 50) -> bool:
     depth = 0
     while frame is not None and depth < max_frames:
         filename = frame.f_code.co_filename
-        if filename.startswith("<frozen") or filename.endswith(_HOOK_FILES):
+        if filename.startswith("<frozen") or _is_trainwise_file(filename):
             frame, depth = frame.f_back, depth + 1
             continue
         tree = _tree(filename, frame.f_globals)

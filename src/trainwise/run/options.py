@@ -87,8 +87,8 @@ class RunOptions:
     # A prefix for the launched command (e.g. `ip netns exec NS`) and extra environment (local, ddp).
     prefix: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
-    # trainwise's glibc malloc settings (trainwise.allocator), as `trainwise profile` applies them.
-    tune_allocator: bool = True
+    # trainwise's glibc malloc settings (trainwise.allocator), opt-in as for `trainwise profile`.
+    tune_allocator: bool = False
     # Denormals flushed to zero (trainwise.denormals), as `trainwise profile` does.
     flush_denormal: bool = True
     checkpoint: CheckpointOptions | None = None

@@ -1,0 +1,160 @@
+"""Varied training loops nobody tuned trainwise for, profiled unmodified, then run for real.
+
+The loops (tests/scripts/clients/): a language model updated by hand (no torch.optim, no DataLoader),
+an LBFGS closure, a GAN with two optimizers, a checkpoint every epoch, validation over tensors without a
+DataLoader, gradient accumulation; their epoch counts in --epochs, --n_epochs, --niter, --nEpochs,
+--num-epochs and --max-epochs. For each: `trainwise profile` with the default options (the epoch count
+read from the script's own flag), the same-machine prediction of the whole run, then the plain run
+(`python script.py ARGS`, no trainwise) whose launch → exit wall time is the truth. Then interleaved
+pairs of plain runs and runs under `trainwise profile --full` (the agent armed for the whole run): the
+agent's overhead, the median of the per-pair ratios.
+
+Writes benchmarks/results/client_scripts.json; `summary`: profiled_fraction, median_abs_error,
+max_abs_error, profiling_cost_fraction (median), agent_overhead.
+Run: .venv/bin/python benchmarks/client_scripts.py [--scale 1.0] [--pairs 2] [--only NAME ...]
+`--scale` multiplies each loop's size (its run time, roughly); 1.0 gives runs of ~20-40 s on a quiet
+2-core VM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from trainwise._io import atomic_write_text
+from trainwise.errors import TrainwiseError
+from trainwise.predict.same_machine import predict_total, relative_error
+from trainwise.profile.runner import ProfileOptions, run_profile
+from _machine import machine
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENTS = ROOT / "tests" / "scripts" / "clients"
+RESULTS = Path(__file__).parent / "results"
+
+# name: (script, fixed arguments, the size argument scaled by --scale and its value at scale 1)
+LOOPS = {
+    "manual_sgd_lm": ("manual_sgd_lm.py", ["--epochs", "4"], "--batches", 150),
+    "lbfgs_closure": ("lbfgs_closure.py", [], "--n_epochs", 60),
+    "gan_two_optimizers": ("gan_two_optimizers.py", ["--niter", "4"], "--samples", 12_800),
+    "checkpoint_every_epoch": ("checkpoint_every_epoch.py", ["--nEpochs", "5"], "--samples", 16_000),
+    "tensor_validation": ("tensor_validation.py", ["--num-epochs", "5"], "--samples", 16_000),
+    "grad_accumulation": ("grad_accumulation.py", ["--max-epochs", "4"], "--samples", 24_000),
+}
+
+
+def command(name: str, scale: float, workdir: str) -> list[str]:
+    script, fixed, size_flag, size = LOOPS[name]
+    args = [str(CLIENTS / script), *fixed, size_flag, str(max(1, round(size * scale)))]
+    if name == "checkpoint_every_epoch":
+        args += ["--checkpoint", str(Path(workdir) / "model_epoch.pth")]
+    return [sys.executable, *args]
+
+
+def plain_run_s(argv: list[str]) -> float:
+    started = time.time()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.time() - started
+
+
+def instrumented_run_s(argv: list[str]) -> float:
+    started = time.time()
+    run_profile(argv, ProfileOptions(mode="full", characterise=False, host_noise=False), quiet=True)
+    return time.time() - started
+
+
+def measure(name: str, scale: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
+        argv = command(name, scale, workdir)
+        row: dict = {"loop": name, "command": [Path(argv[1]).name, *argv[2:]], "measured_at":
+                     datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        try:
+            profile = run_profile(argv, ProfileOptions(), workload=name, quiet=True)
+        except TrainwiseError as exc:
+            row.update(profiled=False, error=str(exc))
+            return row
+        epochs = profile.script_epochs.epochs if profile.script_epochs else None
+        row.update(profiled=True, profile_stop=profile.stop_reason, profiled_iterations=len(profile.iterations),
+                   profile_wall_s=profile.process_wall_s, epochs_read=epochs,
+                   epochs_source=profile.script_epochs.source if profile.script_epochs else None,
+                   iterations_per_epoch=profile.dataset.iterations_per_epoch,
+                   validation_passes_seen=len(profile.validations), optimizer=profile.model.optimizer)
+        try:
+            predicted_s = predict_total(profile, epochs).total_s if epochs else None
+        except TrainwiseError as exc:
+            predicted_s = None
+            row["prediction_error"] = str(exc)
+        actual_s = plain_run_s(argv)
+        row.update(predicted_s=predicted_s, actual_s=actual_s,
+                   abs_error=relative_error(actual_s, predicted_s) if predicted_s is not None else None,
+                   profiling_cost_fraction=profile.process_wall_s / actual_s)
+        if predicted_s is None:
+            row["profiled"] = False
+        return row
+
+
+def overhead_pairs(names: list[str], scale: float, pairs: int) -> list[dict]:
+    """Plain and instrumented runs of the same command, alternating which goes first."""
+    rows = []
+    for k in range(pairs):
+        name = names[k % len(names)]
+        with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
+            argv = command(name, scale, workdir)
+            if k % 2 == 0:
+                plain, instrumented = plain_run_s(argv), instrumented_run_s(argv)
+            else:
+                instrumented, plain = instrumented_run_s(argv), plain_run_s(argv)
+        rows.append({"loop": name, "plain_s": plain, "instrumented_s": instrumented, "ratio": instrumented / plain})
+        print(f"  pair {k + 1}: {name} plain {plain:.1f} s, under the agent {instrumented:.1f} s", flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies each loop's size (its run time)")
+    parser.add_argument("--pairs", type=int, default=2, help="interleaved plain/instrumented pairs for the overhead")
+    parser.add_argument("--only", nargs="*", choices=sorted(LOOPS), help="these loops only")
+    parser.add_argument("--note", default="", help="a sentence kept in the results (how and where it ran)")
+    args = parser.parse_args()
+    if not 0 < args.scale <= 100 or not 0 <= args.pairs <= 20:
+        sys.exit("error: --scale must be in (0, 100] and --pairs in [0, 20]")
+    names = args.only or list(LOOPS)
+    started = time.time()
+    rows = []
+    for name in names:
+        print(f"{name} ...", flush=True)
+        row = measure(name, args.scale)
+        rows.append(row)
+        if row.get("abs_error") is not None:
+            print(f"  predicted {row['predicted_s']:.1f} s, actual {row['actual_s']:.1f} s, error {row['abs_error']:.1%}, "
+                  f"profiling cost {row['profiling_cost_fraction']:.1%}", flush=True)
+        else:
+            print(f"  not profiled: {row.get('error') or row.get('prediction_error')}", flush=True)
+    pairs = overhead_pairs(names, args.scale, args.pairs)
+    errors = [r["abs_error"] for r in rows if r.get("abs_error") is not None]
+    costs = [r["profiling_cost_fraction"] for r in rows if r.get("profiling_cost_fraction") is not None]
+    summary = {
+        "profiled_fraction": sum(1 for r in rows if r["profiled"]) / len(rows),
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+        "profiling_cost_fraction": statistics.median(costs) if costs else None,
+        "agent_overhead": statistics.median(p["ratio"] for p in pairs) - 1 if pairs else None,
+        "loops": len(rows), "median_actual_s": statistics.median(r["actual_s"] for r in rows if "actual_s" in r),
+        "error_convention": "|predicted − actual| / actual; actual = launch → exit of the plain run (no trainwise)",
+    }
+    result = {"benchmark": "client_scripts", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine(), "summary": summary, "rows": rows, "overhead_pairs": pairs, "scale": args.scale,
+              "benchmark_wall_s": time.time() - started, "run_notes": args.note}
+    RESULTS.mkdir(exist_ok=True)
+    atomic_write_text(RESULTS / "client_scripts.json", json.dumps(result, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""When a sampled profile has seen enough of epoch 1: the stability test, the iteration and time caps,
+and the cost budget. A pure function of the iterations so far (no torch, no clock of its own), so that
+it is tested with synthetic iteration times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from trainwise.core import stats  # standard library only (.importlinter: agent-side-stdlib)
+
+# The cost budget aims this much under the cap: the full run it is a fraction of is itself a
+# prediction, and spending exactly the cap put the median cost at 2.03 % of a 2 % budget in the
+# same-machine benchmark of 2026-11-25 17:00 (runs that came out faster than predicted overshoot)
+BUDGET_MARGIN = 0.05
+# Sampling's own share of the budget: the part of `budget_fraction` of the predicted run that sampled
+# iterations may use even when start-up alone has spent the whole budget (a run of a few minutes). Half:
+# a 10-minute run whose start-up takes under half its budget (6 s) still costs at most the budget.
+SAMPLING_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class StopSettings:
+    min_iterations: int = 20
+    max_iterations: int = 5000
+    max_seconds: float = 60.0
+    min_seconds: float = 0.0
+    min_budget_seconds: float = 0.0
+    target_relative_ci: float = 0.02
+    max_relative_drift: float = 0.05
+    budget_fraction: float = 0.02
+    validation_batches: int = 10
+    epoch2_iterations: int = 5
+
+
+@dataclass(frozen=True)
+class BudgetInputs:
+    """What the cost budget needs: the planned run and where the profile stands."""
+    planned_epochs: int | None
+    batches_per_epoch: int | None
+    batches_per_iteration: float
+    init_s: float  # launch → first iteration start
+    now_s: float  # launch → now: the profile's cost so far
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    reason: str | None  # None: go on sampling
+    stable: bool
+    warmup_iterations: int
+    relative_ci95_halfwidth: float
+    relative_drift: float
+
+    def as_record(self, iterations: int) -> dict:
+        return {"reason": self.reason, "iterations": iterations, "warmup_iterations": self.warmup_iterations,
+                "relative_ci95_halfwidth": self.relative_ci95_halfwidth, "relative_drift": self.relative_drift,
+                "stable": self.stable}
+
+
+def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> float | None:
+    if not budget.planned_epochs or not budget.batches_per_epoch or not times_s:
+        return None
+    warmup = stats.detect_warmup(times_s)
+    steady = list(times_s[warmup:]) or list(times_s[-1:])
+    mean_s = sum(steady) / len(steady)
+    iterations_per_epoch = budget.batches_per_epoch / max(1.0, budget.batches_per_iteration)
+    return budget.init_s + mean_s * iterations_per_epoch * float(budget.planned_epochs)
+
+
+def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInputs, settings: StopSettings) -> bool:
+    """With the planned epoch count known, the profile should cost at most `budget_fraction` of the
+    predicted full run. Start-up the profile cannot avoid (the interpreter, the imports, the script's
+    set-up: seconds) may alone exceed that share of a run of a few minutes; sampling then still gets
+    SAMPLING_SHARE of the budget in sampled iterations instead of stopping at the first check: on a
+    16-core host, 4-minute runs were cut at 25 iterations that way, all in their warm-up
+    (benchmarks/results/same_machine_prediction_h200host.json)."""
+    predicted_s = predicted_full_run_s(times_s, budget)
+    if predicted_s is None:
+        return False
+    warmup = stats.detect_warmup(times_s)
+    steady = list(times_s[warmup:]) or list(times_s[-1:])
+    mean_s = sum(steady) / len(steady)
+    # What is still to come: the validation batches (about half an iteration each: no backward) and
+    # the epoch-2 iterations.
+    reserve_s = (0.5 * settings.validation_batches + settings.epoch2_iterations) * mean_s
+    cap_s = (1.0 - BUDGET_MARGIN) * settings.budget_fraction * predicted_s
+    return budget.now_s + reserve_s >= cap_s and sampling_s + reserve_s >= SAMPLING_SHARE * cap_s
+
+
+def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,
+           budget: BudgetInputs | None = None) -> StopDecision:
+    """Stop now? `sampling_s`: seconds of sampled iterations (observer time excluded)."""
+    n = len(times_s)
+    verdict = stats.stability(times_s, target_relative_ci=settings.target_relative_ci,
+                              max_relative_drift=settings.max_relative_drift)
+    reason = None
+    if verdict.stable and n >= settings.min_iterations and sampling_s >= settings.min_seconds:
+        reason = "stable"
+    elif n >= settings.max_iterations:
+        reason = "max_iterations"
+    elif sampling_s >= settings.max_seconds:
+        reason = "time_budget"
+    elif (budget is not None and n >= settings.min_iterations and sampling_s >= settings.min_budget_seconds
+          and over_budget(times_s, sampling_s, budget, settings)):
+        reason = "cost_budget"
+    return StopDecision(reason, verdict.stable, verdict.warmup_iterations, verdict.relative_ci95_halfwidth,
+                        verdict.relative_drift)

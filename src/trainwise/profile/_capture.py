@@ -1,0 +1,115 @@
+"""The model's first training call (input shapes, precision, memory format), the trace of one training
+step on the meta device, and the host-level probe beside the sampled steps. A mixin of the recorder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+import weakref
+
+
+class WorkloadCapture:
+    """Methods of trainwise.profile._child.Recorder; they use its state."""
+
+    def _capture_model_inputs(self, module, args, kwargs, output):
+        # Runs for every module call until the first optimizer step (iteration 1, warm-up anyway);
+        # its cost is observer time.
+        started = time.perf_counter()
+        try:
+            key = id(module)
+            torch = self._torch
+            if key in self._seen_modules or not torch.is_grad_enabled():
+                return None
+            self._seen_modules.add(key)
+            count = sum(p.numel() for p in module.parameters())
+            if count <= self._model_parameters:
+                return None
+            self._model_ref = weakref.ref(module)
+            self._model_parameters = count
+            if not self.characterise:
+                return None
+            from trainwise.predict.characterise import batch_shapes_of, detect_memory_format, detect_precision
+
+            device_type = "cpu"
+            for p in module.parameters():
+                device_type = p.device.type
+                break
+            self._model_inputs = batch_shapes_of(args, kwargs)
+            self._model_precision = detect_precision(device_type if device_type in ("cuda", "cpu") else "cuda")
+            self._model_memory_format = detect_memory_format(args)
+        except Exception as exc:  # noqa: BLE001 - never break the user's training
+            self.notes.append(f"model input capture failed: {exc}")
+        finally:
+            self.observer_s += time.perf_counter() - started
+        return None
+
+    def _stop_capturing(self) -> None:
+        if self._shape_hook is not None:
+            self._shape_hook.remove()
+            self._shape_hook = None
+            self._seen_modules.clear()
+
+    def _characterise(self) -> None:
+        """Trace one training step of the captured model on the meta device: once, after the first
+        iteration of a sampled profile, at the end of a --full run."""
+        if not self.characterise or self._characterise_tried:
+            return
+        self._characterise_tried = True
+        started = time.perf_counter()
+        try:
+            self._trace_workload()
+        finally:
+            self.characterise_s = time.perf_counter() - started
+
+    def _probe_level(self, where: str) -> None:
+        """Time the host-noise probe here, between two iterations (observer time): the host's level
+        beside the sampled steps."""
+        if not self.level_probe_s or self._model_on_gpu():
+            return
+        started = time.perf_counter()
+        try:
+            from trainwise.profile.host_noise import probe_level_s
+
+            level_s = probe_level_s(self.level_probe_s)
+            self.level_probes.append({"where": where, "after_iteration": len(self.iterations), "level_s": level_s})
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must never lose the profile
+            self.notes.append(f"host level probe failed: {exc}")
+            self.level_probe_s = 0.0
+        finally:
+            self.level_probes_s += time.perf_counter() - started
+
+    def _model_on_gpu(self) -> bool:
+        """The model's parameters live on a GPU: a CPU level says nothing about its steps."""
+        model = self._model_ref() if self._model_ref is not None else None
+        try:
+            return model is not None and next(model.parameters()).device.type != "cpu"
+        except StopIteration:
+            return False
+
+    def _trace_workload(self) -> None:
+        self._stop_capturing()
+        model = self._model_ref() if self._model_ref is not None else None
+        if model is None or self._model_inputs is None:
+            self.notes.append("workload characterisation skipped: no model forward pass was seen")
+            return
+        try:
+            from trainwise.predict.characterise import optimizer_name_of, trace_training_step
+
+            optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
+            name = self.config.get("workload") or type(model).__name__
+            # The reason a trace fails is the profile's note, not a warning in the middle of the job's output.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                char = trace_training_step(model, self._model_inputs, precision=self._model_precision,
+                                           optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else "sgd_momentum",
+                                           model_name=name, memory_format=self._model_memory_format)
+            if char is None:
+                why = next((str(w.message).removeprefix("trainwise: workload characterisation skipped: ")
+                            for w in caught if issubclass(w.category, RuntimeWarning)), "the model could not be traced")
+                self.notes.append(f"workload characterisation skipped: {why}")
+                return
+            self.characterisation = json.loads(char.model_dump_json())
+        except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
+            self.notes.append(f"workload characterisation skipped: {exc}")

@@ -1,0 +1,154 @@
+"""Loops a DataLoader and an optimizer step do not show (trainwise.agent): iterations from autograd,
+epochs and validation from the model's eval/no_grad calls, a script that never trains stopped within
+seconds, and the --full record written every few seconds for a run that is killed. A mixin of the recorder.
+"""
+
+from __future__ import annotations
+
+import time
+
+from trainwise.agent.events import ModelForward
+from trainwise.agent.regions import ValidationRegion
+
+
+class LoopsWithoutLoader:
+    """Methods of trainwise.profile._child.Recorder; they use its state."""
+
+    # ---- loops without a DataLoader or an optimizer (trainwise.agent) -------------------------------
+    def _iterations_seen_or_coming(self) -> bool:
+        return (bool(self.iterations) or self.finished or self.framework is not None or self.explicit_steps
+                or self._backward_iterations.backwards_without_step > 0)
+
+    def _on_no_iteration(self) -> None:
+        with self._lock:
+            if self._iterations_seen_or_coming():
+                return
+            self._characterise_tried = True  # nothing trained: no step to trace
+            self.notes.append(f"no training iteration within {self.no_iteration_limit_s:g} s of the first forward pass")
+            self._finish("no_iterations")
+
+    def _on_autograd_iteration(self, t_s: float) -> None:
+        if self.finished:
+            return
+        if not self._autograd_noted:
+            self._autograd_noted = True
+            self._stop_capturing()
+            model = self._model_ref() if self._model_ref is not None else None
+            if model is not None:
+                self._describe_parameters(list(model.parameters()), None)
+            self.notes.append("no optimizer step seen: iterations delimited by backward passes that reach the model's "
+                              "parameters (a loop that updates its parameters by hand)")
+        self.end_iteration()
+
+    def _watch_model_calls(self, first_start_s: float) -> None:
+        """After the first iteration: the model's calls show validation regions (and, without a training
+        DataLoader, epoch boundaries), one forward pre-hook on the model alone."""
+        model = self._model_ref() if self._model_ref is not None else None
+        if model is None or self.framework is not None or self.explicit_steps or self._model_forward_hook is not None:
+            return
+        torch = self._torch
+        recorder = self
+
+        def model_called(module, args):
+            if recorder.finished or recorder.paused or recorder._dataloader_validation or recorder.framework is not None:
+                return None
+            recorder.bus.emit(ModelForward(recorder.now(), torch.is_grad_enabled(), module.training))
+            if recorder._regions.current is not None:
+                recorder._after_region_call(recorder._regions.current)
+            return None
+
+        self._model_forward_hook = model.register_forward_pre_hook(model_called)
+        if self.current_train_state is None and not self.epochs:
+            self.epochs.append({"index": 0, "start_s": first_start_s, "end_s": None, "iterations": len(self.iterations),
+                                "truncated": False, "batches_per_epoch": None})
+
+    def _on_region_start(self, region: ValidationRegion) -> None:
+        if self._dataloader_validation or self.finished:
+            return
+        no_loader = self.current_train_state is None
+        if not no_loader and self.epochs and self.epochs[-1]["end_s"] is None:
+            # Inside a training DataLoader pass: a metric on the training batch under no_grad, not validation.
+            return
+        if no_loader and self.epochs and self.epochs[-1]["end_s"] is None:
+            epoch = self.epochs[-1]
+            epoch["end_s"] = region.start_s
+            epoch["batches_per_epoch"] = epoch["iterations"]
+            if "train" not in self.loaders:
+                self.loaders["train"] = {"batches_per_pass": epoch["iterations"], "dataset_size": None,
+                                         "drop_last": False, "num_workers": 0}
+                self.notes.append(f"no training DataLoader: an epoch is the training between two validation regions "
+                                  f"(model.eval() or torch.no_grad() calls of the model); epoch 1 had "
+                                  f"{epoch['iterations']} iterations")
+            if self._waiting_for_epoch_end:
+                self._waiting_for_epoch_end = False
+                self.epoch1_truncated = True
+                self._truncated_epoch = epoch["index"]
+        record = {"epoch": max(0, len(self.epochs) - 1), "start_s": region.start_s, "end_s": None,
+                  "batch_starts_s": region.batch_starts_s, "data_wait_s": [], "samples": 0, "truncated": False,
+                  "batches_total": None, "loader": None}
+        region.record = record
+        self.validations.append(record)
+
+    def _after_region_call(self, region: ValidationRegion) -> None:
+        """Sampling over in what is the last epoch (or with no epoch 2 to time): once `validation_batches`
+        calls of a validation region are timed and an earlier whole region gave its length, the profile
+        is complete; the script's end-of-training code must not run."""
+        record = region.record
+        if (record is None or not self.sampled or not self.epoch1_truncated or self.validation_done
+                or len(region.batch_starts_s) < max(1, self.validation_batches)):
+            return
+        planned = self.planned_epochs
+        if not (self.epoch2_iterations <= 0 or (planned is not None and self._truncated_epoch >= planned - 1)):
+            return
+        whole = [r.record for r in self._regions.regions if r.end_s is not None and r.record is not None]
+        if not whole:
+            return
+        record["end_s"] = self.now()
+        record["truncated"] = True
+        record["batches_total"] = whole[-1]["batches_total"]
+        self.validation_done = True
+        self._finish("validation_timed")
+
+    def _close_open_region(self) -> None:
+        """A validation region still open when the record is written ended with the script."""
+        region = self._regions.current
+        if region is None or region.record is None or region.record["end_s"] is not None:
+            return
+        region.record["end_s"] = self.now()
+        region.record["batches_total"] = len(region.batch_starts_s)
+
+    def _on_region_end(self, region: ValidationRegion) -> None:
+        record = region.record
+        if record is None or self.finished:
+            return
+        record["end_s"] = region.end_s
+        record["batches_total"] = len(region.batch_starts_s)
+        if "val" not in self.loaders:
+            self.loaders["val"] = {"batches_per_pass": len(region.batch_starts_s), "dataset_size": None,
+                                   "drop_last": False, "num_workers": 0}
+        if self.current_train_state is None:
+            self.epochs.append({"index": len(self.epochs), "start_s": region.end_s, "end_s": None, "iterations": 0,
+                                "truncated": False, "batches_per_epoch": None})
+            self.iter_start = region.end_s
+        else:
+            self._exclude_from_iteration(record)
+        if self.sampled and self.epoch1_truncated and not self.validation_done:
+            self.validation_done = True
+            planned = self.planned_epochs
+            if self.epoch2_iterations <= 0 or (planned is not None and self._truncated_epoch >= planned - 1):
+                self._finish("validation_timed")
+
+    def _write_snapshot(self, now_s: float) -> None:
+        """--full: the record so far, as if the process ended now (replaced by the final one)."""
+        started = time.perf_counter()
+        try:
+            record = self.raw_record()
+            record["stop_reason"] = "interrupted"
+            record["notes"] = self.notes + ["the job ended before trainwise could finish its record (killed, or "
+                                            "it crashed hard): the profile holds what was recorded until "
+                                            f"{now_s:.1f} s after launch"]
+            self._write_record(record)
+        except Exception:  # noqa: BLE001 - a snapshot must never break the job
+            pass
+        self._snapshot_cost_s = time.perf_counter() - started
+        self._snapshot_at_s = self.now()

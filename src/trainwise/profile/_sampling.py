@@ -1,0 +1,80 @@
+"""The sampled profile's course: when epoch 1 stops (trainwise.agent.stop_rule), what is still to be
+timed after it, and the iteration boundary's bookkeeping. A mixin of the recorder.
+"""
+
+from __future__ import annotations
+
+from trainwise.agent import stop_rule
+
+
+class Sampling:
+    """Methods of trainwise.profile._child.Recorder; they use its state."""
+
+    def _check_stop(self, epoch: int) -> None:
+        if self._waiting_for_epoch_end:
+            waited_s = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
+            if waited_s >= self.max_seconds:
+                self.notes.append(f"no end of epoch seen within --max-seconds {self.max_seconds:g} s of sampling "
+                                  "(no DataLoader, no model.eval()/no_grad validation): iterations per epoch unknown, "
+                                  "give predict --iterations-per-epoch N")
+                self._finish("sampled_no_dataloader")
+            return
+        if self.epoch1_truncated:
+            if epoch > self._truncated_epoch:
+                self._later_epoch_iterations += 1
+            if self._later_epoch_iterations >= self.epoch2_iterations or not self.epochs:
+                self._finish("sampled")
+            return
+        n = len(self.iterations)
+        # Seconds of sampling: the trace done after the first iteration is not sampling time (the cost
+        # budget below still counts it).
+        elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
+        if n < self.min_iterations and elapsed < self.max_seconds:
+            return
+        # The stability test costs O(n log n): run it on a geometric schedule (about every 5 % more
+        # iterations) so that its cost per iteration stays negligible even for millisecond iterations.
+        if n < self._next_check and n < self.max_iterations and elapsed < self.max_seconds:
+            return
+        self._next_check = n + max(1, n // 20)
+        times = [it["end_s"] - it["start_s"] for it in self.iterations]
+        decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs())
+        if decision.reason is None:
+            return
+        self.stability = decision.as_record(n)
+        self._probe_level("after")
+        self.epoch1_truncated = True
+        self._truncated_epoch = epoch
+        if self.current_train_state is None:
+            if self._model_forward_hook is not None and self.framework is None and not self.explicit_steps:
+                # No DataLoader to end early: sampling goes on, unrecorded by the stop rule, to the end of
+                # this epoch (the model's next validation region), bounded by --max-seconds.
+                self.epoch1_truncated = False
+                self._waiting_for_epoch_end = True
+                return
+            # No DataLoader to end early and no epoch boundary to wait for: stop here.
+            self._finish("sampled_no_dataloader")
+            return
+        self._mark_train_truncation()
+
+    def _budget_inputs(self) -> stop_rule.BudgetInputs | None:
+        if not self.epochs:
+            return None
+        # An iteration is one optimizer step: with gradient accumulation it consumes several batches.
+        batches = sum(it["batches"] for it in self.iterations)
+        return stop_rule.BudgetInputs(
+            planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch"),
+            batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,
+            init_s=self.marks["first_iteration_start"], now_s=self.now())
+
+    def epoch2_still_to_come(self) -> bool:
+        """Sampling stopped in an epoch that may not be the last, and the first iterations of the next
+        one (its start cost: workers restarting, a slow first iteration) are still to be timed."""
+        planned = self.planned_epochs
+        last_epoch = planned is not None and self._truncated_epoch >= planned - 1
+        return (self.epoch1_truncated and self.epoch2_iterations > 0 and not last_epoch
+                and self._later_epoch_iterations < self.epoch2_iterations)
+
+    def _mark_train_truncation(self) -> None:
+        # The active training iterator ends its epoch at its next request.
+        if self.current_train_state is not None:
+            self.current_train_state.truncate = True

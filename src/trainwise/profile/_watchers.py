@@ -1,0 +1,177 @@
+"""Watchers the recorder installs in the profiled process before the script runs: the script's
+sys.exit()/exit()/quit() calls, its argparse epoch count, its `import torch` and the frameworks' Trainer
+modules; and two small readers (a batch's size, the CPU's name). Standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import platform
+import sys
+from typing import Any
+
+from trainwise.profile import script_epochs as script_epochs_source
+
+
+def _watch_sys_exit(recorder: Any) -> None:
+    """A script that ends itself with sys.exit() (or the exit()/quit() builtins) in the middle of training
+    looks, at exit, like one that ran to its end: the call is noted so that the profile can say where it
+    stopped (on_process_exit). A bare `raise SystemExit` cannot be seen without tracing every call."""
+    import builtins
+
+    original_exit = sys.exit
+
+    def exit_noted(status=None):
+        recorder.on_sys_exit(status)
+        original_exit(status)
+
+    sys.exit = exit_noted
+    for name in ("exit", "quit"):
+        original = getattr(builtins, name, None)
+        if original is not None:
+            setattr(builtins, name, _NotedQuitter(original, recorder, name))
+
+
+class _NotedQuitter:
+    """site's exit()/quit() builtins, noting the call first; prints as the original does."""
+
+    def __init__(self, original: Any, recorder: Any, name: str) -> None:
+        self._original, self._recorder, self._name = original, recorder, name
+
+    def __repr__(self) -> str:
+        return repr(self._original)
+
+    def __call__(self, code=None):
+        self._recorder.on_sys_exit(code, call=self._name)
+        return self._original(code)
+
+
+def _watch_argparse(recorder: Any) -> None:
+    """The script's own epoch count from its argparse arguments (`--epochs 30`): the N_ep of the run
+    the user will launch, kept in the profile so that predict and plan need not be told it again."""
+    import argparse
+
+    original = argparse.ArgumentParser.parse_known_args
+    skipped = {os.path.normcase(os.path.abspath(path)) for path in (argparse.__file__, __file__)}
+
+    def parse_known_args(parser, *args, **kwargs):
+        namespace, extras = original(parser, *args, **kwargs)
+        try:
+            # Whose parse this is: the first caller outside argparse (a subparser is parsed from inside its parent's parse)
+            frame = sys._getframe(1)
+            while frame is not None and os.path.normcase(os.path.abspath(frame.f_code.co_filename)) in skipped:
+                frame = frame.f_back
+            found = script_epochs_source.argparse_reading(
+                parser, namespace, args[0] if args else kwargs.get("args"),
+                caller_file=frame.f_code.co_filename if frame is not None else "", argv=sys.argv[1:])
+            if found is not None:
+                epochs, source, rank = found
+                recorder.note_script_epochs(epochs, source, rank=rank)
+        except Exception:  # noqa: BLE001 - reading the arguments must never break the script
+            pass
+        return namespace, extras
+
+    argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+class _TorchImportWatcher(importlib.abc.MetaPathFinder):
+    """Runs the recorder's torch hooks right after the script's own `import torch` completes."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+        recorder = self.recorder
+
+        def exec_module(module):
+            recorder.mark("torch_import_start")
+            original_exec(module)
+            recorder.mark("torch_imported")
+            recorder.install_torch_hooks()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+class _FrameworkImportWatcher(importlib.abc.MetaPathFinder):
+    """After a framework's Trainer module is imported, patch its Trainer to add trainwise's callback."""
+
+    # module that defines the Trainer class → integration that patches it
+    MODULES = {
+        "lightning.pytorch.trainer.trainer": "lightning",
+        "pytorch_lightning.trainer.trainer": "lightning",
+        "transformers.trainer": "huggingface",
+        "keras.src.models.model": "keras",  # Model.fit gets the callback
+    }
+
+    def __init__(self) -> None:
+        self._busy = False
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+        framework = self.MODULES.get(fullname)
+        if framework is None or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            try:
+                from trainwise.integrations import _autodetect
+
+                _autodetect.patch_trainer(framework, module)
+            except Exception as exc:  # noqa: BLE001 - never break the user's program
+                print(f"trainwise: {framework} Trainer not instrumented ({exc})", file=sys.stderr)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _batch_length(batch: Any) -> int | None:
+    """Samples in a batch: leading dimension of its first tensor (tuple, list, dict or tensor)."""
+    for _ in range(3):
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else 1
+        if isinstance(batch, (list, tuple)) and batch:
+            batch = batch[0]
+        elif isinstance(batch, dict) and batch:
+            batch = next(iter(batch.values()))
+        else:
+            return None
+    return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+

@@ -1,0 +1,275 @@
+"""The in-process agent's parts, fed synthetic event streams (milliseconds each)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from trainwise.agent import stop_rule
+from trainwise.agent.autograd_steps import BACKWARDS_BEFORE_GIVING_UP_ON_OPTIMIZER, BackwardIterations
+from trainwise.agent.events import (BackwardEnd, EventBus, IterationEnd, ModelForward, OptimizerBuilt,
+                                    OptimizerStep)
+from trainwise.agent.regions import EvalRegions
+from trainwise.agent.watchdog import NoIterationWatchdog
+
+AGENT_DIR = pathlib.Path(__file__).resolve().parents[1] / "src" / "trainwise" / "agent"
+
+
+def test_bus_delivers_in_order_and_drops_a_failing_subscriber():
+    bus, seen = EventBus(), []
+    bus.subscribe(lambda e: seen.append(("a", e.t_s)))
+
+    def broken(event):
+        raise RuntimeError("boom")
+
+    bus.subscribe(broken)
+    bus.subscribe(lambda e: seen.append(("b", e.t_s)))
+    bus.emit(ProcessExitLike(1.0))
+    bus.emit(ProcessExitLike(2.0))
+    assert seen == [("a", 1.0), ("b", 1.0), ("a", 2.0), ("b", 2.0)]
+    assert len(bus.notes) == 1 and "boom" in bus.notes[0]
+
+
+class ProcessExitLike:
+    def __init__(self, t_s):
+        self.t_s = t_s
+
+
+def test_manual_sgd_backward_passes_are_iterations():
+    ends: list[float] = []
+    detector = BackwardIterations(ends.append)
+    for k in range(5):
+        detector(BackwardEnd(t_s=float(k), reaches_parameters=True))
+    detector(BackwardEnd(t_s=9.0, reaches_parameters=False))  # e.g. a gradient penalty on inputs only
+    assert ends == [0.0, 1.0, 2.0, 3.0, 4.0] and detector.active
+
+
+def test_with_an_optimizer_its_steps_delimit_iterations_not_backward_passes():
+    ends: list[float] = []
+    detector = BackwardIterations(ends.append)
+    detector(OptimizerBuilt(0.0, optimizer_id=1))
+    # LBFGS: one step, many forward/backward passes inside its closure
+    for k in range(20):
+        detector(BackwardEnd(t_s=0.1 * k, reaches_parameters=True))
+    detector(OptimizerStep(2.0, optimizer_id=1))
+    for k in range(200):
+        detector(BackwardEnd(t_s=3.0 + k, reaches_parameters=True))
+    assert ends == [] and not detector.active
+
+
+def test_an_optimizer_that_never_steps_is_not_the_loops():
+    ends: list[float] = []
+    detector = BackwardIterations(ends.append)
+    detector(OptimizerBuilt(0.0, optimizer_id=1))
+    for k in range(BACKWARDS_BEFORE_GIVING_UP_ON_OPTIMIZER + 3):
+        detector(BackwardEnd(t_s=float(k), reaches_parameters=True))
+    assert len(ends) == 4 and ends[0] == BACKWARDS_BEFORE_GIVING_UP_ON_OPTIMIZER - 1
+
+
+def test_reaches_parameters_follows_the_graph():
+    torch = pytest.importorskip("torch")
+    from trainwise.agent.autograd_steps import reaches_parameters
+
+    model = torch.nn.Linear(3, 1)
+    assert reaches_parameters(model(torch.randn(2, 3)).sum())
+    x = torch.randn(2, 3, requires_grad=True)
+    assert not reaches_parameters((x * 2).sum())  # an input's gradient only
+    assert reaches_parameters([model(torch.randn(2, 3)).sum()])
+
+
+def regions_stream(epochs: int, iterations: int, val_calls: int):
+    """A no-DataLoader loop: `iterations` training steps (forward then backward), then `val_calls`
+    no_grad eval calls, per epoch; one time unit per event."""
+    t = 0.0
+    index = 0
+    for _ in range(epochs):
+        for _ in range(iterations):
+            yield ModelForward(t, grad_enabled=True, training=True)
+            t += 1
+            yield IterationEnd(t, index, "autograd")
+            index += 1
+            t += 1
+        for _ in range(val_calls):
+            yield ModelForward(t, grad_enabled=False, training=False)
+            t += 1
+
+
+def test_eval_regions_mark_validation_between_epochs():
+    starts, ends = [], []
+    regions = EvalRegions(starts.append, ends.append)
+    for event in regions_stream(epochs=3, iterations=4, val_calls=5):
+        regions(event)
+    assert len(starts) == 3 and len(ends) == 2  # the last region is still open when the stream ends
+    assert [len(r.batch_starts_s) for r in regions.regions] == [5, 5, 5]
+    first = regions.regions[0]
+    assert first.start_s == 8.0 and first.end_s == 13.0
+
+
+def test_model_calls_before_training_are_not_validation():
+    regions = EvalRegions()
+    regions(ModelForward(0.0, grad_enabled=False, training=False))  # a look at the untrained model
+    assert not regions.regions and regions.count == 0
+    regions(IterationEnd(1.0, 0, "optimizer"))
+    regions(ModelForward(2.0, grad_enabled=True, training=False))  # eval mode alone is validation too
+    assert len(regions.regions) == 1
+
+
+def test_watchdog_fires_once_after_its_limit_without_iterations():
+    clock = [0.0]
+    fired = []
+    seen = [False]
+    dog = NoIterationWatchdog(30.0, lambda: seen[0], lambda: fired.append(clock[0]), clock=lambda: clock[0])
+    dog.started_s = 0.0  # started without its thread: checked by hand
+    clock[0] = 29.9
+    assert not dog.check()
+    clock[0] = 30.0
+    assert dog.check() and dog.check() and fired == [30.0]
+    quiet = NoIterationWatchdog(30.0, lambda: True, lambda: fired.append("no"), clock=lambda: 100.0)
+    quiet.started_s = 0.0
+    assert not quiet.check() and fired == [30.0]
+
+
+def test_watchdog_thread_calls_back():
+    import threading
+
+    done = threading.Event()
+    dog = NoIterationWatchdog(0.05, lambda: False, done.set, poll_s=0.01)
+    dog.start()
+    assert done.wait(2.0)
+
+
+SETTINGS = stop_rule.StopSettings(min_iterations=20, max_iterations=5000, max_seconds=60.0, min_seconds=0.0,
+                                  min_budget_seconds=1.0, budget_fraction=0.02, validation_batches=10,
+                                  epoch2_iterations=5)
+
+
+def test_stop_rule_stops_when_stable_or_capped():
+    steady = [0.05] * 40
+    assert stop_rule.decide(steady, 2.0, SETTINGS).reason == "stable"
+    assert stop_rule.decide(steady[:10], 0.5, SETTINGS).reason is None
+    noisy = [0.05 * (1 + 0.5 * ((k * 7919) % 13 - 6) / 6) for k in range(100)]
+    assert stop_rule.decide(noisy, 61.0, SETTINGS).reason == "time_budget"
+    assert stop_rule.decide(noisy, 5.0, stop_rule.StopSettings(min_iterations=20, max_iterations=100)).reason == \
+        "max_iterations"
+
+
+def test_a_stable_verdict_waits_for_the_minimum_sampling_time():
+    settings = stop_rule.StopSettings(min_iterations=10, min_seconds=1.5, target_relative_ci=0.5)
+    times = [0.002] * 50  # millisecond iterations are "stable" after a handful
+    assert stop_rule.decide(times, 0.1, settings).reason is None
+    assert stop_rule.decide(times, 1.5, settings).reason == "stable"
+    assert stop_rule.decide(times[:9], 2.0, settings).reason is None  # and for at least min_iterations
+
+
+def test_the_budget_is_not_checked_before_its_floor_of_sampled_seconds():
+    settings = stop_rule.StopSettings(min_iterations=10, min_budget_seconds=0.8, target_relative_ci=1e-9)
+    times = [0.001 * (1 + (k % 3)) for k in range(40)]
+    budget = stop_rule.BudgetInputs(planned_epochs=1, batches_per_epoch=2000, batches_per_iteration=1.0,
+                                    init_s=5.0, now_s=5.2)
+    assert stop_rule.decide(times, 0.2, settings, budget).reason is None
+    assert stop_rule.decide(times, 0.8, settings, budget).reason == "cost_budget"
+
+
+def warming_up(n: int) -> list[float]:
+    """A step time that settles slowly: 62 ms falling to 43 ms over ~200 iterations (rnn_sa_lstm on the
+    16-core host), with a little noise so that the stability test does not pass early."""
+    return [0.043 + 0.019 * max(0.0, 1 - k / 200) + 0.012 * ((k * 7919) % 11 - 5) / 5 for k in range(n)]
+
+
+def test_start_up_that_exceeds_the_budget_alone_does_not_cut_sampling_to_the_minimum():
+    # A 4-minute run (1325 iterations/epoch x 3 epochs at ~45 ms) whose start-up took 10 s: 2 % of the
+    # run is ~4.6 s, already spent by the start-up. The old rule stopped at the first check (25
+    # iterations, all warm-up); sampling now gets its own share of the budget.
+    times = warming_up(25)
+    budget = stop_rule.BudgetInputs(planned_epochs=3, batches_per_epoch=1325, batches_per_iteration=1.0,
+                                    init_s=10.0, now_s=10.0 + sum(times))
+    assert stop_rule.decide(times, sum(times), SETTINGS, budget).reason is None
+    first_stop = None
+    for n in range(20, 400):
+        times = warming_up(n)
+        budget = stop_rule.BudgetInputs(planned_epochs=3, batches_per_epoch=1325, batches_per_iteration=1.0,
+                                        init_s=10.0, now_s=10.0 + sum(times))
+        decision = stop_rule.decide(times, sum(times), SETTINGS, budget)
+        if decision.reason is not None:
+            first_stop = (n, decision.reason, sum(times), stop_rule.predicted_full_run_s(times, budget))
+            break
+    n, reason, sampling_s, predicted_s = first_stop
+    assert reason == "cost_budget" and n >= 30
+    # the sampling costs at most its share of the budget
+    assert sampling_s <= stop_rule.SAMPLING_SHARE * SETTINGS.budget_fraction * predicted_s
+
+
+def test_the_budget_aims_under_its_cap_by_the_margin():
+    # A planned run of 1000 iterations of 10 ms after 0.02 s of start-up: 10.02 s; a 2 % budget is
+    # 0.2004 s, aimed at 0.95 × 0.2004 = 0.19038 s (the full run it divides by is a prediction itself).
+    settings = stop_rule.StopSettings(budget_fraction=0.02, validation_batches=0, epoch2_iterations=0)
+    times = [0.01] * 20
+    for now_s, over in ((0.190, False), (0.1925, True)):
+        budget = stop_rule.BudgetInputs(planned_epochs=1, batches_per_epoch=1000, batches_per_iteration=1.0,
+                                        init_s=0.02, now_s=now_s)
+        assert stop_rule.over_budget(times, now_s - 0.02, budget, settings) is over
+    assert stop_rule.BUDGET_MARGIN == pytest.approx(0.05)
+    # A start-up of 0.5 s spent the budget alone: sampling still gets its share of the (now 10.5-s) run's.
+    cap_s = 0.95 * 0.02 * 10.5
+    for sampling_s, over in ((0.99 * stop_rule.SAMPLING_SHARE * cap_s, False), (1.01 * stop_rule.SAMPLING_SHARE * cap_s, True)):
+        budget = stop_rule.BudgetInputs(planned_epochs=1, batches_per_epoch=1000, batches_per_iteration=1.0,
+                                        init_s=0.5, now_s=0.5 + sampling_s)
+        assert stop_rule.over_budget(times, sampling_s, budget, settings) is over
+
+
+def test_with_a_cheap_start_up_the_whole_profile_stays_within_the_budget():
+    times = warming_up(60)
+    budget = stop_rule.BudgetInputs(planned_epochs=30, batches_per_epoch=1325, batches_per_iteration=1.0,
+                                    init_s=2.0, now_s=2.0 + sum(times))
+    # 2 % of a ~30-minute run is ~36 s: 60 iterations (~3 s) go on sampling
+    assert stop_rule.decide(times, sum(times), SETTINGS, budget).reason is None
+    short = stop_rule.BudgetInputs(planned_epochs=1, batches_per_epoch=100, batches_per_iteration=1.0,
+                                   init_s=2.0, now_s=2.0 + sum(times))
+    assert stop_rule.decide(times, sum(times), SETTINGS, short).reason == "cost_budget"
+
+
+def _imports_of(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_the_agent_imports_only_the_standard_library_torch_and_itself():
+    # trainwise.core.stats: standard library only, enforced by .importlinter's agent-side-stdlib contract
+    allowed_trainwise = {"trainwise.agent", "trainwise.core", "trainwise.core.stats"}
+    for path in AGENT_DIR.glob("*.py"):
+        for name in _imports_of(path):
+            top = name.split(".")[0]
+            if top == "trainwise":
+                assert name in allowed_trainwise or name.startswith("trainwise.agent."), (path.name, name)
+            else:
+                assert top == "torch" or top in sys.stdlib_module_names or top == "__future__", (path.name, name)
+
+
+def test_the_in_process_recorder_runs_without_trainwises_dependencies(tmp_path):
+    """What the profiled interpreter loads (the bootstrap, the recorder, the agent) needs the standard
+    library and torch only: with pydantic, typer, rich, numpy... hidden, it imports."""
+    blocker = tmp_path / "block.py"
+    blocker.write_text(
+        "import sys, importlib.abc\n"
+        "BLOCKED = {'pydantic', 'typer', 'rich', 'numpy', 'pandas', 'jinja2', 'matplotlib', 'sklearn', 'fsspec'}\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import trainwise.profile._child, trainwise.agent.autograd_steps, trainwise.agent.regions\n"
+        "import trainwise.agent.stop_rule, trainwise.agent.watchdog\n"
+        "print('ok', sorted(m for m in sys.modules if m.split('.')[0] in BLOCKED))\n")
+    out = subprocess.run([sys.executable, str(blocker)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok []"

@@ -1,0 +1,124 @@
+"""Training loops the hooks of an optimizer step and a DataLoader do not show (issue 34), profiled
+unmodified: a loop that updates its parameters by hand, an LBFGS closure, a GAN, a checkpoint every
+epoch, validation without a DataLoader, epoch flags under other names, a killed --full run, a script
+that never trains. The event-level behaviour is unit-tested in tests/test_agent.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainwise.errors import TrainwiseError
+from trainwise.profile.runner import ProfileOptions, run_profile
+
+SCRIPTS = Path(__file__).parent / "scripts"
+CLIENTS = SCRIPTS / "clients"
+pytestmark = pytest.mark.slow
+QUICK = dict(characterise=False, host_noise=False)
+
+
+def client(name: str, *args: str) -> list[str]:
+    return [sys.executable, str(CLIENTS / name), *args]
+
+
+def test_manual_sgd_without_optimizer_or_dataloader_is_profiled_with_its_epochs_and_validation():
+    full = run_profile(client("manual_sgd_lm.py", "--epochs", "2", "--batches", "12"), ProfileOptions(mode="full", **QUICK),
+                       quiet=True)
+    assert len(full.iterations) == 24 and [e.iterations for e in full.epochs] == [12, 12]
+    assert all(e.end_s is not None for e in full.epochs) and full.full_run.epochs_completed == 2
+    assert [(v.batches_timed, v.batches_total) for v in full.validations] == [(2, 2), (2, 2)]
+    assert full.dataset.iterations_per_epoch == 12 and full.model.parameters > 0 and full.model.optimizer is None
+    assert full.script_epochs.epochs == 2
+    assert any("backward passes that reach the model's parameters" in note for note in full.notes)
+    # sampled: epoch 1 runs to its end (no DataLoader to end it early), then validation and epoch 2's start
+    sampled = run_profile(client("manual_sgd_lm.py", "--epochs", "5", "--batches", "30"),
+                          ProfileOptions(min_iterations=6, max_iterations=10, min_profile_seconds=0, epoch2_iterations=2,
+                                         **QUICK), quiet=True)
+    assert sampled.stop_reason == "sampled" and sampled.dataset.iterations_per_epoch == 30
+    assert sampled.epochs[-1].iterations == 2 and sampled.validations[0].batches_total == 5
+
+
+@pytest.mark.long
+def test_lbfgs_closure_is_one_iteration_per_step():
+    profile = run_profile(client("lbfgs_closure.py", "--n_epochs", "3"), ProfileOptions(mode="full", **QUICK), quiet=True)
+    assert len(profile.iterations) == 3 and profile.model.optimizer == "LBFGS"
+    assert profile.script_epochs.epochs == 3 and profile.dataset.iterations_per_epoch == 1
+
+
+@pytest.mark.long
+def test_gan_with_two_optimizers_is_one_iteration_per_pair_of_steps():
+    profile = run_profile(client("gan_two_optimizers.py", "--niter", "1", "--samples", "320"),
+                          ProfileOptions(mode="full", **QUICK), quiet=True)
+    assert len(profile.iterations) == 10 and profile.dataset.iterations_per_epoch == 10
+    assert profile.script_epochs.epochs == 1 and profile.script_epochs.source.endswith("niter=1")
+    g_and_d = (16 * 256 + 256 + 256 * 64 + 64) + (64 * 256 + 256 + 256 + 1)
+    assert profile.model.parameters == g_and_d
+
+
+@pytest.mark.long
+def test_a_checkpoint_every_epoch_still_gets_epoch_2s_start(tmp_path):
+    checkpoint = tmp_path / "model_epoch.pth"
+    profile = run_profile(client("checkpoint_every_epoch.py", "--nEpochs", "20", "--samples", "3200",
+                                 "--checkpoint", str(checkpoint)),
+                          ProfileOptions(min_iterations=8, max_iterations=10, min_profile_seconds=0, validation_batches=2,
+                                         epoch2_iterations=3, **QUICK), quiet=True)
+    assert profile.stop_reason == "sampled" and profile.script_epochs.epochs == 20
+    assert profile.epochs[0].truncated and profile.epochs[1].iterations == 3
+    assert not checkpoint.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.long
+def test_validation_over_tensors_is_seen_beside_a_training_dataloader():
+    profile = run_profile(client("tensor_validation.py", "--num-epochs", "2", "--samples", "320"),
+                          ProfileOptions(mode="full", **QUICK), quiet=True)
+    assert [e.iterations for e in profile.epochs] == [10, 10] and profile.script_epochs.epochs == 2
+    assert [(v.batches_timed, v.batches_total) for v in profile.validations] == [(8, 8), (8, 8)]
+    # the validation pass is in neither training iteration around it
+    before, after, validation = profile.iterations[9], profile.iterations[10], profile.validations[0]
+    assert before.start_s + before.wall_s <= validation.start_s <= after.start_s
+
+
+def test_a_script_that_never_trains_is_told_so_within_seconds():
+    started = time.monotonic()
+    with pytest.raises(TrainwiseError, match="no training iteration within 3 s of the script's first forward pass"):
+        run_profile([sys.executable, str(SCRIPTS / "inference_only.py"), "600"],
+                    ProfileOptions(no_iteration_limit_s=3, **QUICK), quiet=True)
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.long
+def test_a_killed_full_run_reports_what_it_recorded(tmp_path, monkeypatch):
+    """kill -9 of the job once it has recorded a while: the record written every few seconds is its profile."""
+    import tempfile
+    import threading
+
+    import trainwise.profile.runner as runner
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the runner's work folder, to watch its record
+    real_popen = subprocess.Popen
+
+    def popen_then_kill(*args, **kwargs):
+        process = real_popen(*args, **kwargs)
+
+        def kill_once_recorded():
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and not list(tmp_path.glob("trainwise-profile-*/raw.json")):
+                time.sleep(0.2)
+            time.sleep(1.0)
+            os.killpg(process.pid, signal.SIGKILL)
+
+        threading.Thread(target=kill_once_recorded, daemon=True).start()
+        return process
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen_then_kill)
+    profile = run_profile(client("manual_sgd_lm.py", "--epochs", "1000", "--batches", "10"),
+                          ProfileOptions(mode="full", **QUICK), quiet=True)
+    assert profile.exit_code == -signal.SIGKILL and profile.stop_reason == "interrupted"
+    assert len(profile.iterations) >= 1 and profile.full_run is not None
+    assert any("killed by signal 9" in note for note in profile.notes)

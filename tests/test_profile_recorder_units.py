@@ -1,0 +1,171 @@
+"""The profile recorder's handling of agent events, fed synthetic streams in-process (milliseconds each):
+epochs and validation of a loop without a DataLoader, a metric under no_grad inside a training pass, the
+sampled profile waiting for the end of epoch 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainwise.agent.events import IterationEnd, ModelForward
+from trainwise.profile import _child
+
+
+@pytest.fixture
+def recorder(tmp_path):
+    return _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "full"})
+
+
+def train_steps(recorder, start_s: float, count: int) -> float:
+    """`count` training iterations, one time unit each (a forward of the model, then its end)."""
+    t = start_s
+    for _ in range(count):
+        recorder.bus.emit(ModelForward(t, grad_enabled=True, training=True))
+        t += 1
+        recorder.iterations.append({"index": len(recorder.iterations), "epoch": len(recorder.epochs) - 1,
+                                    "start_s": t - 1, "end_s": t, "data_wait_s": 0.0, "samples": 0, "batches": 0})
+        recorder.epochs[-1]["iterations"] += 1
+        recorder.bus.emit(IterationEnd(t, len(recorder.iterations) - 1, "autograd"))
+    return t
+
+
+def evaluate(recorder, start_s: float, calls: int) -> float:
+    for k in range(calls):
+        recorder.bus.emit(ModelForward(start_s + k, grad_enabled=False, training=False))
+    return start_s + calls
+
+
+def test_without_a_dataloader_validation_regions_delimit_epochs(recorder):
+    recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": None, "iterations": 0, "truncated": False,
+                        "batches_per_epoch": None}]
+    t = train_steps(recorder, 0.0, 3)
+    t = evaluate(recorder, t, 2)
+    assert recorder.epochs[0]["end_s"] == 3.0 and recorder.epochs[0]["batches_per_epoch"] == 3
+    assert recorder.loaders["train"]["batches_per_pass"] == 3
+    t = train_steps(recorder, t, 3)
+    assert [e["start_s"] for e in recorder.epochs] == [0.0, 5.0]
+    validation = recorder.validations[0]
+    assert (validation["start_s"], validation["end_s"], validation["batches_total"]) == (3.0, 5.0, 2)
+    assert recorder.loaders["val"]["batches_per_pass"] == 2
+    evaluate(recorder, t, 2)
+    assert len(recorder.validations) == 2 and recorder.epochs[1]["end_s"] == t
+
+
+def test_a_metric_under_no_grad_inside_a_training_dataloader_pass_is_not_validation(recorder):
+    recorder.current_train_state = object()  # a training DataLoader pass is running
+    recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": None, "iterations": 0, "truncated": False,
+                        "batches_per_epoch": 40}]
+    t = train_steps(recorder, 0.0, 2)
+    t = evaluate(recorder, t, 1)  # accuracy of the training batch, under no_grad
+    t = train_steps(recorder, t, 2)
+    assert recorder.validations == [] and recorder.epochs[0]["end_s"] is None
+    recorder.epochs[0]["end_s"] = t  # the pass is exhausted: what follows is validation over tensors
+    t = evaluate(recorder, t, 4)
+    train_steps(recorder, t, 1)
+    assert [v["batches_total"] for v in recorder.validations] == [4]
+
+
+def test_once_a_dataloader_validation_was_seen_model_calls_add_nothing(recorder):
+    recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": None, "iterations": 0, "truncated": False,
+                        "batches_per_epoch": None}]
+    recorder._dataloader_validation = True
+    t = train_steps(recorder, 0.0, 2)
+    evaluate(recorder, t, 3)
+    assert recorder.validations == [] and recorder.epochs[0]["end_s"] is None
+
+
+def test_a_sampled_profile_without_a_dataloader_waits_for_the_end_of_epoch_1(tmp_path, monkeypatch):
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "sampled", "epoch2_iterations": 2})
+    finished = []
+    monkeypatch.setattr(recorder, "_finish", lambda reason: finished.append(reason))
+    recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": None, "iterations": 0, "truncated": False,
+                        "batches_per_epoch": None}]
+    recorder._waiting_for_epoch_end = True  # the stop rule found the steady state mid-epoch
+    t = train_steps(recorder, 0.0, 4)
+    t = evaluate(recorder, t, 3)
+    assert recorder.epoch1_truncated and not recorder._waiting_for_epoch_end and recorder._truncated_epoch == 0
+    train_steps(recorder, t, 1)
+    assert recorder.validation_done and finished == []  # epoch 2's start still to be timed
+    recorder.epochs_hint = 1  # had the run been one epoch long, validation would end the profile
+    recorder.validation_done = False
+    evaluate(recorder, t + 1, 1)
+    train_steps(recorder, t + 2, 1)
+    assert finished == ["validation_timed"]
+
+
+class FakeLoader:
+    """What the recorder reads of a DataLoader and its iterator (weakly referenced, sized)."""
+
+    def __init__(self, batches: int, batch_size: int = 16) -> None:
+        self.batches, self.batch_size = batches, batch_size
+
+
+class FakeIterator:
+    def __init__(self, loader: FakeLoader) -> None:
+        import weakref
+
+        self._trainwise_loader = weakref.ref(loader)
+        self._dataset = [0] * (loader.batches * loader.batch_size)
+        self._num_workers = 0
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return self.loader.batches
+
+
+def run_pass(recorder, loader: FakeLoader, optimizer=None, batches: int | None = None):
+    """One pass over `loader` as the patched iterator reports it: each batch fetched, then (with an
+    optimizer) one step; exhausted at the end."""
+    import time
+
+    import torch
+
+    iterator = FakeIterator(loader)
+    if recorder._undecided is not None:  # as the patched __next__ does when another pass begins
+        recorder._settle_undecided()
+    state = recorder._new_loader_state(iterator)
+    for _ in range(loader.batches if batches is None else batches):
+        start = time.perf_counter()
+        recorder._on_batch(iterator, state, start, time.perf_counter(), torch.zeros(loader.batch_size, 4))
+        recorder._last_batch_state = state
+        state.grad_at_last_batch = torch.is_grad_enabled()
+        if optimizer is not None:
+            recorder._boundary(optimizer)
+    if batches is None:
+        recorder._on_exhausted(iterator, state, time.perf_counter())
+    return state
+
+
+def test_a_pass_that_ends_without_an_optimizer_step_is_validation_not_an_epoch(recorder):
+    """The synthetic form of test_profile's validation loop without eval() or no_grad (2 epochs of 40
+    training batches, 20 validation batches with gradients on and the model in train mode)."""
+    import torch
+
+    recorder._torch = torch
+    parameter = torch.nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.SGD([parameter], lr=0.1)
+    train, val = FakeLoader(40), FakeLoader(20)
+    for _ in range(2):
+        run_pass(recorder, train, optimizer)
+        run_pass(recorder, val)
+    recorder._settle_undecided()
+    assert [e["iterations"] for e in recorder.epochs] == [40, 40]
+    assert [(v["epoch"], len(v["batch_starts_s"]), v["batches_total"]) for v in recorder.validations] == [(0, 20, 20),
+                                                                                                          (1, 20, 20)]
+    assert recorder.loaders["train"]["dataset_size"] == 640 and recorder.loaders["val"]["dataset_size"] == 320
+    assert all(it["batches"] == 1 and it["samples"] == 16 for it in recorder.iterations)
+    assert recorder.epochs[0]["end_s"] <= recorder.validations[0]["start_s"] < recorder.epochs[1]["start_s"]
+    assert any("without model.eval() or torch.no_grad()" in note for note in recorder.notes)
+    assert recorder.model["parameters"] == 3 and recorder.model["optimizer"] == "SGD"
+
+
+def test_a_look_at_one_batch_before_training_is_neither_an_epoch_nor_validation(recorder):
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    train = FakeLoader(10)
+    run_pass(recorder, train, batches=1)  # next(iter(loader)): abandoned
+    run_pass(recorder, train, optimizer)
+    run_pass(recorder, train, optimizer)
+    assert [e["iterations"] for e in recorder.epochs] == [10, 10] and recorder.validations == []
+    assert any("neither an epoch nor validation" in note for note in recorder.notes)
