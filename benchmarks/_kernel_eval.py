@@ -43,7 +43,8 @@ class HeldOutModels:
             t0 = time.perf_counter()
             keep = np.array([km.family(g) != fam for g in self.data.gpus])
             model = km.fit_ensemble(self.data.subset(keep), self.settings)
-            ens = km.ensemble_from_json(km.ensemble_to_json(model, {"band80_by_class": self.band, "held_out": fam}))
+            meta = {"band80_by_class": self.band, "held_out": fam, "coverage": km.regime_coverage(self.data.subset(keep))}
+            ens = km.ensemble_from_json(km.ensemble_to_json(model, meta))
             self.cache[fam] = ens
             self.fit_seconds += time.perf_counter() - t0
         return self.cache[fam]
@@ -75,8 +76,9 @@ def neusight_kernels(workload: dict) -> tuple[list[km.Kernel], list[float], floa
 def predict_neusight(workload: dict, gpu: km.GpuSpec, model: km.TreeEnsemble) -> tuple[float, float]:
     """(kernel-model ms, plain-roofline ms) of one NeuSight workload on `gpu`."""
     kernels, mult, mem_bytes = neusight_kernels(workload)
-    t = km.predict_seconds(kernels, gpu, model)
     roof = np.array([km.features(k, gpu)[1] for k in kernels])
+    t = km.predict_seconds(kernels, gpu, model)
+    t = np.where(np.isnan(t), roof, t)  # a kernel outside the covered regimes: its roofline
     mem_s = mem_bytes / gpu.bandwidth
     return (float(np.dot(t, mult)) + mem_s) * 1e3, (float(np.dot(roof, mult)) + mem_s) * 1e3
 
@@ -104,6 +106,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
         pred_ms, roof_ms = predict_neusight(wl, gpu, model)
         kernels, mult, _ = neusight_kernels(wl)
         t = km.predict_seconds(kernels, gpu, model)
+        t = np.where(np.isnan(t), 0.0, t)
         share: dict[str, float] = {}
         for k, ti, m in zip(kernels, t, mult):
             share[k.kind] = share.get(k.kind, 0.0) + ti * m

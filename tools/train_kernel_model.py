@@ -33,7 +33,7 @@ def build(exclude: list[str], output: Path, select: bool = True) -> dict:
     _, settings, held = min(candidates, key=lambda c: c[0])
     model = km.fit_ensemble(data, settings)
     band = {c: round(km.conformal_quantile(v), 4) for c, v in held["class_bias"].items() if v}
-    meta = {"settings": settings, "rows": len(data.gpus), "gpus": sorted(set(data.gpus)), "excluded": exclude,
+    meta = {"settings": settings, "coverage": km.regime_coverage(data), "min_families": km.MIN_FAMILIES, "rows": len(data.gpus), "gpus": sorted(set(data.gpus)), "excluded": exclude,
             "kernel_holdout": {k: v for k, v in held.items() if k != "class_bias"}, "band80_by_class": band,
             "class_bias": {c: [round(x, 5) for x in v] for c, v in held["class_bias"].items()},
             "dataset": str(km.DATASET_PATH.name), "fit_seconds": round(time.perf_counter() - t0, 1)}

@@ -234,6 +234,33 @@ def features_matrix(a: KernelArrays, gpu: GpuSpec, conv_tf32: bool = True) -> tu
     return np.column_stack(cols), roof
 
 
+# A kernel is predicted only in a regime (class, tensor cores or not, 16- or 32-bit operands for GEMMs and
+# convolutions; memory-bound classes move bytes whatever their dtype) that the training data covers on at least
+# MIN_FAMILIES GPU families: from one family the fit cannot tell the regime's effect from that GPU's.
+MIN_FAMILIES = 2
+
+
+def regimes(x: Any, dtype_code: Any) -> list[str]:
+    """Regime key of each kernel, from its feature rows and dtype codes (`_DTYPE_CODE`)."""
+    cls_col, tc_col = FEATURES.index("class"), FEATURES.index("tensor_core")
+    out = []
+    for c, tc, d in zip(x[:, cls_col], x[:, tc_col], dtype_code):
+        kind = CLASSES[int(c)]
+        if kind in ("gemm", "conv"):
+            out.append(f"{kind}|{'tensor' if tc else 'simt'}|{'16' if d >= 2 else '32'}")
+        else:
+            out.append(kind)
+    return out
+
+
+def regime_coverage(data: "KernelDataset") -> dict[str, list[str]]:
+    """GPU families each regime of `data` was measured on."""
+    cover: dict[str, set[str]] = {}
+    for regime, gpu in zip(regimes(data.x, data.dtype_code), data.gpus):
+        cover.setdefault(regime, set()).add(family(gpu))
+    return {k: sorted(v) for k, v in sorted(cover.items())}
+
+
 # ------------------------------------------------------------------------------------------------
 # the packaged artifact: gradient-boosted trees as JSON, evaluated with numpy
 # ------------------------------------------------------------------------------------------------
@@ -341,7 +368,8 @@ def load_kernel_model(path: str | Path | None = None) -> TreeEnsemble:
 
 
 def predict_seconds(kernels: "list[Kernel] | KernelArrays", gpu: GpuSpec, model: TreeEnsemble | None = None) -> Any:
-    """Predicted seconds of each kernel on `gpu` (never faster than its roofline)."""
+    """Predicted seconds of each kernel on `gpu` (never faster than its roofline); NaN for a kernel whose regime
+    the model's training data covers on fewer than MIN_FAMILIES GPU families (`regimes`): the caller falls back."""
     import numpy as np
 
     arrays = kernels if isinstance(kernels, KernelArrays) else KernelArrays.of(kernels)
@@ -349,7 +377,12 @@ def predict_seconds(kernels: "list[Kernel] | KernelArrays", gpu: GpuSpec, model:
         return np.zeros(0)
     model = model or load_kernel_model()
     x, roof = features_matrix(arrays, gpu)
-    return roof * np.exp(np.maximum(model.predict(x), 0.0))
+    coverage = model.meta.get("coverage", {})
+    covered = np.array([len(coverage.get(r, ())) >= MIN_FAMILIES for r in regimes(x, arrays.dtype)], dtype=bool)
+    out = np.full(len(roof), np.nan)
+    if covered.any():
+        out[covered] = roof[covered] * np.exp(np.maximum(model.predict(x[covered]), 0.0))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -410,6 +443,7 @@ class KernelDataset:
     x: Any          # [rows, features]
     roofline: Any   # seconds
     latency: Any    # seconds (measured)
+    dtype_code: Any  # `_DTYPE_CODE` of each row
 
     @property
     def target(self) -> Any:
@@ -422,7 +456,7 @@ class KernelDataset:
 
         idx = np.flatnonzero(mask)
         return KernelDataset([self.gpus[i] for i in idx], [self.ops[i] for i in idx], self.x[idx], self.roofline[idx],
-                             self.latency[idx])
+                             self.latency[idx], self.dtype_code[idx])
 
 
 def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None) -> KernelDataset:
@@ -447,15 +481,18 @@ def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None) -> Kernel
             ops.append(r["op"])
             kernels.append(kernel_from_dims(r["op"], r["dtype"], tuple(int(v) for v in r["dims"].split("x"))))
             lats.append(float(r["latency_us"]) * 1e-6)
-    gpus, all_ops, xs, roofs, latencies = [], [], [], [], []
+    gpus, all_ops, xs, roofs, latencies, codes = [], [], [], [], [], []
     for name, (ops, kernels, lats) in by_gpu.items():
-        x, roof = features_matrix(KernelArrays.of(kernels), specs[name])
+        arrays = KernelArrays.of(kernels)
+        codes.append(arrays.dtype)
+        x, roof = features_matrix(arrays, specs[name])
         gpus += [specs[name].name] * len(ops)
         all_ops += ops
         xs.append(x)
         roofs.append(roof)
         latencies.append(np.array(lats))
-    return KernelDataset(gpus, all_ops, np.vstack(xs), np.concatenate(roofs), np.concatenate(latencies))
+    return KernelDataset(gpus, all_ops, np.vstack(xs), np.concatenate(roofs), np.concatenate(latencies),
+                         np.concatenate(codes))
 
 
 # settings compared on the per-kernel leave-one-GPU-out split (never on end-to-end rows)
@@ -500,7 +537,13 @@ def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
         test = fam_of == fam
         if test.sum() < 50 or (~test).sum() < 50:
             continue
-        model = fit_ensemble(data.subset(~test & (np.arange(len(test)) % HOLDOUT_THIN == 0)), settings)
+        train = data.subset(~test & (np.arange(len(test)) % HOLDOUT_THIN == 0))
+        model = fit_ensemble(train, settings)
+        coverage = regime_coverage(train)
+        in_regime = np.array([len(coverage.get(r, ())) >= MIN_FAMILIES for r in regimes(data.x, data.dtype_code)])
+        test = test & in_regime
+        if test.sum() < 50:
+            continue
         held = data.subset(test)
         pred = held.roofline * np.exp(np.maximum(model.predict(held.x), 0.0))
         err = pred / held.latency - 1
