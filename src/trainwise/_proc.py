@@ -51,16 +51,25 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def _stat_fields(pid: int) -> tuple[str, int, int, int] | None:
-    """(state, ppid, pgid, session) from /proc/PID/stat; None when gone or unreadable."""
+def _stat_fields(pid: int) -> tuple[str, int, int, int, int] | None:
+    """(state, ppid, pgid, session, start time in clock ticks after boot) from /proc/PID/stat; None when
+    gone or unreadable."""
     data = _read(f"/proc/{pid}/stat")
     if not data:
         return None
     # the command name may hold spaces and parentheses: the fields start after the last ")"
     fields = data[data.rfind(b")") + 2:].split()
     try:
-        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3])
+        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
     except (IndexError, ValueError):
+        return None
+
+
+def _uptime_ticks() -> int | None:
+    data = _read("/proc/uptime")
+    try:
+        return int(float(data.split()[0]) * os.sysconf("SC_CLK_TCK")) + 1 if data else None
+    except (ValueError, OSError, IndexError):
         return None
 
 
@@ -104,8 +113,11 @@ class ProcessJob:
         and SIGTERM when trainwise dies."""
         return {"start_new_session": True, "preexec_fn": die_with_parent()}
 
-    def members(self) -> list[int]:
-        """Live processes of this job (zombies, already dead, excluded)."""
+    def members(self, started_by_ticks: int | None = None) -> list[int]:
+        """Live processes of this job (zombies, already dead, excluded): those holding its token, and those
+        in a started process's session or group that cleared their environment. A session or group id is
+        only matched for processes that started by `started_by_ticks` (when the sweep began): once a whole
+        session is gone its id may be a new, unrelated process's."""
         if not os.path.isdir("/proc/self"):
             return [pid for pid in self.roots if _alive(pid)]
         needle = f"{JOB_ENV}=".encode()
@@ -122,7 +134,7 @@ class ProcessJob:
             fields = _stat_fields(pid)
             if fields is None or fields[0] in ("Z", "X"):
                 continue
-            if pid in roots or fields[2] in roots or fields[3] in roots:
+            if (fields[2] in roots or fields[3] in roots) and (started_by_ticks is None or fields[4] <= started_by_ticks):
                 found.append(pid)
                 continue
             environ = _read(f"/proc/{pid}/environ")
@@ -133,18 +145,22 @@ class ProcessJob:
                         break
         return found
 
-    def signal(self, signum: int) -> list[int]:
+    def signal(self, signum: int, started_by_ticks: int | None = None) -> list[int]:
+        if not os.path.isdir("/proc/self"):  # outside Linux: the groups the started processes lead
+            hit = []
+            for root in self.roots:
+                try:
+                    os.killpg(root, signum)
+                    hit.append(root)
+                except (ProcessLookupError, PermissionError, OSError):
+                    pass
+            return hit
         hit = []
-        for pid in self.members():
+        for pid in self.members(started_by_ticks):
             try:
                 os.kill(pid, signum)
                 hit.append(pid)
             except (ProcessLookupError, PermissionError):
-                pass
-        for root in self.roots:  # outside Linux: the groups the roots lead
-            try:
-                os.killpg(root, signum)
-            except (ProcessLookupError, PermissionError, OSError):
                 pass
         return hit
 
@@ -153,17 +169,18 @@ class ProcessJob:
         were still running (nothing to do when the job ended cleanly with all its helpers)."""
         import time
 
-        left = self.signal(signal.SIGTERM)
+        cutoff = _uptime_ticks()
+        left = self.signal(signal.SIGTERM, cutoff)
         if not left:
             return []
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            if not self.members():
+            if not self.members(cutoff):
                 return left
             time.sleep(poll_s)
-        self.signal(signal.SIGKILL)
+        self.signal(signal.SIGKILL, cutoff)
         deadline = time.monotonic() + 5.0
-        while self.members() and time.monotonic() < deadline:
+        while self.members(cutoff) and time.monotonic() < deadline:
             time.sleep(poll_s)
         return left
 

@@ -19,6 +19,7 @@ from trainwise.errors import TrainwiseError
 MAX_SIZE_FACTOR = 10
 MAX_SHARDS = 100_000
 MAX_CONFIRM_ROUNDS = 100
+MAX_MIN_SECONDS = 86_400.0
 
 
 def check_weights(weights: Sequence[float]) -> None:
@@ -57,7 +58,9 @@ def check_profile_options(*, weights: Sequence[float], required_sps: float | Non
                           sample: int | None) -> None:
     check_weights(weights)
     check_number(required_sps, "--required-sps", positive=True, unit="samples/s")
-    check_number(min_seconds, "--min-seconds", non_negative=True, maximum=86_400.0, unit="seconds")
+    if not 0 <= min_seconds <= MAX_MIN_SECONDS:  # (also NaN) a negative time is a typo, not "one epoch"
+        raise TrainwiseError(f"--min-seconds must be 0 or more, at most {MAX_MIN_SECONDS:g} (got {min_seconds:g}): the "
+                             "least time each strategy is measured")
     check_workers(workers)
     check_shards(shards)
     check_count(confirm_rounds, "--confirm-rounds", MAX_CONFIRM_ROUNDS, "rounds", minimum=0)

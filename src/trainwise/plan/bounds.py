@@ -20,6 +20,8 @@ MAX_DEVICES = 1_000_000
 
 def check_epochs(values: Iterable[int | None], option: str = "--epochs") -> None:
     for value in values:
+        if value is not None and value < 1:
+            raise TrainwiseError(f"{option} must be a positive whole number (got {value}): pass e.g. {option} 10")
         if value is not None:
             check_count(int(value), option, MAX_EPOCHS, "epochs")
 
