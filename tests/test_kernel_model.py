@@ -152,10 +152,10 @@ def test_predicting_every_catalog_accelerator_is_fast():
     catalog = load_catalog()
     dm.predict_all(char, catalog, core="kernel")  # warm the artifact cache
     elapsed = []
-    for _ in range(3):  # best of three: the test machine is shared
-        t0 = time.perf_counter()
+    for _ in range(3):  # best of three, in CPU seconds: wall time on a shared test machine measures its load
+        t0 = time.process_time()
         preds = dm.predict_all(char, catalog, core="kernel")
-        elapsed.append(time.perf_counter() - t0)
+        elapsed.append(time.process_time() - t0)
     elapsed = min(elapsed)
     assert all(p.core == "kernel" for p in preds if "GPU" not in " ".join(p.notes))
     assert len(preds) >= 20
