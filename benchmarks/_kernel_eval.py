@@ -133,6 +133,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
         "leave_one_model_out": _lomo(rows),
         "best_choice": best_choice(all_rows, catalog),
         "published_side_by_side": published_side_by_side(rows),
+        "transfer": transfer_eval(catalog) if own else {"rows": []},
         "rows": rows, "own_rows": own_rows,
         "kernel_fit_seconds": round(held.fit_seconds, 1), "wall_s": round(time.perf_counter() - t0, 1),
     }
@@ -232,3 +233,45 @@ def published_side_by_side(rows: list[dict]) -> dict[str, Any]:
                   "published_mean_abs_error": round(statistics.fmean(r["published_abs_error"][m] for r in sel), 4),
                   "trainwise_mean_abs_error_same_rows": round(statistics.fmean(abs(r["error"]) for r in sel), 4)}
     return out
+
+
+def transfer_eval(catalog: Any) -> dict[str, Any]:
+    """Item 4: predict the H200 step from the H100 measurement (per-category profile, `transfer.transfer_step`)
+    vs the no-GPU path, on every configuration profiled on the H100 and measured on both GPUs."""
+    from trainwise.predict import device_model as dm
+    from trainwise.predict.characterise import characterise_named
+    from trainwise.predict.transfer import transfer_step
+
+    breakdowns = HERE / "results" / "gpu_breakdowns_h100.json"
+    if not breakdowns.is_file() or not all(p.is_file() for p in OWN_RUNS):
+        return {"rows": []}
+    key = lambda r: (r["model"], r["per_device_batch"], r["precision"], r.get("memory_format") or "nchw")  # noqa: E731
+    h100 = {key(r): r for r in json.loads(OWN_RUNS[0].read_text(encoding="utf-8"))["rows"]}
+    h200 = {key(r): r for r in json.loads(OWN_RUNS[1].read_text(encoding="utf-8"))["rows"]}
+    src, tgt = catalog.accelerator("H100"), catalog.accelerator("H200")
+    rows = []
+    for b in json.loads(breakdowns.read_text(encoding="utf-8"))["breakdowns"]:
+        k = key(b)
+        if k not in h100 or k not in h200:
+            continue
+        try:
+            char = characterise_named(b["model"], b["per_device_batch"], b["precision"], h100[k].get("seq_len"),
+                                      memory_format=k[3])
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            rows.append({"workload": "/".join(map(str, k)), "failed": f"{type(exc).__name__}"})
+            continue
+        batch = b["per_device_batch"]
+        t_src = batch / float(h100[k]["measured_samples_per_s"])
+        t_tgt = batch / float(h200[k]["measured_samples_per_s"])
+        moved = transfer_step(char, src, tgt, t_src, b["by_category_s"], b["step_wall_s"])
+        direct = dm.predict_iteration(char, tgt)
+        rows.append({"workload": "/".join(map(str, k)), "measured_h200_step_s": round(t_tgt, 6),
+                     "transfer_error": round(moved.iteration_s / t_tgt - 1, 4),
+                     "no_gpu_error": round(direct.iteration_s / t_tgt - 1, 4),
+                     "same_step_error": round(t_src / t_tgt - 1, 4)})
+    ok = [r for r in rows if "transfer_error" in r]
+    med = lambda key_: round(statistics.median(abs(r[key_]) for r in ok), 4) if ok else None  # noqa: E731
+    return {"rows": rows, "transfer_median_abs_error": med("transfer_error"),
+            "no_gpu_median_abs_error": med("no_gpu_error"), "unchanged_step_median_abs_error": med("same_step_error"),
+            "note": "H100 measured (per-category torch.profiler breakdown) -> H200 predicted; H200 measured never used "
+                    "except as the answer; default core"}

@@ -17,6 +17,13 @@
 8. The software-stack term: the headline LOO fits one throughput factor per source family (stock
    PyTorch eager = 1); the same LOO without that term is reported next to it.
 
+9. The learned kernel model (`trainwise.predict.kernel_model`, `_kernel_eval.py`): leave-one-GPU-out over
+   end-to-end training steps that never entered a fit — NeuSight's fp32 single-GPU rows (H100, L4, A100 80GB
+   PCIe, V100 PCIe 32GB; benchmarks/data/neusight_e2e.json) and trainwise's own H100/H200 runs — each predicted
+   by a kernel model fitted without its GPU family's kernels; the 80 % band's coverage; fastest/cheapest choice;
+   the published errors of NeuSight, Habitat, Li et al. and roofline on the same rows (`logo_*`, `band80_*`,
+   `own_gpu_*`, `published_side_by_side`). `--kernel-only` runs this part alone and updates those keys.
+
 Reference: Habitat (Yu et al., USENIX ATC '21) reports ~12 % average error predicting
 iteration time across six GPUs, from a profile taken on a GPU; Paleo (ICLR '17) is analytical.
 
@@ -165,6 +172,8 @@ def kernel_summary(ev: dict) -> dict:
         "logo_leave_one_model_out_median_abs_error": {m: v.get("median_abs_error") for m, v in ev["leave_one_model_out"].items()},
         "published_side_by_side": ev["published_side_by_side"],
         "published_anchors_mean_abs_error": PUBLISHED,
+        "transfer_h100_to_h200_median_abs_error": ev.get("transfer", {}).get("transfer_median_abs_error"),
+        "transfer_no_gpu_path_median_abs_error": ev.get("transfer", {}).get("no_gpu_median_abs_error"),
         "kernel_targets": {k: list(v) if isinstance(v, tuple) else v for k, v in KERNEL_TARGETS.items()},
         "kernel_provenance": ("leave-one-GPU-out: each end-to-end row predicted by a kernel model fitted without its "
                               "GPU family's kernels; end-to-end rows (NeuSight label/ + opgraph, trainwise's own "

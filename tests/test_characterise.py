@@ -323,3 +323,26 @@ def test_characterise_output_folder_is_one_line_before_the_trace(tmp_path, capsy
     code = main(["device", "characterise", "nn_twins_mlp", "--batch", "8", "-o", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "--output" in err and "is a folder" in err and "Traceback" not in err
+
+
+def test_sequence_first_lstm_batch_is_dim_1():
+    """An nn.LSTM built with PyTorch's default batch_first=False takes (seq, batch, features): the batch is dim 1."""
+    import torch
+
+    from trainwise.predict.characterise import characterise_model
+
+    class SeqFirst(torch.nn.Module):
+        def __init__(self, batch_first: bool) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(8, 16, batch_first=batch_first)
+            self.head = torch.nn.Linear(16, 3)
+
+        def forward(self, x):
+            out, _ = self.lstm(x)
+            return self.head(out).mean()
+
+    seq_first = characterise_model(SeqFirst(False), ((20, 4, 8), torch.float32))
+    assert seq_first.per_device_batch == 4
+    batch_first = characterise_model(SeqFirst(True), ((4, 20, 8), torch.float32))
+    assert batch_first.per_device_batch == 4
+    assert seq_first.total_flops() == pytest.approx(batch_first.total_flops(), rel=0.05)

@@ -773,6 +773,23 @@ def meta_copy(model: Any) -> Any:
 _TRACE_LOCK = threading.Lock()
 
 
+def infer_batch_size(model: Any, flat_inputs: Sequence[Any]) -> int:
+    """The batch size of a step's first input tensor: its dim 0, except for a sequence-first model (every
+    recurrent layer or transformer layer built with batch_first=False, PyTorch's default for nn.LSTM/GRU/RNN and
+    nn.Transformer*), whose (seq, batch, ...) inputs carry the batch in dim 1."""
+    import torch
+
+    if not flat_inputs or flat_inputs[0].dim() == 0:
+        return 1
+    first = flat_inputs[0]
+    seq_layers = (torch.nn.RNNBase, torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer,
+                  torch.nn.MultiheadAttention)
+    flags = [bool(getattr(m, "batch_first", False)) for m in model.modules() if isinstance(m, seq_layers)]
+    if flags and not any(flags) and first.dim() >= 2:
+        return int(first.shape[1])
+    return int(first.shape[0])
+
+
 def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., Any] | None = None,
                        optimizer_name: str = "sgd_momentum", precision: str = "fp32", *, model_name: str = "model",
                        per_device_batch: int | None = None, device: Literal["meta", "cpu"] = "meta",
@@ -807,7 +824,7 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
     if isinstance(inputs, dict):
         args, kwargs = (), inputs
     flat_inputs = [t for t in (list(args) + list(kwargs.values())) if isinstance(t, torch.Tensor)]
-    batch = per_device_batch or (int(flat_inputs[0].shape[0]) if flat_inputs and flat_inputs[0].dim() > 0 else 1)
+    batch = per_device_batch or infer_batch_size(traced, flat_inputs)
 
     params = [p for p in traced.parameters()]
     trainable = [p for p in params if p.requires_grad]

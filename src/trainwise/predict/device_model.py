@@ -53,6 +53,11 @@ norms, bias+activation kernels and multi-tensor optimizers moves fewer bytes tha
 Predictions are made at the reference stack unless a stack is named: the same model on the same GPU is
 published up to 1.56x apart by different software stacks.
 
+Per-operator core (`core`, `CORES`): "roofline" is the rule above for every operator; "kernel" replaces it, for
+every operator whose regime the kernel data covers on two or more GPU families, by the learned kernel model
+(`kernel_model`: NeuSight-style utilisation below the roofline from tile/wave and GPU-spec features), and lists
+the operators left to the rule (`roofline_fallback_ops`, band widened by their time share).
+
 The efficiencies e_compute/e_memory, the per-accelerator and per-generation multipliers and the
 overhead constants are fitted on published measurements (`calibration.py`,
 `data/calibration.csv`); the packaged fit is `data/device_model_params.json`. The error band of a
