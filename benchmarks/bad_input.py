@@ -514,7 +514,10 @@ def option_cases() -> list[Case]:
         "device-count-0": ["device", "predict", "resnet18", "--batch", "8", "-a", "V100", "--count", "0"],
         "device-batch-0": ["device", "predict", "resnet18", "--batch", "0", "-a", "V100"],
     }
+    # epoch and device-count bounds of options are the `trust` branch's (trainwise.plan.bounds)
+    trust = {"predict-epochs-huge", "device-count-0"}
     return [Case(id=f"option-{k}", argv=v, injection_marker="INJECTED" if "injection" in k else None,
+                 owner="trust" if k in trust else "files",
                  expect="either" if k == "catalog-search-cloud-injection" else "error") for k, v in values.items()]
 
 
