@@ -845,11 +845,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS / "bad_input.json")
     parser.add_argument("--keep", action="store_true", help="keep each case's folder")
     parser.add_argument("--list", action="store_true", help="list the case ids and stop")
+    parser.add_argument("--owner", default=None, help="with --rerun-failed: only this owner's cases (files, trust)")
     parser.add_argument("--rerun-failed", action="store_true",
                         help="rerun the cases that failed in --output (after a fix) and update it; the JSON lists them")
     args = parser.parse_args(argv)
     if args.rerun_failed:
-        return rerun_failed(args.output, args.jobs)
+        return rerun_failed(args.output, args.jobs, args.owner)
     cases = corpus(fast=args.fast, with_plan=not args.fast)
     if args.only:
         cases = [c for c in cases if c.id.startswith(args.only)]
@@ -889,13 +890,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if summary["failed"] == 0 else 1
 
 
-def rerun_failed(path: Path, jobs: int) -> int:
+def rerun_failed(path: Path, jobs: int, owner: str | None = None) -> int:
     """Rerun the failed cases of an earlier full run (after fixing what they found), in place."""
     from trainwise._io import atomic_write_text
 
     payload = json.loads(path.read_text())
     failed = {r["id"] for r in payload["cases"] if not r["passed"]}
-    cases = [c for c in corpus() if c.id in failed]
+    cases = [c for c in corpus() if c.id in failed and (owner is None or c.owner == owner)]
+    owners = {c.id: c.owner for c in corpus(with_plan=False)}
+    for result in payload["cases"]:  # ownership as the corpus now states it
+        result["owner"] = owners.get(result["id"], result["owner"])
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         fresh = {r["id"]: r for r in pool.map(run_case, cases)}
     for result in fresh.values():
