@@ -60,6 +60,8 @@ MAX_RSS_GIB = 6.0  # per case, all its processes together
 ADDRESS_SPACE_GIB = 16  # per process (RLIMIT_AS): torch maps a few GiB of address space at import
 FILE_SIZE_LIMIT = 512 * 1024 * 1024  # RLIMIT_FSIZE: a runaway generator stops here
 MARKER_ENV = "TRAINWISE_BAD_INPUT_CASE"
+OWNER_NOTE = ("cases with owner 'trust' are fixed on the trust branch (authenticated checkpoints, bounds of processes, "
+              "nodes, epochs and pipeline sizes, NaN options, process groups): on a branch without it they fail")
 TRACEBACK = "Traceback (most recent call last)"
 
 
@@ -869,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
     write = not args.fast and not args.only
 
     def save(complete: bool) -> None:
-        payload = {"benchmark": "bad_input", "started_at": started, "complete": complete,
+        payload = {"benchmark": "bad_input", "started_at": started, "complete": complete, "note": OWNER_NOTE,
                    "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                    "machine": described, "summary": summarise(results), "cases": results}
         atomic_write_text(args.output, json.dumps(payload, indent=1, default=str) + "\n")
