@@ -60,6 +60,8 @@ MAX_RSS_GIB = 6.0  # per case, all its processes together
 ADDRESS_SPACE_GIB = 16  # per process (RLIMIT_AS): torch maps a few GiB of address space at import
 FILE_SIZE_LIMIT = 512 * 1024 * 1024  # RLIMIT_FSIZE: a runaway generator stops here
 MARKER_ENV = "TRAINWISE_BAD_INPUT_CASE"
+OWNER_NOTE = ("cases with owner 'trust' are fixed on the trust branch (authenticated checkpoints, bounds of processes, "
+              "nodes, epochs and pipeline sizes, NaN options, process groups): on a branch without it they fail")
 TRACEBACK = "Traceback (most recent call last)"
 
 
@@ -514,7 +516,10 @@ def option_cases() -> list[Case]:
         "device-count-0": ["device", "predict", "resnet18", "--batch", "8", "-a", "V100", "--count", "0"],
         "device-batch-0": ["device", "predict", "resnet18", "--batch", "0", "-a", "V100"],
     }
+    # epoch and device-count bounds of options are the `trust` branch's (trainwise.plan.bounds)
+    trust = {"predict-epochs-huge", "device-count-0"}
     return [Case(id=f"option-{k}", argv=v, injection_marker="INJECTED" if "injection" in k else None,
+                 owner="trust" if k in trust else "files",
                  expect="either" if k == "catalog-search-cloud-injection" else "error") for k, v in values.items()]
 
 
@@ -842,11 +847,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS / "bad_input.json")
     parser.add_argument("--keep", action="store_true", help="keep each case's folder")
     parser.add_argument("--list", action="store_true", help="list the case ids and stop")
+    parser.add_argument("--owner", default=None, help="with --rerun-failed: only this owner's cases (files, trust)")
     parser.add_argument("--rerun-failed", action="store_true",
                         help="rerun the cases that failed in --output (after a fix) and update it; the JSON lists them")
     args = parser.parse_args(argv)
     if args.rerun_failed:
-        return rerun_failed(args.output, args.jobs)
+        return rerun_failed(args.output, args.jobs, args.owner)
     cases = corpus(fast=args.fast, with_plan=not args.fast)
     if args.only:
         cases = [c for c in cases if c.id.startswith(args.only)]
@@ -865,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
     write = not args.fast and not args.only
 
     def save(complete: bool) -> None:
-        payload = {"benchmark": "bad_input", "started_at": started, "complete": complete,
+        payload = {"benchmark": "bad_input", "started_at": started, "complete": complete, "note": OWNER_NOTE,
                    "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                    "machine": described, "summary": summarise(results), "cases": results}
         atomic_write_text(args.output, json.dumps(payload, indent=1, default=str) + "\n")
@@ -886,13 +892,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if summary["failed"] == 0 else 1
 
 
-def rerun_failed(path: Path, jobs: int) -> int:
+def rerun_failed(path: Path, jobs: int, owner: str | None = None) -> int:
     """Rerun the failed cases of an earlier full run (after fixing what they found), in place."""
     from trainwise._io import atomic_write_text
 
     payload = json.loads(path.read_text())
     failed = {r["id"] for r in payload["cases"] if not r["passed"]}
-    cases = [c for c in corpus() if c.id in failed]
+    cases = [c for c in corpus() if c.id in failed and (owner is None or c.owner == owner)]
+    owners = {c.id: c.owner for c in corpus(with_plan=False)}
+    for result in payload["cases"]:  # ownership as the corpus now states it
+        result["owner"] = owners.get(result["id"], result["owner"])
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         fresh = {r["id"]: r for r in pool.map(run_case, cases)}
     for result in fresh.values():
