@@ -144,7 +144,7 @@ def venv_pair(name: str, wheel: Path, files: list[str], reuse: bool) -> dict:
     env = clean_env()
     steps = record["steps"]
     have = pip_list(vpy) if (reuse and Path(vpy).exists()) else {}
-    if have.get("torch") == torch_version and "trainwise" not in have:
+    if have.get("torch") == torch_version:
         steps["torch"] = {"ok": True, "seconds": 0.0, "reused": str(venv)}
     else:
         shutil.rmtree(venv, ignore_errors=True)
@@ -158,16 +158,29 @@ def venv_pair(name: str, wheel: Path, files: list[str], reuse: bool) -> dict:
     if not steps["torch"]["ok"]:
         record["ok"] = False
         return record
-    before = pip_list(vpy)
+    # What the core pulls on this Python: pip's own resolution of the wheel into an empty site
+    # (--ignore-installed), so the check holds for a reused venv too.
+    report = venv / "core-report.json"
+    code, seconds, tail = run([vpy, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+                               "--report", str(report), str(wheel)], env=env)
+    closure = sorted({item["metadata"]["name"].lower().replace("_", "-")
+                      for item in json.loads(report.read_text())["install"]}) if code == 0 else []
+    pulled = sorted(name for name in NOT_IN_CORE if name in closure)
+    steps["core_closure"] = {"ok": code == 0 and not pulled, "seconds": seconds, "packages": len(closure),
+                             "not_in_core_but_pulled": pulled, **({} if code == 0 else {"error": tail})}
+    # --force-reinstall --no-deps: a reused venv gets this wheel, not an earlier trainwise
     code, seconds, tail = run([vpy, "-m", "pip", "install", "--quiet", str(wheel)], env=env)
+    if code == 0 and "reused" in steps["torch"]:
+        code, more, tail = run([vpy, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel)],
+                               env=env)
+        seconds += more
     installed = pip_list(vpy)
-    pulled = sorted(name for name in NOT_IN_CORE if name in installed and name not in before)
-    steps["core_install"] = {"ok": code == 0 and not pulled, "seconds": seconds, "not_in_core_but_installed": pulled,
-                             "packages": len(installed), **({} if code == 0 else {"error": tail})}
+    steps["core_install"] = {"ok": code == 0 and installed.get("trainwise") is not None, "seconds": seconds,
+                             **({} if code == 0 else {"error": tail})}
     record["torch_installed"] = installed.get("torch")
     record["python_installed"] = subprocess.run([vpy, "-c", "import platform; print(platform.python_version())"],
                                                 capture_output=True, text=True).stdout.strip()
-    if not steps["core_install"]["ok"]:
+    if not (steps["core_install"]["ok"] and steps["core_closure"]["ok"]):
         record["ok"] = False
         return record
     # The issue's acceptance commands, from a folder outside the checkout (no src/ on the path).
@@ -200,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="keep a .compat venv that already has the pair's torch (skips its download)")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--dist-dir", type=Path, default=WORK / "dist", help="where the sdist and wheel are built")
     parser.add_argument("--update", action="store_true", help="keep the records of pairs not rerun from --output")
+    parser.add_argument("--merge", type=Path, action="append", default=[],
+                        help="a compat JSON of another run (e.g. a pair run in parallel): its pair records are added")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     WORK.mkdir(exist_ok=True)
@@ -208,11 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     files = test_files(args.tests.split(","))
     previous = json.loads(args.output.read_text(encoding="utf-8")) if args.update and args.output.exists() else {}
     if any(name != "lock" for name in pairs):
-        dists = build_dists(WORK / "dist")
+        dists = build_dists(args.dist_dir)
     else:  # the lock pair tests this checkout in place: no wheel needed
         dists = previous.get("dists") or {"ok": True, "skipped": "only the lock pair ran"}
-    # --update: keep the other pairs' records of the last run
+    # --update: keep the other pairs' records of the last run; --merge: add those of parallel runs
     records = [r for r in previous.get("pairs", []) if r["pair"] not in pairs]
+    for other in args.merge:
+        merged = json.loads(other.read_text(encoding="utf-8"))
+        records = [r for r in records if r["pair"] not in {m["pair"] for m in merged["pairs"]}] + merged["pairs"]
+        if merged.get("dists", {}).get("wheel") and not dists.get("wheel"):
+            dists = merged["dists"]
+    if not pairs:
+        write_result(args.output, records, dists, files, started)
     for name in pairs:
         print(f"compat: {name} ...", flush=True)
         if name == "lock":
@@ -220,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         elif not dists["ok"]:
             record = {"pair": name, "ok": False, "error": "the wheel did not build"}
         else:
-            record = venv_pair(name, WORK / "dist" / dists["wheel"], files, args.reuse)
+            record = venv_pair(name, args.dist_dir / dists["wheel"], files, args.reuse)
         record["seconds"] = round(sum(step.get("seconds", 0.0) for step in record.get("steps", {}).values()), 1)
         timings = ", ".join(f"{step} {info.get('seconds')} s" for step, info in record.get("steps", {}).items())
         print(f"compat: {name}: {'passed' if record['ok'] else 'FAILED'} in {record['seconds']} s ({timings})", flush=True)
