@@ -15,6 +15,10 @@ whose steps all passed. Timings are wall seconds on this machine (a shared, nois
 download times vary with the network and the load).
 
     python benchmarks/compat.py --pairs lock,py3.11-torch2.13.0+cpu,py3.12-torch2.13.0
+
+Pairs can run in parallel processes (each with its own --dist-dir and --output: setuptools builds the
+sdist in the source tree, so start them a minute apart), then `--pairs "" --merge A.json --merge B.json`
+writes one file from their records.
 """
 
 from __future__ import annotations
