@@ -15,6 +15,10 @@ whose steps all passed. Timings are wall seconds on this machine (a shared, nois
 download times vary with the network and the load).
 
     python benchmarks/compat.py --pairs lock,py3.11-torch2.13.0+cpu,py3.12-torch2.13.0
+
+Pairs can run in parallel processes (each with its own --dist-dir and --output: setuptools builds the
+sdist in the source tree, so start them a minute apart), then `--pairs "" --merge A.json --merge B.json`
+writes one file from their records.
 """
 
 from __future__ import annotations
@@ -144,7 +148,7 @@ def venv_pair(name: str, wheel: Path, files: list[str], reuse: bool) -> dict:
     env = clean_env()
     steps = record["steps"]
     have = pip_list(vpy) if (reuse and Path(vpy).exists()) else {}
-    if have.get("torch") == torch_version and "trainwise" not in have:
+    if have.get("torch") == torch_version:
         steps["torch"] = {"ok": True, "seconds": 0.0, "reused": str(venv)}
     else:
         shutil.rmtree(venv, ignore_errors=True)
@@ -158,16 +162,29 @@ def venv_pair(name: str, wheel: Path, files: list[str], reuse: bool) -> dict:
     if not steps["torch"]["ok"]:
         record["ok"] = False
         return record
-    before = pip_list(vpy)
+    # What the core pulls on this Python: pip's own resolution of the wheel into an empty site
+    # (--ignore-installed), so the check holds for a reused venv too.
+    report = venv / "core-report.json"
+    code, seconds, tail = run([vpy, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+                               "--report", str(report), str(wheel)], env=env)
+    closure = sorted({item["metadata"]["name"].lower().replace("_", "-")
+                      for item in json.loads(report.read_text())["install"]}) if code == 0 else []
+    pulled = sorted(name for name in NOT_IN_CORE if name in closure)
+    steps["core_closure"] = {"ok": code == 0 and not pulled, "seconds": seconds, "packages": len(closure),
+                             "not_in_core_but_pulled": pulled, **({} if code == 0 else {"error": tail})}
+    # --force-reinstall --no-deps: a reused venv gets this wheel, not an earlier trainwise
     code, seconds, tail = run([vpy, "-m", "pip", "install", "--quiet", str(wheel)], env=env)
+    if code == 0 and "reused" in steps["torch"]:
+        code, more, tail = run([vpy, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel)],
+                               env=env)
+        seconds += more
     installed = pip_list(vpy)
-    pulled = sorted(name for name in NOT_IN_CORE if name in installed and name not in before)
-    steps["core_install"] = {"ok": code == 0 and not pulled, "seconds": seconds, "not_in_core_but_installed": pulled,
-                             "packages": len(installed), **({} if code == 0 else {"error": tail})}
+    steps["core_install"] = {"ok": code == 0 and installed.get("trainwise") is not None, "seconds": seconds,
+                             **({} if code == 0 else {"error": tail})}
     record["torch_installed"] = installed.get("torch")
     record["python_installed"] = subprocess.run([vpy, "-c", "import platform; print(platform.python_version())"],
                                                 capture_output=True, text=True).stdout.strip()
-    if not steps["core_install"]["ok"]:
+    if not (steps["core_install"]["ok"] and steps["core_closure"]["ok"]):
         record["ok"] = False
         return record
     # The issue's acceptance commands, from a folder outside the checkout (no src/ on the path).
@@ -200,13 +217,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="keep a .compat venv that already has the pair's torch (skips its download)")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--dist-dir", type=Path, default=WORK / "dist", help="where the sdist and wheel are built")
+    parser.add_argument("--update", action="store_true", help="keep the records of pairs not rerun from --output")
+    parser.add_argument("--merge", type=Path, action="append", default=[],
+                        help="a compat JSON of another run (e.g. a pair run in parallel): its pair records are added")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     WORK.mkdir(exist_ok=True)
     pairs = [p.strip() for p in args.pairs.split(",") if p.strip()]
     files = test_files(args.tests.split(","))
-    dists = build_dists(WORK / "dist")
-    records = []
+    previous = json.loads(args.output.read_text(encoding="utf-8")) if args.update and args.output.exists() else {}
+    if any(name != "lock" for name in pairs):
+        dists = build_dists(args.dist_dir)
+    else:  # the lock pair tests this checkout in place: no wheel needed
+        dists = previous.get("dists") or {"ok": True, "skipped": "only the lock pair ran"}
+    # --update: keep the other pairs' records of the last run; --merge: add those of parallel runs
+    records = [r for r in previous.get("pairs", []) if r["pair"] not in pairs]
+    for other in args.merge:
+        merged = json.loads(other.read_text(encoding="utf-8"))
+        records = [r for r in records if r["pair"] not in {m["pair"] for m in merged["pairs"]}] + merged["pairs"]
+        if merged.get("dists", {}).get("wheel") and not dists.get("wheel"):
+            dists = merged["dists"]
+    if not pairs:
+        write_result(args.output, records, dists, files, started)
     for name in pairs:
         print(f"compat: {name} ...", flush=True)
         if name == "lock":
@@ -214,11 +247,16 @@ def main(argv: list[str] | None = None) -> int:
         elif not dists["ok"]:
             record = {"pair": name, "ok": False, "error": "the wheel did not build"}
         else:
-            record = venv_pair(name, WORK / "dist" / dists["wheel"], files, args.reuse)
+            record = venv_pair(name, args.dist_dir / dists["wheel"], files, args.reuse)
         record["seconds"] = round(sum(step.get("seconds", 0.0) for step in record.get("steps", {}).values()), 1)
         timings = ", ".join(f"{step} {info.get('seconds')} s" for step, info in record.get("steps", {}).items())
         print(f"compat: {name}: {'passed' if record['ok'] else 'FAILED'} in {record['seconds']} s ({timings})", flush=True)
         records.append(record)
+        write_result(args.output, records, dists, files, started)  # after every pair: a cut-short run keeps what it did
+    return 0 if dists["ok"] and all(r["ok"] for r in records) else 1
+
+
+def write_result(output: Path, records: list[dict], dists: dict, files: list[str], started: float) -> None:
     passed = {(r.get("python_installed") or r["python"], r.get("torch_installed") or r["torch"])
               for r in records if r["ok"]}
     result = {
@@ -228,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             "passed": sorted(f"python {py} + torch {torch}" for py, torch in passed),
             "failed": [r["pair"] for r in records if not r["ok"]],
             "wheel_ok": dists["ok"],
-            "total_seconds": round(time.perf_counter() - started, 1),
+            "run_seconds": round(time.perf_counter() - started, 1),
         },
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
@@ -237,12 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         "dists": dists,
         "pairs": records,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_name(f".{args.output.name}.tmp")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, args.output)
-    print(f"compat: {len(passed)} of {len(records)} pairs passed; {args.output}")
-    return 0 if dists["ok"] and all(r["ok"] for r in records) else 1
+    os.replace(tmp, output)
+    print(f"compat: {len(passed)} of {len(records)} pairs passed; {output}", flush=True)
 
 
 if __name__ == "__main__":
