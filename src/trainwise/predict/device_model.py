@@ -81,6 +81,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict.characterise import COMPUTE_CATEGORIES, WorkloadCharacterisation, normalise_precision
+from trainwise.predict.gemm import gemm_dims
 
 DATA_DIR = Path(__file__).with_name("data")
 PARAMS_PATH = DATA_DIR / "device_model_params.json"
@@ -391,37 +392,6 @@ WAVE_TILE = 128  # output tile edge of a large GEMM/implicit-GEMM kernel (cuBLAS
 # fill the GPU (split-K / stream-K: a weight gradient of [256 x 5M] x [5M x 256] has 4 output tiles
 # but runs near peak); each split keeps at least this much of the reduction.
 SPLIT_K_MIN = 512
-
-
-def gemm_dims(record: Any) -> tuple[int, float, int, int] | None:
-    """(batch, M, N, K) of the GEMM a matmul or convolution record runs, from its shapes; None for
-    other operators and for layouts this does not know.
-
-    mm, addmm: one [M x K] x [K x N]; bmm, baddbmm: `batch` of them. Convolutions run as implicit
-    GEMMs with M = batch x output pixels, N = output channels and K = input channels per group x
-    kernel (the backward record holds the data- and weight-gradient kernels, approximated by the
-    forward's GEMM)."""
-    shapes, op = record.shapes, record.op
-    try:
-        if op in ("aten.mm.default", "fused.rnn_gemm", "fused.rnn_step"):
-            a, b = shapes[0], shapes[1]
-            return 1, a[-2], b[-1], a[-1]
-        if op == "aten.addmm.default":
-            a, b = shapes[1], shapes[2]
-            return 1, a[-2], b[-1], a[-1]
-        if op in ("aten.bmm.default", "aten.baddbmm.default"):
-            a, b = (shapes[0], shapes[1]) if op == "aten.bmm.default" else (shapes[1], shapes[2])
-            return a[0], a[-2], b[-1], a[-1]
-        if op == "aten.convolution.default":
-            out_channels = shapes[1][0]
-            reduction = math.prod(shapes[1][1:])  # input channels per group x kernel
-            return 1, record.flops / (2.0 * out_channels * reduction), out_channels, reduction
-        if op == "aten.convolution_backward.default":
-            grad_out = shapes[0]  # [N, C_out, *spatial]
-            return 1, grad_out[0] * math.prod(grad_out[2:]), grad_out[1], math.prod(shapes[2][1:])
-    except (IndexError, TypeError, ZeroDivisionError):
-        return None
-    return None
 
 
 def work_units(record: Any) -> tuple[int, int] | None:

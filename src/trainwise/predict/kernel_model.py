@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwise.errors import TrainwiseError
+from trainwise.predict.gemm import gemm_dims
 
 DATA_DIR = Path(__file__).with_name("data")
 ARTIFACT_PATH = DATA_DIR / "kernel_model.json"
@@ -400,8 +401,6 @@ def record_kernel(record: Any, precision: str) -> Kernel | None:
     """The kernel one trainwise operator record runs, in the model's terms; None when the kernel data has no
     class for it (attention kernels, grouped/depthwise convolutions, other/unknown operators): those keep the
     roofline core's rule."""
-    from trainwise.predict.device_model import gemm_dims
-
     dtype = _RECORD_DTYPES.get(record.dtype)
     if dtype is None:
         return None
