@@ -292,7 +292,7 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
                   "(trainwise estimator). Seed 002 Table 5.14 for comparison: 19.21 $ vs 2.62 $.")
     if measured and comparison["sweep_usd"] >= comparison["full_training_usd"]:
         console.print("[yellow]note:[/yellow] here the sweep cost more than training to completion everywhere would: the "
-                      "job is too short for short profiles to pay off (they pay off as full runs grow; seed 002)")
+                      "job is too short for short profiles to pay off (they pay off as full runs grow; Malta)")
     summary: dict[str, Any] = {"candidates": [], "comparison": comparison, "epochs": epochs, "iterations": iterations}
     for r in results:
         summary["candidates"].append({

@@ -69,4 +69,4 @@ def thesis_chapter5() -> dict[str, float | str]:
     return {"raw_mb": raw_mb, "preprocessed_mb": preprocessed_mb, "size_reduction": raw_mb / preprocessed_mb,
             "raw_bandwidth_mbps": raw_mbps, "preprocessed_bandwidth_mbps": preprocessed_mbps,
             "bandwidth_reduction": raw_mbps / preprocessed_mbps, "published": "≈ 44× size, ≈ 11.5× bandwidth",
-            "source": "seed 000 (TPU thesis) ch. 5: '≈ 8,204.5 MB to ≈ 185.7 MB', '≈ 66 Mbps' vs '≈ 5.7 Mbps'"}
+            "source": "Künas' thesis ch. 5: '≈ 8,204.5 MB to ≈ 185.7 MB', '≈ 66 Mbps' vs '≈ 5.7 Mbps'"}

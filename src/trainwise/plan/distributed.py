@@ -32,17 +32,17 @@ from trainwise.plan.objectives import check_option_number
 from trainwise.predict import data_parallel as dp
 from trainwise.predict.topology import CONTINENTS, NetworkModel, Site, continent_of, load_network, seed_network
 
-# Hivemind's costs beyond moving bytes, fitted to seed 003's intra-zone A-8 runs (8 x T4, TBS 32K):
+# Hivemind's costs beyond moving bytes, fitted to Erben et al.'s intra-zone A-8 runs (8 x T4, TBS 32K):
 # CONV (G 5.19 at 261.9 samples/s) and RoBERTa-XLM (G 1.15 at 575.1 samples/s) spend 20.2 s and 26.5 s
 # per round communicating where the links alone need ~1-2.5 s (a fixed ~19-24 s: matchmaking, the
 # CPU-offloaded optimizer step, state sync), and their peers compute at 48 % and 64 % of a standalone
 # T4 (81.9 and 209 samples/s). Planning uses the middle of each; pass your own from a measured run.
 HIVEMIND_ROUND_OVERHEAD_S = 20.0
 HIVEMIND_COMPUTE_EFFICIENCY = 0.55
-HIVEMIND_CALIBRATION_SOURCE = ("fitted to seed 003's A-8 runs (8 x T4, TBS 32K): ~19-24 s per round beyond the "
+HIVEMIND_CALIBRATION_SOURCE = ("fitted to Erben et al.'s A-8 runs (8 x T4, TBS 32K): ~19-24 s per round beyond the "
                                "transfer, peers at 48-64 % of a standalone GPU")
 DDP_EXTRA_BAND = 0.10       # the device model's data_parallel_extra band
-HIVEMIND_EXTRA_BAND = 0.30  # seed 003's measured averaging times differ from the bandwidth model by up to ~±30-50 %
+HIVEMIND_EXTRA_BAND = 0.30  # Erben et al.'s measured averaging times differ from the bandwidth model by up to ~±30-50 %
 OPTIONAL_COLUMNS: dict[str, Any] = {"parallelism": "", "workers": 1.0, "granularity": np.nan, "communication_s": np.nan,
                                     "network_usd_per_hour": 0.0, "fits_memory": True, "scaling_note": "",
                                     "global_batch_size": np.nan}
@@ -74,7 +74,7 @@ class DistributedOptions(BaseModel):
     hivemind: bool = Field(default=True, description="also Hivemind groups (one zone, geo, hybrid)")
     target_batch_size: int | None = Field(default=None, gt=0, description="Hivemind TBS; None: the profile's global batch")
     groups: tuple[GroupSpec, ...] = ()
-    network: NetworkModel | None = Field(default=None, description="None: seed 003's packaged defaults")
+    network: NetworkModel | None = Field(default=None, description="None: Erben et al.'s packaged defaults")
     local_continent: str = Field(default="eu", description="where this machine is (hybrid groups)")
     bytes_per_sample: float = Field(default=0.0, ge=0, description="training data streamed per sample (object storage)")
     peer_throughput_cap_bps: float | None = Field(default=None, gt=0, description="cap on one peer's averaging rate")
@@ -82,7 +82,7 @@ class DistributedOptions(BaseModel):
     hivemind_round_overhead_s: float = Field(default=HIVEMIND_ROUND_OVERHEAD_S, ge=0)
     hivemind_average_state_every: int | None = Field(
         default=None, ge=1, description="count parameter averaging every N epochs in the peers' traffic "
-                                        "(`trainwise run --average-state-every`); None: gradient rounds only (seed 003)")
+                                        "(`trainwise run --average-state-every`); None: gradient rounds only (Erben et al.)")
     hivemind_compute_efficiency: float = Field(default=HIVEMIND_COMPUTE_EFFICIENCY, gt=0, le=1,
                                                description="a peer's compute rate under Hivemind / standalone")
 
@@ -592,7 +592,7 @@ def assumptions(options: DistributedOptions) -> list[str]:
         "egress: each peer's averaging traffic ("
         + ("gradient rounds only" if options.hivemind_average_state_every is None
            else f"gradient rounds plus parameter averaging every {options.hivemind_average_state_every} epoch(s)")
-        + ") split equally over the other peers, priced by the sender's cloud (seed 003 "
+        + ") split equally over the other peers, priced by the sender's cloud (Erben et al. "
         f"Table 1 via the catalog); data loading {options.bytes_per_sample:g} bytes/sample from object storage at 0.01 $/GB",
         f"hybrid groups place this machine in {options.local_continent!r} (assumed; --local-continent)",
     ]

@@ -121,7 +121,7 @@ def percent(value: Any) -> str:
 
 
 def cost_efficiency_text(value: Any) -> str:
-    """The seed's cost efficiency, 1 − C/C_ref (DIGEST §2), as a percentage while that reads well;
+    """Künas' cost efficiency, 1 − C/C_ref, as a percentage while that reads well;
     past −100 % (more than twice the reference's cost) as the cost ratio, which a "−249,652 %" hides."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
