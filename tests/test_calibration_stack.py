@@ -19,8 +19,8 @@ def _row(model: str, accelerator: str, samples_per_s: float, source: str, **extr
 def test_stack_of_maps_sources_to_families():
     assert cal.stack_of(_row("resnet50", "V100", 1, "lambdal/deeplearning-benchmark:pytorch/x.csv")) == dm.REFERENCE_STACK
     assert cal.stack_of(_row("resnet50", "V100", 1, "NVIDIA/DeepLearningExamples:PyTorch/x/README.md")) == "nvidia-dle"
-    assert cal.stack_of(_row("seismic_fcn", "K80", 1, "seed 002_90b0b561c3468fa9.txt (Malta) Table 4.1")) == "seed-malta-keras"
-    assert cal.stack_of(_row("convnext_large", "T4", 1, "seed 003_3f5a126613a3a063.txt (Erben)")) == "seed-erben"
+    assert cal.stack_of(_row("seismic_fcn", "K80", 1, "Malta, 'Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud' (MSc dissertation, UNICAMP 2021) Table 4.1")) == "seed-malta-keras"
+    assert cal.stack_of(_row("convnext_large", "T4", 1, "Erben, 'Performance Optimization in Deep Learning Systems' (PhD dissertation, TUM 2024)")) == "seed-erben"
     # an explicit column wins; an unknown publisher is its own (unfitted) stack
     assert cal.stack_of(_row("resnet50", "V100", 1, "NVIDIA/DeepLearningExamples:x", stack="pytorch-eager")) == dm.REFERENCE_STACK
     assert cal.stack_of(_row("resnet50", "V100", 1, "my-lab measurements, 2026")) == "my-lab"
@@ -48,7 +48,7 @@ def test_vectorised_model_applies_the_stack_factor_like_predict_iteration(catalo
     params = dm.DeviceModelParams(stack_factors={"nvidia-dle": 1.3, "seed-malta-keras": 0.8})
     rows = [_row("mnist_cnn", "V100", 1000, "NVIDIA/DeepLearningExamples:x"),
             _row("mnist_cnn", "K80", 1000, "lambdal/deeplearning-benchmark:x"),
-            _row("seismic_fcn", "K80", 1000, "seed 002 (Malta)", framework="tensorflow")]
+            _row("seismic_fcn", "K80", 1000, "Malta, MSc dissertation", framework="tensorflow")]
     design = cal._design(rows, catalog)
     assert design.stacks == ["nvidia-dle", "seed-malta-keras"]  # the reference stack has no parameter
     layout = cal._Layout(design.accelerators, design.generations, design.stacks)
@@ -114,7 +114,7 @@ def test_vectorised_model_applies_the_stack_fusion_like_predict_iteration(catalo
     params = dm.DeviceModelParams(stack_factors={"nvidia-dle": 1.1}, stack_fusion={"nvidia-dle": 1.8, "seed-malta-keras": 0.4})
     rows = [_row("resnet50_cifar10", "V100", 1000, "NVIDIA/DeepLearningExamples:x"),
             _row("resnet50_cifar10", "V100", 1000, "lambdal/deeplearning-benchmark:x"),
-            _row("seismic_fcn", "K80", 1000, "seed 002 (Malta)", framework="tensorflow")]
+            _row("seismic_fcn", "K80", 1000, "Malta, MSc dissertation", framework="tensorflow")]
     design = cal._design(rows, catalog)
     layout = cal._Layout(design.accelerators, design.generations, design.stacks)
     vector = cal._predict(design, layout, layout.from_params(params))

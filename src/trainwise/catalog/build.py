@@ -43,7 +43,7 @@ CAVEATS = [
     "Some GCP accelerator prices look low next to list prices (e.g. H100 x8 33.61 $/h in us-central1-a) and were not "
     "cross-checked; H100-MEGA x8 is far above H100 x8.",
     "Lambda lists every type in every region; a listing does not mean capacity.",
-    "Egress prices are not part of the snapshot: the table shipped is the April 2023 one of seed 003 (Erben et al., "
+    "Egress prices are not part of the snapshot: the table shipped is the April 2023 one of Erben et al., 'How Can We Train Deep Learning Models Across Clouds and Continents?' (VLDB 2024, "
     "Table 1).",
 ]
 

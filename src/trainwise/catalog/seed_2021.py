@@ -1,4 +1,4 @@
-"""The `seed-2021` catalog: the offerings and prices the seed documents used (DIGEST §1–§4).
+"""The `seed-2021` catalog: the offerings and prices the papers trainwise implements used (Malta; Künas; Künas et al.; Erben et al.).
 
 Replaying a seed's decision needs the prices it saw, not today's; the current snapshot lacks K80
 (AWS p2) entirely. Every row names the seed file and section it came from. Where a seed gives a
@@ -23,17 +23,17 @@ SNAPSHOT_DATE = "2021-02 to 2023-04 (per row: price_date)"
 SOURCE = ("prices quoted by the seed documents: AWS on-demand Feb 2021 (002), Cloud TPU and the amortised local "
           "cluster (000, 001), T4/A10/DGX-2 spot and on-demand and egress April 2023 (003)")
 
-_AWS_2021 = "002 (Malta) §3.1.1 Table 3.1, 'Prices on February 2021'; DIGEST §1"
+_AWS_2021 = "002 (Malta) §3.1.1 Table 3.1, 'Prices on February 2021'"
 _AWS_SHAPE = ("vCPUs/memory are AWS's published p2/p3 shapes (not in the seed); region not stated in the seed: "
               "these are the us-east-1 list prices")
 _AZURE_2021 = "002 (Malta) §3.2.1 Table 3.3, 'Prices on February 2021' (listed, not used in the experiments)"
-_TPU = "000 (Künas thesis) §4 Table 4.1 and §4.5 (Google Cloud, Iowa us-central1); 001 Table 2; DIGEST §2"
-_TPU_PREEMPTIBLE = "000 §6.3 / 001: preemptible TPUs 'about 70% less'; DIGEST §2: TPUv3-8 8.00 -> 2.40 $/h"
-_LOCAL = "000 §4 Table 4.1 (25,000 $ / (1 x 365 x 24) = 2.85 $/h) and §4.5 platforms; 001 Table 2; DIGEST §2"
-_T4 = "003 (Erben) paper B Table 1, 'average us-west cloud pricing in April 23' (1xT4 with 8 CPU cores); DIGEST §4"
+_TPU = "000 (Künas thesis) §4 Table 4.1 and §4.5 (Google Cloud, Iowa us-central1); 001 Table 2"
+_TPU_PREEMPTIBLE = "000 §6.3 / 001: preemptible TPUs 'about 70% less': TPUv3-8 8.00 -> 2.40 $/h"
+_LOCAL = "000 §4 Table 4.1 (25,000 $ / (1 x 365 x 24) = 2.85 $/h) and §4.5 platforms; 001 Table 2"
+_T4 = "003 (Erben) paper B Table 1, 'average us-west cloud pricing in April 23' (1xT4 with 8 CPU cores)"
 _T4_SHAPE = "instance type inferred from '1xT4 with 8 CPU cores' (003 §5); the seed names no type"
-_DGX2 = "003 paper B §6 cost analysis: 'A spot DGX-2 costs ... $6.30/h ($14.60/h on-demand) in GC US'; DIGEST §4"
-_A10 = "003 paper B §3: LambdaLabs 'on-demand A10 GPUs for just $0.60/hour', US West only; DIGEST §4"
+_DGX2 = "003 paper B §6 cost analysis: 'A spot DGX-2 costs ... $6.30/h ($14.60/h on-demand) in GC US'"
+_A10 = "003 paper B §3: LambdaLabs 'on-demand A10 GPUs for just $0.60/hour', US West only"
 _LOCAL_PRICE = on_premise_price_per_hour(25_000, lifetime_years=1)  # 2.85, the seed's own rounding
 
 
@@ -107,12 +107,12 @@ def offerings() -> list[Offering]:
                      accelerator_count=8, accelerator_memory_gib=16.0, price_per_hour=14.60, spot_price_per_hour=6.30,
                      price_date="2023-04", source=_DGX2,
                      notes=["the seed calls it 'DGX-2 (8xV100)' in GC US and names no instance type; vCPUs/memory unknown",
-                            "$/1M samples check (DIGEST §4): 6.30 $/h at 413 samples/s -> 4.24"]))
+                            "$/1M samples check (Erben et al.): 6.30 $/h at 413 samples/s -> 4.24"]))
     rows.append(_row(cloud="lambda", region="us-west", instance_type="gpu_1x_a10", accelerator="A10", source_accelerator="A10",
                      accelerator_count=1, accelerator_memory_gib=24.0, price_per_hour=0.60, price_date="2023-04",
                      source=_A10, billing="per_minute",
                      notes=["no spot market; LambdaLabs charges no egress (003 §6)",
-                            "8xA10 in the seed = 8 of these single-GPU VMs: 8 x 0.60 = 4.80 $/h (DIGEST §4)"]))
+                            "8xA10 in Erben et al. = 8 of these single-GPU VMs: 8 x 0.60 = 4.80 $/h"]))
     return rows
 
 
@@ -127,7 +127,7 @@ _EGRESS_TABLE = {
     "any_to_oce": (0.15, 0.02, 0.08),
     "inter_continent": (0.08, 0.02, 0.02),
 }
-_EGRESS_SOURCE = "003 (Erben) paper B Table 1, April 2023 us-west averages; DIGEST §4"
+_EGRESS_SOURCE = "003 (Erben) paper B Table 1, April 2023 us-west averages"
 
 
 def egress(label: str = "") -> pd.DataFrame:
@@ -139,7 +139,7 @@ def egress(label: str = "") -> pd.DataFrame:
         rows.append({"cloud": "lambda", "scope": scope, "usd_per_gb": 0.0, "price_date": "2023-04",
                      "source": "003 paper B §6: 'LambdaLabs does not charge for any data egress'" + label})
     rows.append({"cloud": "object-storage", "scope": "object_storage", "usd_per_gb": 0.01, "price_date": "2023-04",
-                 "source": "003 paper B §4: dataset egress from Backblaze B2 object storage, 0.01 $/GB; DIGEST §4" + label})
+                 "source": "003 paper B §4: dataset egress from Backblaze B2 object storage, 0.01 $/GB" + label})
     return pd.DataFrame(rows, columns=list(EGRESS_COLUMNS))
 
 

@@ -49,9 +49,9 @@ YAML: the same keys, with `offering:`/`offerings:` and `accelerator:`/`accelerat
 
 Price formulas (USD/h):
 - on-premise: (capex_usd / (lifetime_hours × utilisation) + power_kw × usd_per_kwh) × share_of_node,
-  lifetime_hours = lifetime_years × 8760 (365 × 24, as seed 000 computes it); rounded to cents
+  lifetime_hours = lifetime_years × 8760 (365 × 24, as Künas' thesis computes it); rounded to cents
   unless `round_cents = false`, as the seed does: 25,000 $ over one year = 2.8539… → 2.85 $/h
-  (DIGEST §2; the seed leaves out power, staff and facilities — add power here when known).
+  (Künas leaves out power, staff and facilities — add power here when known).
   Capex is spread over the hours the node is used, power is paid only while it runs.
 - reserved: hourly_usd + upfront_usd / (term_years × 8760), or `price_per_hour` directly.
 """
@@ -68,7 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trainwise.catalog.model import Accelerator, Catalog, Offering, frame_from_offerings
 from trainwise.errors import TrainwiseError
 
-HOURS_PER_YEAR = 365 * 24  # 8760, as seed 000 ("1 × 365 × 24")
+HOURS_PER_YEAR = 365 * 24  # 8760, as Künas' thesis ("1 × 365 × 24")
 
 
 def on_premise_price_per_hour(capex_usd: float, *, lifetime_years: float | None = None,

@@ -3,14 +3,14 @@
 - billing: the seconds a provider bills for a run (minimum, then the granularity: per second, minute
   or hour; `Offering.billed_hours` is the one-offering form of the same rule);
 - provisioning: the time from "go" to the first training step on a fresh machine. The seeds' figure
-  is 15–20 minutes for a deployed cluster (DIGEST §5, seed 004: "Deployment took 15–20 min"); a
-  single VM can be faster (seed 003: seconds to 10 minutes). User-settable;
-- data staging: dataset bytes / bandwidth (seed 004 staged 4.5 GB in 13 min; seed 000 moved
-  932.2 MB edge→cloud in 106.5 s), object-storage egress ($/GB) and storage ($/GB-month; seed 003:
+  is 15–20 minutes for a deployed cluster (Jorge et al., 'Deployment Service for Scalable Distributed Deep Learning Training on Multiple Clouds': "Deployment took 15–20 min"); a
+  single VM can be faster (Erben et al.: seconds to 10 minutes). User-settable;
+- data staging: dataset bytes / bandwidth (Jorge et al. staged 4.5 GB in 13 min; Künas' thesis moved
+  932.2 MB edge→cloud in 106.5 s), object-storage egress ($/GB) and storage ($/GB-month; Erben et al.:
   Backblaze B2 0.01 $/GB egress, 0.005 $/GB-month);
 - spot / preemptible interruptions: the expected runtime of a checkpointed job under exponential
   interruptions with the Young/Daly optimum checkpoint interval, and its spread; and the seed's
-  throughput-penalty reading for elastic (Hivemind-style) training (DIGEST §4).
+  throughput-penalty reading for elastic (Hivemind-style) training (Erben et al.).
 
 Spot model (checkpoint / restart). Work W seconds, checkpoint write time C, restart time R (boot a
 replacement + the job's start-up), interruption rate λ (MTBF M = 1/λ). Young's interval is
@@ -24,10 +24,10 @@ Spread: the number of interruptions is ~Poisson(λ·E[T]); each costs R plus the
 last checkpoint, ~U(0, τ + C); so Var[T] ≈ λ·E[T]·(R² + R(τ + C) + (τ + C)²/3).
 
 Interruption rates come per hour, or as AWS's interruption frequency (the share of instances
-interrupted over 30 days, seed 003: "between 5 and 20 %"), converted to a Poisson rate
+interrupted over 30 days, Erben et al.: "between 5 and 20 %"), converted to a Poisson rate
 λ = −ln(1 − f) / 720 h.
 
-The seed's own rule (DIGEST §4, seed 003 §7): "a 5 % interruption frequency over the entire
+Erben et al.'s own rule (§7): "a 5 % interruption frequency over the entire
 training time means roughly a 5 % slower training": for elastic training, where a preempted peer
 loses no work and the others carry on, the interruption frequency is the share of VM-time lost, so
 throughput × (1 − f) and runtime / (1 − f) (`elastic_runtime_s`): 5 % → 95 % throughput, 5.3 %
@@ -48,15 +48,15 @@ SECONDS_PER_MONTH = 30 * 86_400  # storage $/GB-month: a 30-day month, as AWS's 
 GRANULARITY_S = {"per_second": 1.0, "per_minute": 60.0, "per_hour": 3600.0}
 
 # Defaults, each with where it comes from (shown in every report's assumptions).
-DEFAULT_PROVISIONING_S = (900.0, 1050.0, 1200.0)  # low, expected, high: seed 004, 15–20 min
-PROVISIONING_SOURCE = "seed 004 (Jorge et al.): deploying the cluster took 15–20 min (DIGEST §5)"
-DEFAULT_STAGING_BYTES_PER_S = 932.2e6 / 106.51  # 8.75 MB/s: seed 000 Table 6.1, measured edge→cloud
-STAGING_SOURCE = "seed 000 Table 6.1: 932.2 MB moved edge→cloud in 106.51 s = 8.75 MB/s (DIGEST §2)"
+DEFAULT_PROVISIONING_S = (900.0, 1050.0, 1200.0)  # low, expected, high: Jorge et al., 15–20 min
+PROVISIONING_SOURCE = "Jorge et al., 'Deployment Service for Scalable Distributed Deep Learning Training on Multiple Clouds' (CLOSER 2021): deploying the cluster took 15–20 min"
+DEFAULT_STAGING_BYTES_PER_S = 932.2e6 / 106.51  # 8.75 MB/s: Künas' thesis, Table 6.1, measured edge→cloud
+STAGING_SOURCE = "Künas' thesis, Table 6.1: 932.2 MB moved edge→cloud in 106.51 s = 8.75 MB/s"
 DEFAULT_STORAGE_USD_PER_GB_MONTH = 0.005
-STORAGE_SOURCE = "seed 003 §4: Backblaze B2 storage 0.005 $/GB/month (DIGEST §4)"
+STORAGE_SOURCE = "Erben et al. §4: Backblaze B2 storage 0.005 $/GB/month"
 DEFAULT_INTERRUPTIONS_PER_HOUR = 0.05
 INTERRUPTION_SOURCE = ("assumed 0.05 interruptions per hour (MTBF 20 h): the catalog has no interruption data; "
-                       "seed 003 reports AWS's 30-day frequency of 5–20 % as unrepresentative of GPU spot VMs")
+                       "Erben et al. report AWS's 30-day frequency of 5–20 % as unrepresentative of GPU spot VMs")
 CHECKPOINT_WRITE_BYTES_PER_S = 200e6
 CHECKPOINT_FIXED_S = 1.0
 
@@ -92,7 +92,7 @@ def compute_cost(seconds: Any, price_per_hour: Any, billing: Any = "per_second",
 
 
 def cost_per_training(hours: float, price_per_hour: float) -> float:
-    """DIGEST §2: cost per training = time (h) × price ($/h)."""
+    """Künas: cost per training = time (h) × price ($/h)."""
     return hours * price_per_hour
 
 
@@ -179,7 +179,7 @@ def spot_expectation(work_s: Any, rate_per_hour: Any, checkpoint_write_s: Any, r
 
 
 def elastic_runtime_s(runtime_s: Any, interruption_frequency: Any) -> np.ndarray:
-    """The seed's rule for elastic training (DIGEST §4): throughput × (1 − f), so runtime / (1 − f)."""
+    """Erben et al.'s rule for elastic training: throughput × (1 − f), so runtime / (1 − f)."""
     f = np.asarray(interruption_frequency, dtype="float64")
     if np.any((f < 0) | (f >= 1)):
         raise TrainwiseError("an interruption frequency is a fraction in [0, 1)")

@@ -8,7 +8,7 @@ Why the mean (and not the median) is the steady-state estimate: the total traini
 of the iteration times, so its unbiased per-iteration estimate is the mean of the steady-state
 iterations. Iteration times on a shared machine are right-skewed (scheduler hiccups, GC, page
 faults); those hiccups recur during the full run too, and the median would ignore them and under-
-predict. One-off cold-start iterations are the exception: they are removed as warm-up (DIGEST §1:
+predict. One-off cold-start iterations are the exception: they are removed as warm-up (Malta:
 the first iteration is an outlier).
 """
 
@@ -41,8 +41,8 @@ def t_quantile_95(degrees_of_freedom: int) -> float:
 def detect_warmup(times_s: Sequence[float], max_fraction: float = 0.5, tolerance: float = 0.25) -> int:
     """Number of leading iterations to discard as warm-up.
 
-    The first iteration is always warm-up (cold start: allocator, kernel selection, lazy init; DIGEST
-    §1 reports a 20.5 s standard deviation for it). Further leading iterations are warm-up while they
+    The first iteration is always warm-up (cold start: allocator, kernel selection, lazy init; Malta
+    reports a 20.5 s standard deviation for it). Further leading iterations are warm-up while they
     are slower than the median of what follows by more than `tolerance` (relative), never more than
     `max_fraction` of the sample.
     """

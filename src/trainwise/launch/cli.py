@@ -82,7 +82,7 @@ def sweep_command(
     results_uri: Annotated[Optional[str], typer.Option(help="Bucket the cloud candidates write their profiles to, e.g. s3://BUCKET/sweep")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and validate the cloud candidates' tasks; run nothing")] = False,
     trainwise_spec: Annotated[Optional[str], typer.Option(help="pip requirement that installs trainwise on the clusters")] = None,
-    provisioning_minutes: Annotated[float, typer.Option(help="Boot time added to a cloud candidate's full-training cost (seed 004: 15-20 min)")] = 17.5,
+    provisioning_minutes: Annotated[float, typer.Option(help="Boot time added to a cloud candidate's full-training cost (Jorge et al.: 15-20 min)")] = 17.5,
     timeout: Annotated[Optional[float], typer.Option(help="Kill a local target's profile after this many seconds")] = None,
     validate: Annotated[str, typer.Option("--validate", help="Cloud tasks: auto, skypilot or packaged")] = "auto",
 ) -> None:

@@ -286,10 +286,10 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
     console.print(f"sweep cost {comparison['sweep_usd']:.6f} $ vs profiling every candidate by full training "
                   f"{comparison['full_training_usd']:.6f} $ ({comparison['saving_fraction']:.1%} saved); prices: "
                   f"{price_source if local else 'catalog'}; full-training cost modelled from the measured profiles "
-                  "(trainwise estimator). Seed 002 Table 5.14 for comparison: 19.21 $ vs 2.62 $.")
+                  "(trainwise estimator). Malta, Table 5.14, for comparison: 19.21 $ vs 2.62 $.")
     if measured and comparison["sweep_usd"] >= comparison["full_training_usd"]:
         console.print("[yellow]note:[/yellow] here the sweep cost more than training to completion everywhere would: the "
-                      "job is too short for short profiles to pay off (they pay off as full runs grow; seed 002)")
+                      "job is too short for short profiles to pay off (they pay off as full runs grow; Malta)")
     summary: dict[str, Any] = {"candidates": [], "comparison": comparison, "epochs": epochs, "iterations": iterations}
     for r in results:
         summary["candidates"].append({

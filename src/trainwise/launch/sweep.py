@@ -11,7 +11,7 @@ Candidates:
   parallel, running `trainwise profile` and writing the profile to a results bucket; each cluster is
   torn down when its profile is written (`down=True`, then `sky.down`).
 
-The seed's comparison (DIGEST §1, Table 5.14): MNIST on six AWS VMs cost 19.21 $ run to completion
+Malta's comparison (Table 5.14 of her dissertation): MNIST on six AWS VMs cost 19.21 $ run to completion
 everywhere, 7.27 $ with methodology 1 and 2.62 $ with methodology 2. `compare_costs` is that
 arithmetic; the sweep reports it for its own candidates with the full-training cost predicted from
 the measured profiles.
@@ -85,7 +85,7 @@ def compare_costs(rows: Sequence[CostRow]) -> dict[str, float]:
             "ratio": full / sweep if sweep > 0 else math.inf}
 
 
-# Malta (seed 002) Table 5.14, MNIST: cost of finding the best VM with no methodology (every VM run
+# Malta Table 5.14, MNIST: cost of finding the best VM with no methodology (every VM run
 # to completion), methodology 1 and methodology 2, USD.
 MALTA_TABLE_5_14 = (
     ("p2.xlarge", 0.51, 0.51, 0.0009),

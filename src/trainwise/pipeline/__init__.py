@@ -1,4 +1,4 @@
-"""Input-pipeline strategy optimiser for PyTorch (PRESTO, DIGEST §3).
+"""Input-pipeline strategy optimiser for PyTorch (PRESTO, Erben et al., SIGMOD 2022).
 
 Split a preprocessing pipeline into an offline part (materialised once to WebDataset tar shards) and
 an online part (run every epoch in a DataLoader), profile the strategies, and pick one with PRESTO's

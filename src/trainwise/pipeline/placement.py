@@ -2,7 +2,7 @@
 the cloud (upload the raw data, preprocess there). A strategy's storage size gives its upload time
 and transfer cost; the plan's data-staging cost can take `staged_bytes` from here.
 
-Seed 000 (TPU thesis) ch. 5: preprocessing at the edge shrank the upload from ≈ 8,204.5 MB to
+Künas' thesis (cloud TPUs vs a local GPU cluster) ch. 5: preprocessing at the edge shrank the upload from ≈ 8,204.5 MB to
 ≈ 185.7 MB (≈ 44×) and the bandwidth used from ≈ 66 Mb/s to ≈ 5.7 Mb/s (≈ 11.5×);
 `thesis_chapter5()` recomputes both ratios from those published inputs.
 """
@@ -63,10 +63,10 @@ def placement(raw_bytes: float, stored_bytes: float, offline_s_edge: float, *, o
 
 
 def thesis_chapter5() -> dict[str, float | str]:
-    """Seed 000 ch. 5's edge-preprocessing ratios, recomputed from its published inputs."""
+    """Künas' thesis ch. 5's edge-preprocessing ratios, recomputed from its published inputs."""
     raw_mb, preprocessed_mb = 8204.5, 185.7
     raw_mbps, preprocessed_mbps = 66.0, 5.7
     return {"raw_mb": raw_mb, "preprocessed_mb": preprocessed_mb, "size_reduction": raw_mb / preprocessed_mb,
             "raw_bandwidth_mbps": raw_mbps, "preprocessed_bandwidth_mbps": preprocessed_mbps,
             "bandwidth_reduction": raw_mbps / preprocessed_mbps, "published": "≈ 44× size, ≈ 11.5× bandwidth",
-            "source": "seed 000 (TPU thesis) ch. 5: '≈ 8,204.5 MB to ≈ 185.7 MB', '≈ 66 Mbps' vs '≈ 5.7 Mbps'"}
+            "source": "Künas' thesis ch. 5: '≈ 8,204.5 MB to ≈ 185.7 MB', '≈ 66 Mbps' vs '≈ 5.7 Mbps'"}

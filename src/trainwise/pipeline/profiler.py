@@ -1,4 +1,4 @@
-"""Profile strategies: offline time p, storage s, online throughput t (DIGEST §3), measured here.
+"""Profile strategies: offline time p, storage s, online throughput t (PRESTO), measured here.
 
 t is samples/s delivered by a real DataLoader, each sample touched without a model, over whole
 epochs after a warm-up epoch (which starts the workers and fills the application cache or the page

@@ -1,6 +1,6 @@
-"""Pick a strategy: PRESTO's objective (DIGEST §3), a cloud-price variant, a keep-up constraint.
+"""Pick a strategy: PRESTO's objective (Erben et al., SIGMOD 2022), a cloud-price variant, a keep-up constraint.
 
-PRESTO (seed 003, §3.3): each metric is min–max normalised over the strategies; lower-is-better
+PRESTO (Erben's dissertation, §3.3): each metric is min–max normalised over the strategies; lower-is-better
 metrics are inverted, p' = 1 − minmax(p), s' = 1 − minmax(s), t' = minmax(t), and
 score = w_p·p' + w_s·s' + w_t·t', highest best. Default weights (0, 0, 1): fastest throughput; the
 paper's "deadline" example is (1, 0, 1). A metric equal for every strategy normalises to 0.
@@ -38,7 +38,7 @@ def minmax(values: Any) -> np.ndarray:
 
 
 def presto_scores(p: Any, s: Any, t: Any, weights: Sequence[float] = DEFAULT_WEIGHTS) -> np.ndarray:
-    """score = w_p·(1 − minmax(p)) + w_s·(1 − minmax(s)) + w_t·minmax(t) (DIGEST §3)."""
+    """score = w_p·(1 − minmax(p)) + w_s·(1 − minmax(s)) + w_t·minmax(t) (PRESTO)."""
     w_p, w_s, w_t = (float(w) for w in weights)
     if min(w_p, w_s, w_t) < 0 or w_p + w_s + w_t == 0:
         raise TrainwiseError(f"weights must be non-negative and not all zero (got {tuple(weights)})")
@@ -59,7 +59,7 @@ def cloud_prices_from_catalog(catalog: Any = "current", *, cloud: str | None = N
     Offline compute: `instance_type` on `cloud` if given, else the catalog's cheapest on-demand price
     per vCPU-hour × `vcpus` (default: this machine's CPUs). The catalog lists accelerator hosts only,
     so that per-vCPU price includes a GPU share and overstates a CPU-only VM: said in the source.
-    Storage: the catalog has no storage prices; seed 003's Backblaze B2 0.005 $/GB-month (core.costs).
+    Storage: the catalog has no storage prices; Erben et al.'s Backblaze B2 0.005 $/GB-month (core.costs).
     Transfer: the catalog's object-storage egress price.
     """
     import os
@@ -91,7 +91,7 @@ def cloud_prices_from_catalog(catalog: Any = "current", *, cloud: str | None = N
         transfer = cat.egress_price("object-storage", "object_storage")
         transfer_source = f"{cat.caption}: object-storage egress"
     except TrainwiseError:
-        transfer, transfer_source = 0.01, "seed 003 paper B §4: Backblaze B2 egress 0.01 $/GB"
+        transfer, transfer_source = 0.01, "Erben et al. (VLDB 2024) §4: Backblaze B2 egress 0.01 $/GB"
     return CloudPrices(offline_compute_usd_per_hour=compute, storage_usd_per_gb_month=DEFAULT_STORAGE_USD_PER_GB_MONTH,
                        transfer_usd_per_gb=transfer,
                        sources={"offline_compute": compute_source, "storage": STORAGE_SOURCE + " (the catalog has no storage prices)",

@@ -1,4 +1,4 @@
-"""A preprocessing strategy (PRESTO, DIGEST §3): where to split, how to store, how to read back.
+"""A preprocessing strategy (PRESTO, Erben et al., SIGMOD 2022): where to split, how to store, how to read back.
 
 Split m: steps 1..m offline (once), m+1..n online (every epoch). `materialised=False` is the naive
 PyTorch pipeline: the source files are read and every step runs online. The storage part (split,

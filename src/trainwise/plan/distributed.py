@@ -32,10 +32,10 @@ from trainwise.plan.scaling import job_global_batch, split_batch
 from trainwise.predict import data_parallel as dp
 from trainwise.predict.topology import Site, continent_of
 
-HIVEMIND_CALIBRATION_SOURCE = ("fitted to seed 003's A-8 runs (8 x T4, TBS 32K): ~19-24 s per round beyond the "
+HIVEMIND_CALIBRATION_SOURCE = ("fitted to Erben et al.'s A-8 runs (8 x T4, TBS 32K): ~19-24 s per round beyond the "
                                "transfer, peers at 48-64 % of a standalone GPU")
 DDP_EXTRA_BAND = 0.10       # the device model's data_parallel_extra band
-HIVEMIND_EXTRA_BAND = 0.30  # seed 003's measured averaging times differ from the bandwidth model by up to ~±30-50 %
+HIVEMIND_EXTRA_BAND = 0.30  # Erben et al.'s measured averaging times differ from the bandwidth model by up to ~±30-50 %
 OPTIONAL_COLUMNS: dict[str, Any] = {"parallelism": "", "workers": 1.0, "granularity": np.nan, "communication_s": np.nan,
                                     "network_usd_per_hour": 0.0, "fits_memory": True, "scaling_note": "",
                                     "global_batch_size": np.nan}
@@ -513,7 +513,7 @@ def assumptions(options: DistributedOptions) -> list[str]:
         "egress: each peer's averaging traffic ("
         + ("gradient rounds only" if options.hivemind_average_state_every is None
            else f"gradient rounds plus parameter averaging every {options.hivemind_average_state_every} epoch(s)")
-        + ") split equally over the other peers, priced by the sender's cloud (seed 003 "
+        + ") split equally over the other peers, priced by the sender's cloud (Erben et al. "
         f"Table 1 via the catalog); data loading {options.bytes_per_sample:g} bytes/sample from object storage at 0.01 $/GB",
         f"hybrid groups place this machine in {options.local_continent!r} (assumed; --local-continent)",
     ]

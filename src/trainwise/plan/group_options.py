@@ -14,7 +14,7 @@ from trainwise.errors import TrainwiseError
 from trainwise.plan.objectives import check_option_number
 from trainwise.predict.topology import CONTINENTS, NetworkModel, load_network, seed_network
 
-# Hivemind's costs beyond moving bytes, fitted to seed 003's intra-zone A-8 runs (8 x T4, TBS 32K):
+# Hivemind's costs beyond moving bytes, fitted to Erben et al.'s intra-zone A-8 runs (8 x T4, TBS 32K):
 # CONV (G 5.19 at 261.9 samples/s) and RoBERTa-XLM (G 1.15 at 575.1 samples/s) spend 20.2 s and 26.5 s
 # per round communicating where the links alone need ~1-2.5 s (a fixed ~19-24 s: matchmaking, the
 # CPU-offloaded optimizer step, state sync), and their peers compute at 48 % and 64 % of a standalone
@@ -49,7 +49,7 @@ class DistributedOptions(BaseModel):
     hivemind: bool = Field(default=True, description="also Hivemind groups (one zone, geo, hybrid)")
     target_batch_size: int | None = Field(default=None, gt=0, description="Hivemind TBS; None: the profile's global batch")
     groups: tuple[GroupSpec, ...] = ()
-    network: NetworkModel | None = Field(default=None, description="None: seed 003's packaged defaults")
+    network: NetworkModel | None = Field(default=None, description="None: the packaged defaults (Erben et al.'s measurements)")
     local_continent: str = Field(default="eu", description="where this machine is (hybrid groups)")
     bytes_per_sample: float = Field(default=0.0, ge=0, description="training data streamed per sample (object storage)")
     peer_throughput_cap_bps: float | None = Field(default=None, gt=0, description="cap on one peer's averaging rate")
@@ -57,7 +57,7 @@ class DistributedOptions(BaseModel):
     hivemind_round_overhead_s: float = Field(default=HIVEMIND_ROUND_OVERHEAD_S, ge=0)
     hivemind_average_state_every: int | None = Field(
         default=None, ge=1, description="count parameter averaging every N epochs in the peers' traffic "
-                                        "(`trainwise run --average-state-every`); None: gradient rounds only (seed 003)")
+                                        "(`trainwise run --average-state-every`); None: gradient rounds only (as Erben et al. measured)")
     hivemind_compute_efficiency: float = Field(default=HIVEMIND_COMPUTE_EFFICIENCY, gt=0, le=1,
                                                description="a peer's compute rate under Hivemind / standalone")
 

@@ -4,7 +4,7 @@ plus the parsers the CLI uses for "2h", "$25" and "time=1,cost=2".
 Objectives
 - fastest: smallest expected wall time (provisioning + staging + training + expected preemption loss);
 - cheapest: smallest expected total cost (compute + egress + storage);
-- weighted: PRESTO's convention (DIGEST §3, seed 003 paper A): every metric min–max normalised over
+- weighted: PRESTO's convention (Erben et al., SIGMOD 2022): every metric min–max normalised over
   the candidates, lower-is-better metrics inverted (1 − minmax), score = Σ wᵢ·mᵢ', highest wins.
   Metrics here are all lower-is-better: `time` (wall s), `cost` ($), `risk` (relative half-width
   of the time band);

@@ -15,7 +15,7 @@ machine start at once with the data already there. Spot rows add the expected pr
 (Young/Daly checkpointing, `costs.spot_expectation`) and its spread to the band.
 
 Ranking is within each epoch option; the primary epoch option (the largest unless given: Malta
-found 20 epochs ranks VMs best, DIGEST §1) is the headline. When the best plan changes across epoch
+found 20 epochs ranks VMs best) is the headline. When the best plan changes across epoch
 options, or the runner-up lies within the winner's uncertainty band, a flag says so.
 """
 
@@ -54,7 +54,7 @@ from trainwise.profile.schema import Profile
 DEFAULT_EPOCH_OPTIONS = (5, 10, 20)
 LOCAL_OFFERING_ID = "local/this-machine"
 # An assumed price for this machine when the user gives none: a 2,000 $ workstation amortised over
-# 3 years of continuous use, plus 150 W at 0.15 $/kWh (the seed's formula, DIGEST §2, with power added).
+# 3 years of continuous use, plus 150 W at 0.15 $/kWh (Künas' formula, with power added).
 ASSUMED_LOCAL = {"capex_usd": 2000.0, "lifetime_years": 3.0, "power_kw": 0.15, "usd_per_kwh": 0.15}
 CONSTRAINT_ORDER = ("cloud", "region", "accelerator", "spot", "min-gpu-memory", "model-fit", "global-batch", "deadline",
                     "budget")
@@ -287,7 +287,7 @@ def _egress_price(catalog: Catalog) -> tuple[float, str]:
     rows = catalog.egress[catalog.egress["scope"] == "object_storage"] if len(catalog.egress) else catalog.egress
     if len(rows):
         return float(rows["usd_per_gb"].iloc[0]), str(rows["source"].iloc[0])
-    return 0.01, "seed 003 §4: object-storage egress 0.01 $/GB (DIGEST §4)"
+    return 0.01, "Erben et al. §4: object-storage egress 0.01 $/GB"
 
 
 # ----------------------------------------------------------------------------------- plan()
@@ -642,7 +642,7 @@ def _rank(frame: pd.DataFrame, objective: Objective) -> None:
 def _reference_metrics(frame: pd.DataFrame, reference: str | None, local_ids: set[str], primary: int) -> str | None:
     """speedup, cost efficiency (1 − C/C_ref), break-even speedup (p/p_ref) and the speedup with
     staging S' = S·T/(T + t) against the reference platform, per epoch option. The reference is
-    the one given, else this machine, else the best plan at the primary epoch option (DIGEST §2:
+    the one given, else this machine, else the best plan at the primary epoch option (Künas:
     state the reference platform — the report does)."""
     target = reference or (next(iter(sorted(local_ids))) if local_ids else None)
     market = "on-demand"
@@ -723,7 +723,7 @@ def _profile_flags(profiles: Sequence[LabelledProfile], runtime: pd.DataFrame) -
 
 def _robustness_flags(frame: pd.DataFrame, objective: Objective, epochs_list: Sequence[int],
                       constraints: Constraints) -> list[str]:
-    """Malta's observation (DIGEST §1): the best choice can flip with the epoch count; and a winner
+    """Malta's observation: the best choice can flip with the epoch count; and a winner
     whose runner-up lies within its uncertainty band is not a clear winner."""
     flags = []
     top = frame.iloc[np.flatnonzero(frame["rank"].to_numpy() <= 2)]
@@ -748,7 +748,7 @@ def _robustness_flags(frame: pd.DataFrame, objective: Objective, epochs_list: Se
             flags.append(f"{e} epochs: {winners[e]} meets the deadline on expectation but its band reaches "
                          f"{format_hours(first['high_s'])} > {format_hours(constraints.deadline_s)}")
     if len(set(winners.values())) > 1:
-        flags.append("the best plan changes with the epoch count (Malta, DIGEST §1): "
+        flags.append("the best plan changes with the epoch count (Malta): "
                      + "; ".join(f"{e} epochs → {w}" for e, w in winners.items()))
     return flags
 

@@ -6,7 +6,7 @@ Data (`data/`, every row with its source):
   benchmark tables, 1-8 GPUs; Lambda's TensorFlow tf_cnn_benchmarks tables, 1 GPU; NVIDIA
   DeepLearningExamples performance tables, 1 GPU; the seeds' Malta K80/V100 runtimes and Erben's
   T4/A10/RTX8000 throughputs);
-- `validation.csv`: rows never used in the fit — NVIDIA's 8-GPU rows and seed 003's multi-GPU
+- `validation.csv`: rows never used in the fit — NVIDIA's 8-GPU rows and Erben et al.'s multi-GPU
   rows — checked with the full fit;
 - `ratios.csv`: published speedups without absolute numbers (Künas' P100/V100/TPU ratios, Malta's
   MNIST K80/V100 ratios); fitted as log-ratios (they are what identifies the TPU constants) and
@@ -119,8 +119,8 @@ STACK_FUSION_BOUNDS = (0.05, 5.0)
 # source prefix -> software stack family (see stack_of); stock PyTorch eager is the reference (factor 1)
 STACK_OF_SOURCE = (("lambdal/", dm.REFERENCE_STACK), ("NVIDIA/DeepLearningExamples", "nvidia-dle"),
                    ("LambdaColdStorage/lambda-tensorflow-benchmark", "lambda-tf-cnn-benchmarks"),
-                   ("seed 002", "seed-malta-keras"), ("seed 003", "seed-erben"), ("seed 000", "seed-kunas-tf"),
-                   ("seed 001", "seed-kunas-tf"),
+                   ("Malta, ", "seed-malta-keras"), ("Erben, ", "seed-erben"), ("Künas, ", "seed-kunas-tf"),
+                   ("Künas et al., ", "seed-kunas-tf"),
                    # stock PyTorch eager, what trainwise.predict.measure runs
                    ("measured by trainwise", dm.REFERENCE_STACK))
 

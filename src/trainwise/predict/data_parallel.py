@@ -1,4 +1,4 @@
-"""Data-parallel training time: synchronous DDP and decentralised Hivemind (seed 003 paper B).
+"""Data-parallel training time: synchronous DDP and decentralised Hivemind (Erben et al., VLDB 2024).
 
 Batch conventions (names say which): `per_worker_batch_size` is what one process/peer feeds its
 model per step; `global_batch_size` = workers × per-worker batch × gradient accumulation is what
@@ -30,7 +30,7 @@ T_calc = TBS / Σ peer samples/s, then average in one round taking
                 and over peers of 2(N−1)/N·B / min(peer NIC, `peer_throughput_cap_bps`),
 
 with B the parameter bytes after compression (fp16: 2 bytes per parameter). Without delayed
-parameter updates an epoch lasts T_calc + T_comm = max(T_calc, matchmaking) + averaging (seed 003
+parameter updates an epoch lasts T_calc + T_comm = max(T_calc, matchmaking) + averaging (Erben et al.
 measures the two as additive): the round is pre-scheduled at the epoch's start and averages once
 the TBS is reached. With them (hivemind.Optimizer(delay_optimizer_step=True,
 delay_grad_averaging=True), `dpu_overlap` = 1) the rounds pipeline, and an epoch lasts
@@ -47,11 +47,11 @@ loopback with T_calc ≈ 0.3 s formed a group every 5.03 s with matchmaking_time
 between 0 and 1 interpolates linearly between the two.
 Granularity G = T_calc / T_comm; doubling the peers speeds up by at most (G + 1)/(G/2 + 1); the
 throughput can never exceed TBS / T_comm; TBS beyond 64K is past what LAMB is known to train
-(seed 003 §3).
+(Erben et al. §3).
 
 Costs (`hivemind_costs`): per-peer egress = bytes sent per round × rounds per hour × destination
 split × the sending cloud's $/GB (`trainwise.predict.egress`), plus data loading from object
-storage; $/h and $/1M samples = $/h ÷ (samples/s × 3600) × 10^6 (DIGEST §4).
+storage; $/h and $/1M samples = $/h ÷ (samples/s × 3600) × 10^6 (Erben et al.).
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ from trainwise.predict.topology import Link, NetworkModel, Site, seed_network
 
 DDP_BUCKET_BYTES = 25 * 2**20          # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
 DDP_FIRST_BUCKET_BYTES = 1 * 2**20     # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-# seed 003 §3: "a minimum matchmaking time of 5 seconds" (hivemind's DecentralizedAverager default;
+# Erben et al. §3: "a minimum matchmaking time of 5 seconds" (hivemind's DecentralizedAverager default;
 # hivemind.Optimizer(matchmaking_time=...) defaults to 15 s in hivemind 1.1.12: pass what the run uses)
 HIVEMIND_MATCHMAKING_MIN_S = 5.0
-FP16_BYTES_PER_PARAMETER = 2.0         # seed 003 §3: FP16 compression for peer-to-peer communication
-LAMB_TBS_LIMIT = 65536                 # seed 003 §3 / DIGEST §4: LAMB works up to 64K
+FP16_BYTES_PER_PARAMETER = 2.0         # Erben et al. §3: FP16 compression for peer-to-peer communication
+LAMB_TBS_LIMIT = 65536                 # Erben et al. §3: LAMB works up to 64K
 BACKWARD_FRACTION = 2.0 / 3.0          # backward ≈ 2 × forward FLOPs: 2/3 of a step's compute
 
 # Where each intra-node link figure comes from when the catalog's interconnect text gives none.
@@ -314,7 +314,7 @@ class HivemindPrediction(_Frozen):
     granularity: float = Field(description="G = T_calc / T_comm")
     doubling_speedup_bound: float = Field(description="(G + 1) / (G/2 + 1): best speedup from doubling the peers")
     throughput_bound_samples_per_s: float = Field(
-        description="TBS / T_comm (seed 003; with delayed updates TBS / max(matchmaking period, averaging)): "
+        description="TBS / T_comm (Erben et al.; with delayed updates TBS / max(matchmaking period, averaging)): "
                     "no number of peers gets past it")
     bytes_sent_per_peer_per_round: float
     rounds_per_hour: float
@@ -325,7 +325,7 @@ class HivemindPrediction(_Frozen):
 
 
 def granularity(calc_s: float, comm_s: float) -> float:
-    """G = T_calc / T_comm (seed 003): the ratio of calculation to communication time."""
+    """G = T_calc / T_comm (Erben et al.): the ratio of calculation to communication time."""
     if calc_s < 0 or comm_s < 0:
         raise TrainwiseError("calculation and communication times must be non-negative")
     return math.inf if comm_s == 0 else calc_s / comm_s
@@ -333,14 +333,14 @@ def granularity(calc_s: float, comm_s: float) -> float:
 
 def doubling_speedup_bound(g: float) -> float:
     """Best speedup from doubling the peers at granularity G: compute halves, communication stays,
-    (G + 1)/(G/2 + 1) — 1.33× at G = 1, 1.83× at G = 10 (seed 003; DIGEST §4)."""
+    (G + 1)/(G/2 + 1) — 1.33× at G = 1, 1.83× at G = 10 (Erben et al.)."""
     if g < 0:
         raise TrainwiseError(f"granularity must be non-negative (got {g})")
     return 2.0 if math.isinf(g) else (g + 1.0) / (g / 2.0 + 1.0)
 
 
 def usd_per_million_samples(usd_per_hour: float, samples_per_s: float) -> float:
-    """$/1M samples = $/h ÷ (samples/s × 3600) × 10^6 (DIGEST §4)."""
+    """$/1M samples = $/h ÷ (samples/s × 3600) × 10^6 (Erben et al.)."""
     if samples_per_s <= 0:
         raise TrainwiseError(f"throughput must be positive to price samples (got {samples_per_s} samples/s)")
     return usd_per_hour / (samples_per_s * 3600.0) * 1e6
@@ -353,7 +353,7 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
                      round_overhead_s: float = 0.0, state_average_every: int | None = None) -> HivemindPrediction:
     """One Hivemind group (see the module docstring). `peer_throughput_cap_bps` caps what one peer
     can push through Hivemind's averaging (its p2p daemon, compression and CPU), independent of the
-    network: seed 003 §4 saw at most 1.1 Gb/s per peer on a 7 Gb/s network; None: no cap.
+    network: Erben et al. §4 saw at most 1.1 Gb/s per peer on a 7 Gb/s network; None: no cap.
     `round_overhead_s` is a fixed cost per round (e.g. the optimizer step on CPU with offloading).
     `state_average_every`: hivemind.Optimizer also averages the parameters every this many epochs
     (its `average_state_every`, default 1), the same bytes again: counted in each peer's traffic
@@ -424,7 +424,7 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
         notes.append(f"the peers reach the TBS in {calc_s:.2f} s, under the {matchmaking_min_s:g} s matchmaking minimum: "
                      "each round waits for its group")
     if target_batch_size > LAMB_TBS_LIMIT:
-        notes.append(f"TBS {target_batch_size} is beyond the ~64K that LAMB is known to train well (seed 003 §3)")
+        notes.append(f"TBS {target_batch_size} is beyond the ~64K that LAMB is known to train well (Erben et al. §3)")
     sent = 2.0 * (n - 1) / n * model_bytes if n > 1 else 0.0
     if state_average_every is not None and n > 1:
         sent *= 1.0 + 1.0 / state_average_every
@@ -440,7 +440,7 @@ def predict_hivemind(peers: Sequence[HivemindPeer], parameter_count: int, target
         throughput_bound_samples_per_s=(math.inf if bound_comm_s == 0 else target_batch_size / bound_comm_s),
         bytes_sent_per_peer_per_round=sent, rounds_per_hour=3600.0 / epoch_s, slowest_pair=slowest,
         slowest_pair_bandwidth_bps=slowest_bw if math.isfinite(slowest_bw) else 0.0, notes=notes,
-        source="modelled (Hivemind: seed 003 paper B granularity model); peers: "
+        source="modelled (Hivemind: Erben et al.'s granularity model, VLDB 2024); peers: "
                + "; ".join(dict.fromkeys(p.source for p in peers)))
 
 
@@ -451,7 +451,7 @@ def transfer_measured_throughput(measured_samples_per_s: float, target_batch_siz
                                  streams_per_pair: int = 1) -> float:
     """Samples/s of the same Hivemind job and peer count on another network, from one measured run:
     the measured epoch (TBS / samples/s, which holds every overhead the model does not know) plus the
-    modelled change in averaging time between the two placements. Seed 003's B/C experiments are
+    modelled change in averaging time between the two placements. Erben et al.'s B/C experiments are
     reproduced this way from its A runs (tests/test_data_parallel.py)."""
     if len(measured_sites) != len(new_sites):
         raise TrainwiseError(f"the placements must have the same number of peers ({len(measured_sites)} vs {len(new_sites)})")
@@ -514,7 +514,7 @@ def hivemind_costs(peers: Sequence[HivemindPeer], prediction: HivemindPrediction
                      samples_per_s=prediction.samples_per_s,
                      usd_per_1m_samples=usd_per_million_samples(total, prediction.samples_per_s),
                      egress_share=egress_total / total if total > 0 else 0.0,
-                     source="modelled: VM prices given; egress seed 003 Table 1 via the catalog; data loading "
+                     source="modelled: VM prices given; egress Erben et al. Table 1 via the catalog; data loading "
                             f"{object_storage_usd_per_gb:g} $/GB ({egress_mod.OBJECT_STORAGE_SOURCE})")
 
 
@@ -551,7 +551,7 @@ def intra_node_link(accelerator: object) -> LinkSpec:
 
 
 def inter_node_link(cloud: str, network: NetworkModel | None = None) -> LinkSpec:
-    """Instance network between nodes of one cloud zone (seed 003 Table 5 intra-cloud figures)."""
+    """Instance network between nodes of one cloud zone (Erben et al. Table 5 intra-cloud figures)."""
     network = network or seed_network()
     site = Site(name="node", cloud=cloud, region="r", zone="z", continent="us")
     return LinkSpec.from_link(network.link(site, site))

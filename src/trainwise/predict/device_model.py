@@ -866,7 +866,7 @@ def predict_all(characterisation: WorkloadCharacterisation, catalog: Any = None,
 
 
 def tpu_per_device_batch(per_core_batch: int, accelerator: Any) -> int:
-    """The per-device batch of a TPU unit under the seeds' convention (seed 000/001, DIGEST §2).
+    """The per-device batch of a TPU unit under Künas' convention (thesis and paper).
 
     The global batch is the per-core batch x the TensorCores in use; a catalog TPU unit is a chip
     (2 cores on v2/v3/v4/v5p, 1 on v5e/v6e) or a 4-chip v2-8/v3-8 board (8 cores): e.g. IC-DR's

@@ -1,9 +1,9 @@
 """What a peer's network traffic costs: destination split × the provider's $/GB.
 
-The price table is the catalog's (`Catalog.egress`: seed 003 paper B Table 1, April 2023, GC /
+The price table is the catalog's (`Catalog.egress`: Erben et al. (VLDB 2024) Table 1, April 2023, GC /
 AWS / Azure; LambdaLabs free; object storage 0.01 $/GB — packaged in `trainwise.catalog.seed_2021`).
 Scopes are the catalog's `EGRESS_SCOPES` plus `intra_zone` (two VMs of one zone), which Table 1 has
-no row for; seed 003 bills that traffic at the inter-zone rate (its 8×T4 cost: "GC does [charge]
+no row for; Erben et al. bill that traffic at the inter-zone rate (its 8×T4 cost: "GC does [charge]
 with $0.01/GB"), and so does trainwise. On-premise and LambdaLabs senders pay no per-GB egress.
 
 Per-peer egress per hour = bytes sent per averaging round × rounds per hour, split by destination
@@ -23,14 +23,14 @@ from trainwise.predict.topology import Site
 INTRA_ZONE = "intra_zone"
 FREE_SENDERS = ("on-premise", "local", "lambda")
 OBJECT_STORAGE_USD_PER_GB = 0.01
-OBJECT_STORAGE_SOURCE = "seed 003 paper B §4: dataset egress from Backblaze B2 object storage, 0.01 $/GB (DIGEST §4)"
+OBJECT_STORAGE_SOURCE = "Erben et al. (VLDB 2024) §4: dataset egress from Backblaze B2 object storage, 0.01 $/GB"
 
 
 def scope_between(sender: Site, receiver: Site) -> str:
-    """The egress class of traffic from `sender` to `receiver` (seed 003 Table 1's rows):
+    """The egress class of traffic from `sender` to `receiver` (Erben et al. Table 1's rows):
     intra-zone, inter-zone, inter-region within a continent (by continent), to Oceania from
     elsewhere, or between continents. Traffic to another cloud in the same continent is billed as
-    leaving the region (seed 003 §5: D-2/D-3 cross-cloud traffic at the US inter-region rates)."""
+    leaving the region (Erben et al. §5: D-2/D-3 cross-cloud traffic at the US inter-region rates)."""
     same_cloud = sender.cloud.lower() == receiver.cloud.lower()
     if same_cloud and sender.region == receiver.region:
         return INTRA_ZONE if sender.zone == receiver.zone else "inter_zone"
@@ -42,7 +42,7 @@ def scope_between(sender: Site, receiver: Site) -> str:
 
 def destination_split(sites: Sequence[Site], sender: int) -> dict[str, float]:
     """Fraction of `sender`'s averaging traffic per egress scope when every peer exchanges an equal
-    share with every other peer (Hivemind's all-reduce in one group, seed 003 §5 D-2/D-3: 'each
+    share with every other peer (Hivemind's all-reduce in one group, Erben et al. §5 D-2/D-3: 'each
     peer sends its gradients to every other peer')."""
     others = [i for i in range(len(sites)) if i != sender]
     if not others:
@@ -82,6 +82,6 @@ def egress_usd_per_hour(gb_per_hour: float, split: Mapping[str, float], cloud: s
 
 def data_loading_usd_per_hour(samples_per_s: float, bytes_per_sample: float,
                               usd_per_gb: float = OBJECT_STORAGE_USD_PER_GB) -> float:
-    """Streaming the training data from object storage (seed 003 §4: Backblaze B2 at 0.01 $/GB).
+    """Streaming the training data from object storage (Erben et al. §4: Backblaze B2 at 0.01 $/GB).
     The seed notes it stops once the data set is cached on local disk; this is the streaming rate."""
     return samples_per_s * 3600.0 * bytes_per_sample / 1e9 * usd_per_gb

@@ -11,7 +11,7 @@ operators, shapes and parameter counts as the `transformers` "eager" implementat
   DistilBERT (encoder without token types), GPT-2 (pre-LN decoder, causal mask, tied LM head);
 - heads: `mlm` (masked-LM: dense + GELU + LayerNorm + vocabulary projection tied to the word
   embeddings, on every position as Hugging Face computes it — the RoBERTa pre-training objective of
-  seed 003), `mlm15` (the same head on the 15 % masked positions only, as optimised pre-training
+  Erben et al.), `mlm15` (the same head on the 15 % masked positions only, as optimised pre-training
   code does, e.g. NVIDIA's `--dense_seq_output`), `clm` (GPT-2), `qa` (SQuAD span start/end),
   `cls` (pooler + classifier).
 

@@ -2,7 +2,7 @@
 
 Two families of estimators work from the same Profile:
 
-- the Malta dissertation's equations (DIGEST §1; `trainwise.predict.malta`), fed exactly the inputs
+- the Malta dissertation's equations (`trainwise.predict.malta`), fed exactly the inputs
   they name (T(Init), T(It1), T(It2), the mean of iterations 2–10, T(Val1), T(Val2), epoch times);
 - trainwise's own estimator (the default), which replaces the single second iteration by the
   robust steady-state mean with its 95 % interval, scales the validation time from the sampled
@@ -330,7 +330,7 @@ def _malta_inputs(profile: Profile) -> tuple[float, float, float]:
 
 
 def malta_estimate(profile: Profile, epochs: int, estimator: str, iterations_per_epoch: int | None = None) -> Prediction:
-    """The dissertation's equations, with exactly the inputs they name (DIGEST §1)."""
+    """The dissertation's equations, with exactly the inputs they name."""
     _check_epochs(epochs)
     n_it = iterations_per_epoch_of(profile, iterations_per_epoch)
     init_s, it1_s, it2_s = _malta_inputs(profile)

@@ -10,13 +10,13 @@ sites — from, most specific first:
    cloud–continent, continent–continent) and the level default (same zone / region / continent /
    inter-continent; within one cloud, that cloud's intra-cloud figure).
 
-The packaged defaults (`data/network_seed.json`) are seed 003's measurements (Erben, paper B,
+The packaged defaults (`data/network_seed.json`) are Erben et al.'s measurements (VLDB 2024,
 §3–6), each with its source; values the seed does not state say "assumed" or "estimated".
 `load_network(path)` overlays a user file of the same shape (or a bare list of pair entries).
 
-A single TCP stream cannot carry more than window / RTT (seed 003 §6: 50–80 Mb/s at ~300 ms even
+A single TCP stream cannot carry more than window / RTT (Erben et al. §6: 50–80 Mb/s at ~300 ms even
 on a 500 Mb/s uplink); `effective_bandwidth_bps` applies that cap. Hivemind opens one stream per
-peer pair (seed 003 §6), so the cap applies per pair.
+peer pair (Erben et al. §6), so the cap applies per pair.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def uniform_network(bandwidth_bps: float, rtt_s: float, source: str = "given",
 
 @lru_cache(maxsize=1)
 def seed_network() -> NetworkModel:
-    """The packaged defaults from seed 003."""
+    """The packaged defaults from Erben et al. (VLDB 2024)."""
     return NetworkModel.model_validate(json.loads(SEED_NETWORK_PATH.read_text(encoding="utf-8")))
 
 

@@ -116,7 +116,7 @@ def _breakdown_table(frame: pd.DataFrame) -> str:
 
 
 def _methodology2(result: Any, keys: pd.DataFrame) -> str:
-    """Malta's methodology-2 view (DIGEST §1): time and cost of the leading candidates for every
+    """Malta's methodology-2 view: time and cost of the leading candidates for every
     epoch option, each column divided by its minimum."""
     plans = result.plans[result.plans["feasible"]]
     ident = ["offering_id", "market", "batch_size"]

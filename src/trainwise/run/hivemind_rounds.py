@@ -11,7 +11,7 @@ of averaging (the epoch jumps). This module separates them, per peer:
   as the join round;
 - its *group rate*: target batch size × transitions ÷ seconds between the first and last of
   those transitions. Each transition is one optimizer step on (at least) a target batch of samples;
-  hivemind's own samples/s (and seed 003) count epochs instead, which is the same while no epoch is
+  hivemind's own samples/s (and Erben et al.) count epochs instead, which is the same while no epoch is
   skipped. Epochs are skipped when a peer finds the swarm's epoch ahead of its own and jumps to it
   (it catches up, or downloads the state and drops its accumulated gradients): no samples are
   trained for the epochs jumped. With parameter averaging every epoch (hivemind's default) that was

@@ -66,7 +66,7 @@ class HivemindSummary(BaseModel):
     t_calc_s: Optional[float] = None
     peers_seen: list[int] = Field(default_factory=list)
     # The swarm's training progress: TBS × hivemind epochs advanced ÷ seconds between steady epoch
-    # transitions (median over peers). Hivemind's own samples/s counts the same thing (seed 003);
+    # transitions (median over peers). Hivemind's own samples/s counts the same thing (Erben et al.);
     # it is steadier than summing local steps over a short common window, which peers that start,
     # block or leave at different moments distort.
     epoch_throughput_samples_per_s: Optional[float] = None

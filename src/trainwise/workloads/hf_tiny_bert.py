@@ -1,6 +1,6 @@
 """A tiny BERT sentiment classifier trained with the Hugging Face `Trainer`, built from a config
 (randomly initialised: nothing is downloaded), on the SYNTHETIC IMDb-shaped reviews of
-`trainwise.workloads.rnn_sa_lstm` (seed 000 §4.2; the last `--seq-len` tokens of each pre-padded review).
+`trainwise.workloads.rnn_sa_lstm` (Künas' thesis §4.2; the last `--seq-len` tokens of each pre-padded review).
 
 Model: `BertForSequenceClassification(BertConfig(hidden_size=64, num_hidden_layers=2,
 num_attention_heads=2, intermediate_size=128, vocab_size=20,000, max_position_embeddings=--seq-len))`,

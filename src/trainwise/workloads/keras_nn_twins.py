@@ -1,7 +1,7 @@
 """NN-TWINS in Keras 3: the seed's I/O access-pattern MLP as Künas wrote it (Keras), on the same
 SYNTHETIC TWINS-shaped data as `trainwise.workloads.nn_twins_mlp` (see there for the seed sections).
 
-Model (seed 000 §4.1.1): Dense(5, ReLU) -> Dense(5, ReLU) -> Dense(3, softmax), "normal" kernel
+Model (Künas' thesis §4.1.1): Dense(5, ReLU) -> Dense(5, ReLU) -> Dense(3, softmax), "normal" kernel
 initialiser (Keras' RandomNormal, stddev 0.05), zero biases; RMSprop(lr 0.001, rho 0.9, momentum 0.9,
 epsilon 1e-7); sparse categorical cross-entropy; validation on the held-out rows after every epoch.
 
@@ -50,7 +50,7 @@ def build_model(keras, lr: float = DEFAULTS["lr"]):
 
 
 def main(argv: Sequence[str] | None = None, callbacks: list | None = None) -> int:
-    parser = build_parser("NN-TWINS access-pattern MLP (5-5-5-3, RMSProp) in Keras 3, per Künas (seed 000).",
+    parser = build_parser("NN-TWINS access-pattern MLP (5-5-5-3, RMSProp) in Keras 3, per Künas' MSc thesis (UFRGS 2023).",
                           **DEFAULTS)
     args = parse_args(parser, argv)
     keras = import_keras(args)

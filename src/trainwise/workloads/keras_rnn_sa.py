@@ -1,7 +1,7 @@
 """RNN-SA in Keras 3: the seed's LSTM sentiment classifier as Künas wrote it (Keras), on the same
 SYNTHETIC IMDb-shaped sequences as `trainwise.workloads.rnn_sa_lstm` (see there for the seed sections).
 
-Model (seed 000 §4.2.1): Embedding(20,000, 128) -> LSTM(128, dropout 0.2) -> Dense(128, ReLU) ->
+Model (Künas' thesis §4.2.1): Embedding(20,000, 128) -> LSTM(128, dropout 0.2) -> Dense(128, ReLU) ->
 Dense(64, ReLU) -> Dense(1, sigmoid), "uniform" kernel initialiser (Keras' RandomUniform, ±0.05) on the
 dense layers; Adam(lr 0.001) and binary cross-entropy (not stated in the seed: the usual Keras set-up,
 as in the PyTorch workload); validation after every epoch.
@@ -49,7 +49,7 @@ def build_model(keras, lr: float = DEFAULTS["lr"]):
 
 def main(argv: Sequence[str] | None = None, callbacks: list | None = None) -> int:
     parser = build_parser("RNN-SA LSTM sentiment classifier (embedding 128, LSTM 128, dense 128-64-1) in Keras 3, "
-                          "per Künas (seed 000).", **DEFAULTS)
+                          "per Künas' MSc thesis (UFRGS 2023).", **DEFAULTS)
     args = parse_args(parser, argv)
     keras = import_keras(args)
     x_train, y_train, x_val, y_val = build_arrays(args.train_samples, args.val_samples, args.seed)

@@ -1,5 +1,5 @@
 """RNN-SA trained through PyTorch Lightning: the model, data and optimizer of
-`trainwise.workloads.rnn_sa_lstm` (seed 000 §4.2), in a `LightningModule` and a `Trainer`, with
+`trainwise.workloads.rnn_sa_lstm` (Künas' thesis §4.2), in a `LightningModule` and a `Trainer`, with
 gradient accumulation (`--accumulate`) and a validation pass after every epoch.
 
 A plain Lightning script: it imports no trainwise profiling code. Under
@@ -50,7 +50,7 @@ class SentimentModule(pl.LightningModule):
 
 
 def main(argv: Sequence[str] | None = None, callbacks: list | None = None) -> int:
-    parser = build_parser("RNN-SA LSTM sentiment classifier trained with PyTorch Lightning (seed 000).",
+    parser = build_parser("RNN-SA LSTM sentiment classifier trained with PyTorch Lightning (Künas' MSc thesis).",
                           **rnn_sa_lstm.DEFAULTS)
     parser.add_argument("--accumulate", type=int, default=1, help="Trainer(accumulate_grad_batches=N)")
     args = parse_args(parser, argv)

@@ -1,4 +1,4 @@
-"""MNIST / Simple-CNN reference workload (Malta 2021, seed 002).
+"""MNIST / Simple-CNN reference workload (Malta, 'Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud', 2021).
 
 Seed (002_90b0b561c3468fa9.txt):
   * §4.4 "Methodology's Validation": "the MNIST/Simple-CNN, which trains a simple two-layer CNN to
@@ -248,7 +248,7 @@ def build_datasets(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
-        "MNIST Simple-CNN (Keras simple convnet) trained with Adadelta, per Malta 2021 (seed 002).",
+        "MNIST Simple-CNN (Keras simple convnet) trained with Adadelta, per Malta's MSc dissertation (UNICAMP 2021).",
         **DEFAULTS,
     )
     parser.add_argument("--mnist-dir", default=None,

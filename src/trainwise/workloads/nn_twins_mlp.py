@@ -1,4 +1,4 @@
-"""NN-TWINS: I/O access-pattern MLP (Künas, seed 000) on SYNTHETIC tabular data of the seed's shape.
+"""NN-TWINS: I/O access-pattern MLP (Künas' MSc thesis, UFRGS 2023) on SYNTHETIC tabular data of the thesis' shape.
 
 Seed (000_b3fbe7dd09c0ac24.txt):
   * §4.1 "I/O Access Pattern Detector": ~39,000 observations of 5 metrics (request size minimum,
@@ -113,7 +113,7 @@ def build_datasets(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
-        "NN-TWINS access-pattern MLP (5-5-5-3) trained with RMSProp, per Künas (seed 000).",
+        "NN-TWINS access-pattern MLP (5-5-5-3) trained with RMSProp, per Künas' MSc thesis (UFRGS 2023).",
         **DEFAULTS,
     )
     args = parse_args(parser, argv)

@@ -1,4 +1,4 @@
-"""CIFAR-10 / ResNet-50 reference workload (Malta 2021, seed 002) on SYNTHETIC CIFAR-10-shaped data.
+"""CIFAR-10 / ResNet-50 reference workload (Malta, 'Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud', 2021) on SYNTHETIC CIFAR-10-shaped data.
 
 Seed (002_90b0b561c3468fa9.txt):
   * §4.1 "Experimental Setup": "trains the ResNet-50 network to classify images from the CIFAR-10
@@ -134,7 +134,7 @@ def build_datasets(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
-        "ResNet-50 on (synthetic) CIFAR-10-shaped images with momentum SGD, per Malta 2021 (seed 002).",
+        "ResNet-50 on (synthetic) CIFAR-10-shaped images with momentum SGD, per Malta's MSc dissertation (UNICAMP 2021).",
         **DEFAULTS,
     )
     args = parse_args(parser, argv)

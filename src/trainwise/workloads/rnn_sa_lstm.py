@@ -1,4 +1,4 @@
-"""RNN-SA: LSTM sentiment analysis (Künas, seed 000) on SYNTHETIC token sequences of the seed's shape.
+"""RNN-SA: LSTM sentiment analysis (Künas' MSc thesis, UFRGS 2023) on SYNTHETIC token sequences of the thesis' shape.
 
 Seed (000_b3fbe7dd09c0ac24.txt):
   * §4.2 "Text Classification": IMDb reviews (Maas et al. 2011), 50,000 balanced positive/negative;
@@ -117,7 +117,7 @@ def build_datasets(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
-        "RNN-SA LSTM sentiment classifier (embedding 128, LSTM 128, dense 128-64-1), per Künas (seed 000).",
+        "RNN-SA LSTM sentiment classifier (embedding 128, LSTM 128, dense 128-64-1), per Künas' MSc thesis (UFRGS 2023).",
         **DEFAULTS,
     )
     args = parse_args(parser, argv)

@@ -1,4 +1,4 @@
-"""Seismic / FCN reference workload (Malta 2021, seed 002) on SYNTHETIC seismic-like patches.
+"""Seismic / FCN reference workload (Malta, 'Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud', 2021) on SYNTHETIC seismic-like patches.
 
 Seed (002_90b0b561c3468fa9.txt):
   * §4.1 "Experimental Setup": "trains a Full Convolutional LeNet network (FCN) [LeCun 1998] to
@@ -161,7 +161,7 @@ def build_datasets(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
         "Fully convolutional LeNet finding diffraction apexes in (synthetic) seismic patches, "
-        "per Malta 2021 (seed 002).",
+        "per Malta's MSc dissertation (UNICAMP 2021).",
         **DEFAULTS,
     )
     args = parse_args(parser, argv)

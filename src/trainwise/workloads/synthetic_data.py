@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-# NN-TWINS (seed 000 §4.1): 5 metrics, 3 access-pattern classes.
+# NN-TWINS (Künas' thesis §4.1): 5 metrics, 3 access-pattern classes.
 NUM_FEATURES = 5
 NUM_CLASSES = 3
-# RNN-SA (seed 000 §4.2)
+# RNN-SA (Künas' thesis §4.2)
 VOCAB_SIZE = 20_000
 SEQ_LEN = 300
 # Disjoint id ranges of "sentiment words" (frequent-ish ids, as sentiment words are).
