@@ -65,22 +65,24 @@ def plain_run_s(argv: list[str]) -> float:
 
 def instrumented_run_s(argv: list[str]) -> float:
     started = time.time()
-    run_profile(argv, ProfileOptions(mode="full", characterise=False, host_noise=False), quiet=True)
+    # The agent alone: no launch setting that changes the job's arithmetic (denormals kept, as in the plain run)
+    run_profile(argv, ProfileOptions(mode="full", characterise=False, host_noise=False, flush_denormal=False), quiet=True)
     return time.time() - started
 
 
-def measure(name: str, scale: float) -> dict:
+def measure(name: str, scale: float, options: ProfileOptions) -> dict:
     with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
         argv = command(name, scale, workdir)
         row: dict = {"loop": name, "command": [Path(argv[1]).name, *argv[2:]], "measured_at":
                      datetime.now(timezone.utc).isoformat(timespec="seconds")}
         try:
-            profile = run_profile(argv, ProfileOptions(), workload=name, quiet=True)
+            profile = run_profile(argv, options, workload=name, quiet=True)
         except TrainwiseError as exc:
             row.update(profiled=False, error=str(exc))
             return row
         epochs = profile.script_epochs.epochs if profile.script_epochs else None
         row.update(profiled=True, profile_stop=profile.stop_reason, profiled_iterations=len(profile.iterations),
+                   steady_iteration_s=profile.steady_state.iteration.mean_s, init_s=profile.init.total_s,
                    profile_wall_s=profile.process_wall_s, epochs_read=epochs,
                    epochs_source=profile.script_epochs.source if profile.script_epochs else None,
                    iterations_per_epoch=profile.dataset.iterations_per_epoch,
@@ -121,6 +123,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2, help="interleaved plain/instrumented pairs for the overhead")
     parser.add_argument("--only", nargs="*", choices=sorted(LOOPS), help="these loops only")
     parser.add_argument("--note", default="", help="a sentence kept in the results (how and where it ran)")
+    parser.add_argument("--keep-denormals", action="store_true",
+                        help="profile with --no-flush-denormal: exactly the plain run's arithmetic")
+    parser.add_argument("--results", type=Path, default=RESULTS / "client_scripts.json", help="where to write the JSON")
     args = parser.parse_args()
     if not 0 < args.scale <= 100 or not 0 <= args.pairs <= 20:
         sys.exit("error: --scale must be in (0, 100] and --pairs in [0, 20]")
@@ -129,7 +134,7 @@ def main() -> None:
     rows = []
     for name in names:
         print(f"{name} ...", flush=True)
-        row = measure(name, args.scale)
+        row = measure(name, args.scale, ProfileOptions(flush_denormal=not args.keep_denormals))
         rows.append(row)
         if row.get("abs_error") is not None:
             print(f"  predicted {row['predicted_s']:.1f} s, actual {row['actual_s']:.1f} s, error {row['abs_error']:.1%}, "
@@ -150,9 +155,10 @@ def main() -> None:
     }
     result = {"benchmark": "client_scripts", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "summary": summary, "rows": rows, "overhead_pairs": pairs, "scale": args.scale,
-              "benchmark_wall_s": time.time() - started, "run_notes": args.note}
-    RESULTS.mkdir(exist_ok=True)
-    atomic_write_text(RESULTS / "client_scripts.json", json.dumps(result, indent=2) + "\n")
+              "benchmark_wall_s": time.time() - started, "run_notes": args.note,
+              "flush_denormal_in_profile": not args.keep_denormals}
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.results, json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
 
 

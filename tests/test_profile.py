@@ -235,6 +235,8 @@ def test_checkpoints_saved_during_sampling_leave_the_users_file_untouched(tmp_pa
     assert checkpoint.read_bytes() != b"the user's real checkpoint"
 
 
+# Unit-tested with synthetic recorder state (tests/test_profile_recorder_units.py); end to end with the long tests.
+@pytest.mark.long
 def test_sampling_that_ends_in_the_last_epoch_does_not_save_the_model(tmp_path):
     saved = tmp_path / "model.pt"
     quick = dict(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2)
@@ -259,6 +261,8 @@ def test_sampling_that_ends_in_the_last_epoch_does_not_save_the_model(tmp_path):
     assert any("end-of-training code ran" in note for note in profile.notes)
 
 
+# Unit-tested with synthetic recorder state (tests/test_profile_recorder_units.py); end to end with the long tests.
+@pytest.mark.long
 def test_a_script_that_calls_sys_exit_mid_training_still_gets_its_profile_and_says_so(tmp_path):
     seen = tmp_path / "seen.json"
     full = run_profile(script("exit_mid_training.py", str(seen), "--exit-after", "12"), ProfileOptions(mode="full"),

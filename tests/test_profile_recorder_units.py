@@ -169,3 +169,51 @@ def test_a_look_at_one_batch_before_training_is_neither_an_epoch_nor_validation(
     run_pass(recorder, train, optimizer)
     assert [e["iterations"] for e in recorder.epochs] == [10, 10] and recorder.validations == []
     assert any("neither an epoch nor validation" in note for note in recorder.notes)
+
+
+class TrainPass:
+    role = "train"
+
+
+def test_sys_exit_in_the_middle_of_an_epoch_is_noted_and_the_record_kept(recorder):
+    recorder.iterations = [{"end_s": 1.0}] * 12
+    recorder.current_train_state = TrainPass()
+    recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": None, "iterations": 12, "truncated": False,
+                        "batches_per_epoch": 40}]
+    recorder.on_sys_exit(0)
+    assert recorder.exit_mid_training == ("the script called sys.exit(0) after 12 iterations, in the middle of epoch 1 "
+                                          "(its training DataLoader pass unfinished)")
+    recorder.on_process_exit()
+    assert recorder.stop_reason == "script_exited_mid_training" and recorder.written
+    assert any("sys.exit(0) after 12 iterations" in note for note in recorder.notes)
+
+
+def test_sys_exit_after_training_is_an_ordinary_end(recorder):
+    recorder.iterations = [{"end_s": 1.0}] * 80
+    recorder.current_train_state = TrainPass()
+    recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": 5.0, "iterations": 80, "truncated": False,
+                        "batches_per_epoch": 80}]
+    recorder.on_sys_exit(None, call="exit")
+    assert recorder.exit_mid_training is None
+
+
+def test_sys_exit_before_sampling_stopped_says_so(tmp_path):
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "sampled"})
+    recorder.iterations = [{"end_s": 1.0}] * 7
+    recorder.on_sys_exit(3, call="exit")
+    assert "exit(3) after 7 iterations" in recorder.exit_mid_training
+    assert "before sampling had stopped" in recorder.exit_mid_training
+
+
+def test_a_save_after_sampling_waits_for_epoch_2_unless_the_sampled_epoch_is_the_last(tmp_path):
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "sampled", "epoch2_iterations": 3})
+    assert not recorder.epoch2_still_to_come()  # sampling has not stopped
+    recorder.epoch1_truncated, recorder._truncated_epoch = True, 0
+    assert recorder.epoch2_still_to_come()  # epochs unknown: an end-of-epoch checkpoint goes to a scratch file
+    recorder.epochs_hint = 1
+    assert not recorder.epoch2_still_to_come()  # the sampled epoch is the last: the save ends the profile
+    recorder.epochs_hint = 5
+    assert recorder.epoch2_still_to_come()
+    recorder._later_epoch_iterations = 3
+    assert not recorder.epoch2_still_to_come()
+    assert not _child.Recorder({"out_path": str(tmp_path / "r.json"), "epoch2_iterations": 0}).epoch2_still_to_come()
