@@ -49,7 +49,7 @@ def test_plan_options_and_assumption_carry_the_pipeline_size(pipeline_json):
 def test_bad_pipeline_inputs(pipeline_json, tmp_path):
     with pytest.raises(TrainwiseError, match="not in"):
         staged_dataset(pipeline_json, "nope")
-    with pytest.raises(TrainwiseError, match="not found"):
+    with pytest.raises(TrainwiseError, match="does not exist: write one with `trainwise pipeline profile"):
         staged_dataset(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(TrainwiseError, match="not a pipeline profile"):

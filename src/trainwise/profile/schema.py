@@ -7,7 +7,6 @@ profile from another machine say so (provenance lives with the number's consumer
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from datetime import datetime, timezone

@@ -297,8 +297,10 @@ def read_records(workdir: str) -> tuple[dict[int, dict], dict[int, dict]]:
 def _require_hivemind() -> None:
     """Before any peer starts: without hivemind each peer died on trainwise's own ModuleNotFoundError and
     the run blamed the script ("run the script alone to see its error")."""
+    import importlib
+
     try:
-        import hivemind  # noqa: F401  (the peers import it too)
+        importlib.import_module("hivemind")  # the peers import it too
     except ImportError as exc:
         raise TrainwiseError(f"--engine hivemind needs the hivemind package, which cannot be imported ({exc}): "
                              "pip install 'trainwise[hivemind]'") from None
