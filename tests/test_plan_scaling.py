@@ -121,3 +121,21 @@ def test_a_slice_profile_plans_the_full_size_job():
     assert not (result.primary["offering_id"].astype(str) == "local/this-machine").any()
     assert result.pruned.get(REASON_SLICE, 0) >= 1
     assert any("measured a slice here" in a for a in result.assumptions)
+
+
+def test_the_default_jobs_slice_command_is_valid():
+    """`trainwise plan` with no profile profiles the default job on a slice: the slice's batch must be
+    one the script accepts with the full training set (its last batch not a single sample)."""
+    from trainwise.plan.same_machine import SLICE_PROFILES
+    from trainwise.workloads import command_for, get_workload
+
+    for name, sliced in SLICE_PROFILES.items():
+        spec = get_workload(name)
+        assert spec.default_train_samples % sliced["batch_size"] != 1
+        command = command_for(name, batch_size=sliced["batch_size"])
+        assert command[command.index("--batch-size") + 1] == str(sliced["batch_size"])
+        assert command[command.index("--train-samples") + 1] == str(spec.default_train_samples)
+    import trainwise.cli as cli
+    import inspect
+
+    assert inspect.signature(cli.plan).parameters["workload"].default == "resnet50_imagenet"
