@@ -139,3 +139,16 @@ def test_the_default_jobs_slice_command_is_valid():
     import inspect
 
     assert inspect.signature(cli.plan).parameters["workload"].default == "resnet50_imagenet"
+
+
+def test_a_slice_profiles_plan_is_compared_with_its_best_plan_not_an_unranked_machine():
+    from trainwise.plan.same_machine import with_full_size_characterisation
+    from trainwise.workloads import get_workload
+
+    spec = get_workload("resnet50_imagenet")
+    sliced = synthetic_profile(batch_size=3, batches_per_epoch=-(-IMAGENET_TRAIN // 3), host="here",
+                               workload=spec.name, iteration_s=1.5)
+    result = plan([with_full_size_characterisation(sliced, spec)], load_catalog(), Objective(kind="cheapest"),
+                  epoch_options=[90], options=PlanOptions(this_host="here", distributed=single_machine_options()))
+    assert "not predicted" not in str(result.reference)
+    assert result.primary.iloc[0]["cost_efficiency"] == pytest.approx(0.0)
