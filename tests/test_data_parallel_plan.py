@@ -242,14 +242,14 @@ def test_groups_split_the_global_batch_and_prune_what_cannot(catalog):
     from trainwise.plan.planner import global_batch_sizes
     from trainwise.plan.scaling import REASON_FLOOR
 
-    profiles = [v100(iteration_s=2.0, batches_per_epoch=40, batch_size=64)]
+    profiles = [v100(iteration_s=2.0, batches_per_epoch=40, batch_size=32)]
     result = plan(profiles, catalog, Objective(kind="fastest"), options=options())
-    assert set(global_batch_sizes(result.ranked).tolist()) == {64.0}
-    assert result.primary["workers"].max() <= 8  # 64 / 8 = 8 per worker, the floor
-    assert result.pruned.get(REASON_FLOOR, 0) > 0  # the 8-V100 groups of 2+ machines, the 16-GPU machines
+    assert set(global_batch_sizes(result.ranked).tolist()) == {32.0}
+    assert result.primary["workers"].max() <= 4  # 32 / 4 = 8 per worker, the floor
+    assert result.pruned.get(REASON_FLOOR, 0) > 0  # the 8-machine groups, the 8-GPU machines
     assert not any("global batch of" in flag for flag in result.flags)
     hivemind = result.ranked[result.ranked["parallelism"].astype(str) == "hivemind"]
-    assert len(hivemind) and (global_batch_sizes(hivemind) == 64).all()
+    assert len(hivemind) and (global_batch_sizes(hivemind) == 32).all()
     # a cap below the job's batch excludes every plan and names itself
     with pytest.raises(TrainwiseError, match="--max-global-batch 1 excluded"):
         plan(profiles, catalog, Objective(kind="fastest"), Constraints(max_global_batch=1), options=options())

@@ -121,3 +121,34 @@ def test_a_slice_profile_plans_the_full_size_job():
     assert not (result.primary["offering_id"].astype(str) == "local/this-machine").any()
     assert result.pruned.get(REASON_SLICE, 0) >= 1
     assert any("measured a slice here" in a for a in result.assumptions)
+
+
+def test_the_default_jobs_slice_command_is_valid():
+    """`trainwise plan` with no profile profiles the default job on a slice: the slice's batch must be
+    one the script accepts with the full training set (its last batch not a single sample)."""
+    from trainwise.plan.same_machine import SLICE_PROFILES
+    from trainwise.workloads import command_for, get_workload
+
+    for name, sliced in SLICE_PROFILES.items():
+        spec = get_workload(name)
+        assert spec.default_train_samples % sliced["batch_size"] != 1
+        command = command_for(name, batch_size=sliced["batch_size"])
+        assert command[command.index("--batch-size") + 1] == str(sliced["batch_size"])
+        assert command[command.index("--train-samples") + 1] == str(spec.default_train_samples)
+    import trainwise.cli as cli
+    import inspect
+
+    assert inspect.signature(cli.plan).parameters["workload"].default == "resnet50_imagenet"
+
+
+def test_a_slice_profiles_plan_is_compared_with_its_best_plan_not_an_unranked_machine():
+    from trainwise.plan.same_machine import with_full_size_characterisation
+    from trainwise.workloads import get_workload
+
+    spec = get_workload("resnet50_imagenet")
+    sliced = synthetic_profile(batch_size=3, batches_per_epoch=-(-IMAGENET_TRAIN // 3), host="here",
+                               workload=spec.name, iteration_s=1.5)
+    result = plan([with_full_size_characterisation(sliced, spec)], load_catalog(), Objective(kind="cheapest"),
+                  epoch_options=[90], options=PlanOptions(this_host="here", distributed=single_machine_options()))
+    assert "not predicted" not in str(result.reference)
+    assert result.primary.iloc[0]["cost_efficiency"] == pytest.approx(0.0)

@@ -645,6 +645,8 @@ def _reference_metrics(frame: pd.DataFrame, reference: str | None, local_ids: se
     the one given, else this machine, else the best plan at the primary epoch option (Künas:
     state the reference platform — the report does)."""
     target = reference or (next(iter(sorted(local_ids))) if local_ids else None)
+    if reference is None and target is not None and not (frame["offering_id"] == target).any():
+        target = None  # this machine is not ranked (a slice profile): the best plan is the reference
     market = "on-demand"
     for column in ("speedup", "speedup_with_staging", "cost_efficiency", "break_even_speedup"):
         frame[column] = np.nan

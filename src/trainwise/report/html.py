@@ -27,9 +27,10 @@ th,td{border:1px solid #ddd;padding:2px 5px;text-align:right;vertical-align:top;
 th{background:#f4f4f4;position:sticky;top:0}td.l,th.l{text-align:left;white-space:normal}
 tr.pareto td{background:#fff2f2}tr.best td{background:#f3f9ee;font-weight:600}
 figure{margin:0}figure img{max-width:100%;height:auto;border:1px solid #eee}
-.first{display:grid;grid-template-columns:minmax(420px,560px) 1fr;gap:1rem;align-items:start}
+.first{display:grid;grid-template-columns:minmax(440px,620px) 1fr;gap:1rem;align-items:start}
 .answer p{margin:.25rem 0}.answer table{font-size:.75rem}.big{font-size:1.15rem}
 details summary{cursor:pointer;color:#555;font-size:.9rem;margin:.4rem 0}sup{color:#555}
+#answer table{font-size:.72rem}#answer th,#answer td{padding:1px 3px}
 .bar{display:flex;height:12px;min-width:200px}.bar span{display:block;height:12px}
 .muted{color:#777}.scroll{overflow-x:auto;max-width:100%}code{background:#f4f4f4;padding:0 3px}
 """

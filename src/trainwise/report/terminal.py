@@ -349,6 +349,6 @@ def print_answer(console: Console, result, top_n: int = ANSWER_ALTERNATIVES, rep
                       + "; ".join(f"{count:,} × {reason}" for reason, count in pruned.items()), highlight=False)
     flags, others = headline_flags(result)
     for flag in flags[:2]:
-        console.print(f"[yellow]⚠[/yellow] {_short(flag, 2 * console.width - 4)}", highlight=False)
+        console.print(f"[yellow]⚠[/yellow] {_short(flag, 2 * console.width - 24)}", highlight=False)
     if len(flags) > 2 or others:
         console.print(f"[yellow]⚠[/yellow] {len(flags[2:]) + others} more flag(s) in the report", highlight=False)

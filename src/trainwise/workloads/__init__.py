@@ -356,6 +356,11 @@ MEASURED_CPU_NOTES: dict[str, str] = {
     ),
 }
 
+MEASURED_CPU_NOTES["resnet50_imagenet"] = (
+    "not timed at full size on the development CPU (a batch-256 step at 224x224 takes on the order of a minute "
+    "there): `trainwise plan` profiles it on a slice (batch 3) and plans the full-size step with the device model."
+)
+
 # command_for() keyword -> command-line option.
 _OPTIONS = {
     "batch_size": "--batch-size",
