@@ -105,7 +105,7 @@ def gpu_profile(tmp_path):
 def test_plan_save_and_the_old_flag_write_the_same_plan(tmp_path, capsys, gpu_profile):
     from trainwise.cli import main
 
-    base = ["--profile", str(gpu_profile), "--catalog", "packaged", "--cloud", "aws", "--single-machine",
+    base = ["--profile", str(gpu_profile), "--catalog", "packaged", "--cloud", "aws", "--single-machine", "--no-spot",
             "--epoch-options", "10", "--json", "--out-dir", str(tmp_path / "out")]
     new, old = tmp_path / "new.json", tmp_path / "old.json"
     assert main(["plan", "save", str(new), *base, "--", "python", "t.py", "--epochs", "3"]) == 0

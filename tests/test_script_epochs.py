@@ -222,8 +222,8 @@ def test_a_saved_command_without_epochs_cannot_take_the_profiled_commands(tmp_pa
     profile = profile.model_copy(update={"command": ["python", "train.py", "--epochs", "5"],
                                          "script_epochs": ScriptEpochs(epochs=5, source="the script's argparse argument epochs=5")})
     path = profile.save(tmp_path / "p.json")
-    base = ["plan", "--profile", str(path), "--catalog", "packaged", "--cloud", "aws", "--single-machine", "--json",
-            "--out-dir", str(tmp_path / "out"), "--save", str(tmp_path / "plan.json")]
+    base = ["plan", "--profile", str(path), "--catalog", "packaged", "--cloud", "aws", "--single-machine", "--no-spot",
+            "--json", "--out-dir", str(tmp_path / "out"), "--save", str(tmp_path / "plan.json")]
     assert main([*base, "--", "python", "train.py"]) == 2
     err = capsys.readouterr().err
     assert "the training command gives no --epochs, but profile" in err and "Traceback" not in err

@@ -68,7 +68,6 @@ def test_registry_names_and_specs():
         assert min(spec.default_batch_size, spec.default_epochs, spec.default_train_samples,
                    spec.default_val_samples) >= 1
         assert "lr" in spec.hyperparameters
-        assert name in MEASURED_CPU_NOTES
         if name == "resnet50_imagenet":
             continue  # a step at full size takes about a minute here: planned by the device model, not timed
         measured = MEASURED_CPU_ITERATION_S[name]

@@ -165,7 +165,10 @@ def _workload_epochs(name: str) -> int | None:
     """The epochs a reference workload trains (the job `plan` profiles here when no --profile is given)."""
     from trainwise.workloads import get_workload
 
-    return get_workload(name).default_epochs
+    try:
+        return get_workload(name).default_epochs
+    except ValueError as exc:  # names the valid workloads and the nearest one
+        raise TrainwiseError(f"--workload: {exc}") from None
 
 
 def _history() -> None:
