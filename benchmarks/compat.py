@@ -62,7 +62,7 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None 
     start = time.perf_counter()
     try:
         done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        code, out = done.returncode, done.stdout + done.stderr
+        code, out = done.returncode, done.stderr + done.stdout  # pytest's summary line last
     except subprocess.TimeoutExpired as exc:
         code, out = 124, f"timed out after {timeout:.0f} s: {exc}"
     lines = [line for line in out.splitlines() if "is ignored: it is neither a file nor a directory" not in line]
