@@ -1,7 +1,7 @@
 # `make run`: install into .venv (created if missing) and run the main job on the built-in default
 # workload. `make test`: install with the test extras and run the test suite, less the few long
-# end-to-end runs (chaos kills, resumes, DDP and Hivemind peers) that `make test-long` runs; CI runs both,
-# then `make compat`. Both install the exact versions of the lock (requirements/*.txt, Python 3.11, with
+# end-to-end runs (chaos kills, resumes, DDP and Hivemind peers) that `make test-long` runs; CI runs both
+# (`make compat`, another torch/Python pair, by hand). Both install the exact versions of the lock (requirements/*.txt, Python 3.11, with
 # hashes), then trainwise itself without dependencies; pyproject.toml declares ranges for users.
 PYTHON ?= python3.11
 VENV ?= .venv
