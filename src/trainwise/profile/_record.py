@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from trainwise.allocator import recorded_settings as recorded_allocator_settings
-from trainwise.profile._watchers import _cpu_model
+from trainwise.core.host import cpu_model as _cpu_model  # standard library only
 
 RAW_FORMAT_VERSION = 1
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import os
-import platform
 import sys
 from typing import Any
 
@@ -163,15 +162,3 @@ def _batch_length(batch: Any) -> int | None:
         else:
             return None
     return None
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
