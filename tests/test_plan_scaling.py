@@ -135,10 +135,11 @@ def test_the_default_jobs_slice_command_is_valid():
         command = command_for(name, batch_size=sliced["batch_size"])
         assert command[command.index("--batch-size") + 1] == str(sliced["batch_size"])
         assert command[command.index("--train-samples") + 1] == str(spec.default_train_samples)
-    import trainwise.cli as cli
-    import inspect
+    from trainwise.cli.plan import RANKING
+    from trainwise.plan.request import PlanRequest
 
-    assert inspect.signature(cli.plan).parameters["workload"].default == "resnet50_imagenet"
+    assert next(p for p in RANKING if p.name == "workload").default == "resnet50_imagenet"
+    assert PlanRequest().workload == "resnet50_imagenet"
 
 
 def test_a_slice_profiles_plan_is_compared_with_its_best_plan_not_an_unranked_machine():
