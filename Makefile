@@ -34,7 +34,8 @@ $(TEST_STAMP): $(PY) pyproject.toml requirements/test.txt
 
 install: $(STAMP)
 
-run: $(STAMP)
+# The default job (ResNet-50) needs the [workloads] extra (torchvision): the test lock has it.
+run: $(TEST_STAMP)
 	$(VENV)/bin/trainwise plan
 
 test: $(TEST_STAMP)

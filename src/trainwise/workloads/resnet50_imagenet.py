@@ -52,6 +52,9 @@ NOISE_BANK = 16
 
 
 def build_model() -> nn.Module:
+    from trainwise.optional import require
+
+    require("torchvision.models", "the resnet50_imagenet workload")
     from torchvision.models import resnet50
 
     return resnet50(num_classes=NUM_CLASSES, weights=None)
