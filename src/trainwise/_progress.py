@@ -1,5 +1,5 @@
-"""One progress display for every phase that can take more than a couple of seconds (profile
-sampling, pipeline profiling, a local launch, the plan's steps): a spinner with the phase and the
+"""One progress display for phases that can take more than a couple of seconds (the plan's steps,
+the default job's slice profile, a local launch): a spinner with the phase and the
 time so far, on stderr — never in the output a script reads — and off when stderr is not a terminal
 or the user asked for quiet (`trainwise --quiet`, or TRAINWISE_QUIET=1)."""
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import math
 import socket
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from trainwise._progress import phase
 from trainwise.errors import TrainwiseError
 from trainwise.core import costs
 from trainwise.plan.objectives import (Constraints, check_option_number, make_objective, parse_duration, parse_money,
@@ -131,20 +131,6 @@ def check_plan_outputs(*, save_path: Path | None, report_dir: Path | None, input
                                      "save the plan to another file")
 
 
-@contextmanager
-def _progress(console: Console) -> Iterator[None]:
-    yield None
-
-
-@contextmanager
-def _step(progress: None, description: str) -> Iterator[None]:
-    """One phase of the plan, shown on stderr while it runs (trainwise._progress)."""
-    from trainwise._progress import phase
-
-    with phase(description):
-        yield
-
-
 def inputs_of(request: PlanRequest):
     """(Objective, Constraints, PlanOptions) of a request, with one-line errors."""
     return build_inputs(objective=request.objective, weights=request.weights, deadline=request.deadline,
@@ -175,37 +161,36 @@ def run_plan_command(request: PlanRequest, *, console: Console, err_console: Con
     report_dir = request.report_dir
     epoch_options = list(request.epoch_options)
     json_output, all_plans, workload = request.json_output, request.all_plans, request.workload
-    with _progress(status_console) as progress:
-        if request.profile_paths:
-            with _step(progress, f"reading {len(request.profile_paths)} profile(s)"):
-                profiles = list(profiles) if profiles is not None else [(path.stem, load_profile(path))
-                                                                        for path in request.profile_paths]
-        else:
-            from trainwise.plan.same_machine import profile_workload_quiet
+    if request.profile_paths:
+        with phase(f"reading {len(request.profile_paths)} profile(s)"):
+            profiles = list(profiles) if profiles is not None else [(path.stem, load_profile(path))
+                                                                    for path in request.profile_paths]
+    else:
+        from trainwise.plan.same_machine import profile_workload_quiet
 
-            with _step(progress, f"profiling the default workload {workload} on this machine (a few iterations)"):
-                measured = profile_workload_quiet(workload, status_console)
-            path = measured.save(request.out_dir / f"{workload}.profile.json")
-            status_console.print(f"profile written to [bold]{path}[/bold]", highlight=False)
-            profiles = [(workload, measured)]
-            from trainwise.workloads import get_workload
+        with phase(f"profiling the default workload {workload} on this machine (a few iterations)"):
+            measured = profile_workload_quiet(workload, status_console)
+        path = measured.save(request.out_dir / f"{workload}.profile.json")
+        status_console.print(f"profile written to [bold]{path}[/bold]", highlight=False)
+        profiles = [(workload, measured)]
+        from trainwise.workloads import get_workload
 
-            spec = get_workload(workload)
-            if options.dataset_gb is None and spec.hyperparameters.get("dataset_gb"):
-                # the reference job's full-size data set (profiled here on a slice, staged at full size)
-                options = options.model_copy(update={"dataset_gb": float(spec.hyperparameters["dataset_gb"]),
-                                                     "dataset_source": spec.hyperparameters["dataset_gb_source"]})
-        with _step(progress, "ranking candidates"):
-            result = plan(profiles, catalog, objective, constraints, epoch_options=epoch_options, local_offering=local,
-                          options=options)
-        from trainwise.report.bundle import write_report
+        spec = get_workload(workload)
+        if options.dataset_gb is None and spec.hyperparameters.get("dataset_gb"):
+            # the reference job's full-size data set (profiled here on a slice, staged at full size)
+            options = options.model_copy(update={"dataset_gb": float(spec.hyperparameters["dataset_gb"]),
+                                                 "dataset_source": spec.hyperparameters["dataset_gb_source"]})
+    with phase("ranking candidates"):
+        result = plan(profiles, catalog, objective, constraints, epoch_options=epoch_options, local_offering=local,
+                      options=options)
+    from trainwise.report.bundle import write_report
 
-        with _step(progress, f"rendering the chart and writing the report to {report_dir}"):
-            try:
-                paths = write_report(result, report_dir, top_n=options.top_n)
-            except OSError as exc:  # checked up front; a disk that fills up meanwhile still gets one line
-                raise TrainwiseError(f"cannot write the report to --report {report_dir} ({exc.strerror or exc}): "
-                                     "choose a writable folder") from None
+    with phase(f"rendering the chart and writing the report to {report_dir}"):
+        try:
+            paths = write_report(result, report_dir, top_n=options.top_n)
+        except OSError as exc:  # checked up front; a disk that fills up meanwhile still gets one line
+            raise TrainwiseError(f"cannot write the report to --report {report_dir} ({exc.strerror or exc}): "
+                                 "choose a writable folder") from None
     if json_output:
         from trainwise.report.data import plan_payload
 
