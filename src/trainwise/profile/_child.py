@@ -49,7 +49,6 @@ from trainwise.profile._state_zeros import ZERO_COUNT_STEPS, StateZerosRecording
 from trainwise.profile._watchers import _FrameworkImportWatcher, _TorchImportWatcher, _watch_argparse, _watch_sys_exit
 # Other modules import these from here (host_noise, the Lightning integration)
 from trainwise.profile._record import RAW_FORMAT_VERSION  # noqa: F401
-from trainwise.core.host import cpu_model as _cpu_model  # noqa: F401 - the old name
 from trainwise.profile._watchers import _batch_length  # noqa: F401
 
 CONFIG_ENV = "TRAINWISE_PROFILE_CONFIG"

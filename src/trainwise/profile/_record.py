@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from trainwise.allocator import recorded_settings as recorded_allocator_settings
-from trainwise.core.host import cpu_model as _cpu_model  # standard library only
+from trainwise.core.host import cpu_model  # standard library only
 
 RAW_FORMAT_VERSION = 1
 
@@ -77,7 +77,7 @@ class RecordOutput:
         torch = self._torch
         env: dict[str, Any] = {
             "python_version": platform.python_version(), "platform": platform.platform(),
-            "hostname": socket.gethostname(), "cpu_model": _cpu_model(), "logical_cores": os.cpu_count(),
+            "hostname": socket.gethostname(), "cpu_model": cpu_model(), "logical_cores": os.cpu_count(),
             "torch_version": getattr(torch, "__version__", None),
             "torch_threads": torch.get_num_threads() if torch is not None else None,
             "device": self.model.get("device", "cpu"), "device_name": None,
