@@ -31,7 +31,7 @@ from rich.table import Table
 from trainwise._io import atomic_write_text
 from trainwise.allocator import launch_environment
 from trainwise.predict.same_machine import host_stray_fraction, predict_total, relative_error, sampled_steps_s
-from trainwise.profile import stats
+from trainwise.core import stats
 from trainwise.profile.runner import DEFAULT_MIN_ITERATIONS, ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
 from trainwise.workloads import command_for, get_workload

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from trainwise.catalog import load_catalog, on_premise_price_per_hour
-from trainwise.plan import costs, metrics
+from trainwise.core import costs
+from trainwise.plan import metrics
 
 # --------------------------------------------------------------------------- helpers
 

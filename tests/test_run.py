@@ -18,7 +18,7 @@ from resume_helpers import resume, stop_with_sigterm
 
 from trainwise.cli import main
 from trainwise.errors import TrainwiseError
-from trainwise.plan.costs import young_daly_interval_s
+from trainwise.core.costs import young_daly_interval_s
 from trainwise.run.checkpoint import CheckpointStore, CorruptCheckpoint, IntervalPolicy, decode, encode
 from trainwise.run.command import summary_lines
 from trainwise.run.options import CheckpointOptions, RunOptions

@@ -35,7 +35,7 @@ from trainwise.catalog import names
 from trainwise.catalog.model import Catalog, Offering, frame_from_offerings
 from trainwise.catalog.user import on_premise_price_per_hour
 from trainwise.errors import TrainwiseError
-from trainwise.plan import costs
+from trainwise.core import costs
 from trainwise.plan.objectives import Constraints, Objective, format_hours, format_money
 from trainwise.plan.pareto import pareto_mask_grouped
 from trainwise.plan.scaling import job_global_batch

@@ -21,7 +21,7 @@ class CheckpointOptions:
     every_s: float | None = None  # None: the Young/Daly optimum from the measured write time
     every_batches: int | None = None
     keep: int = 3
-    interruptions_per_hour: float | None = None  # None: the cost model's default (trainwise.plan.costs)
+    interruptions_per_hour: float | None = None  # None: the cost model's default (trainwise.core.costs)
 
     def validate(self) -> None:
         from trainwise.bounds import check_number
