@@ -1,8 +1,8 @@
 """Small helpers shared by the reference workload scripts.
 
-Only plumbing lives here (command-line parsing, seeding, device choice, one-line epoch summary).
-Every script keeps its own, plain training loop so that an outside profiler sees the standard idioms:
-``DataLoader.__next__``, ``optimizer.step()``, ``model.eval()`` + ``torch.no_grad()`` for validation.
+Plumbing (command-line parsing, seeding, device choice, one-line epoch summary) and the one plain
+training loop the classifiers share (``fit``), written with the standard idioms an outside profiler must
+see: ``DataLoader.__next__``, ``optimizer.step()``, ``model.eval()`` + ``torch.no_grad()`` for validation.
 Nothing here imports any trainwise profiling code.
 """
 
@@ -12,7 +12,8 @@ import argparse
 import os
 import random
 import zlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -184,3 +185,49 @@ def print_epoch(
         f"val_acc={val_acc:.4f} time={seconds:.2f}s",
         flush=True,
     )
+
+
+def argmax_correct(out: torch.Tensor, y: torch.Tensor) -> int:
+    """Correct predictions of a multi-class classifier (one logit per class)."""
+    return int((out.argmax(1) == y).sum().item())
+
+
+def fit(
+    model: torch.nn.Module,
+    train_loader: Any,
+    val_loader: Any,
+    criterion: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    epochs: int,
+    scheduler: Any = None,
+    count_correct: Callable[[torch.Tensor, torch.Tensor], int] = argmax_correct,
+) -> None:
+    """Train for ``epochs``, validating after each one: the loop a user would write by hand."""
+    for epoch in range(epochs):
+        set_epoch(train_loader, epoch)
+        start = time.perf_counter()
+        model.train()
+        train_loss, seen = 0.0, 0
+        for x, y in train_loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            train_loss += loss.item() * y.size(0)
+            seen += y.size(0)
+        if scheduler is not None:
+            scheduler.step()
+
+        model.eval()
+        val_loss, correct, total = 0.0, 0, 0
+        with torch.no_grad():
+            for x, y in val_loader:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                out = model(x)
+                val_loss += criterion(out, y).item() * y.size(0)
+                correct += count_correct(out, y)
+                total += y.size(0)
+        print_epoch(epoch, epochs, train_loss / max(seen, 1), val_loss / max(total, 1),
+                    correct / max(total, 1), time.perf_counter() - start)

@@ -28,7 +28,6 @@ Run:  python -m trainwise.workloads.nn_twins_mlp --epochs 1 --train-samples 1024
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,13 +40,12 @@ from trainwise.workloads.synthetic_data import NUM_CLASSES, NUM_FEATURES, synth_
 from trainwise.workloads._common import (
     build_parser,
     distributed_setup,
-    set_epoch,
-    train_sampler_kwargs,
+    fit,
     loader_kwargs,
     parse_args,
-    print_epoch,
     print_header,
     setup,
+    train_sampler_kwargs,
 )
 
 NAME = "nn_twins_mlp"
@@ -130,31 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     criterion = nn.CrossEntropyLoss()
     optimizer = build_optimizer(model, args.lr)
 
-    for epoch in range(args.epochs):
-        set_epoch(train_loader, epoch)
-        start = time.perf_counter()
-        model.train()
-        train_loss, seen = 0.0, 0
-        for x, y in train_loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            train_loss += loss.item() * y.size(0)
-            seen += y.size(0)
-
-        model.eval()
-        val_loss, correct, total = 0.0, 0, 0
-        with torch.no_grad():
-            for x, y in val_loader:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                out = model(x)
-                val_loss += criterion(out, y).item() * y.size(0)
-                correct += (out.argmax(1) == y).sum().item()
-                total += y.size(0)
-        print_epoch(epoch, args.epochs, train_loss / max(seen, 1), val_loss / max(total, 1),
-                    correct / max(total, 1), time.perf_counter() - start)
+    fit(model, train_loader, val_loader, criterion, optimizer, device, args.epochs)
     return 0
 
 

@@ -24,7 +24,6 @@ Run:  python -m trainwise.workloads.resnet50_cifar10 --epochs 1 --batch-size 16 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import torch
@@ -35,10 +34,10 @@ from torch.utils.data import DataLoader, Dataset
 from trainwise.optional import require
 from trainwise.workloads._common import (
     build_parser,
+    fit,
     item_seed,
     loader_kwargs,
     parse_args,
-    print_epoch,
     print_header,
     setup,
     shuffle_generator,
@@ -155,31 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     optimizer = build_optimizer(model, args.lr)
     scheduler = build_scheduler(optimizer, args.epochs)
 
-    for epoch in range(args.epochs):
-        start = time.perf_counter()
-        model.train()
-        train_loss, seen = 0.0, 0
-        for x, y in train_loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            train_loss += loss.item() * y.size(0)
-            seen += y.size(0)
-        scheduler.step()
-
-        model.eval()
-        val_loss, correct, total = 0.0, 0, 0
-        with torch.no_grad():
-            for x, y in val_loader:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                out = model(x)
-                val_loss += criterion(out, y).item() * y.size(0)
-                correct += (out.argmax(1) == y).sum().item()
-                total += y.size(0)
-        print_epoch(epoch, args.epochs, train_loss / max(seen, 1), val_loss / max(total, 1),
-                    correct / max(total, 1), time.perf_counter() - start)
+    fit(model, train_loader, val_loader, criterion, optimizer, device, args.epochs, scheduler=scheduler)
     return 0
 
 

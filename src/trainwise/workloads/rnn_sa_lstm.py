@@ -28,7 +28,6 @@ Run:  python -m trainwise.workloads.rnn_sa_lstm --epochs 1 --batch-size 64 --tra
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -45,9 +44,9 @@ from trainwise.workloads.synthetic_data import (  # noqa: F401 - re-exported
 )
 from trainwise.workloads._common import (
     build_parser,
+    fit,
     loader_kwargs,
     parse_args,
-    print_epoch,
     print_header,
     setup,
     shuffle_generator,
@@ -115,6 +114,11 @@ def build_datasets(
     return train, val, line
 
 
+def binary_correct(out: torch.Tensor, y: torch.Tensor) -> int:
+    """Correct predictions of a one-logit binary classifier (positive when the logit is above 0)."""
+    return int(((out > 0).float() == y).sum().item())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
         "RNN-SA LSTM sentiment classifier (embedding 128, LSTM 128, dense 128-64-1), per Künas' MSc thesis (UFRGS 2023).",
@@ -134,30 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     criterion = nn.BCEWithLogitsLoss()
     optimizer = build_optimizer(model, args.lr)
 
-    for epoch in range(args.epochs):
-        start = time.perf_counter()
-        model.train()
-        train_loss, seen = 0.0, 0
-        for x, y in train_loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            train_loss += loss.item() * y.size(0)
-            seen += y.size(0)
-
-        model.eval()
-        val_loss, correct, total = 0.0, 0, 0
-        with torch.no_grad():
-            for x, y in val_loader:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                out = model(x)
-                val_loss += criterion(out, y).item() * y.size(0)
-                correct += ((out > 0).float() == y).sum().item()
-                total += y.size(0)
-        print_epoch(epoch, args.epochs, train_loss / max(seen, 1), val_loss / max(total, 1),
-                    correct / max(total, 1), time.perf_counter() - start)
+    fit(model, train_loader, val_loader, criterion, optimizer, device, args.epochs, count_correct=binary_correct)
     return 0
 
 
