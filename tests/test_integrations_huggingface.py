@@ -23,7 +23,9 @@ from trainwise.integrations.huggingface import ProfilingCallback  # noqa: E402
 from trainwise.predict.same_machine import predict_total  # noqa: E402
 from trainwise.profile.runner import ProfileOptions, run_profile  # noqa: E402
 
-QUICK = ProfileOptions(min_iterations=5, max_iterations=8, validation_batches=2, epoch2_iterations=3)
+# budget_fraction=1: these tests pin the integration's counting; the cost budget (tested in test_profile.py)
+# would stop a slow, loaded machine at min_iterations.
+QUICK = ProfileOptions(min_iterations=5, max_iterations=8, validation_batches=2, epoch2_iterations=3, budget_fraction=1.0)
 SEQ_LEN = 16
 
 
@@ -135,7 +137,8 @@ def test_trainwise_profile_detects_the_trainer_without_code_change(tmp_path):
     """))
     extra = {"characterise": False} if "characterise" in ProfileOptions.__dataclass_fields__ else {}
     profile = run_profile([sys.executable, str(script)], ProfileOptions(min_iterations=5, max_iterations=6,
-                                                                        validation_batches=2, epoch2_iterations=2, **extra),
+                                                                        validation_batches=2, epoch2_iterations=2,
+                                                                        budget_fraction=1.0, **extra),
                           quiet=True)
     assert profile.stop_reason == "sampled" and profile.exit_code == 0
     assert any("transformers" in note for note in profile.notes)

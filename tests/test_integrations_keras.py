@@ -21,7 +21,8 @@ from trainwise.workloads import keras_nn_twins  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.config.backend() != "torch", reason="these tests run Keras on the torch backend")
 
-QUICK = ProfileOptions(min_iterations=5, max_iterations=12, validation_batches=3, epoch2_iterations=4)
+# budget_fraction=1: these tests pin the integration's counting, not the cost budget (test_profile.py).
+QUICK = ProfileOptions(min_iterations=5, max_iterations=12, validation_batches=3, epoch2_iterations=4, budget_fraction=1.0)
 
 
 def _fit(callback, *, epochs=3, train=1024, val=256, batch=32):

@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 from trainwise.integrations.lightning import ProfilingCallback  # noqa: E402
 from trainwise.profile.runner import ProfileOptions, run_profile  # noqa: E402
 
-QUICK = ProfileOptions(min_iterations=5, max_iterations=10, validation_batches=3, epoch2_iterations=4)
+# budget_fraction=1: these tests pin the integration's counting, not the cost budget (test_profile.py).
+QUICK = ProfileOptions(min_iterations=5, max_iterations=10, validation_batches=3, epoch2_iterations=4, budget_fraction=1.0)
 
 
 class Regressor(pl.LightningModule):
@@ -131,7 +132,7 @@ def test_trainwise_profile_detects_lightning_without_code_change(tmp_path):
         raise SystemExit("the profiler should have ended the process after sampling")
     """))
     profile = run_profile([sys.executable, str(script)],
-                          ProfileOptions(min_iterations=5, max_iterations=8, validation_batches=2, epoch2_iterations=3,
+                          ProfileOptions(min_iterations=5, max_iterations=8, validation_batches=2, epoch2_iterations=3, budget_fraction=1.0,
                                          **({"characterise": False} if "characterise" in ProfileOptions.__dataclass_fields__ else {})),
                           quiet=True)
     assert profile.stop_reason == "sampled" and profile.exit_code == 0
