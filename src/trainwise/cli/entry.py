@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from trainwise._proc import Stopped
 from trainwise.cli._app import err_console
 from trainwise.cli._registry import NAMES, build_app, command_word
 from trainwise.core.invocation import set_passthrough, split_passthrough
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/red]")
         return 130
+    except Stopped as exc:  # SIGTERM while a job ran: it was ended and its files removed on the way out
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        return 128 + exc.signum
     except (typer.Exit, SystemExit) as exc:  # --help, no_args_is_help
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         return int(code or 0)
