@@ -60,8 +60,9 @@ MAX_RSS_GIB = 6.0  # per case, all its processes together
 ADDRESS_SPACE_GIB = 16  # per process (RLIMIT_AS): torch maps a few GiB of address space at import
 FILE_SIZE_LIMIT = 512 * 1024 * 1024  # RLIMIT_FSIZE: a runaway generator stops here
 MARKER_ENV = "TRAINWISE_BAD_INPUT_CASE"
-OWNER_NOTE = ("cases with owner 'trust' are fixed on the trust branch (authenticated checkpoints, bounds of processes, "
-              "nodes, epochs and pipeline sizes, NaN options, process groups): on a branch without it they fail")
+OWNER_NOTE = ("owner 'trust' marks the cases whose fix came from the trust branch (authenticated checkpoints, bounds of "
+              "processes, nodes, epochs and pipeline sizes, NaN options, process groups), now merged: on a tree without it "
+              "they fail")
 TRACEBACK = "Traceback (most recent call last)"
 
 

@@ -113,6 +113,50 @@ def test_keep_cluster_launches_without_tearing_down(monkeypatch):
     assert f"sky down {plan.name}" in line
 
 
+def test_the_checkpoint_key_is_a_secret_never_in_the_task_yaml(tmp_path, monkeypatch):
+    from trainwise.launch.skypilot_task import dump_yaml, task_config
+    from trainwise.run.checkpoint_key import KEY_ENV, load_key
+
+    key = load_key()  # the test run's key file (conftest): what `trainwise run` on the cluster must verify with
+    plan = four_plans()["spot"]
+    assert plan.checkpoint_uri
+    config = task_config(plan)
+    text = dump_yaml(config)
+    task = sky.Task.from_yaml_config(json.loads(json.dumps(config)))  # the real task, without the catalog check
+    monkeypatch.setattr(sky_backend, "validate_with_skypilot", lambda config: task)
+    built = sky_backend.sky_task(plan, config)
+    assert built is task
+    assert {name: value.get_secret_value() for name, value in task.secrets.items()} == {KEY_ENV: key.secret.hex()}
+    assert KEY_ENV not in task.envs
+    # the remote `trainwise run` reads it back to the same key
+    monkeypatch.setenv(KEY_ENV, task.secrets[KEY_ENV].get_secret_value())
+    assert load_key().secret == key.secret
+    # no form of the key in what is written to disk, nor in SkyPilot's own YAML of the task
+    redacted = json.dumps(task.to_yaml_config(use_user_specified_yaml=True), default=str)
+    for written in (text, json.dumps(config), redacted):
+        assert key.secret.hex() not in written and key.secret.hex().upper() not in written
+        assert key.secret.decode("latin-1") not in written
+    assert KEY_ENV not in json.dumps(config["envs"]) and not any(KEY_ENV in str(v) for v in config["file_mounts"].values())
+
+
+def test_a_plan_without_checkpoints_passes_no_secret(monkeypatch):
+    plan = four_plans()["on-demand"]
+    assert not plan.checkpoint_uri
+    assert sky_backend.checkpoint_secrets(plan) == {}
+
+
+def test_the_task_yaml_is_refused_when_it_would_hold_the_key(monkeypatch):
+    from trainwise.errors import TrainwiseError
+    from trainwise.launch.skypilot_task import dump_yaml, task_config
+
+    secret = os.urandom(32).hex()
+    monkeypatch.setenv("TRAINWISE_CHECKPOINT_KEY", secret)
+    config = task_config(four_plans()["spot"])
+    config["envs"]["LEAK"] = secret  # e.g. the key typed into the training command
+    with pytest.raises(TrainwiseError, match="TRAINWISE_CHECKPOINT_KEY"):
+        dump_yaml(config)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

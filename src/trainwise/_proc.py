@@ -10,11 +10,13 @@ then exit).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 _PR_SET_PDEATHSIG = 1
 
@@ -36,6 +38,46 @@ def die_with_parent() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return preexec
+
+
+# --------------------------------------------------------------------------- signals to trainwise
+
+
+class Stopped(BaseException):
+    """SIGTERM reached trainwise while a job ran. Python's default for SIGTERM ends the process at once,
+    skipping every `finally`: the job's helpers and trainwise's temporary files would outlive it. Raised
+    instead, it unwinds as Ctrl-C does (a BaseException, so no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return (f"stopped by {signal.Signals(self.signum).name}: the job and every process it started were ended "
+                "and trainwise's temporary files removed; nothing was written")
+
+
+@contextlib.contextmanager
+def signals_end_the_job() -> Iterator[None]:
+    """Within: SIGTERM raises Stopped and SIGINT KeyboardInterrupt; after the first, both are ignored
+    until the block is left, so a second signal cannot cut the cleanup (ending the job, removing files) short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Stopped(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, before in previous.items():
+            signal.signal(signum, before)
 
 
 # --------------------------------------------------------------------------- a job's processes

@@ -1,4 +1,5 @@
-"""The `trainwise` Typer app, its consoles, and the option parsing every command module shares."""
+"""The `trainwise` Typer app (its commands are added by `_registry`), its consoles, and the option
+parsing every command module shares."""
 
 from __future__ import annotations
 
@@ -7,17 +8,22 @@ from rich.console import Console
 
 from trainwise.errors import TrainwiseError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Profile a PyTorch training job for a few iterations, predict its full training time, plan where to run it.")
 console = Console()
 err_console = Console(stderr=True)
 
 
-@app.callback()
 def _global_options(quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display on stderr (it is off anyway when stderr is not a terminal)")) -> None:
     from trainwise._progress import set_quiet
 
     set_quiet(quiet)
+
+
+def new_app() -> typer.Typer:
+    """The top-level app with its global options and no commands yet."""
+    app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="Profile a PyTorch training job for a few iterations, predict its full training time, plan where to run it.")
+    app.callback()(_global_options)
+    return app
 
 # An example value of each comma-separated option, for its error message.
 _INT_LIST_EXAMPLES = {"--batch-sizes": "64,128,256", "--epoch-options": "5,10,20", "--node-counts": "2,4,8"}

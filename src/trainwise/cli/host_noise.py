@@ -7,10 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainwise.cli._app import app, console
+from trainwise.cli._app import console
 
 
-@app.command("host-noise")
 def host_noise_command(
     seconds: Annotated[float, typer.Option(help="How long to probe (at least 40; longer sees more of the host's moods)")] = 180.0,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of the trainwise cache (profiles attach only the cached one)")] = None,

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from typer.core import TyperGroup
 
-from trainwise.cli._app import app, console, err_console, given, parse_int_list
+from trainwise.cli._app import console, err_console, given, parse_int_list
 from trainwise.core.invocation import options_given, passthrough
 from trainwise.errors import TrainwiseError
-from trainwise.plan.request import DEFAULT_NODE_COUNTS, PlanRequest
+from trainwise.plan.bounds import DEFAULT_NODE_COUNTS
+
+if TYPE_CHECKING:
+    from trainwise.plan.request import PlanRequest
 
 class _PlanGroup(TyperGroup):
     """`plan` ranks by itself, so a word that is not `save` or `history` is a stray argument (a profile
@@ -179,6 +182,8 @@ def _history() -> None:
 
 def _request(ctx: typer.Context, options: dict[str, Any], saved_nodes: int | None) -> PlanRequest:
     """The typed request of the ranking options (checked once, here)."""
+    from trainwise.plan.request import PlanRequest
+
     return PlanRequest(
         workload=options["workload"], profile_paths=tuple(options["profile_paths"] or ()), catalog=options["catalog"],
         objective=options["objective"], weights=options["weights"], deadline=options["deadline"],
@@ -250,5 +255,3 @@ def _rank(ctx: typer.Context, options: dict[str, Any], *, save_path: Path | None
                   profile_paths=list(request.profile_paths), workload=request.workload, console=status_console,
                   objective=request.objective, **saved)
 
-
-app.add_typer(plan_app, name="plan")

@@ -7,12 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainwise.cli._app import app, console, given, parse_int_list
+from trainwise.cli._app import console, given, parse_int_list
 from trainwise.errors import TrainwiseError
 from trainwise.predict.cli import LINK_HELP
 
 
-@app.command()
 def predict(
     ctx: typer.Context,
     profiles: Annotated[list[Path], typer.Argument(help="Profile JSON file(s), e.g. one per batch size")],

@@ -7,12 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainwise.cli._app import app, console, parse_int_list
+from trainwise.cli._app import console, parse_int_list
 from trainwise.core.invocation import options_given, passthrough
 from trainwise.errors import TrainwiseError
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def profile(
     ctx: typer.Context,
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write")] = Path("trainwise-profile.json"),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from trainwise.cli._app import app, console
+from trainwise.cli._app import console
 
 
-@app.command("workloads")
 def list_workloads() -> None:
     """List the reference workloads of the seed documents."""
     from rich.table import Table

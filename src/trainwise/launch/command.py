@@ -196,8 +196,11 @@ def launch(plan_path: Path, *, dry_run: bool, backend: str, output: Path | None,
         console.print(f"Hivemind head identity (private key, mode 0600, mounted at the head): {head_identity.local_path}; "
                       f"other nodes join /ip4/<head>/tcp/{HIVEMIND_PORT}/p2p/{head_identity.peer_id}")
     if dry_run:
-        console.print(f"dry run: launch it with `sky {'jobs launch' if plan.offering.spot else 'launch'} {target}` or "
-                      f"`trainwise launch {plan_path}`")
+        # The checkpoint key is not in the task: SkyPilot's --secret passes it (from this shell's environment).
+        secret = (" --secret TRAINWISE_CHECKPOINT_KEY (set it to your checkpoint key first, see docs/guide/launching.md)"
+                  if plan.checkpoint_uri else "")
+        console.print(f"dry run: launch it with `sky {'jobs launch' if plan.offering.spot else 'launch'} {target}{secret}` "
+                      f"or `trainwise launch {plan_path}`")
         return
     from trainwise.launch.sky_backend import launch_with_skypilot
 

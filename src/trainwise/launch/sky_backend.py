@@ -68,14 +68,36 @@ def missing_for_launch(plan: PlanDocument) -> str | None:
     return None
 
 
+def checkpoint_secrets(plan: PlanDocument) -> dict[str, str]:
+    """The checkpoint key as a SkyPilot secret, for a plan that checkpoints: every node, and the
+    cluster a spot recovery starts, must verify the checkpoints this key signed. A secret, never an
+    env or a file mount: SkyPilot redacts it from logs and YAML, and it never sits in the bucket."""
+    if not plan.checkpoint_uri:
+        return {}
+    from trainwise.run.checkpoint_key import KEY_ENV, key_text, load_key
+
+    return {KEY_ENV: key_text(load_key())}
+
+
+def sky_task(plan: PlanDocument, config: dict[str, Any]) -> Any:
+    """The validated `sky.Task` that `launch_with_skypilot` hands to SkyPilot: the task YAML's config,
+    trainwise's time estimate, and the checkpoint key as a secret (added here, after the YAML was
+    written, so no file on disk holds it)."""
+    task = validate_with_skypilot(config)
+    task.set_time_estimator(time_estimator(plan))
+    secrets = checkpoint_secrets(plan)
+    if secrets:
+        task.update_secrets(secrets)
+    return task
+
+
 def launch_with_skypilot(plan: PlanDocument, config: dict[str, Any], keep_cluster: bool = False) -> str:
     """Launch; returns a one-line description of what was started. Call `missing_for_launch` first
     (`trainwise launch` does, before it writes anything). `keep_cluster`: an on-demand cluster stays
     up when the job ends (the user copies the results off and tears it down)."""
     import sky
 
-    task = validate_with_skypilot(config)
-    task.set_time_estimator(time_estimator(plan))
+    task = sky_task(plan, config)
     try:
         if plan.offering.spot:
             request = sky.jobs.launch(task, name=plan.name)

@@ -5,17 +5,31 @@ an online part (run every epoch in a DataLoader), profile the strategies, and pi
 objective, a cloud-price variant, or a keep-up-with-the-accelerator constraint.
 """
 
-from trainwise.pipeline.spec import FileSource, Pipeline, SequenceSource, Source, Step, StepError, step
-from trainwise.pipeline.strategy import Strategy, enumerate_strategies
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Imported on first use: the `trainwise pipeline` commands are registered with the CLI on every
+# invocation, and the strategy module pulls in pandas and pydantic.
+_LAZY = {"FileSource": "spec", "Pipeline": "spec", "SequenceSource": "spec", "Source": "spec", "Step": "spec",
+         "StepError": "spec", "step": "spec", "Strategy": "strategy", "enumerate_strategies": "strategy"}
 
 __all__ = ["FileSource", "Pipeline", "SequenceSource", "Source", "Step", "StepError", "step", "Strategy", "enumerate_strategies",
            "apply", "load_spec", "make_dataloader"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"trainwise.pipeline.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def apply(pipeline: Pipeline, strategy: Strategy | str, root, *, rebuild: bool = False, skip_errors: bool = False, **loader_kwargs):
     """Materialise `strategy` (resuming or reusing earlier work) and return a ready DataLoader."""
     from trainwise.pipeline.loader import make_dataloader as _make
     from trainwise.pipeline.materialise import materialise
+    from trainwise.pipeline.strategy import Strategy
 
     chosen = Strategy.parse(strategy) if isinstance(strategy, str) else strategy
     if chosen.materialised:
@@ -31,5 +45,6 @@ def load_spec(spec: str, **kwargs):
 
 def make_dataloader(pipeline: Pipeline, strategy: Strategy | str, root=None, **kwargs):
     from trainwise.pipeline.loader import make_dataloader as _make
+    from trainwise.pipeline.strategy import Strategy
 
     return _make(pipeline, Strategy.parse(strategy) if isinstance(strategy, str) else strategy, root, **kwargs)

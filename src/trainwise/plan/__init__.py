@@ -10,7 +10,20 @@ tables), `objectives` (objective and constraint models), `runtime` (pluggable ru
 `pareto`, `planner` (the pure `plan()`), `command` (the I/O around it for the CLI).
 """
 
-from trainwise.plan.objectives import Constraints, Objective
-from trainwise.plan.planner import InfeasiblePlanError, PlanOptions, PlanResult, plan
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Imported on first use: `trainwise.plan.request` and `trainwise.plan.bounds` are read by the CLI
+# before any work starts, and the planner pulls in pandas and numpy (about a second).
+_LAZY = {"Constraints": "objectives", "Objective": "objectives", "InfeasiblePlanError": "planner",
+         "PlanOptions": "planner", "PlanResult": "planner", "plan": "planner"}
 
 __all__ = ["Constraints", "InfeasiblePlanError", "Objective", "PlanOptions", "PlanResult", "plan"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"trainwise.plan.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,8 @@ from typing import Any
 from trainwise.bounds import MAX_EPOCHS, MAX_NODES, check_count
 from trainwise.errors import TrainwiseError
 
+DEFAULT_NODE_COUNTS = (2, 4, 8)  # --node-counts: N x machine groups ranked by default (here: the CLI reads it without pydantic)
+
 # Accelerators in one prediction (data parallel): beyond any machine room.
 MAX_DEVICES = 1_000_000
 

@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from trainwise.errors import TrainwiseError
+from trainwise.plan.bounds import DEFAULT_NODE_COUNTS  # noqa: F401 - the import path code that plans uses
 from trainwise.predict.epochs import DEFAULT_EPOCH_OPTIONS
-DEFAULT_NODE_COUNTS = (2, 4, 8)  # --node-counts: N x machine groups ranked by default
 
 # The options that shape the distributed groups only: refused with --single-machine.
 _DISTRIBUTED_ONLY = {"target_batch_size": "--target-batch-size", "network": "--network",

@@ -135,10 +135,19 @@ class RecordOutput:
 
     def _write_record(self, record: dict[str, Any]) -> None:
         directory = os.path.dirname(os.path.abspath(self.out_path))
-        fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=directory)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(record, handle)
-        os.replace(tmp, self.out_path)
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=directory)
+            with os.fdopen(fd, "w") as handle:
+                json.dump(record, handle)
+            os.replace(tmp, self.out_path)
+        except OSError as exc:  # a full disk: in the job, at exit, a traceback would be all the user saw
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            print(f"trainwise: cannot write the profile record: {exc.strerror or exc}", file=sys.stderr, flush=True)
 
     def _finish(self, reason: str) -> None:
         if self.finished:

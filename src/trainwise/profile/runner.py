@@ -16,7 +16,7 @@ from typing import Literal
 
 from trainwise import denormals
 from trainwise.allocator import launch_environment
-from trainwise._proc import ProcessJob
+from trainwise._proc import ProcessJob, Stopped, signals_end_the_job
 from trainwise.errors import TrainwiseError
 from trainwise.profile import host_noise
 from trainwise.profile._child import CONFIG_ENV
@@ -182,7 +182,8 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
     """Run `command` with the recorder armed and return its Profile (nothing is written to disk)."""
     options.validate()
     argv = resolve_command(command)
-    with tempfile.TemporaryDirectory(prefix="trainwise-profile-") as workdir:
+    # SIGTERM or Ctrl-C to trainwise: the job's processes ended, the scratch saves and this folder removed
+    with signals_end_the_job(), tempfile.TemporaryDirectory(prefix="trainwise-profile-") as workdir:
         raw_path = Path(workdir) / "raw.json"
         config = asdict(options)
         config.pop("timeout_s")
@@ -209,7 +210,7 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
             raise TrainwiseError(
                 f"the job did not finish profiling within --timeout {options.timeout_s:g} s and was stopped: "
                 "raise --timeout, or lower --iterations/--max-seconds if it hangs") from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Stopped):
             _kill_group(process)
             raise
         finally:

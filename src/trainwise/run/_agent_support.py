@@ -12,6 +12,8 @@ from typing import Any
 RESUME_MISMATCH_EXIT = 75
 # Exit code of a resumed job that failed right after an epoch its resume ended at once.
 RESUME_SKIP_FAILED_EXIT = 76
+# Exit code of a job that could not write a checkpoint (a full disk, a file-size limit, permissions).
+CHECKPOINT_WRITE_EXIT = 77
 
 
 def _placing_on_device(frame: Any) -> bool:

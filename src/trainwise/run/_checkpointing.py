@@ -220,7 +220,17 @@ class Checkpointing:
 
     def save_checkpoint(self, reason: str, rank_states: list[dict[str, Any]] | None = None) -> None:
         state = self._collect_state(rank_states)
-        name, size, seconds = self.store.write(self.global_batches, state)
+        try:
+            name, size, seconds = self.store.write(self.global_batches, state)
+        except OSError as exc:
+            # Raised here it would end in a traceback through the user's training loop; the launcher
+            # turns this exit code into a one-line error (the checkpoints written before stay valid).
+            from trainwise.run._agent_support import CHECKPOINT_WRITE_EXIT
+
+            where = (self.checkpoint_config or {}).get("dir", "the checkpoint folder")
+            print(f"trainwise: cannot write a checkpoint to {where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+            self._exit(CHECKPOINT_WRITE_EXIT)
+            return
         self.last_write_s = seconds
         self.last_checkpoint_time = time.monotonic()
         self.last_checkpoint_batches = self.global_batches

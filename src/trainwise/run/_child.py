@@ -30,6 +30,7 @@ Its record (`run-rank<R>.json`) is written at exit next to the recorder's (`raw-
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.abc
 import importlib.util
 import json
@@ -44,7 +45,7 @@ from typing import Any
 
 from trainwise.profile import _child as recorder_module
 # Importable from here as before (trainwise.run.result, the tests)
-from trainwise.run._agent_support import (_DROPPED_MESSAGE, RESUME_MISMATCH_EXIT, RESUME_SKIP_FAILED_EXIT,  # noqa: F401
+from trainwise.run._agent_support import (_DROPPED_MESSAGE, CHECKPOINT_WRITE_EXIT, RESUME_MISMATCH_EXIT, RESUME_SKIP_FAILED_EXIT,  # noqa: F401
                                           _SenderTolerantPipe, start_with_retries)
 from trainwise.run._agent_support import _placing_on_device
 from trainwise.run._checkpointing import Checkpointing
@@ -310,10 +311,17 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
         if self.written or os.getpid() != self.pid:
             return
         self.written = True
-        fd, tmp = tempfile.mkstemp(prefix=".run-", suffix=".json", dir=os.path.dirname(self.out_path))
-        with os.fdopen(fd, "w") as handle:
-            json.dump(self.record(), handle, default=str)
-        os.replace(tmp, self.out_path)
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".run-", suffix=".json", dir=os.path.dirname(self.out_path))
+            with os.fdopen(fd, "w") as handle:
+                json.dump(self.record(), handle, default=str)
+            os.replace(tmp, self.out_path)
+        except OSError as exc:  # a full disk: the launcher says the run was not recorded, in one line
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            print(f"trainwise: cannot write the run record: {exc.strerror or exc}", file=sys.stderr, flush=True)
 
     def _exit(self, code: int) -> None:
         if os.getpid() != self.pid:

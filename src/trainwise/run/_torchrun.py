@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 import sys
 
-# trainwise.run._child.RESUME_MISMATCH_EXIT and RESUME_SKIP_FAILED_EXIT (not imported: _child arms a recorder)
-TRAINWISE_EXITS = (75, 76)
+# trainwise.run._child.RESUME_MISMATCH_EXIT, RESUME_SKIP_FAILED_EXIT and CHECKPOINT_WRITE_EXIT (not imported: _child arms a recorder)
+TRAINWISE_EXITS = (75, 76, 77)
 # A worker that checkpointed and stopped on SIGTERM (with the other ranks, at the step they agreed on).
 STOPPED_EXIT = 143
 

@@ -132,6 +132,14 @@ def load_key(create: bool = True) -> CheckpointKey:
     return key
 
 
+def key_text(key: CheckpointKey) -> str:
+    """The key as `TRAINWISE_CHECKPOINT_KEY` takes it (a cluster secret): hex for a 32-byte key, which
+    `_parse` reads back to the same bytes; a longer or shorter text key as its own text."""
+    if len(key.secret) == KEY_BYTES:
+        return key.secret.hex()
+    return key.secret.decode("utf-8", "surrogateescape")
+
+
 def check_key_not_inside(folder: str) -> None:
     """Refuse a key file inside a (local) checkpoint folder: whoever can write checkpoints there could
     read it and forge them."""

@@ -185,9 +185,13 @@ def _ddp_breakdown(raws: dict[int, dict], runs: dict[int, dict]) -> dict[int, di
 
 def build_result(options: RunOptions, command: list[str], codes: list[int], launch_wall_s: float, wall_s: float,
                  raws: dict[int, dict], runs: dict[int, dict], failed_logs: dict[int, str] | None = None) -> RunResult:
-    from trainwise.run._child import RESUME_MISMATCH_EXIT, RESUME_SKIP_FAILED_EXIT
+    from trainwise.run._child import CHECKPOINT_WRITE_EXIT, RESUME_MISMATCH_EXIT, RESUME_SKIP_FAILED_EXIT
 
     where = options.checkpoint.directory if options.checkpoint else "the checkpoint folder"
+    if CHECKPOINT_WRITE_EXIT in codes or 128 + CHECKPOINT_WRITE_EXIT in codes:
+        raise TrainwiseError(f"the job stopped: a checkpoint could not be written to {where} (the line above says why): "
+                             "free some space or choose another --checkpoint-dir; the same command resumes from the "
+                             "newest checkpoint written before")
     if RESUME_SKIP_FAILED_EXIT in codes:
         raise TrainwiseError(f"the job failed right after resuming from the checkpoint in {where}, in code that uses an "
                              "epoch finished before the checkpoint (not run again on resume; the line above says what): "

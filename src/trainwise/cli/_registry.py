@@ -1,0 +1,59 @@
+"""Where each `trainwise` command is defined, so a command line imports only the command it runs: the
+others pull in torch, pandas or numpy, and a refusal (`run --nproc 4096`) must come before any of them."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Collection
+from typing import Any
+
+import typer
+
+# Commands that take the training command after `--` (and may see its options before it).
+_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+# (name, "command" or "group", "module:attribute", context settings), in the order `--help` lists them.
+COMMANDS: tuple[tuple[str, str, str, dict[str, Any] | None], ...] = (
+    ("catalog", "group", "trainwise.catalog.cli:catalog_app", None),
+    ("device", "group", "trainwise.predict.cli:device_app", None),
+    ("validate", "command", "trainwise.predict.cli:validate_command", None),
+    ("launch", "command", "trainwise.launch.cli:launch_command", None),
+    ("sweep", "command", "trainwise.launch.cli:sweep_command", None),
+    ("net", "group", "trainwise.predict.net_cli:net_app", None),
+    ("pipeline", "group", "trainwise.pipeline.cli:pipeline_app", None),
+    ("run", "command", "trainwise.run.command:run_command", _PASSTHROUGH),
+    ("profile", "command", "trainwise.cli.profile:profile", _PASSTHROUGH),
+    ("predict", "command", "trainwise.cli.predict:predict", None),
+    ("plan", "group", "trainwise.cli.plan:plan_app", None),
+    ("workloads", "command", "trainwise.cli.workloads:list_workloads", None),
+    ("host-noise", "command", "trainwise.cli.host_noise:host_noise_command", None),
+)
+NAMES = frozenset(name for name, *_ in COMMANDS)
+
+
+def _load(target: str) -> Any:
+    module, attribute = target.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def build_app(names: Collection[str] | None = None) -> typer.Typer:
+    """The `trainwise` app with the named commands (all of them when None)."""
+    from trainwise.cli._app import new_app
+
+    app = new_app()
+    for name, kind, target, settings in COMMANDS:
+        if names is not None and name not in names:
+            continue
+        if kind == "group":
+            app.add_typer(_load(target), name=name)
+        elif settings:
+            app.command(name, context_settings=settings)(_load(target))
+        else:
+            app.command(name)(_load(target))
+    return app
+
+
+def command_word(args: list[str]) -> str | None:
+    """The command an argument list names: its first word that is not an option (the app's own
+    options, --quiet/-q and --help, take no value)."""
+    return next((arg for arg in args if not arg.startswith("-")), None)
