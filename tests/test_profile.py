@@ -404,17 +404,17 @@ def test_allocator_settings_are_off_by_default_applied_on_request_and_recorded(m
     assert allocator.describe({}) == "glibc malloc defaults"
 
 
-def test_denormals_are_flushed_in_the_job_recorded_and_can_be_kept(tmp_path):
+def test_denormals_are_kept_by_default_and_flushed_when_asked(tmp_path):
     from trainwise import denormals
 
     probe = tmp_path / "denormal.txt"
     flushed = run_profile(script("mlp_train.py", "--epochs", "1", "--denormal-file", str(probe)),
-                          ProfileOptions(mode="full", characterise=False), quiet=True)
+                          ProfileOptions(mode="full", characterise=False, flush_denormal=True), quiet=True)
     assert probe.read_text() == "flushed"  # the script's own arithmetic, not just the flag
     assert flushed.environment.flush_denormal is True
     kept = run_profile(script("mlp_train.py", "--epochs", "1", "--denormal-file", str(probe)),
-                       ProfileOptions(mode="full", characterise=False, flush_denormal=False), quiet=True)
-    assert probe.read_text() == "kept"
+                       ProfileOptions(mode="full", characterise=False), quiet=True)
+    assert probe.read_text() == "kept"  # by default the job's arithmetic is left as it is
     assert kept.environment.flush_denormal is False
     # The option decides, not a leftover variable; a process no trainwise launcher started is left alone.
     assert denormals.launch_environment({denormals.FLUSH_ENV: "1"}, flush=False)[denormals.FLUSH_ENV] == "0"
