@@ -1,6 +1,6 @@
 """Watchers the recorder installs in the profiled process before the script runs: the script's
-sys.exit()/exit()/quit() calls, its argparse epoch count, its `import torch` and the frameworks' Trainer
-modules; and two small readers (a batch's size, the CPU's name). Standard library only.
+sys.exit()/exit()/quit() calls, its argparse epoch count and the frameworks' Trainer modules (its
+`import torch`: trainwise.agent.torch_patch); and two small readers (a batch's size, the CPU's name). Standard library only.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Any
 
+from trainwise.agent.sink import batch_length as _batch_length  # noqa: F401 - the recorder's name for it
 from trainwise.profile import script_epochs as script_epochs_source
 
 
@@ -75,33 +76,6 @@ def _watch_argparse(recorder: Any) -> None:
     argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
-class _TorchImportWatcher(importlib.abc.MetaPathFinder):
-    """Runs the recorder's torch hooks right after the script's own `import torch` completes."""
-
-    def __init__(self, recorder: Any) -> None:
-        self.recorder = recorder
-
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-        recorder = self.recorder
-
-        def exec_module(module):
-            recorder.mark("torch_import_start")
-            original_exec(module)
-            recorder.mark("torch_imported")
-            recorder.install_torch_hooks()
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 class _FrameworkImportWatcher(importlib.abc.MetaPathFinder):
     """After a framework's Trainer module is imported, patch its Trainer to add trainwise's callback."""
 
@@ -147,18 +121,3 @@ class _FrameworkImportWatcher(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
-
-
-def _batch_length(batch: Any) -> int | None:
-    """Samples in a batch: leading dimension of its first tensor (tuple, list, dict or tensor)."""
-    for _ in range(3):
-        shape = getattr(batch, "shape", None)
-        if shape is not None:
-            return int(shape[0]) if len(shape) else 1
-        if isinstance(batch, (list, tuple)) and batch:
-            batch = batch[0]
-        elif isinstance(batch, dict) and batch:
-            batch = next(iter(batch.values()))
-        else:
-            return None
-    return None
