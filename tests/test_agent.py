@@ -270,7 +270,8 @@ def test_the_in_process_recorder_runs_without_trainwises_dependencies(tmp_path):
         "            raise ImportError('blocked ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
         "import trainwise.profile._child, trainwise.agent.autograd_steps, trainwise.agent.regions\n"
-        "import trainwise.agent.stop_rule, trainwise.agent.watchdog\n"
+        "import trainwise.agent.stop_rule, trainwise.agent.watchdog, trainwise.agent.torch_patch\n"
+        "import trainwise.agent.comm_timing, trainwise.agent.sink, trainwise.run._stop_rule\n"
         "print('ok', sorted(m for m in sys.modules if m.split('.')[0] in BLOCKED))\n")
     out = subprocess.run([sys.executable, str(blocker)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
