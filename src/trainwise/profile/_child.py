@@ -27,7 +27,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import sys
 import threading
 import weakref
 import time
@@ -47,7 +46,7 @@ from trainwise.profile._passes import LoaderPasses, _LoaderState
 from trainwise.profile._record import RecordOutput
 from trainwise.profile._sampling import Sampling
 from trainwise.profile._state_zeros import ZERO_COUNT_STEPS, StateZerosRecording
-from trainwise.profile._watchers import _FrameworkImportWatcher, _watch_argparse, _watch_sys_exit
+from trainwise.profile._watchers import _watch_argparse, _watch_sys_exit
 # Other modules import these from here (host_noise, the Lightning integration)
 from trainwise.profile._record import RAW_FORMAT_VERSION  # noqa: F401
 from trainwise.profile._watchers import _batch_length  # noqa: F401
@@ -76,9 +75,8 @@ def arm() -> None:
     patch.now = _recorder.now
     _torch_hooks.subscribe(_recorder, patch)
     patch.when_torch_imported(_recorder.install_torch_hooks)
-    # Keras / Lightning / Hugging Face Trainer loops: their fit entry point gets trainwise's callback
-    # when the script imports it (trainwise.integrations); the callback then delimits iterations.
-    sys.meta_path.insert(0, _FrameworkImportWatcher())
+    # Keras / Lightning / Hugging Face Trainer loops get trainwise's callback from the bootstrap, which installs
+    # trainwise.integrations._autodetect's import watcher after arming (profile sits under integrations).
     _watch_sys_exit(_recorder)
     _watch_argparse(_recorder)
     atexit.register(_recorder.on_process_exit)

@@ -1,12 +1,10 @@
 """Watchers the recorder installs in the profiled process before the script runs: the script's
-sys.exit()/exit()/quit() calls, its argparse epoch count and the frameworks' Trainer modules (its
-`import torch`: trainwise.agent.torch_patch); and two small readers (a batch's size, the CPU's name). Standard library only.
+sys.exit()/exit()/quit() calls and its argparse epoch count (its `import torch`: trainwise.agent.torch_patch;
+the frameworks' Trainer modules: trainwise.integrations._autodetect); and two small readers (a batch's size, the CPU's name). Standard library only.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import sys
 from typing import Any
@@ -74,50 +72,3 @@ def _watch_argparse(recorder: Any) -> None:
         return namespace, extras
 
     argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
-
-
-class _FrameworkImportWatcher(importlib.abc.MetaPathFinder):
-    """After a framework's Trainer module is imported, patch its Trainer to add trainwise's callback."""
-
-    # module that defines the Trainer class → integration that patches it
-    MODULES = {
-        "lightning.pytorch.trainer.trainer": "lightning",
-        "pytorch_lightning.trainer.trainer": "lightning",
-        "transformers.trainer": "huggingface",
-        "keras.src.models.model": "keras",  # Model.fit gets the callback
-    }
-
-    def __init__(self) -> None:
-        self._busy = False
-
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
-        framework = self.MODULES.get(fullname)
-        if framework is None or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = None
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-
-        def exec_module(module):
-            original_exec(module)
-            try:
-                from trainwise.integrations import _autodetect
-
-                _autodetect.patch_trainer(framework, module)
-            except Exception as exc:  # noqa: BLE001 - never break the user's program
-                print(f"trainwise: {framework} Trainer not instrumented ({exc})", file=sys.stderr)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
