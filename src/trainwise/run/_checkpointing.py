@@ -51,7 +51,7 @@ class Checkpointing:
         self.bus.subscribe(self._stop, strict=True)
 
         def on_sigterm(signum, frame):
-            self.bus.emit(SigtermReceived(time.monotonic()))
+            self.bus.emit(SigtermReceived(self.patch.now()))
 
         self._sigterm_handler = on_sigterm
         signal.signal(signal.SIGTERM, on_sigterm)
@@ -187,7 +187,7 @@ class Checkpointing:
                                 f"{load_error_detail(exc)}); resume with the script and settings that wrote it")
 
     def _boundary(self) -> None:
-        self.bus.emit(IterationBoundary(time.monotonic(), self.global_batches))
+        self.bus.emit(IterationBoundary(self.patch.now(), self.global_batches))
 
     def _checkpoint_due(self) -> bool:
         if self.policy is None or self.global_batches <= self.last_checkpoint_batches:

@@ -157,7 +157,7 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
             # record of what ran, then end as SIGTERM would.
             self.bus.subscribe(lambda event: self._exit(143) if isinstance(event, SigtermReceived) else None,
                                strict=True)
-            self._sigterm_handler = lambda signum, frame: self.bus.emit(SigtermReceived(time.monotonic()))
+            self._sigterm_handler = lambda signum, frame: self.bus.emit(SigtermReceived(self.patch.now()))
             signal.signal(signal.SIGTERM, self._sigterm_handler)
 
     def install(self) -> None:
@@ -226,7 +226,7 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
                 "resumed_from": self.resumed_from, "skipped_corrupt": getattr(self, "skipped_checkpoints", []),
                 "writer": self.writes_checkpoints,
             },
-            "notes": self.notes,
+            "notes": self.notes + [note for note in self.bus.notes if note not in self.notes],
         }
 
     def write(self) -> None:
