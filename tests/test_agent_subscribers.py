@@ -317,3 +317,15 @@ def test_iteration_end_events_reach_other_subscribers_after_the_recorder(subscri
     bus.emit(OptimizerStep(1.0, id(optimizer), optimizer))
     bus.emit(OptimizerStep(2.0, id(optimizer), optimizer))
     assert seen == [(0, 1), (1, 2)]
+
+
+def test_interceptors_run_the_last_registered_outermost():
+    # As stacked monkey-patches did: `trainwise run`'s (registered after the recorder's) sees a batch request first.
+    patch, calls = TorchPatch(), []
+    patch._set_original("save", lambda obj, f: calls.append(("torch.save", f)) or f)
+    patch.intercept("save", lambda proceed, obj, f: calls.append("recorder") or proceed(obj, f + ".scratch"))
+    patch.intercept("save", lambda proceed, obj, f: calls.append("run") or proceed(obj, f))
+    assert patch._chains["save"]({}, "model.pt") == "model.pt.scratch"
+    assert calls == ["run", "recorder", ("torch.save", "model.pt.scratch")]
+    with pytest.raises(ValueError, match="no interception point"):
+        patch.intercept("forward", lambda proceed: proceed())
