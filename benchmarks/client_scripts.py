@@ -123,8 +123,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2, help="interleaved plain/instrumented pairs for the overhead")
     parser.add_argument("--only", nargs="*", choices=sorted(LOOPS), help="these loops only")
     parser.add_argument("--note", default="", help="a sentence kept in the results (how and where it ran)")
-    parser.add_argument("--keep-denormals", action="store_true",
-                        help="profile with --no-flush-denormal: exactly the plain run's arithmetic")
+    parser.add_argument("--flush-denormals", action="store_true",
+                        help="profile with --flush-denormal (changes the job's arithmetic; the default keeps the plain run's)")
     parser.add_argument("--results", type=Path, default=RESULTS / "client_scripts.json", help="where to write the JSON")
     args = parser.parse_args()
     if not 0 < args.scale <= 100 or not 0 <= args.pairs <= 20:
@@ -134,7 +134,7 @@ def main() -> None:
     rows = []
     for name in names:
         print(f"{name} ...", flush=True)
-        row = measure(name, args.scale, ProfileOptions(flush_denormal=not args.keep_denormals))
+        row = measure(name, args.scale, ProfileOptions(flush_denormal=args.flush_denormals))
         rows.append(row)
         if row.get("abs_error") is not None:
             print(f"  predicted {row['predicted_s']:.1f} s, actual {row['actual_s']:.1f} s, error {row['abs_error']:.1%}, "
@@ -156,7 +156,7 @@ def main() -> None:
     result = {"benchmark": "client_scripts", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "summary": summary, "rows": rows, "overhead_pairs": pairs, "scale": args.scale,
               "benchmark_wall_s": time.time() - started, "run_notes": args.note,
-              "flush_denormal_in_profile": not args.keep_denormals}
+              "flush_denormal_in_profile": args.flush_denormals}
     args.results.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.results, json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

@@ -85,18 +85,13 @@ def full_run(command: list[str]) -> Profile:
     return run_profile(command, ProfileOptions(mode="full"), quiet=True)
 
 
-# The uninstrumented launch flushes denormals as trainwise's launches do (trainwise.denormals: there
-# the recorder applies it right after the script's `import torch`); torch is imported first here.
-_FLUSHED_MODULE_PRELUDE = ("import runpy, sys, torch; torch.set_flush_denormal(True); sys.argv = sys.argv[1:]; "
-                           "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
-
-
 def plain_command(command: list[str]) -> list[str]:
-    """`python -m MODULE ARGS` (a workload's command) launched with denormals flushed, uninstrumented."""
+    """`python -m MODULE ARGS` (a workload's command), uninstrumented. Its arithmetic is the job's own, as in the
+    profile: trainwise flushes denormals only when asked (`--flush-denormal`, trainwise.denormals)."""
     python, flag, module, *rest = command
     if flag != "-m":
         raise ValueError(f"expected a `python -m MODULE` command, got {command[:3]}")
-    return [python, "-c", _FLUSHED_MODULE_PRELUDE, module, *rest]
+    return [python, "-m", module, *rest]
 
 
 def plain_run_s(command: list[str]) -> float:

@@ -407,15 +407,15 @@ def test_a_script_that_calls_train_inside_its_step_resumes_to_the_same_weights(t
 
 
 @pytest.mark.slow
-def test_run_flushes_denormals_like_profile_unless_told_not_to(tmp_path):
+def test_run_keeps_denormals_like_profile_unless_told_to_flush_them(tmp_path):
     from trainwise.run.launcher import run_job
 
     probe = tmp_path / "denormal.txt"
     command = [sys.executable, str(SCRIPTS / "mlp_train.py"), "--epochs", "1", "--denormal-file", str(probe)]
     run_job(RunOptions(engine="local", quiet=True, timeout_s=300), command)
-    assert probe.read_text() == "flushed"  # the same launch the profile predicted
-    run_job(RunOptions(engine="local", quiet=True, timeout_s=300, flush_denormal=False), command)
-    assert probe.read_text() == "kept"
+    assert probe.read_text() == "kept"  # the job's own arithmetic, as the profile measured it by default
+    run_job(RunOptions(engine="local", quiet=True, timeout_s=300, flush_denormal=True), command)
+    assert probe.read_text() == "flushed"  # the same launch a --flush-denormal profile predicted
 
 
 def test_ddp_two_processes_measure_compute_communication_and_idle(tmp_path):

@@ -14,10 +14,10 @@ executor already do; the numerical effect is below float32's normal range (< 1.2
 The launcher asks for it through an environment variable; the recorder inside the launched process
 applies it right after the script imports torch (`torch.set_flush_denormal`, which sets the x86
 FTZ/DAZ bits of the calling thread; threads torch starts afterwards inherit them) and the profile
-records it (`Environment.flush_denormal`). `trainwise run` launches the same way by default, so the
-prediction holds. A user who launches the job without trainwise calls
-`torch.set_flush_denormal(True)` at the top of the script, or profiles with `--no-flush-denormal`
-to predict the plain launch.
+records it (`Environment.flush_denormal`). It changes the job's numerics, and a profiler must not change
+the job it measures unless asked: it is opt-in (`--flush-denormal` on `trainwise profile` and `trainwise
+run`; profile and run the same way for the prediction to hold). A user who launches the job without
+trainwise and profiled with `--flush-denormal` calls `torch.set_flush_denormal(True)` at the top of the script.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 FLUSH_ENV = "TRAINWISE_FLUSH_DENORMAL"
 
 
-def launch_environment(base: Mapping[str, str], flush: bool = True) -> dict[str, str]:
+def launch_environment(base: Mapping[str, str], flush: bool = False) -> dict[str, str]:
     """`base` plus the request to flush denormals (or not). The option decides, whatever the
     variable was in `base` (a shell's leftover must not override `--no-flush-denormal`)."""
     env = dict(base)

@@ -8,8 +8,12 @@ produced the event, and must be cheap: it runs inside the user's training step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
+
+# Events that carry the object they are about (a module, an optimizer) hold it only while subscribers run:
+# a subscriber that keeps it must keep a weak reference (the agent must not keep the user's objects alive).
+_OBJECT = dict(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -28,15 +32,127 @@ class BackwardEnd:
 
 
 @dataclass(frozen=True)
+class TorchImportStarted:
+    t_s: float
+
+
+@dataclass(frozen=True)
+class TorchImported:
+    """The script's `import torch` completed and the agent's patches are in place."""
+    t_s: float
+
+
+@dataclass(frozen=True)
+class ModuleBuilt:
+    """An nn.Module's __init__ begins (every module, submodules included)."""
+    t_s: float
+    module: Any = field(**_OBJECT)
+
+
+@dataclass(frozen=True)
+class LoaderBuilt:
+    """A DataLoader's __init__ begins."""
+    t_s: float
+
+
+@dataclass(frozen=True)
+class LoaderIteratorBuilt:
+    """A DataLoader iterator was built (a pass begins at its first batch request)."""
+    t_s: float
+    iterator: Any = field(**_OBJECT)
+    loader: Any = field(**_OBJECT)
+
+
+@dataclass(frozen=True)
+class OptimizerBuilding:
+    """An optimizer's __init__ begins (the first pays torch's lazy imports)."""
+    t_s: float
+
+
+@dataclass(frozen=True)
 class OptimizerBuilt:
     t_s: float
     optimizer_id: int
+    optimizer: Any = field(**_OBJECT)
+
+
+@dataclass(frozen=True)
+class OptimizerStateLoad:
+    """optimizer.load_state_dict() is called; `caller` is the calling frame (who loads: the script, accelerate)."""
+    t_s: float
+    optimizer: Any = field(**_OBJECT)
+    caller: Any = field(**_OBJECT)
 
 
 @dataclass(frozen=True)
 class OptimizerStep:
+    """An optimizer step ended. Inside GradScaler.step (`in_scaler_step`), the scaler's own event follows
+    when it returns (`via_scaler`: it may have skipped the step on inf/NaN gradients); count one of the two."""
     t_s: float
     optimizer_id: int
+    optimizer: Any = field(**_OBJECT)
+    in_scaler_step: bool = False
+    via_scaler: bool = False
+
+
+@dataclass(frozen=True)
+class SchedulerBuilt:
+    t_s: float
+    scheduler: Any = field(**_OBJECT)
+
+
+@dataclass(frozen=True)
+class ScalerBuilt:
+    t_s: float
+    scaler: Any = field(**_OBJECT)
+
+
+@dataclass(frozen=True)
+class TrainModeSet:
+    """The outermost Module.train(mode) call returned (eval() is train(False))."""
+    t_s: float
+    training: bool
+
+
+@dataclass(frozen=True)
+class DdpBuilt:
+    """A DistributedDataParallel wrapper was built."""
+    t_s: float
+    module: Any = field(**_OBJECT)
+
+
+@dataclass(frozen=True)
+class BucketReady:
+    """DDP: a gradient bucket is ready and its all-reduce starts (wall clock: ranks compare their times)."""
+    wall_s: float
+    index: int
+    nbytes: int
+    last: bool = False
+
+
+@dataclass(frozen=True)
+class BucketReduced:
+    """DDP: a gradient bucket's all-reduce completed."""
+    wall_s: float
+    index: int
+
+
+@dataclass(frozen=True)
+class HivemindRound:
+    """Hivemind: one global-epoch update (the collaboration's step) ran; `blocking_s` of it held training."""
+    epoch: int
+    start_wall_s: float
+    end_wall_s: float
+    peers: int
+
+
+@dataclass(frozen=True)
+class HivemindAveraging:
+    """Hivemind: one gradient-averaging round; `averaged` False when the peer stepped on its own gradients."""
+    start_wall_s: float
+    end_wall_s: float
+    group: bool
+    averaged: bool
 
 
 @dataclass(frozen=True)
@@ -49,8 +165,29 @@ class IterationEnd:
 
 @dataclass(frozen=True)
 class CheckpointSave:
+    """torch.save to a path (or a framework's checkpoint, reported through trainwise.agent.sink)."""
     t_s: float
     path: str | None
+
+
+@dataclass(frozen=True)
+class CheckpointLoad:
+    t_s: float
+    path: str | None
+
+
+@dataclass(frozen=True)
+class IterationBoundary:
+    """The training DataLoader's next batch request: the previous iteration (optimizer step, scheduler
+    step, zero_grad) is complete. `global_batches`: training batches consumed so far in this run."""
+    t_s: float
+    global_batches: int
+
+
+@dataclass(frozen=True)
+class SigtermReceived:
+    """The process was asked to stop (preemption, a time limit): subscribers save what they must."""
+    t_s: float
 
 
 @dataclass(frozen=True)
@@ -59,7 +196,10 @@ class ProcessExit:
     status: Any = None
 
 
-Event = Union[ModelForward, BackwardEnd, OptimizerBuilt, OptimizerStep, IterationEnd, CheckpointSave, ProcessExit]
+Event = Union[ModelForward, BackwardEnd, TorchImportStarted, TorchImported, ModuleBuilt, LoaderBuilt, LoaderIteratorBuilt,
+              OptimizerBuilding, OptimizerBuilt, OptimizerStateLoad, OptimizerStep, SchedulerBuilt, ScalerBuilt,
+              TrainModeSet, DdpBuilt, BucketReady, BucketReduced, HivemindRound, HivemindAveraging, IterationEnd,
+              CheckpointSave, CheckpointLoad, IterationBoundary, SigtermReceived, ProcessExit]
 Subscriber = Callable[[Event], None]
 
 
@@ -69,10 +209,16 @@ class EventBus:
 
     def __init__(self) -> None:
         self._subscribers: list[Subscriber] = []
+        # Subscribers whose failure is the job's (a checkpoint that cannot be written must not pass silently)
+        self._strict: set[int] = set()
         self.notes: list[str] = []
 
-    def subscribe(self, subscriber: Subscriber) -> Subscriber:
+    def subscribe(self, subscriber: Subscriber, *, strict: bool = False) -> Subscriber:
+        """Add `subscriber`; with `strict`, an exception it raises propagates to the code that emitted the
+        event (the user's training step) instead of dropping it."""
         self._subscribers.append(subscriber)
+        if strict:
+            self._strict.add(id(subscriber))
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
@@ -84,6 +230,8 @@ class EventBus:
             try:
                 subscriber(event)
             except Exception as exc:  # noqa: BLE001 - an observer's bug must not break the job
+                if id(subscriber) in self._strict:
+                    raise
                 self.unsubscribe(subscriber)
                 self.notes.append(f"agent subscriber {getattr(subscriber, '__qualname__', subscriber)!r} "
                                   f"dropped after it failed: {exc!r}")

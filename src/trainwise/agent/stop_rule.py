@@ -18,6 +18,8 @@ BUDGET_MARGIN = 0.05
 # iterations may use even when start-up alone has spent the whole budget (a run of a few minutes). Half:
 # a 10-minute run whose start-up takes under half its budget (6 s) still costs at most the budget.
 SAMPLING_SHARE = 0.5
+# Iterations the next one's time is predicted from (their median).
+NEXT_ITERATION_WINDOW = 5
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,21 @@ def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInput
     # the epoch-2 iterations.
     reserve_s = (0.5 * settings.validation_batches + settings.epoch2_iterations) * mean_s
     cap_s = (1.0 - BUDGET_MARGIN) * settings.budget_fraction * predicted_s
-    return budget.now_s + reserve_s >= cap_s and sampling_s + reserve_s >= SAMPLING_SHARE * cap_s
+    # Stop *before* the iteration that would cross the cap, not after it: the decision is taken at a
+    # boundary, and one more iteration is spent whenever sampling goes on.
+    next_s = next_iteration_s(times_s)
+    return (budget.now_s + next_s + reserve_s >= cap_s
+            and sampling_s + next_s + reserve_s >= SAMPLING_SHARE * cap_s)
+
+
+def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW) -> float:
+    """The next iteration's predicted time: the median of the last few (a median, so that one slow
+    iteration, a save or a collection, does not stop sampling early)."""
+    recent = sorted(times_s[-last:])
+    if not recent:
+        return 0.0
+    middle = len(recent) // 2
+    return recent[middle] if len(recent) % 2 else 0.5 * (recent[middle - 1] + recent[middle])
 
 
 def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,

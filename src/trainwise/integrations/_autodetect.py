@@ -1,16 +1,25 @@
 """Under `trainwise profile`: give a framework's training entry point trainwise's callback.
 
-Called by the profiled process's import watcher (`trainwise.profile._child`) right after the module
-that defines the framework's Trainer (or Keras' Model) is imported, and only in that process. A
-script that already passes trainwise's callback keeps its own.
+Called by the import watcher below, which the bootstraps of `trainwise profile` and `trainwise run` install
+after arming the recorder (`watch_framework_imports`), right after the module that defines the framework's
+Trainer (or Keras' Model) is imported, and only in that process. A script that already passes trainwise's
+callback keeps its own. Standard library only until a framework is imported.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
 import inspect
+import sys
 from types import ModuleType
+
+
+def watch_framework_imports() -> None:
+    """Give every framework Trainer the script imports from now on trainwise's callback."""
+    if not any(isinstance(finder, _FrameworkImportWatcher) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _FrameworkImportWatcher())
 
 
 def patch_trainer(framework: str, module: ModuleType) -> None:
@@ -70,3 +79,48 @@ def _patch_keras(module: ModuleType) -> None:
 
     fit._trainwise_patched = True  # type: ignore[attr-defined]
     model_class.fit = fit
+
+
+class _FrameworkImportWatcher(importlib.abc.MetaPathFinder):
+    """After a framework's Trainer module is imported, patch its Trainer to add trainwise's callback."""
+
+    # module that defines the Trainer class → integration that patches it
+    MODULES = {
+        "lightning.pytorch.trainer.trainer": "lightning",
+        "pytorch_lightning.trainer.trainer": "lightning",
+        "transformers.trainer": "huggingface",
+        "keras.src.models.model": "keras",  # Model.fit gets the callback
+    }
+
+    def __init__(self) -> None:
+        self._busy = False
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+        framework = self.MODULES.get(fullname)
+        if framework is None or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            try:
+                patch_trainer(framework, module)
+            except Exception as exc:  # noqa: BLE001 - never break the user's program
+                print(f"trainwise: {framework} Trainer not instrumented ({exc})", file=sys.stderr)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec

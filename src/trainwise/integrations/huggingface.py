@@ -31,7 +31,9 @@ require("transformers", "trainwise.integrations.huggingface")
 import transformers
 from transformers import TrainerCallback
 
-from trainwise.integrations._common import FrameworkSession, Mode, dtype_name
+from trainwise.agent.sink import IntegrationSink
+from trainwise.integrations._common import dtype_name
+from trainwise.profile.framework_sink import Mode, open_sink
 from trainwise.profile.runner import ProfileOptions
 from trainwise.profile.script_epochs import whole_epochs
 
@@ -57,7 +59,8 @@ class ProfilingCallback(TrainerCallback):
 
     def __init__(self, output: str | Path | None = None, *, mode: Mode | None = None,
                  options: ProfileOptions | None = None, workload: str | None = None) -> None:
-        self.session = FrameworkSession("huggingface", mode=mode, output=output, options=options, workload=workload)
+        self.session: IntegrationSink = open_sink("huggingface", mode=mode, output=output, options=options,
+                                                  workload=workload)
         self._train_batch = 0
         self._eval_batch = 0
         self._eval_batches_seen = 0
@@ -91,18 +94,17 @@ class ProfilingCallback(TrainerCallback):
             optimizer=type(getattr(optimizer, "optimizer", optimizer)).__name__ if optimizer is not None else None)
         if optimizer is not None:
             self.session.watch_optimizer(optimizer)
-        self.session.recorder.notes.append(
+        self.session.note(
             f"transformers {transformers.__version__}, gradient_accumulation_steps={args.gradient_accumulation_steps}")
-        recorder = self.session.recorder
+        sink = self.session
         if args.max_steps and args.max_steps > 0:  # max_steps replaces num_train_epochs: not an epoch count
-            recorder.note_not_epoch_bound(f"Hugging Face TrainingArguments(max_steps={args.max_steps})")
+            sink.not_epoch_bound(f"Hugging Face TrainingArguments(max_steps={args.max_steps})")
         elif whole_epochs(args.num_train_epochs) is None:
-            recorder.note_not_epoch_bound(f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs:g}), "
-                                          "a fraction of an epoch")
+            sink.not_epoch_bound(f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs:g}), "
+                                 "a fraction of an epoch")
         else:
-            recorder.note_script_epochs(
-                args.num_train_epochs, f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs:g})",
-                framework=True)
+            sink.epochs(args.num_train_epochs,
+                        f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs:g})")
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.session.epoch_begin()
@@ -155,6 +157,10 @@ class ProfilingCallback(TrainerCallback):
             samples = size - self._eval_batch * (batches - 1)  # the last, partial batch
         self._eval_batches_seen += 1
         self.session.validation_batch_end_without_begin(samples)
+
+    def on_save(self, args, state, control, **kwargs):
+        # The Trainer writes its checkpoint to output_dir/checkpoint-<global step>.
+        self.session.checkpoint_save(f"{args.output_dir}/checkpoint-{state.global_step}")
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if not self._validating:

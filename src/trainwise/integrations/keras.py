@@ -32,7 +32,9 @@ from trainwise.optional import require
 require("keras", "trainwise.integrations.keras")
 import keras
 
-from trainwise.integrations._common import FrameworkSession, Mode, dtype_bytes, dtype_name
+from trainwise.agent.sink import IntegrationSink
+from trainwise.integrations._common import dtype_bytes, dtype_name
+from trainwise.profile.framework_sink import Mode, open_sink
 from trainwise.profile.runner import ProfileOptions
 
 __all__ = ["ProfilingCallback"]
@@ -94,7 +96,7 @@ class ProfilingCallback(keras.callbacks.Callback):
                  options: ProfileOptions | None = None, batch_size: int | None = None,
                  workload: str | None = None) -> None:
         super().__init__()
-        self.session = FrameworkSession("keras", mode=mode, output=output, options=options, workload=workload)
+        self.session: IntegrationSink = open_sink("keras", mode=mode, output=output, options=options, workload=workload)
         self.batch_size = batch_size
         self._batch_samples: int | None = None
         self._val_batch_samples: int | None = None
@@ -150,7 +152,7 @@ class ProfilingCallback(keras.callbacks.Callback):
             device=_device_of(weights[0]) if weights else "cpu",
             parameter_dtypes=[dtype_name(w.dtype) for w in weights],
             optimizer=type(optimizer).__name__ if optimizer is not None else None)
-        session.recorder.notes.append(f"keras {keras.__version__}, backend {keras.config.backend()}")
+        session.note(f"keras {keras.__version__}, backend {keras.config.backend()}")
         self._epochs_noted = False
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -160,10 +162,9 @@ class ProfilingCallback(keras.callbacks.Callback):
             self._epochs_noted = True
             epochs = (self.params or {}).get("epochs")
             if isinstance(epochs, int) and epoch:
-                self.session.recorder.note_script_epochs(
-                    epochs - int(epoch), f"Keras Model.fit(epochs={epochs}) from epoch {int(epoch)}", framework=True)
+                self.session.epochs(epochs - int(epoch), f"Keras Model.fit(epochs={epochs}) from epoch {int(epoch)}")
             else:
-                self.session.recorder.note_script_epochs(epochs, f"Keras Model.fit(epochs={epochs})", framework=True)
+                self.session.epochs(epochs, f"Keras Model.fit(epochs={epochs})")
         self.session.epoch_begin()
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -174,13 +175,9 @@ class ProfilingCallback(keras.callbacks.Callback):
         batches = max(1, int(batch) - self._begin_step + 1)
         samples = self._samples(self._batch_samples, batches)
         session = self.session
-        if session.recorder.iter_batches < batches:
-            session.recorder.iter_batches = batches
-        if not session.recorder.loaders["train"].get("dataset_size") and samples:
-            steps = session.recorder.loaders["train"].get("batches_per_pass")
-            if steps:
-                session.recorder.loaders["train"]["dataset_size"] = steps * samples // batches
-        if session.batch_end(samples):
+        if samples:
+            session.fill_dataset_size("train", samples / batches)
+        if session.batch_end(samples, batches=batches):
             self._stopped_epoch = True
             self.model.stop_training = True
 
@@ -221,9 +218,8 @@ class ProfilingCallback(keras.callbacks.Callback):
             return
         samples = self._samples(self._val_batch_samples, 1)
         session = self.session
-        val_info = session.recorder.loaders.get("val", {})
-        if not val_info.get("dataset_size") and val_info.get("batches_per_pass") and samples:
-            val_info["dataset_size"] = val_info["batches_per_pass"] * samples
+        if samples:
+            session.fill_dataset_size("val", samples)
         if session.validation_batch_end(samples):
             self.model.stop_evaluating = True
 

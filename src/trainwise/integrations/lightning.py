@@ -27,8 +27,9 @@ from trainwise.optional import require
 require("lightning.pytorch", "trainwise.integrations.lightning")
 import lightning.pytorch as pl
 
-from trainwise.integrations._common import FrameworkSession, Mode, dtype_name
-from trainwise.profile._child import _batch_length
+from trainwise.agent.sink import IntegrationSink, batch_length
+from trainwise.integrations._common import dtype_name
+from trainwise.profile.framework_sink import Mode, open_sink
 from trainwise.profile.runner import ProfileOptions
 
 __all__ = ["ProfilingCallback"]
@@ -73,7 +74,8 @@ class ProfilingCallback(pl.Callback):
     def __init__(self, output: str | Path | None = None, *, mode: Mode | None = None,
                  options: ProfileOptions | None = None, workload: str | None = None) -> None:
         super().__init__()
-        self.session = FrameworkSession("lightning", mode=mode, output=output, options=options, workload=workload)
+        self.session: IntegrationSink = open_sink("lightning", mode=mode, output=output, options=options,
+                                                  workload=workload)
         self._stepped = False
         self._stopped_epoch = False
         self._validating = False
@@ -102,34 +104,33 @@ class ProfilingCallback(pl.Callback):
             optimizer=type(optimizers[0]).__name__ if optimizers else None)
         if optimizers:
             self.session.watch_optimizer(optimizers[0])
-        self.session.recorder.notes.append(
-            f"lightning {pl.__version__}, accumulate_grad_batches={trainer.accumulate_grad_batches}")
+        self.session.note(f"lightning {pl.__version__}, accumulate_grad_batches={trainer.accumulate_grad_batches}")
         self._note_epochs(trainer)
 
     def _note_epochs(self, trainer: pl.Trainer) -> None:
         """The run's epoch count when its loop is bound by max_epochs; else that it is not, which also drops
         an argparse `--epochs` the loop does not run (a step or time limit, or no limit at all: 1000 is what
         Lightning sets then, told from an explicit 1000 only by the script's own --epochs 1000)."""
-        recorder = self.session.recorder
+        sink = self.session
         max_epochs, max_steps = trainer.max_epochs, trainer.max_steps
         durations = [getattr(callback, "_duration", None) for callback in trainer.callbacks
                      if type(callback).__name__ == "Timer"]
         if any(duration is not None for duration in durations):
             duration = next(duration for duration in durations if duration is not None)
-            return recorder.note_not_epoch_bound(f"Lightning's time limit (Trainer(max_time=...) or a Timer: {duration:g} s)")
+            return sink.not_epoch_bound(f"Lightning's time limit (Trainer(max_time=...) or a Timer: {duration:g} s)")
         if max_epochs in (None, -1) or not isinstance(max_epochs, int) or max_epochs < 1:
-            return recorder.note_not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps})" if max_steps not in (None, -1)
+            return sink.not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps})" if max_steps not in (None, -1)
                                                  else "Lightning's Trainer(max_epochs=-1): no epoch limit")
         if max_steps not in (None, -1):
             batches = _finite(trainer.num_training_batches)
             accumulate = max(1, int(trainer.accumulate_grad_batches or 1))
             # optimizer steps per epoch (an epoch's last, partial accumulation steps too)
             if batches is None or max_steps < max_epochs * -(-batches // accumulate):
-                return recorder.note_not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps}), before max_epochs={max_epochs}")
-        script = recorder.script_epochs
+                return sink.not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps}), before max_epochs={max_epochs}")
+        script = sink.script_epochs
         if max_epochs == 1000 and not (script and script["epochs"] == 1000):
-            return recorder.note_not_epoch_bound("no limit given to Lightning's Trainer (its default max_epochs=1000)")
-        recorder.note_script_epochs(max_epochs, f"Lightning Trainer(max_epochs={max_epochs})", framework=True)
+            return sink.not_epoch_bound("no limit given to Lightning's Trainer (its default max_epochs=1000)")
+        sink.epochs(max_epochs, f"Lightning Trainer(max_epochs={max_epochs})")
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.session.epoch_begin()
@@ -145,7 +146,7 @@ class ProfilingCallback(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         stepped, self._stepped = self._stepped, False
-        if self.session.batch_end(_batch_length(batch), ends_iteration=stepped):
+        if self.session.batch_end(batch_length(batch), ends_iteration=stepped):
             self._stopped_epoch = True
             trainer.should_stop = True
 
@@ -176,7 +177,7 @@ class ProfilingCallback(pl.Callback):
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if self._validating and self.session.validation_batch_end(_batch_length(batch)):
+        if self._validating and self.session.validation_batch_end(batch_length(batch)):
             # Lightning's evaluation loop ends a pass on StopIteration (what an exhausted loader
             # raises): enough validation batches are timed.
             raise StopIteration
@@ -188,3 +189,6 @@ class ProfilingCallback(pl.Callback):
         self.session.validation_end()
         if self.session.finished:
             trainer.should_stop = True
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        self.session.checkpoint_save(None)  # Lightning does not tell the callback where it writes

@@ -27,7 +27,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import sys
 import threading
 import weakref
 import time
@@ -35,7 +34,8 @@ from typing import Any
 
 from trainwise.agent import stop_rule
 from trainwise.agent.autograd_steps import BackwardIterations
-from trainwise.agent.events import EventBus, IterationEnd, OptimizerStep
+from trainwise.agent.events import EventBus, IterationEnd
+from trainwise.agent.torch_patch import process_patch
 from trainwise.agent.regions import EvalRegions
 from trainwise.agent.watchdog import NoIterationWatchdog
 from trainwise.profile import _torch_hooks
@@ -46,7 +46,7 @@ from trainwise.profile._passes import LoaderPasses, _LoaderState
 from trainwise.profile._record import RecordOutput
 from trainwise.profile._sampling import Sampling
 from trainwise.profile._state_zeros import ZERO_COUNT_STEPS, StateZerosRecording
-from trainwise.profile._watchers import _FrameworkImportWatcher, _TorchImportWatcher, _watch_argparse, _watch_sys_exit
+from trainwise.profile._watchers import _watch_argparse, _watch_sys_exit
 # Other modules import these from here (host_noise, the Lightning integration)
 from trainwise.profile._record import RAW_FORMAT_VERSION  # noqa: F401
 from trainwise.profile._watchers import _batch_length  # noqa: F401
@@ -68,14 +68,15 @@ def arm() -> None:
     config = json.loads(os.environ[CONFIG_ENV])
     # Children of this process (DataLoader workers, subprocesses the script starts) must not record.
     os.environ.pop(CONFIG_ENV, None)
-    _recorder = Recorder(config)
-    if "torch" in sys.modules:
-        _recorder.install_torch_hooks()
-    else:
-        sys.meta_path.insert(0, _TorchImportWatcher(_recorder))
-    # Keras / Lightning / Hugging Face Trainer loops: their fit entry point gets trainwise's callback
-    # when the script imports it (trainwise.integrations); the callback then delimits iterations.
-    sys.meta_path.insert(0, _FrameworkImportWatcher())
+    # The process's one torch patch (trainwise.agent.torch_patch): the recorder subscribes first, so that
+    # `trainwise run`'s subscribers see an iteration the recorder has already closed.
+    patch = process_patch()
+    _recorder = Recorder(config, bus=patch.bus)
+    patch.now = _recorder.now
+    _torch_hooks.subscribe(_recorder, patch)
+    patch.when_torch_imported(_recorder.install_torch_hooks)
+    # Keras / Lightning / Hugging Face Trainer loops get trainwise's callback from the bootstrap, which installs
+    # trainwise.integrations._autodetect's import watcher after arming (profile sits under integrations).
     _watch_sys_exit(_recorder)
     _watch_argparse(_recorder)
     atexit.register(_recorder.on_process_exit)
@@ -91,7 +92,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
     verdict, and writing it. Its parts live in the mixins' modules (_passes, _no_loader, _capture,
     _state_zeros) and the torch patches in _torch_hooks."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], bus: EventBus | None = None) -> None:
+        """`bus`: the events it reads (the process's torch patch's in a profiled process; its own otherwise)."""
         self.config = config
         self.perf0 = time.perf_counter()
         self.wall0 = time.time()
@@ -160,8 +162,6 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         # Set by `trainwise run` while a resumed job lets a batch of an epoch finished before its
         # checkpoint through the script's loop body (trainwise.run._child): not an iteration of this run.
         self.paused = False
-        self.in_scaler_step = False
-        self.eval_depth = 0
         self.eval_mode = False
         self.epoch1_truncated = False
         self.validation_done = False
@@ -213,7 +213,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.scratch_saves: dict[str, str] = {}
         # The agent's events (trainwise.agent.events) and the subscribers that turn them into iterations,
         # epochs and validation where no optimizer step or DataLoader shows them.
-        self.bus = EventBus()
+        self.bus = bus if bus is not None else EventBus()
         self._backward_iterations = self.bus.subscribe(BackwardIterations(self._on_autograd_iteration))
         self._regions = self.bus.subscribe(EvalRegions(self._on_region_start, self._on_region_end))
         self._model_forward_hook = None
@@ -237,8 +237,11 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
     def mark(self, name: str) -> None:
         self.marks.setdefault(name, self.now())
 
+    def mark_at(self, name: str, t_s: float) -> None:
+        self.marks.setdefault(name, t_s)
+
     def install_torch_hooks(self) -> None:
-        _torch_hooks.install(self)
+        _torch_hooks.install_after_import(self)
 
     def _on_first_forward(self, module, args):
         if self._forward_hook is not None:
@@ -256,15 +259,14 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.iter_samples = 0
         self.iter_batches = 0
 
-    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if self.in_scaler_step or self.explicit_steps or self.paused:
+    def _on_optimizer_step(self, optimizer) -> None:
+        if self.explicit_steps or self.paused:
             return
         self._boundary(optimizer)
 
     def _boundary(self, optimizer) -> None:
         if self.explicit_steps or self.paused:
             return
-        self.bus.emit(OptimizerStep(self.now(), id(optimizer)))
         if self.primary_optimizer_id is None:
             self.primary_optimizer_id = id(optimizer)
             self._optimizer_ref = weakref.ref(optimizer)

@@ -1,16 +1,15 @@
 """Watchers the recorder installs in the profiled process before the script runs: the script's
-sys.exit()/exit()/quit() calls, its argparse epoch count, its `import torch` and the frameworks' Trainer
-modules; and two small readers (a batch's size, the CPU's name). Standard library only.
+sys.exit()/exit()/quit() calls and its argparse epoch count (its `import torch`: trainwise.agent.torch_patch;
+the frameworks' Trainer modules: trainwise.integrations._autodetect); and two small readers (a batch's size, the CPU's name). Standard library only.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import sys
 from typing import Any
 
+from trainwise.agent.sink import batch_length as _batch_length  # noqa: F401 - the recorder's name for it
 from trainwise.profile import script_epochs as script_epochs_source
 
 
@@ -73,92 +72,3 @@ def _watch_argparse(recorder: Any) -> None:
         return namespace, extras
 
     argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
-
-
-class _TorchImportWatcher(importlib.abc.MetaPathFinder):
-    """Runs the recorder's torch hooks right after the script's own `import torch` completes."""
-
-    def __init__(self, recorder: Any) -> None:
-        self.recorder = recorder
-
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-        recorder = self.recorder
-
-        def exec_module(module):
-            recorder.mark("torch_import_start")
-            original_exec(module)
-            recorder.mark("torch_imported")
-            recorder.install_torch_hooks()
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-class _FrameworkImportWatcher(importlib.abc.MetaPathFinder):
-    """After a framework's Trainer module is imported, patch its Trainer to add trainwise's callback."""
-
-    # module that defines the Trainer class → integration that patches it
-    MODULES = {
-        "lightning.pytorch.trainer.trainer": "lightning",
-        "pytorch_lightning.trainer.trainer": "lightning",
-        "transformers.trainer": "huggingface",
-        "keras.src.models.model": "keras",  # Model.fit gets the callback
-    }
-
-    def __init__(self) -> None:
-        self._busy = False
-
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
-        framework = self.MODULES.get(fullname)
-        if framework is None or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = None
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-
-        def exec_module(module):
-            original_exec(module)
-            try:
-                from trainwise.integrations import _autodetect
-
-                _autodetect.patch_trainer(framework, module)
-            except Exception as exc:  # noqa: BLE001 - never break the user's program
-                print(f"trainwise: {framework} Trainer not instrumented ({exc})", file=sys.stderr)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def _batch_length(batch: Any) -> int | None:
-    """Samples in a batch: leading dimension of its first tensor (tuple, list, dict or tensor)."""
-    for _ in range(3):
-        shape = getattr(batch, "shape", None)
-        if shape is not None:
-            return int(shape[0]) if len(shape) else 1
-        if isinstance(batch, (list, tuple)) and batch:
-            batch = batch[0]
-        elif isinstance(batch, dict) and batch:
-            batch = next(iter(batch.values()))
-        else:
-            return None
-    return None

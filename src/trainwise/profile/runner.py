@@ -66,9 +66,9 @@ class ProfileOptions:
     # profiler measures the job as the user runs it (the setting made one job 24 % faster, an LBFGS
     # job 65 % slower); `trainwise run --tune-allocator` must then be used for the prediction to hold.
     tune_allocator: bool = False
-    # Flush denormal floats to zero in the job (trainwise.denormals): much faster, steadier CPU
-    # steps for models that produce them; `trainwise run` does the same by default.
-    flush_denormal: bool = True
+    # Opt in: flush denormal floats to zero in the job (trainwise.denormals): much faster, steadier CPU steps
+    # for models that produce them, but a change to the job's numerics; `trainwise run --flush-denormal` then too.
+    flush_denormal: bool = False
     # Attach this host's speed wander (`trainwise host-noise`) when it was measured here: the
     # prediction's band then includes how far the host's level strays over a window this long.
     host_noise: bool = True
@@ -86,7 +86,8 @@ class ProfileOptions:
 
         check_finite({"--timeout": self.timeout_s, "--min-seconds": self.min_profile_seconds, "--max-seconds": self.max_profile_seconds,
                       "--budget": self.budget_fraction, "--min-budget-seconds": self.min_budget_seconds,
-                      "--target-ci": self.target_relative_ci, "--level-probe-seconds": self.level_probe_s})
+                      "--target-ci": self.target_relative_ci, "--level-probe-seconds": self.level_probe_s,
+                      "--no-iteration-limit-s": self.no_iteration_limit_s})
         if self.min_iterations < 2:
             raise TrainwiseError(f"--iterations must be at least 2 (got {self.min_iterations}): the first iteration is always warm-up")
         if self.max_iterations < self.min_iterations:
@@ -106,7 +107,7 @@ class ProfileOptions:
         if self.min_profile_seconds < 0:
             raise TrainwiseError(f"--min-seconds must be ≥ 0 (got {self.min_profile_seconds})")
         if self.no_iteration_limit_s <= 0:
-            raise TrainwiseError(f"the no-iteration limit must be positive seconds (got {self.no_iteration_limit_s})")
+            raise TrainwiseError(f"--no-iteration-limit-s must be positive seconds, e.g. 30 (got {self.no_iteration_limit_s})")
         if self.max_profile_seconds <= 0:
             raise TrainwiseError(f"--max-seconds must be positive (got {self.max_profile_seconds})")
         # A zero or negative target could never be met: every profile would run to --max-seconds.

@@ -13,6 +13,9 @@ import time
 import weakref
 from typing import Any
 
+from trainwise.agent.events import IterationBoundary, SigtermReceived
+from trainwise.run._stop_rule import CheckpointAndStop
+
 
 class Checkpointing:
     """Methods of trainwise.run._child.RunAgent; they use its state."""
@@ -38,14 +41,25 @@ class Checkpointing:
                 sys.excepthook = self._report_resume_failure
         self.skipped_checkpoints = list(self.store.skipped)
 
+        # The checkpointer and SIGTERM handling: a subscriber of the agent's bus (trainwise.run._stop_rule),
+        # strict: a checkpoint that cannot be written fails the job.
+        self._stop = CheckpointAndStop(
+            due=self._checkpoint_due, save=lambda reason: self.save_checkpoint(reason=reason), exit=self._exit,
+            started=lambda: self.train_loader is not None,
+            new_batches=lambda: self.global_batches > self.last_checkpoint_batches,
+            writes=self.writes_checkpoints, coordinated=lambda: self.ddp_coordinated, ddp_boundary=self._ddp_boundary)
+        self.bus.subscribe(self._stop, strict=True)
+
         def on_sigterm(signum, frame):
-            if self.train_loader is None:
-                # Nothing trained yet: nothing to save; end as SIGTERM would.
-                self._exit(143)
-            self.sigterm_pending = True
+            self.bus.emit(SigtermReceived(self.patch.now()))
 
         self._sigterm_handler = on_sigterm
         signal.signal(signal.SIGTERM, on_sigterm)
+
+    @property
+    def sigterm_pending(self) -> bool:
+        stop = getattr(self, "_stop", None)
+        return stop is not None and stop.sigterm_pending
 
     def _own_rank_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A DDP checkpoint holds every rank's RNG states, its loader generators' and those of its epoch's
@@ -173,15 +187,7 @@ class Checkpointing:
                                 f"{load_error_detail(exc)}); resume with the script and settings that wrote it")
 
     def _boundary(self) -> None:
-        if self.ddp_coordinated:
-            self._ddp_boundary()
-            return
-        if self.sigterm_pending:
-            if self.writes_checkpoints and self.global_batches > self.last_checkpoint_batches:
-                self.save_checkpoint(reason="sigterm")
-            self._exit(143)
-        if self.writes_checkpoints and self._checkpoint_due():
-            self.save_checkpoint(reason="interval")
+        self.bus.emit(IterationBoundary(self.patch.now(), self.global_batches))
 
     def _checkpoint_due(self) -> bool:
         if self.policy is None or self.global_batches <= self.last_checkpoint_batches:

@@ -31,18 +31,19 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.abc
-import importlib.util
 import json
 import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 import weakref
 from typing import Any
 
+from trainwise.agent.comm_timing import HivemindTiming
+from trainwise.agent.events import (Event, ModuleBuilt, OptimizerBuilt, OptimizerStateLoad, OptimizerStep, ScalerBuilt,
+                                    SchedulerBuilt, SigtermReceived)
+from trainwise.agent.torch_patch import process_patch
 from trainwise.profile import _child as recorder_module
 # Importable from here as before (trainwise.run.result, the tests)
 from trainwise.run._agent_support import (_DROPPED_MESSAGE, CHECKPOINT_WRITE_EXIT, RESUME_MISMATCH_EXIT, RESUME_SKIP_FAILED_EXIT,  # noqa: F401
@@ -75,38 +76,10 @@ def arm(config: dict[str, Any]) -> None:
     profile_config = {"mode": "full", "sync_cuda": True, "launch_wall_s": config["launch_wall_s"],
                       "out_path": os.path.join(workdir, f"raw-rank{rank}.json")}
     os.environ[recorder_module.CONFIG_ENV] = json.dumps(profile_config)
-    recorder_module.arm()  # pops the env variable again
+    recorder_module.arm()  # pops the env variable again; subscribes the recorder to the process's torch patch first
     _agent = RunAgent(config, rank)
-    if "torch" in sys.modules:
-        _agent.install()
-    else:
-        sys.meta_path.insert(0, _TorchWatcher(_agent))
+    process_patch().when_torch_imported(_agent.install)
     atexit.register(_agent.write)
-
-
-class _TorchWatcher(importlib.abc.MetaPathFinder):
-    """Installs the agent's hooks right after the script's `import torch` (after the recorder's)."""
-
-    def __init__(self, agent: "RunAgent") -> None:
-        self.agent = agent
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")  # the recorder's watcher wraps the loader first
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-        agent = self.agent
-
-        def exec_module(module):
-            original_exec(module)
-            agent.install()
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
 
 
 class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
@@ -115,6 +88,10 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
         self.rank = rank
         self.pid = os.getpid()  # processes forked from the training process (Hivemind's averagers) must not write
         self.engine = config.get("engine", "local")
+        # The process's one torch patch (trainwise.agent.torch_patch), shared with the profile recorder: this
+        # agent subscribes to its events and intercepts batch requests and pass iterators.
+        self.patch = process_patch()
+        self.bus = self.patch.bus
         self.out_path = os.path.join(config["workdir"], f"run-rank{rank}.json")
         self.notes: list[str] = []
         self.written = False
@@ -124,14 +101,12 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
         self.optimizers: list[weakref.ref] = []
         self.schedulers: list[weakref.ref] = []
         self.scalers: list[weakref.ref] = []
-        # DDP communication, one record per optimizer step.
+        # DDP communication, one record per optimizer step (trainwise.agent.comm_timing.DdpCommTiming, under DDP).
         self.comm_steps: list[dict[str, Any]] = []
-        self._comm: dict[str, Any] | None = None
-        self._comm_lock = threading.Lock()
-        self._primary_optimizer: int | None = None
-        # Hivemind.
-        self.hivemind_rounds: list[dict[str, Any]] = []
+        # Hivemind: its rounds, timed by a subscriber of the events the optimizer wrapper emits.
         self.hivemind_info: dict[str, Any] = {}
+        self._hivemind_timing = HivemindTiming(self.hivemind_info)
+        self.hivemind_rounds = self._hivemind_timing.rounds
         self._hm_guard = False
         self._hm_optimizer = None
         self._dht = None
@@ -151,7 +126,6 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
         self.epoch_start: dict[str, Any] | None = None
         self.train_loader = None
         self._training_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
-        self.sigterm_pending = False
         # Under DDP the ranks must stop at the same step: a rank that stopped at its own next boundary left
         # the others waiting in an all-reduce it never joined ("Connection closed by peer", a traceback on
         # rank 0). Each rank's SIGTERM flag rides on the last gradient bucket's all-reduce instead, and
@@ -182,83 +156,45 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
         else:
             # Stopped from outside (preemption, a benchmark's time limit, a peer leaving): keep the
             # record of what ran, then end as SIGTERM would.
-            self._sigterm_handler = lambda signum, frame: self._exit(143)
+            self.bus.subscribe(lambda event: self._exit(143) if isinstance(event, SigtermReceived) else None,
+                               strict=True)
+            self._sigterm_handler = lambda signum, frame: self.bus.emit(SigtermReceived(self.patch.now()))
             signal.signal(signal.SIGTERM, self._sigterm_handler)
 
     def install(self) -> None:
+        """Once torch is imported and patched: subscribe to the patch's events and register the interceptors."""
         import torch
 
         self._torch = torch
-        agent = self
-        module_class = torch.nn.Module
-        original_module_init = module_class.__init__
-
-        def module_init(module, *args, **kwargs):
-            agent.modules.append(weakref.ref(module))
-            return original_module_init(module, *args, **kwargs)
-
-        module_class.__init__ = module_init
-
-        optimizer_class = torch.optim.Optimizer
-        original_optimizer_init = optimizer_class.__init__
-
-        def optimizer_init(optimizer, *args, **kwargs):
-            result = original_optimizer_init(optimizer, *args, **kwargs)
-            agent.optimizers.append(weakref.ref(optimizer))
-            return result
-
-        optimizer_class.__init__ = optimizer_init
-
-        if self.resume_state is not None:
-            original_optimizer_load = optimizer_class.load_state_dict
-
-            def optimizer_load_state_dict(optimizer, *args, **kwargs):
-                if agent.epoch_index < 0 and not _placing_on_device(sys._getframe(1)):
-                    # Before the first training pass, only the script itself loads an optimizer's state:
-                    # it resumes from a checkpoint of its own (trainwise loads its one at the pass).
-                    agent.script_resumed_itself = type(optimizer).__name__
-                return original_optimizer_load(optimizer, *args, **kwargs)
-
-            optimizer_class.load_state_dict = optimizer_load_state_dict
-
-        scheduler_class = torch.optim.lr_scheduler.LRScheduler
-        original_scheduler_init = scheduler_class.__init__
-
-        def scheduler_init(scheduler, *args, **kwargs):
-            agent.schedulers.append(weakref.ref(scheduler))
-            return original_scheduler_init(scheduler, *args, **kwargs)
-
-        scheduler_class.__init__ = scheduler_init
-        plateau = getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None)
-        if plateau is not None and not issubclass(plateau, scheduler_class):
-            original_plateau_init = plateau.__init__
-
-            def plateau_init(scheduler, *args, **kwargs):
-                agent.schedulers.append(weakref.ref(scheduler))
-                return original_plateau_init(scheduler, *args, **kwargs)
-
-            plateau.__init__ = plateau_init
-
-        scaler_class = getattr(getattr(torch, "amp", None), "GradScaler", None)
-        if scaler_class is not None:
-            original_scaler_init = scaler_class.__init__
-
-            def scaler_init(scaler, *args, **kwargs):
-                agent.scalers.append(weakref.ref(scaler))
-                return original_scaler_init(scaler, *args, **kwargs)
-
-            scaler_class.__init__ = scaler_init
-
-        from torch.optim import optimizer as optimizer_module
-
-        optimizer_module.register_optimizer_step_post_hook(self._on_optimizer_step)
-
+        self.bus.subscribe(self._on_event)
         if self.checkpoint_config:
             self._install_loader_hooks()
         if self.engine == "ddp":
-            self._install_ddp_hook()
+            self._install_ddp_timing()
         if self.engine == "hivemind":
             self._install_hivemind()
+
+    def _on_event(self, event: Event) -> None:
+        """The objects the script creates, in creation order (weakly: the agent must not keep them alive), and
+        its optimizer steps."""
+        kind = type(event)
+        if kind is OptimizerStep:
+            if not event.in_scaler_step:  # GradScaler.step's own event follows
+                self._on_optimizer_step(event.optimizer)
+        elif kind is ModuleBuilt:
+            self.modules.append(weakref.ref(event.module))
+        elif kind is OptimizerBuilt:
+            self.optimizers.append(weakref.ref(event.optimizer))
+        elif kind is SchedulerBuilt:
+            self.schedulers.append(weakref.ref(event.scheduler))
+        elif kind is ScalerBuilt:
+            self.scalers.append(weakref.ref(event.scaler))
+        elif kind is OptimizerStateLoad:
+            if (self.resume_state is not None and self.epoch_index < 0
+                    and not _placing_on_device(event.caller)):
+                # Before the first training pass, only the script itself loads an optimizer's state:
+                # it resumes from a checkpoint of its own (trainwise loads its one at the pass).
+                self.script_resumed_itself = type(event.optimizer).__name__
 
     # ---- optimizer steps (DDP communication records) ----------------------------------------
     def mark_started(self) -> None:
@@ -273,24 +209,11 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
         except OSError:
             pass
 
-    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if self._replaying:  # a resumed run's replayed batch (above): not a step of this run
-            with self._comm_lock:
-                self._comm = None
+    def _on_optimizer_step(self, optimizer) -> None:
+        if self._replaying:  # a resumed run's replayed batch: not a step of this run
             return
         if self._hm_optimizer is None:
             self.mark_started()
-        if self._primary_optimizer is None:
-            self._primary_optimizer = id(optimizer)
-        elif id(optimizer) != self._primary_optimizer:
-            return
-        with self._comm_lock:
-            record, self._comm = self._comm, None
-        if record is not None:
-            recorder = recorder_module.current()
-            record["step_end_wall_s"] = time.time()
-            record["iteration"] = len(recorder.iterations) - 1 if recorder is not None else None
-            self.comm_steps.append(record)
 
     # ---- output -----------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
@@ -304,7 +227,7 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
                 "resumed_from": self.resumed_from, "skipped_corrupt": getattr(self, "skipped_checkpoints", []),
                 "writer": self.writes_checkpoints,
             },
-            "notes": self.notes,
+            "notes": self.notes + [note for note in self.bus.notes if note not in self.notes],
         }
 
     def write(self) -> None:

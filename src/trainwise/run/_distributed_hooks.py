@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+from trainwise.agent.comm_timing import DdpCommTiming
+from trainwise.agent.events import BucketReady, BucketReduced, DdpBuilt, HivemindAveraging, HivemindRound
 from trainwise.profile import _child as recorder_module
 from trainwise.run._agent_support import _quiet_shutdown_dht_class, _silence_pending_task_warnings, start_with_retries
 
@@ -19,43 +21,35 @@ from trainwise.run._agent_support import _quiet_shutdown_dht_class, _silence_pen
 class DistributedHooks:
     """Methods of trainwise.run._child.RunAgent; they use its state."""
 
-    def _install_ddp_hook(self) -> None:
+    def _install_ddp_timing(self) -> None:
+        """Each DistributedDataParallel the script builds (the patch's DdpBuilt event) gets a comm hook that runs
+        torch's default all-reduce and emits a bucket's ready and reduced times on the bus; the DDP timing
+        subscriber (trainwise.agent.comm_timing) turns them into one record per optimizer step."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        from torch.nn.parallel import DistributedDataParallel
 
-        agent = self
-        original_init = DistributedDataParallel.__init__
+        agent, bus = self, self.bus
+        self._ddp_timing = bus.subscribe(DdpCommTiming(self._iteration_index, skip_step=lambda: agent._replaying))
+        self.comm_steps = self._ddp_timing.steps
 
         def timed_allreduce(process_group, bucket):
-            ready = time.time()
             index = bucket.index()
-            nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
-            with agent._comm_lock:
-                record = agent._comm
-                if record is None:
-                    record = {"first_ready_wall_s": ready, "last_ready_wall_s": ready, "done_wall_s": ready,
-                              "buckets": {}, "bytes": 0}
-                    agent._comm = record
-                record["last_ready_wall_s"] = ready
-                record["bytes"] += nbytes
-                span = [ready, None, nbytes]
-                record["buckets"][str(index)] = span
+            bus.emit(BucketReady(time.time(), index, bucket.buffer().numel() * bucket.buffer().element_size(),
+                                 bucket.is_last()))
             if bucket.is_last():
                 future = agent._allreduce_with_stop(process_group, bucket)
             else:
                 future = default_hooks.allreduce_hook(process_group, bucket)
 
             def done(fut):
-                finished = time.time()
-                with agent._comm_lock:
-                    record["done_wall_s"] = max(record["done_wall_s"], finished)
-                    span[1] = finished
+                bus.emit(BucketReduced(time.time(), index))
                 return fut.value()
 
             return future.then(done)
 
-        def ddp_init(module, *args, **kwargs):
-            original_init(module, *args, **kwargs)
+        def on_ddp_built(event) -> None:
+            if not isinstance(event, DdpBuilt):
+                return
+            module = event.module
             try:
                 module.register_comm_hook(None, timed_allreduce)
                 agent.notes.append("DDP all-reduce timed by a comm hook wrapping torch's default allreduce_hook")
@@ -65,7 +59,11 @@ class DistributedHooks:
             except RuntimeError as exc:  # the script registered its own hook first
                 agent.notes.append(f"DDP comm hook not registered ({exc}); communication not timed")
 
-        DistributedDataParallel.__init__ = ddp_init
+        bus.subscribe(on_ddp_built, strict=True)
+
+    def _iteration_index(self) -> int | None:
+        recorder = recorder_module.current()
+        return len(recorder.iterations) - 1 if recorder is not None else None
 
     def _allreduce_with_stop(self, process_group: Any, bucket: Any) -> Any:
         """torch's default all-reduce of a gradient bucket (the mean over ranks), with four elements more,
@@ -100,25 +98,21 @@ class DistributedHooks:
 
     # ---- Hivemind ---------------------------------------------------------------------------
     def _install_hivemind(self) -> None:
-        torch = self._torch
+        """The script's first optimizer is built inside a hivemind.Optimizer (an interceptor of Optimizer.__new__
+        on the agent's torch patch); its rounds are timed by a subscriber (trainwise.agent.comm_timing)."""
         agent = self
-        optimizer_class = torch.optim.Optimizer
+        self.bus.subscribe(self._hivemind_timing)
 
-        def optimizer_new(cls, *args, **kwargs):
+        def optimizer_new(original_new, cls, *args, **kwargs):
             if agent._hm_guard or agent._hm_optimizer is not None or cls.__module__.split(".")[0] == "hivemind":
-                return object.__new__(cls)
+                return original_new(cls, *args, **kwargs)
             # Returning an object that is not an instance of `cls` makes Python skip cls.__init__.
             return agent._make_hivemind_optimizer(cls, args, kwargs)
 
-        optimizer_class.__new__ = staticmethod(optimizer_new)
-
-        import torch.utils.data.dataloader as dataloader_module
-
-        loader_class = dataloader_module.DataLoader
-        original_iter = loader_class.__iter__
+        self.patch.intercept("optimizer_new", optimizer_new)
         peer = int(self.config["hivemind"]["peer_index"])
 
-        def loader_iter(loader):
+        def loader_iter(original_iter, loader):
             # Each peer must see its own sample order: offset the script's shuffling seed per peer.
             if peer and not getattr(loader, "_trainwise_peer_seeded", False) and agent._is_training_pass(loader):
                 from trainwise.run._state import _generators
@@ -128,7 +122,7 @@ class DistributedHooks:
                 loader._trainwise_peer_seeded = True
             return original_iter(loader)
 
-        loader_class.__iter__ = loader_iter
+        self.patch.intercept("loader_iter", loader_iter)
 
     def _start_dht(self):
         cfg = self.config["hivemind"]
@@ -206,8 +200,7 @@ class DistributedHooks:
             peers = optimizer.tracker.global_progress.num_peers
             epoch = optimizer.local_epoch
             original_update(grad_scaler)
-            agent.hivemind_rounds.append({"epoch": epoch, "start_wall_s": start, "end_wall_s": time.time(),
-                                          "blocking_s": time.time() - start, "peers": peers})
+            agent.bus.emit(HivemindRound(epoch, start, time.time(), peers))
 
         original_local = optimizer._load_local_gradients_into_optimizer
         fallback = threading.local()  # averaging runs in hivemind's background thread with delayed updates
@@ -222,9 +215,7 @@ class DistributedHooks:
             start = time.time()
             fallback.used = False
             original_average(control)
-            agent.hivemind_info.setdefault("averaging", []).append(
-                {"start_wall_s": start, "end_wall_s": time.time(), "seconds": time.time() - start,
-                 "group": control is not None, "averaged": not fallback.used})
+            agent.bus.emit(HivemindAveraging(start, time.time(), control is not None, not fallback.used))
 
         optimizer.step = step
         optimizer._update_global_epoch = update_global_epoch

@@ -1,4 +1,4 @@
-"""The run agent's DataLoader patches: the iteration boundary (the training loader's next batch request),
+"""The run agent's DataLoader interceptors: the iteration boundary (the training loader's next batch request),
 resume's fast-forward and replay. A mixin of trainwise.run._child.RunAgent.
 """
 
@@ -11,15 +11,13 @@ class LoaderHooks:
     """Methods of trainwise.run._child.RunAgent; they use its state."""
 
     def _install_loader_hooks(self) -> None:
-        import torch.utils.data.dataloader as dataloader_module
-
+        """Interceptors of the agent's torch patch (trainwise.agent.torch_patch): DataLoader.__iter__ and the
+        iterators' batch requests, outside the profile recorder's."""
         from trainwise.run import _state
 
         agent = self
-        loader_class = dataloader_module.DataLoader
-        original_iter = loader_class.__iter__
 
-        def loader_iter(loader):
+        def loader_iter(original_iter, loader):
             if not agent._is_training_pass(loader):
                 return original_iter(loader)
             try:
@@ -98,12 +96,9 @@ class LoaderHooks:
                         agent._emptied_by_resume = str(agent.epoch_index + 1)
             return iterator
 
-        loader_class.__iter__ = loader_iter
+        self.patch.intercept("loader_iter", loader_iter)
 
-        iter_class = dataloader_module._BaseDataLoaderIter
-        original_next = iter_class.__next__
-
-        def iterator_next(iterator):
+        def iterator_next(original_next, iterator):
             if getattr(iterator, "_trainwise_replay", 0) > 0:
                 # A batch of a pass the resume does not train (above): no checkpoint boundary, not
                 # counted, not measured.
@@ -139,4 +134,4 @@ class LoaderHooks:
             agent.global_batches += 1
             return batch
 
-        iter_class.__next__ = iterator_next
+        self.patch.intercept("next", iterator_next)

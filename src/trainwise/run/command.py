@@ -111,7 +111,7 @@ def run_command(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the RunResult JSON here")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Stop the job after this many seconds")] = None,
     tune_allocator: Annotated[bool, typer.Option(help="Opt in: launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_=256 MiB; measured 20-24 % faster on two CPU workloads, 65 % slower on an LBFGS job: a change to the job); off by default so the job is measured as it runs; profile and run the same way for the prediction to hold")] = False,
-    flush_denormal: Annotated[bool, typer.Option(help="Flush denormal floats to zero in the job (torch.set_flush_denormal; much faster, steadier CPU steps for models that produce them); profile and run the same way for the prediction to hold")] = True,
+    flush_denormal: Annotated[bool, typer.Option(help="Opt in: flush denormal floats to zero in the job (torch.set_flush_denormal; measured 13x faster on an LSTM, 6-11 % on two CPU workloads, within noise on a fourth: a change to the job's numerics); off by default so the job is measured as it runs; profile and run the same way for the prediction to hold")] = False,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) locally, under torchrun DDP or as Hivemind
     peers, instrumented like `trainwise profile --full`, with optional checkpoint/resume."""

@@ -89,8 +89,8 @@ class RunOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     # trainwise's glibc malloc settings (trainwise.allocator), opt-in as for `trainwise profile`.
     tune_allocator: bool = False
-    # Denormals flushed to zero (trainwise.denormals), as `trainwise profile` does.
-    flush_denormal: bool = True
+    # Denormals flushed to zero (trainwise.denormals): opt-in, as for `trainwise profile`.
+    flush_denormal: bool = False
     checkpoint: CheckpointOptions | None = None
     timeout_s: float | None = None
     # Benchmarks: SIGTERM the job this many seconds after `expected_ranks` ranks trained a step.

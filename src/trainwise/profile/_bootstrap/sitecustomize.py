@@ -32,6 +32,11 @@ if _os.environ.get("TRAINWISE_PROFILE_CONFIG"):
             from trainwise.profile import _child
 
         _child.arm()
+        # Keras / Lightning / Hugging Face Trainer loops: their fit entry point gets trainwise's callback when
+        # the script imports it; the callback then reports the loop through the integration sink.
+        from trainwise.integrations import _autodetect
+
+        _autodetect.watch_framework_imports()
     except Exception as exc:  # never break the user's program because the profiler failed to arm
         print(f"trainwise: profiler not armed in this process ({exc})", file=_sys.stderr)
 

@@ -37,6 +37,11 @@ def _arm() -> None:
         _sys.path.append(_os.environ.get("TRAINWISE_PACKAGE_PARENT", ""))
         from trainwise.run import _child
     _child.arm(config)
+    # Keras / Lightning / Hugging Face Trainer loops: their fit entry point gets trainwise's callback when
+    # the script imports it; the callback then reports the loop through the integration sink.
+    from trainwise.integrations import _autodetect
+
+    _autodetect.watch_framework_imports()
 
 
 if _os.environ.get("TRAINWISE_RUN_CONFIG"):

@@ -1,0 +1,289 @@
+"""The one place that patches torch in the user's training process; both `trainwise profile` (the recorder)
+and `trainwise run` (checkpointing, SIGTERM, DDP, Hivemind) subscribe to what it emits.
+
+Patched once, after the script's own `import torch` (so that what the script sets before it, such as
+OMP_NUM_THREADS, keeps its effect): Module.__init__/train, DataLoader.__init__, its iterators' __init__
+and __next__, DataLoader.__iter__, Optimizer.__init__/load_state_dict, the global optimizer step
+post-hook, GradScaler.__init__/step, LR schedulers' __init__, DistributedDataParallel.__init__,
+torch.save/load and torch.autograd.backward. Each patch emits a typed event (trainwise.agent.events)
+on the process's bus.
+
+Four points change what the script sees, not just observe it: a batch request (a sampled profile ends
+an epoch early; a resumed run skips finished epochs), a pass's iterator (resume), a save or load path
+(a sampled profile writes scratch files) and a backward pass (whether to look at its graph). There,
+subscribers register an *interceptor*: `fn(proceed, *args, **kwargs)`, which calls `proceed(...)` to go
+on; the last one registered runs outermost, as stacked monkey-patches did. Standard library and torch only.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trainwise.agent.events import (CheckpointLoad, CheckpointSave, DdpBuilt, EventBus, LoaderBuilt,
+                                    LoaderIteratorBuilt, ModuleBuilt, OptimizerBuilding, OptimizerBuilt,
+                                    OptimizerStateLoad, OptimizerStep, ScalerBuilt, SchedulerBuilt,
+                                    TorchImported, TorchImportStarted, TrainModeSet)
+
+# The points where subscribers may change what the script sees (see the module's docstring).
+INTERCEPTION_POINTS = ("next", "loader_iter", "save", "load", "backward", "optimizer_new")
+
+
+class TorchPatch:
+    """The process's patches and its event bus. `now` is the agent's clock (the recorder sets it to
+    seconds since the launcher started the process)."""
+
+    def __init__(self, bus: EventBus | None = None, now: Callable[[], float] = time.perf_counter) -> None:
+        self.bus = bus or EventBus()
+        self.now = now
+        self.installed = False
+        self.torch: Any = None
+        self.in_scaler_step = False
+        self._train_depth = 0
+        self._interceptors: dict[str, list[Callable]] = {point: [] for point in INTERCEPTION_POINTS}
+        self._chains: dict[str, Callable] = {}
+        self._originals: dict[str, Callable] = {}
+        self._on_import: list[Callable[[], None]] = []
+        self._watching = False
+
+    # ---- interceptors -----------------------------------------------------------------------
+    def intercept(self, point: str, interceptor: Callable) -> Callable:
+        """Run `interceptor(proceed, *args, **kwargs)` around `point`, outside those registered before."""
+        if point not in self._interceptors:
+            raise ValueError(f"no interception point {point!r}; one of {', '.join(INTERCEPTION_POINTS)}")
+        self._interceptors[point].append(interceptor)
+        self._compose(point)
+        if point == "optimizer_new" and self.installed:
+            self._patch_optimizer_new()
+        return interceptor
+
+    def _compose(self, point: str) -> None:
+        original = self._originals.get(point)
+        if original is None:
+            return
+        chain = original
+        for interceptor in self._interceptors[point]:
+            chain = functools.partial(interceptor, chain)
+        self._chains[point] = chain
+
+    def _set_original(self, point: str, original: Callable) -> None:
+        self._originals[point] = original
+        self._compose(point)
+
+    # ---- torch import -----------------------------------------------------------------------
+    def when_torch_imported(self, callback: Callable[[], None]) -> None:
+        """Patch torch and call `callback` right after the script imports torch (now, if it has)."""
+        if self.installed:
+            callback()
+            return
+        self._on_import.append(callback)
+        if "torch" in sys.modules:
+            self._torch_ready()
+        elif not self._watching:
+            self._watching = True
+            sys.meta_path.insert(0, _TorchImportWatcher(self))
+
+    def _torch_ready(self) -> None:
+        if not self.installed:
+            self.install()
+            self.bus.emit(TorchImported(self.now()))
+        callbacks, self._on_import = self._on_import, []
+        for callback in callbacks:
+            callback()
+
+    # ---- the patches ------------------------------------------------------------------------
+    def install(self) -> None:
+        """Patch torch (once per process)."""
+        if self.installed:
+            return
+        self.installed = True
+        import torch
+
+        self.torch = torch
+        self._patch_constructors(torch)
+        self._patch_steps(torch)
+        self._patch_loaders(torch)
+        self._patch_files_and_backward(torch)
+        if self._interceptors["optimizer_new"]:
+            self._patch_optimizer_new()
+
+    def _patch_constructors(self, torch: Any) -> None:
+        patch, bus = self, self.bus
+
+        def before_init(cls: Any, make_event: Callable[[Any], Any]) -> None:
+            original = cls.__init__
+
+            def init(obj, *args, **kwargs):
+                bus.emit(make_event(obj))
+                return original(obj, *args, **kwargs)
+
+            cls.__init__ = init
+
+        before_init(torch.nn.Module, lambda module: ModuleBuilt(patch.now(), module))
+        before_init(torch.utils.data.DataLoader, lambda loader: LoaderBuilt(patch.now()))
+        scheduler_class = torch.optim.lr_scheduler.LRScheduler
+        before_init(scheduler_class, lambda scheduler: SchedulerBuilt(patch.now(), scheduler))
+        plateau = getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None)
+        if plateau is not None and not issubclass(plateau, scheduler_class):
+            before_init(plateau, lambda scheduler: SchedulerBuilt(patch.now(), scheduler))
+        scaler_class = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler_class is not None:
+            before_init(scaler_class, lambda scaler: ScalerBuilt(patch.now(), scaler))
+
+        optimizer_class = torch.optim.Optimizer
+        original_optimizer_init = optimizer_class.__init__
+
+        def optimizer_init(optimizer, *args, **kwargs):
+            bus.emit(OptimizerBuilding(patch.now()))
+            result = original_optimizer_init(optimizer, *args, **kwargs)
+            bus.emit(OptimizerBuilt(patch.now(), id(optimizer), optimizer))
+            return result
+
+        optimizer_class.__init__ = optimizer_init
+        original_load = optimizer_class.load_state_dict
+
+        def optimizer_load_state_dict(optimizer, *args, **kwargs):
+            bus.emit(OptimizerStateLoad(patch.now(), optimizer, sys._getframe(1)))
+            return original_load(optimizer, *args, **kwargs)
+
+        optimizer_class.load_state_dict = optimizer_load_state_dict
+
+        module_class = torch.nn.Module
+        original_train = module_class.train
+
+        def module_train(module, mode: bool = True):
+            # Module.train recurses into children; only the outermost call says what the user asked.
+            patch._train_depth += 1
+            try:
+                return original_train(module, mode)
+            finally:
+                patch._train_depth -= 1
+                if patch._train_depth == 0:
+                    bus.emit(TrainModeSet(patch.now(), bool(mode)))
+
+        module_class.train = module_train
+
+        parallel = getattr(torch.nn, "parallel", None)
+        ddp_class = getattr(parallel, "DistributedDataParallel", None)
+        if ddp_class is not None:
+            original_ddp_init = ddp_class.__init__
+
+            def ddp_init(module, *args, **kwargs):
+                original_ddp_init(module, *args, **kwargs)
+                bus.emit(DdpBuilt(patch.now(), module))
+
+            ddp_class.__init__ = ddp_init
+
+    def _patch_steps(self, torch: Any) -> None:
+        from torch.optim import optimizer as optimizer_module
+
+        patch, bus = self, self.bus
+
+        def step_post_hook(optimizer, args, kwargs):
+            bus.emit(OptimizerStep(patch.now(), id(optimizer), optimizer, in_scaler_step=patch.in_scaler_step))
+
+        optimizer_module.register_optimizer_step_post_hook(step_post_hook)
+        scaler_class = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler_class is None:
+            return
+        original_scaler_step = scaler_class.step
+
+        def scaler_step(scaler, optimizer, *args, **kwargs):
+            # GradScaler skips optimizer.step() on inf/NaN gradients; the iteration still ends.
+            patch.in_scaler_step = True
+            try:
+                return original_scaler_step(scaler, optimizer, *args, **kwargs)
+            finally:
+                patch.in_scaler_step = False
+                bus.emit(OptimizerStep(patch.now(), id(optimizer), optimizer, via_scaler=True))
+
+        scaler_class.step = scaler_step
+
+    def _patch_loaders(self, torch: Any) -> None:
+        import torch.utils.data.dataloader as dataloader_module
+
+        patch, bus = self, self.bus
+        iter_class = dataloader_module._BaseDataLoaderIter
+        original_iter_init = iter_class.__init__
+
+        def loader_iter_init(iterator, loader, *args, **kwargs):
+            original_iter_init(iterator, loader, *args, **kwargs)
+            bus.emit(LoaderIteratorBuilt(patch.now(), iterator, loader))
+
+        iter_class.__init__ = loader_iter_init
+        self._set_original("next", iter_class.__next__)
+        iter_class.__next__ = lambda iterator: patch._chains["next"](iterator)
+        loader_class = dataloader_module.DataLoader
+        self._set_original("loader_iter", loader_class.__iter__)
+        loader_class.__iter__ = lambda loader: patch._chains["loader_iter"](loader)
+
+    def _patch_files_and_backward(self, torch: Any) -> None:
+        patch, bus = self, self.bus
+        original_save, original_load = torch.save, torch.load
+        self._set_original("save", original_save)
+        self._set_original("load", original_load)
+
+        def save(obj, f, *args, **kwargs):
+            bus.emit(CheckpointSave(patch.now(), os.fspath(f) if isinstance(f, (str, os.PathLike)) else None))
+            return patch._chains["save"](obj, f, *args, **kwargs)
+
+        def load(f, *args, **kwargs):
+            bus.emit(CheckpointLoad(patch.now(), os.fspath(f) if isinstance(f, (str, os.PathLike)) else None))
+            return patch._chains["load"](f, *args, **kwargs)
+
+        torch.save, torch.load = save, load
+        # Tensor.backward calls torch.autograd.backward.
+        self._set_original("backward", torch.autograd.backward)
+        torch.autograd.backward = lambda *args, **kwargs: patch._chains["backward"](*args, **kwargs)
+
+    def _patch_optimizer_new(self) -> None:
+        if "optimizer_new" in self._originals:
+            return
+        optimizer_class = self.torch.optim.Optimizer
+        # Returning an object that is not an instance of `cls` makes Python skip cls.__init__.
+        self._set_original("optimizer_new", lambda cls, *args, **kwargs: object.__new__(cls))
+        patch = self
+        optimizer_class.__new__ = staticmethod(lambda cls, *args, **kwargs: patch._chains["optimizer_new"](cls, *args, **kwargs))
+
+
+class _TorchImportWatcher(importlib.abc.MetaPathFinder):
+    """Patches torch right after the script's own `import torch` completes."""
+
+    def __init__(self, patch: TorchPatch) -> None:
+        self.patch = patch
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+        patch = self.patch
+
+        def exec_module(module):
+            patch.bus.emit(TorchImportStarted(patch.now()))
+            original_exec(module)
+            patch._torch_ready()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+_process_patch: TorchPatch | None = None
+
+
+def process_patch() -> TorchPatch:
+    """The process's one TorchPatch (created on first use)."""
+    global _process_patch
+    if _process_patch is None:
+        _process_patch = TorchPatch()
+    return _process_patch
