@@ -115,8 +115,13 @@ def test_local_sweep_end_to_end(tmp_path, capsys):
         assert candidate["full_training_cost_usd_predicted"] > candidate["sweep_cost_usd"] > 0
     comparison = summary["comparison"]
     assert comparison["full_training_usd"] > comparison["sweep_usd"] > 0
-    assert summary["plan_best"]["offering_id"] in ("local/local-1t", "local/local-2t")
-    assert "measured here by the sweep" in summary["plan_best"]["time_source"]
+    # Both measured targets are ranked from their own profiles; which one (or a catalog GPU) wins depends on
+    # how fast this host ran them, so the test does not pin the winner.
+    local_plans = {row["offering_id"]: row for row in summary["plan_local"]}
+    assert {"local/local-1t", "local/local-2t"} <= set(local_plans)
+    assert all(row["wall_s"] > 0 and row["total_cost"] >= 0 and row["rank"] >= 1 for row in local_plans.values())
+    assert all("measured here by the sweep" in row["time_source"] for row in local_plans.values())
+    assert summary["plan_best"]["wall_s"] > 0 and summary["plan_best"]["time_source"]
     assert "sweep cost" in captured.out
 
 

@@ -309,6 +309,12 @@ def sweep(*, candidates: Sequence[str], command: list[str] | None, workload: str
         best = result.best
         summary["plan_best"] = {"offering_id": str(best["offering_id"]), "wall_s": float(best["wall_s"]),
                                 "total_cost": float(best["total_cost"]), "time_source": str(best["time_provenance"])}
+        # How the measured local targets themselves ranked (the best may be a catalog offering).
+        primary = result.primary
+        local_rows = primary[primary["offering_id"].astype(str).str.startswith("local/")]
+        summary["plan_local"] = [{"offering_id": str(row["offering_id"]), "rank": int(row["rank"]),
+                                  "wall_s": float(row["wall_s"]), "total_cost": float(row["total_cost"]),
+                                  "time_source": str(row["time_provenance"])} for _, row in local_rows.iterrows()]
         console.print(f"plan from the sweep's measured profiles: best {best['offering_id']} ({best['market']}), "
                       f"{best['wall_s']:.1f} s, {best['total_cost']:.6f} $ — {best['time_provenance']}")
     text = json.dumps(summary, indent=1, default=str)
