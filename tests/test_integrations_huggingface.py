@@ -98,6 +98,9 @@ def test_full_mode_with_evaluation_every_few_steps(tmp_path):
             assert it.start_s + it.wall_s <= v.start_s + 1e-6 or it.start_s >= v_end - 1e-6, (it, v)
 
 
+# The callback's sampled and full records are pinned by the tests above, the estimate by tests/test_same_machine.py
+# and its accuracy by benchmarks/integrations_prediction.py: this end-to-end comparison runs with the long tests.
+@pytest.mark.long
 def test_sampled_profile_predicts_a_short_full_run(tmp_path):
     """Loose tolerance on purpose: a noisy shared 2-core machine and a run of seconds; the benchmark
     (benchmarks/integrations_prediction.py) is the real check. Init (pytest's start-up) is left out."""

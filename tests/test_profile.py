@@ -18,15 +18,47 @@ def script(name: str, *args: str) -> list[str]:
     return [sys.executable, str(SCRIPTS / name), *args]
 
 
+def shared_run_environment(tmp_path_factory) -> pytest.MonkeyPatch:
+    """For a module-scoped run, which starts before the per-test fixtures of conftest.py: the same empty
+    host-noise store, and no allocator variable from the developer's shell."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TRAINWISE_HOST_NOISE_DIR", str(tmp_path_factory.getbasetemp() / "host_noise_store"))
+    patch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    patch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    return patch
+
+
+# Each profiling run is seconds of a subprocess: tests that only read the record share one run.
+@pytest.fixture(scope="module")
+def sampled_mlp(tmp_path_factory):
+    """A sampled profile of mlp_train.py (50 epochs, stopped early), and the file its end would write."""
+    done = tmp_path_factory.mktemp("sampled") / "done"
+    options = ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2)
+    patch = shared_run_environment(tmp_path_factory)
+    try:
+        return run_profile(script("mlp_train.py", "--epochs", "50", "--done-file", str(done)), options, quiet=True), done
+    finally:
+        patch.undo()
+
+
+@pytest.fixture(scope="module")
+def full_mlp_one_epoch(tmp_path_factory):
+    """A complete run of mlp_train.py (1 epoch) with trainwise's defaults (no characterisation)."""
+    patch = shared_run_environment(tmp_path_factory)
+    try:
+        return run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False),
+                           quiet=True)
+    finally:
+        patch.undo()
+
+
 def sampled_s(profile) -> float:
     """Seconds from the first sampled iteration's start to the last one's end."""
     return profile.iterations[-1].start_s + profile.iterations[-1].wall_s - profile.iterations[0].start_s
 
 
-def test_sampled_profile_stops_early_and_times_validation_and_epoch2(tmp_path):
-    done = tmp_path / "done"
-    options = ProfileOptions(min_iterations=6, max_iterations=8, validation_batches=3, epoch2_iterations=2)
-    profile = run_profile(script("mlp_train.py", "--epochs", "50", "--done-file", str(done)), options, quiet=True)
+def test_sampled_profile_stops_early_and_times_validation_and_epoch2(sampled_mlp):
+    profile, done = sampled_mlp
     assert profile.mode == "sampled"
     assert profile.stop_reason == "sampled"
     first, second = profile.epochs[0], profile.epochs[1]
@@ -68,9 +100,10 @@ def test_full_mode_runs_to_completion(tmp_path):
     assert [v.batches_timed for v in profile.validations] == [20, 20]
     assert not any(e.truncated for e in profile.epochs)
     assert profile.full_run.training_end_s <= profile.process_wall_s + 0.5
+    assert profile.characterisation is not None  # a full profile is characterised too (unless told not to)
 
 
-def test_a_sampled_profile_times_the_host_level_probe_beside_its_steps_and_outside_them():
+def test_a_sampled_profile_times_the_host_level_probe_beside_its_steps_and_outside_them(full_mlp_one_epoch):
     sampled = run_profile(script("mlp_train.py", "--epochs", "50"),
                           ProfileOptions(min_iterations=30, max_iterations=30, validation_batches=2, epoch2_iterations=2,
                                          level_probe_s=0.2), quiet=True)
@@ -81,8 +114,7 @@ def test_a_sampled_profile_times_the_host_level_probe_beside_its_steps_and_outsi
     assert max(it.wall_s for it in sampled.iterations[1:]) < 0.15
     assert len(sampled.iterations) == 32 and sampled.steady_state.iteration.mean_s < 0.05
     # a full run, or --level-probe-seconds 0, probes nothing
-    full = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full"), quiet=True)
-    assert full.level_probes == []
+    assert full_mlp_one_epoch.level_probes == []
     with pytest.raises(TrainwiseError, match="--level-probe-seconds"):
         ProfileOptions(level_probe_s=-1).validate()
 
@@ -95,6 +127,8 @@ def test_gradient_accumulation_counts_optimizer_steps():
     assert profile.dataset.iterations_per_epoch == 20
 
 
+# Unit-tested with a synthetic pass stream (tests/test_profile_recorder_units.py); end to end with the long tests.
+@pytest.mark.long
 def test_a_training_pass_begun_in_eval_mode_is_training_not_validation():
     # model.train() inside the step: each later epoch's pass starts while validation left eval mode on
     profile = run_profile(script("mlp_train.py", "--epochs", "2", "--train-inside-step"), ProfileOptions(mode="full"),
@@ -109,6 +143,9 @@ def test_a_training_pass_begun_in_eval_mode_is_training_not_validation():
     assert sampled.stop_reason == "sampled" and sampled.epochs[1].iterations == 2
 
 
+# Unit-tested with a synthetic profile (tests/test_same_machine.py), the passes kept out of the steps by the
+# mid-epoch test below; end to end with the long tests.
+@pytest.mark.long
 def test_validation_every_n_steps_is_out_of_the_iterations_and_counted_per_epoch():
     from trainwise.predict.same_machine import predict_total, validation_passes_per_epoch
 
@@ -305,8 +342,8 @@ def test_grad_scaler_steps_delimit_iterations():
     assert profile.dataset.iterations_per_epoch == 32
 
 
+# (crash_early.py, "exited with code 1 before its first iteration": tests/test_cli.py profiles it through the CLI)
 @pytest.mark.parametrize("name, message", [
-    ("crash_early.py", "before its first iteration"),
     ("crash_later.py", "crashed (exit code 1) after 4 iterations"),
     ("inference_only.py", "without a single training iteration"),
 ])
@@ -352,9 +389,8 @@ def test_dataloader_workers_and_a_reference_workload():
     assert all(it.data_wait_s >= 0 for it in profile.iterations)
 
 
-def test_profile_carries_a_workload_characterisation_of_the_model():
-    profile = run_profile(script("mlp_train.py", "--epochs", "5"), ProfileOptions(min_iterations=6, max_iterations=8),
-                          quiet=True)
+def test_profile_carries_a_workload_characterisation_of_the_model(sampled_mlp):
+    profile, _ = sampled_mlp
     char = profile.characterisation
     assert char is not None and char.trace_device == "meta"
     assert char.parameters == profile.model.parameters == 32 * 64 + 64 + 64 * 2 + 2
@@ -376,19 +412,18 @@ def test_characterisation_sees_keyword_inputs_and_picks_the_largest_module():
     assert any(r.category == "embedding" for r in char.records)
 
 
-def test_no_characterise_option_skips_the_trace():
-    profile = run_profile(script("mlp_train.py", "--epochs", "5"),
-                          ProfileOptions(min_iterations=6, max_iterations=8, characterise=False), quiet=True)
-    assert profile.characterisation is None
+def test_no_characterise_option_skips_the_trace(full_mlp_one_epoch):
+    # (a full profile is characterised too, at its end: test_full_mode_runs_to_completion checks it)
+    assert full_mlp_one_epoch.characterisation is None
 
 
-def test_allocator_settings_are_off_by_default_applied_on_request_and_recorded(monkeypatch):
+def test_allocator_settings_are_off_by_default_applied_on_request_and_recorded(monkeypatch, full_mlp_one_epoch):
     from trainwise import allocator
 
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     # The job is measured as it runs: no allocator setting unless the user asks for it.
-    plain = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
+    plain = full_mlp_one_epoch
     tuned = run_profile(script("mlp_train.py", "--epochs", "1"),
                         ProfileOptions(mode="full", characterise=False, tune_allocator=True), quiet=True)
     assert allocator.launch_environment({}) == {}
@@ -482,7 +517,7 @@ def test_steady_state_with_an_unmeasurable_drift_reads_back_the_same():
                        stop_reason="sampled", relative_drift=0.03).relative_drift == 0.03
 
 
-def test_zeros_in_adams_state_are_counted_and_their_square_root_timed():
+def test_zeros_in_adams_state_are_counted_and_their_square_root_timed(full_mlp_one_epoch):
     profile = run_profile(script("embedding_adam.py"), ProfileOptions(mode="full", characterise=False), quiet=True)
     zeros = profile.optimizer_state_zeros
     assert zeros is not None and zeros.optimizer == "Adam" and zeros.state == "exp_avg_sq"
@@ -505,7 +540,7 @@ def test_zeros_in_adams_state_are_counted_and_their_square_root_timed():
     assert fused is not None and fused.square_root_timed_in == "fused step" and fused.zero_fraction > 0.99
     assert fused.step_time_at_stake_s is not None and fused.step_time_at_stake_s < 0.3 * zeros.step_time_at_stake_s
     # a model whose state has no zeros to speak of is counted, not timed
-    plain = run_profile(script("mlp_train.py", "--epochs", "1"), ProfileOptions(mode="full", characterise=False), quiet=True)
+    plain = full_mlp_one_epoch
     assert plain.optimizer_state_zeros is not None and plain.optimizer_state_zeros.step_time_at_stake_s is None
 
 

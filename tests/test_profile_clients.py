@@ -27,6 +27,9 @@ def client(name: str, *args: str) -> list[str]:
     return [sys.executable, str(CLIENTS / name), *args]
 
 
+# Unit-tested with synthetic event streams (tests/test_agent.py, tests/test_profile_recorder_units.py); end to end
+# with the long tests.
+@pytest.mark.long
 def test_manual_sgd_without_optimizer_or_dataloader_is_profiled_with_its_epochs_and_validation():
     full = run_profile(client("manual_sgd_lm.py", "--epochs", "2", "--batches", "12"), ProfileOptions(mode="full", **QUICK),
                        quiet=True)
@@ -84,6 +87,8 @@ def test_validation_over_tensors_is_seen_beside_a_training_dataloader():
     assert before.start_s + before.wall_s <= validation.start_s <= after.start_s
 
 
+# The watchdog is unit-tested (tests/test_agent.py); end to end with the long tests.
+@pytest.mark.long
 def test_a_script_that_never_trains_is_told_so_within_seconds():
     started = time.monotonic()
     with pytest.raises(TrainwiseError, match="no training iteration within 3 s of the script's first forward pass"):

@@ -112,9 +112,10 @@ class FakeIterator:
         return self.loader.batches
 
 
-def run_pass(recorder, loader: FakeLoader, optimizer=None, batches: int | None = None):
+def run_pass(recorder, loader: FakeLoader, optimizer=None, batches: int | None = None, train_in_step: bool = False):
     """One pass over `loader` as the patched iterator reports it: each batch fetched, then (with an
-    optimizer) one step; exhausted at the end."""
+    optimizer) one step; exhausted at the end. `train_in_step`: the step calls model.train() (the
+    pass began in whatever mode the model was left in)."""
     import time
 
     import torch
@@ -123,6 +124,8 @@ def run_pass(recorder, loader: FakeLoader, optimizer=None, batches: int | None =
     if recorder._undecided is not None:  # as the patched __next__ does when another pass begins
         recorder._settle_undecided()
     state = recorder._new_loader_state(iterator)
+    if train_in_step:
+        recorder.eval_mode = False  # what the patched Module.train reports
     for _ in range(loader.batches if batches is None else batches):
         start = time.perf_counter()
         recorder._on_batch(iterator, state, start, time.perf_counter(), torch.zeros(loader.batch_size, 4))
@@ -169,6 +172,25 @@ def test_a_look_at_one_batch_before_training_is_neither_an_epoch_nor_validation(
     run_pass(recorder, train, optimizer)
     assert [e["iterations"] for e in recorder.epochs] == [10, 10] and recorder.validations == []
     assert any("neither an epoch nor validation" in note for note in recorder.notes)
+
+
+def test_a_training_pass_begun_in_eval_mode_is_training_not_validation(recorder):
+    """The synthetic form of test_profile's --train-inside-step run: each epoch's validation leaves the
+    model in eval mode, the next epoch's pass begins in it, and its first optimizer step makes it training."""
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    train, val = FakeLoader(40), FakeLoader(20)
+    for _ in range(2):
+        run_pass(recorder, train, optimizer, train_in_step=True)
+        recorder.eval_mode = True  # model.eval() before validation
+        run_pass(recorder, val)
+    recorder._settle_undecided()
+    assert [e["iterations"] for e in recorder.epochs] == [40, 40]
+    assert [len(v["batch_starts_s"]) for v in recorder.validations] == [20, 20]
+    assert all(it["batches"] == 1 and it["samples"] == 16 for it in recorder.iterations)
+    assert any("eval mode" in note for note in recorder.notes)
 
 
 class TrainPass:

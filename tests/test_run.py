@@ -131,6 +131,9 @@ def test_a_job_killed_before_it_recorded_anything_is_not_blamed_on_the_script():
         build_result(options, ["python", "x.py"], [75], 0.0, 1.0, {}, {})
 
 
+# A chaos run (the `long` marker's kind); the exit codes of a stop from outside are unit-tested (build_result) and
+# SIGTERM to `trainwise run` stays in the default run.
+@pytest.mark.long
 @pytest.mark.slow
 def test_ctrl_c_stops_the_job_with_a_checkpoint_and_exit_130(tmp_path):
     out, ck, result = tmp_path / "out.pt", tmp_path / "ck", tmp_path / "run.json"
@@ -168,6 +171,8 @@ def test_a_job_stopped_from_outside_before_its_first_step_is_not_blamed_on_the_s
         build_result(RunOptions(), ["python", "x.py"], [1], 0.0, 1.0, {0: {"iterations": []}}, {})
 
 
+# A chaos run (the `long` marker's kind).
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_killed_launcher_takes_its_job_with_it(tmp_path):
     ck, marker = tmp_path / "ck", tmp_path / "out.pt"
@@ -391,6 +396,9 @@ def test_local_run_checkpoints_on_sigterm_and_resumes_to_the_same_weights(tmp_pa
     assert all(torch.equal(final[k], reference[k]) for k in reference)
 
 
+# A resume run (the `long` marker's kind); a training pass begun in eval mode is unit-tested in
+# tests/test_profile_recorder_units.py.
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_script_that_calls_train_inside_its_step_resumes_to_the_same_weights(tmp_path):
     # every epoch after the first begins its pass in eval mode: still a training pass to checkpoint and resume
@@ -471,6 +479,8 @@ def test_ddp_resume_gives_each_rank_its_own_rng_states(tmp_path):
         assert again[: len(overlap)] == overlap, (rank, again[:2], overlap[:2])
 
 
+# A multi-process chaos run (the `long` marker's kind); the 2-process DDP run above stays in the default run.
+@pytest.mark.long
 @pytest.mark.slow
 def test_ddp_sigterm_to_one_worker_stops_all_ranks_as_preempted(tmp_path):
     """A preemption notice that reaches one worker only (one node of a multi-node job; trainwise run on the
@@ -494,6 +504,8 @@ def test_ddp_sigterm_to_one_worker_stops_all_ranks_as_preempted(tmp_path):
     assert 5 <= int(record["checkpoint"]["last"][5:17]) <= 7  # at the next synchronised step's boundary
 
 
+# A DDP resume (the `long` marker's kind); the 2-process DDP run above stays in the default run.
+@pytest.mark.long
 @pytest.mark.slow
 def test_ddp_resume_refuses_another_number_of_processes_in_one_line(tmp_path):
     """A DDP checkpoint resumed with another number of processes (each resumes its own data shard and RNG

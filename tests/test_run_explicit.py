@@ -23,6 +23,9 @@ def _cli(tmp_path: Path, out: Path, result: Path, *script_args: str) -> list[str
             *script_args]
 
 
+# A resume run (the `long` marker's kind); the explicit API's files and refusals are unit-tested below, SIGTERM and
+# resume of `trainwise run` stays in the default run (test_run.py).
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_preempted_explicit_api_loop_exits_143_with_its_record_and_resumes_to_the_same_weights(tmp_path):
     out, first, second = tmp_path / "model.pt", tmp_path / "first.json", tmp_path / "second.json"

@@ -95,6 +95,8 @@ def _run_cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "trainwise.cli", "run", *args]
 
 
+# A resume run (the `long` marker's kind); the loop scan that decides it is unit-tested above.
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_script_that_prints_its_last_loss_after_the_loop_resumes_to_the_same_weights(tmp_path):
     reference = _reference(tmp_path, LOSS_SCRIPT, ["--epochs", "3"])
@@ -113,6 +115,8 @@ def test_a_script_that_prints_its_last_loss_after_the_loop_resumes_to_the_same_w
     assert result["ranks"][0]["iterations"] == 3 * 40 - resumed_at  # and is not one of the run's measured steps
 
 
+# A resume run (the `long` marker's kind); `trainwise run`'s SIGTERM-and-resume stays in the default run (test_run.py).
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_checkpoint_at_an_epoch_end_resumes_a_script_that_uses_its_last_batch(tmp_path):
     # A 1-epoch run checkpoints at its end (batch 40, the pass's end); a 2-epoch run resumes there: the
@@ -131,6 +135,8 @@ def test_a_checkpoint_at_an_epoch_end_resumes_a_script_that_uses_its_last_batch(
     assert all(torch.equal(final[k], reference[k]) for k in reference)
 
 
+# A resume run (the `long` marker's kind); `trainwise run`'s SIGTERM-and-resume stays in the default run (test_run.py).
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_script_that_takes_a_finished_epochs_batches_with_next_gets_a_one_line_error(tmp_path):
     out, ck = tmp_path / "out.pt", tmp_path / "ck"
@@ -178,6 +184,8 @@ def test_a_resumed_job_that_fails_before_its_first_step_is_not_sent_to_run_witho
 SELF_RESUMING_SCRIPT = SCRIPTS / "self_resuming.py"
 
 
+# A resume run (the `long` marker's kind); `trainwise run`'s SIGTERM-and-resume stays in the default run (test_run.py).
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_script_that_resumes_itself_is_refused_instead_of_skipping_its_remaining_epochs(tmp_path):
     own, out, ck = tmp_path / "own.pt", tmp_path / "model.pt", tmp_path / "ck"
@@ -194,6 +202,8 @@ def test_a_script_that_resumes_itself_is_refused_instead_of_skipping_its_remaini
     assert not out.exists()
 
 
+# A resume run (the `long` marker's kind); `trainwise run`'s SIGTERM-and-resume stays in the default run (test_run.py).
+@pytest.mark.long
 @pytest.mark.slow
 def test_an_evaluation_of_the_training_set_without_eval_or_no_grad_resumes_to_the_same_weights(tmp_path):
     """After each epoch the script takes a loss over the training loader in train mode with gradients on

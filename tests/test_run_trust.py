@@ -365,6 +365,8 @@ def test_run_refuses_before_starting_when_no_checkpoint_is_under_this_users_key(
     assert not started.exists()
 
 
+# A resume run (the `long` marker's kind); forged and planted checkpoints are refused in-process above.
+@pytest.mark.long
 @pytest.mark.slow
 def test_trainwise_run_resumes_past_a_planted_checkpoint_without_running_it(tmp_path):
     """The issue's attack end to end: a forged newest checkpoint beside real ones; `trainwise run` resumes from

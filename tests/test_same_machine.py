@@ -282,3 +282,29 @@ def test_a_fill_in_model_claiming_most_of_the_step_is_not_believed():
     assert guarded.total_s == pytest.approx(plain.total_s) and "keeps the measured step" in guarded.note
     assert [trainwise_estimate(base.model_copy(update={"optimizer_state_zeros": zeros}), e).total_s for e in (1, 2, 3)] == sorted(
         trainwise_estimate(base.model_copy(update={"optimizer_state_zeros": zeros}), e).total_s for e in (1, 2, 3))
+
+
+def test_validation_every_n_steps_seen_in_the_sampled_epoch_is_counted_per_epoch():
+    """The synthetic form of test_profile's --validate-every 10 run: a sampled first epoch (40 iterations
+    each) of 25 iterations with a pass after steps 10 and 20 is 4 passes per epoch, every 10 steps."""
+    from trainwise.predict.same_machine import validation_passes_per_epoch
+
+    raw = raw_profile([0.01] * 25, batches_per_epoch=40, val_total=200, epoch2=[0.01, 0.01])
+    shift, validations = 0.0, []
+    for it in raw["iterations"]:
+        it["start_s"] += shift
+        it["end_s"] += shift
+        if it["epoch"] == 0 and it["index"] in (9, 19):  # a pass of 3 timed batches after steps 10 and 20
+            starts = [it["end_s"] + 0.02 * k for k in range(3)]
+            validations.append({"epoch": 0, "start_s": it["end_s"], "end_s": it["end_s"] + 0.06, "batch_starts_s": starts,
+                                "data_wait_s": [0.0] * 3, "samples": 48, "truncated": True, "batches_total": 200})
+            shift += 0.06
+    raw["epochs"][0]["end_s"] += shift
+    raw["epochs"][1]["start_s"] += shift
+    raw["validations"] = validations
+    raw["training_end_s"] = raw["recorded_until_s"] = raw["iterations"][-1]["end_s"]
+    profile = profile_from_raw(raw, command=["python", "t.py"], process_wall_s=10.0, exit_code=0)
+    assert validation_passes_per_epoch(profile, 40) == (4, 10)
+    assert "4 passes per epoch, 12 in all" in predict_total(profile, 3).note
+    # without the mid-epoch passes: one pass per epoch, at its end
+    assert validation_passes_per_epoch(make([0.01] * 25, batches_per_epoch=40, val_batch_s=[0.02] * 3), 40) == (1, None)
