@@ -60,6 +60,9 @@ def test_concurrent_buckets_pay_the_latency_once_per_step():
     assert concurrent.step_time_s < serial.step_time_s
 
 
+# long: two gloo processes timed against each other; on a loaded 2-core host the DDP step can time faster than
+# the plain one (test_predict_ddp_* above pin the arithmetic in the default run).
+@pytest.mark.long
 def test_ddp_overhead_probe_measures_ddps_own_work_beyond_the_allreduce():
     from trainwise.predict.collective_probe import probe_ddp_overhead
 
