@@ -61,7 +61,7 @@ def test_concurrent_buckets_pay_the_latency_once_per_step():
 
 
 # long: two gloo processes timed against each other; on a loaded 2-core host the DDP step can time faster than
-# the plain one (test_predict_ddp_* above pin the arithmetic in the default run).
+# the plain one (the bucket arithmetic above and the real all-reduce probe stay in the default run).
 @pytest.mark.long
 def test_ddp_overhead_probe_measures_ddps_own_work_beyond_the_allreduce():
     from trainwise.predict.collective_probe import probe_ddp_overhead
