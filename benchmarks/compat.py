@@ -130,7 +130,9 @@ def lock_pair(files: list[str]) -> dict:
 
     record = {"pair": "lock", "python": platform.python_version(), "torch": torch.__version__,
               "environment": sys.prefix, "steps": {}}
-    record["steps"]["tests"] = run_tests(sys.executable, files, clean_env())
+    env = clean_env()
+    env["PYTHONPATH"] = str(ROOT / "src")  # this checkout, whether or not the venv has it installed editable
+    record["steps"]["tests"] = run_tests(sys.executable, files, env)
     record["ok"] = record["steps"]["tests"]["ok"]
     return record
 
