@@ -70,11 +70,13 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None 
 
 
 def find_python(version: str) -> str | None:
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
-    matches = sorted(glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python{version}"))
-    return matches[-1] if matches else None
+    """A Python `version` that runs (a pyenv shim on PATH may exist and fail for a version not selected)."""
+    candidates = sorted(glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python{version}"))[::-1]
+    candidates += [found] if (found := shutil.which(f"python{version}")) else []
+    for candidate in candidates:
+        if subprocess.run([candidate, "-c", "import sys"], capture_output=True).returncode == 0:
+            return candidate
+    return None
 
 
 def build_dists(out: Path) -> dict:
