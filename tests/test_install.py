@@ -12,7 +12,7 @@ import pytest
 
 from trainwise.errors import TrainwiseError
 from trainwise.launch import package as pkg
-from trainwise.optional import MissingExtraError, missing_extra, require
+from trainwise.optional import BrokenExtraError, MissingExtraError, missing_extra, require
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -103,13 +103,19 @@ def test_a_missing_extra_is_one_line_naming_the_extra(monkeypatch):
     assert require("json").dumps([1]) == "[1]"
 
 
-def test_a_broken_install_is_not_reported_as_a_missing_extra(tmp_path, monkeypatch):
+def test_a_broken_install_is_one_line_naming_its_error_not_a_missing_extra(tmp_path, monkeypatch):
     (tmp_path / "brokenpkg").mkdir()
     (tmp_path / "brokenpkg" / "__init__.py").write_text("import no_such_module_inside_it\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ModuleNotFoundError) as caught:
+    with pytest.raises(BrokenExtraError, match=r"^brokenpkg is installed but cannot be imported \(ModuleNotFoundError: "
+                       r"No module named 'no_such_module_inside_it'\): reinstall") as caught:
         require("brokenpkg")
-    assert not isinstance(caught.value, MissingExtraError)
+    assert not isinstance(caught.value, MissingExtraError) and isinstance(caught.value, ImportError)
+    # a torchvision built for another torch fails with a RuntimeError at import (seen with torch 2.13.0+cpu)
+    (tmp_path / "badbuild").mkdir()
+    (tmp_path / "badbuild" / "__init__.py").write_text("raise RuntimeError('operator badbuild::nms does not exist')\n")
+    with pytest.raises(BrokenExtraError, match=r"badbuild::nms does not exist\): reinstall a badbuild built for"):
+        require("badbuild")
 
 
 @pytest.mark.parametrize("direct_url, extras, expected", [

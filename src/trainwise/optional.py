@@ -40,13 +40,28 @@ def missing_extra(module: str, what: str | None = None) -> MissingExtraError:
     return MissingExtraError(f"{needs}: pip install 'trainwise[{extra}]'")
 
 
+class BrokenExtraError(TrainwiseError, ImportError):
+    """An optional dependency is installed but fails to import (e.g. a torchvision built for another torch)."""
+
+
 def require(module: str, what: str | None = None) -> ModuleType:
-    """Import `module`; when it (or its top-level package) is missing, raise `missing_extra`. An
-    ImportError raised from inside an installed package (a broken install) propagates unchanged."""
+    """Import `module`; when it (or its top-level package) is missing, raise `missing_extra`; when it is
+    installed but its import fails (a build for another torch, a missing shared library), raise
+    `BrokenExtraError` naming the package and the first line of its error."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if missing and (module == missing or module.startswith(missing + ".")):
             raise missing_extra(module, what) from None
-        raise
+        raise _broken(module, exc) from exc
+    except Exception as exc:  # noqa: BLE001 - any failure inside an installed package is a broken install
+        raise _broken(module, exc) from exc
+
+
+def _broken(module: str, exc: BaseException) -> BrokenExtraError:
+    package = EXTRAS.get(module.split(".", 1)[0], (module.split(".", 1)[0], "all"))[0]
+    first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+    return BrokenExtraError(f"{package} is installed but cannot be imported ({type(exc).__name__}: {first_line}): "
+                            f"reinstall a {package} built for this Python and torch (pip install --force-reinstall "
+                            f"'{package}')")
