@@ -93,6 +93,28 @@ def test_make_and_ci_install_from_the_lock():
     assert not list(ROOT.glob("*.whl")), "a wheel at the repository root"
 
 
+def test_compat_counts_the_lock_pair_from_make_tests_junit_only_when_it_is_current_and_complete(tmp_path):
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location("compat", ROOT / "benchmarks" / "compat.py")
+    compat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compat)
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite name="pytest">'
+                     '<testcase classname="tests.test_agent" name="a"/>'
+                     '<testcase classname="tests.test_agent.TestGroup" name="b"><skipped message="x"/></testcase>'
+                     '<testcase classname="tests.test_profile" name="c"><failure message="boom"/></testcase>'
+                     '<testcase classname="tests.test_other" name="d"><error message="not ours"/></testcase>'
+                     '</testsuite></testsuites>')
+    counts = compat.junit_counts(junit, ["tests/test_agent.py", "tests/test_profile.py"])
+    assert counts == {"passed": 1, "failed": 1, "errors": 0, "skipped": 1}
+    assert compat.lock_pair(["tests/test_agent.py", "tests/test_profile.py"], junit)["ok"] is False
+    assert compat.junit_counts(junit, ["tests/test_agent.py", "tests/test_layers.py"]) is None  # a file it lacks
+    os.utime(junit, (1, 1))  # older than the sources: another checkout's run
+    assert compat.junit_counts(junit, ["tests/test_agent.py"]) is None
+
+
 def test_a_missing_extra_is_one_line_naming_the_extra(monkeypatch):
     error = missing_extra("sklearn.preprocessing", "the nn_twins workload")
     assert str(error) == "the nn_twins workload needs scikit-learn: pip install 'trainwise[workloads]'"
