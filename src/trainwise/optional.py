@@ -32,10 +32,15 @@ class MissingExtraError(TrainwiseError, ImportError):
     """An optional dependency is not installed (an ImportError too, for code that probes for it)."""
 
 
+def _package_and_extra(module: str) -> tuple[str, str]:
+    """The pip package and the trainwise extra behind an import name such as "sklearn.datasets"."""
+    top = module.split(".", 1)[0]
+    return EXTRAS.get(top, (top, "all"))
+
+
 def missing_extra(module: str, what: str | None = None) -> MissingExtraError:
     """The one-line error for `module` (an import name such as "sklearn.datasets") not being installed."""
-    top = module.split(".", 1)[0]
-    package, extra = EXTRAS.get(top, (top, "all"))
+    package, extra = _package_and_extra(module)
     needs = f"{what} needs {package}" if what else f"{package} is not installed"
     return MissingExtraError(f"{needs}: pip install 'trainwise[{extra}]'")
 
@@ -60,7 +65,7 @@ def require(module: str, what: str | None = None) -> ModuleType:
 
 
 def _broken(module: str, exc: BaseException) -> BrokenExtraError:
-    package = EXTRAS.get(module.split(".", 1)[0], (module.split(".", 1)[0], "all"))[0]
+    package = _package_and_extra(module)[0]
     first_line = (str(exc).strip().splitlines() or [""])[0][:200]
     return BrokenExtraError(f"{package} is installed but cannot be imported ({type(exc).__name__}: {first_line}): "
                             f"reinstall a {package} built for this Python and torch (pip install --force-reinstall "
