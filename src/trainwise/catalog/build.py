@@ -6,7 +6,8 @@ Reads `aws_vms.csv`, `gcp_vms.csv`, `azure_vms.csv`, `lambda_vms.csv` and `accel
 applies and records every quirk (see `trainwise.catalog.skypilot`), and writes
 `trainwise/catalog/data/`:
 - `offerings-current.csv`: one row per offering, columns `model.OFFERING_COLUMNS`;
-- `accelerators.csv`: the spec table normalised to canonical names (`names.CANONICAL`);
+- `accelerators.csv`: the spec table normalised to canonical names (`names.CANONICAL`), plus the rows of
+  `supplementary_accelerators.csv` (GPUs the spec table lacks);
 - `current.json`: name, snapshot date, provenance, note texts, caveats and the build report
   (per-file quirk counts).
 The runtime never reads the shared folder; it reads these files through importlib.resources.
@@ -28,6 +29,9 @@ from trainwise.catalog import names, skypilot
 from trainwise.catalog.model import OFFERING_COLUMNS, normalise_frame
 
 DATA_DIR = Path(__file__).parent / "data"
+# GPUs the shared spec table lacks but the device model's kernel data ran on (PCIe A100/V100 parts),
+# in ACCELERATOR_COLUMNS with their datasheet sources; read at build time only.
+SUPPLEMENTARY_CSV = Path(__file__).parent / "supplementary_accelerators.csv"
 SNAPSHOT_DATE = "2026-11-21"  # the day the SkyPilot catalog files were read (shared/catalog/README.md)
 SOURCE_FILES = {
     "aws_vms.csv": ("catalogs/v7/aws/vms.csv", "001367d22a0033fac286a8c71aeac7109e431bcb"),
@@ -78,6 +82,11 @@ def normalise_accelerators(spec_csv: Path) -> list[dict[str, Any]]:
                       source=f"derived from {record['spec_name']!r}: {info['note']}")
         record.update({k: v for k, v in info["override"].items()})  # type: ignore[union-attr]
         out[canonical] = record
+    with SUPPLEMENTARY_CSV.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["name"] in out:
+                raise SystemExit(f"{SUPPLEMENTARY_CSV.name}: {row['name']!r} is already a canonical or derived name")
+            out[row["name"]] = row
     unused = sorted(set(by_name) - {v[0] for v in names.CANONICAL.values()})
     if unused:
         print(f"note: accelerators.csv rows without a canonical name: {', '.join(unused)}", file=sys.stderr)
