@@ -10,15 +10,11 @@ import pytest
 import torch
 from torch import nn
 
+from trainwise.agent.trace.live import batch_shapes_of
+from trainwise.agent.trace.step import characterise_model, normalise_precision, trace_training_step
+from trainwise.core.workload import WorkloadCharacterisation
 from trainwise.errors import TrainwiseError
-from trainwise.predict.characterise import (
-    WorkloadCharacterisation,
-    batch_shapes_of,
-    characterise_model,
-    characterise_named,
-    normalise_precision,
-    trace_training_step,
-)
+from trainwise.predict.characterise import characterise_named
 
 
 pytestmark = pytest.mark.usefixtures("no_disk_cache")
@@ -164,7 +160,7 @@ def test_trace_training_step_for_the_recorder():
 def test_a_forward_needing_real_values_is_traced_on_the_cpu_instead_of_meta():
     import torch
 
-    from trainwise.predict.characterise import trace_training_step
+    from trainwise.agent.trace.step import trace_training_step
 
     class NeedsValues(torch.nn.Module):
         def __init__(self) -> None:
@@ -205,11 +201,11 @@ class _InPlaceReshaper(nn.Module):
     (_InPlaceReshaper, lambda: torch.randn(8, 16), "fp32"),
 ])
 def test_dispatch_cache_replays_exactly_what_a_fresh_trace_records(monkeypatch, build, inputs, precision):
-    import trainwise.predict.characterise as characterise
+    from trainwise.agent.trace import dispatch
 
     traced = {}
     for cached in (False, True):
-        monkeypatch.setattr(characterise, "DISPATCH_CACHE", cached)
+        monkeypatch.setattr(dispatch, "DISPATCH_CACHE", cached)
         torch.manual_seed(0)
         char = characterise_model(build(), inputs(), optimizer_name="adam", precision=precision, model_name="m",
                                   loss_fn=lambda out: (out[0] if isinstance(out, tuple) else out).float().mean())
@@ -329,7 +325,7 @@ def test_sequence_first_lstm_batch_is_dim_1():
     """An nn.LSTM built with PyTorch's default batch_first=False takes (seq, batch, features): the batch is dim 1."""
     import torch
 
-    from trainwise.predict.characterise import characterise_model
+    from trainwise.agent.trace.step import characterise_model
 
     class SeqFirst(torch.nn.Module):
         def __init__(self, batch_first: bool) -> None:

@@ -12,10 +12,11 @@ import typer
 from typer.testing import CliRunner
 
 from trainwise.catalog import load_catalog
+from trainwise.core.workload import OpRecord, WorkloadCharacterisation
 from trainwise.errors import TrainwiseError
 from trainwise.predict import calibration as cal
 from trainwise.predict import device_model as dm
-from trainwise.predict.characterise import OpRecord, WorkloadCharacterisation, characterise_named
+from trainwise.predict.characterise import characterise_named
 
 HEADER = "model,accelerator,count,per_device_batch,precision,samples_per_s,source"
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainwise.agent.trace.optimizers import optimizer_name_of
 from trainwise.catalog import load_catalog
+from trainwise.core.workload import Category
 from trainwise.errors import TrainwiseError
 from trainwise.predict import calibration as cal
 from trainwise.predict import characterise as ch
@@ -97,7 +99,7 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_before_building_
 def test_optimizers_are_the_ones_the_characteriser_costs(name, cls, momentum):
     opt = me.make_optimizer(name, [torch.nn.Parameter(torch.zeros(2))])
     assert type(opt) is cls
-    assert ch.optimizer_name_of(opt) == name
+    assert optimizer_name_of(opt) == name
     if momentum is not None:
         assert opt.param_groups[0]["momentum"] == momentum
 
@@ -167,7 +169,7 @@ def test_device_measure_command_appends_validation_rows(tmp_path):
 def test_a_breakdown_splits_a_real_step_by_the_characterisers_categories():
     b = me.measure_breakdown("mnist_cnn", 16, "fp32", device="cpu", warmup_steps=1, profiled_steps=2)
     assert b.step_wall_s > 0 and 0.0 <= b.idle_fraction <= 1.0
-    assert set(b.by_category_s) <= set(ch.Category.__args__)
+    assert set(b.by_category_s) <= set(Category.__args__)
     assert b.by_category_s.get("conv", 0) > 0 and b.by_category_s.get("elementwise", 0) > 0  # (CPU optimizers loop: elementwise)
     assert sum(b.by_category_s.values()) == pytest.approx(b.attributed_s)
     assert [s for *_, s in b.ops] == sorted((s for *_, s in b.ops), reverse=True)

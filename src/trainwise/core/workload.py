@@ -1,6 +1,6 @@
 """The workload characterisation: one training step of a model traced per operator (FLOPs, bytes,
-phase, category), device-independent. `trainwise.predict.characterise` traces it; the Profile
-carries it; the device model predicts other accelerators from it."""
+phase, category), device-independent. `trainwise.agent.trace` traces it; the Profile carries it;
+the device model predicts other accelerators from it."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def required_samples_per_s(profile_or_characterisation: Any, accelerator: str, c
     """
     from pathlib import Path
 
-    from trainwise.predict.characterise import WorkloadCharacterisation
+    from trainwise.core.workload import WorkloadCharacterisation
     from trainwise.predict.offerings import characterisation_or_none, device_predictions
 
     item = profile_or_characterisation

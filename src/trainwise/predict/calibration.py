@@ -60,16 +60,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trainwise.agent.trace.step import normalise_precision
+from trainwise.core.workload import COMPUTE_CATEGORIES, PRECISIONS, WorkloadCharacterisation
 from trainwise.errors import TrainwiseError
 from trainwise.predict import device_model as dm
-from trainwise.predict.characterise import (
-    COMPUTE_CATEGORIES,
-    PRECISIONS,
-    WorkloadCharacterisation,
-    characterise_named,
-    normalise_memory_format,
-    normalise_precision,
-)
+from trainwise.predict.characterise import characterise_named, normalise_memory_format
 
 DATA_DIR = Path(__file__).with_name("data")
 CALIBRATION_CSV = DATA_DIR / "calibration.csv"

@@ -57,8 +57,7 @@ def _check_options_apply(model: str, seq_len: int | None, image_size: int | None
 def _load_characterisation(path: Path) -> tuple[Any, Any]:
     """(characterisation, the profile or None): a WorkloadCharacterisation JSON, or a Profile JSON
     that carries one."""
-    from trainwise.predict.characterise import WorkloadCharacterisation
-
+    from trainwise.core.workload import WorkloadCharacterisation
     from trainwise.userfiles import load_json
 
     data = load_json(path, "--from", allow_non_finite=True,

@@ -1,6 +1,6 @@
 """Device model: a training iteration's time on any catalog accelerator, from a characterisation.
 
-For every operator record of a `WorkloadCharacterisation` (see `characterise.py`):
+For every operator record of a `WorkloadCharacterisation` (see trainwise.agent.trace):
 
     t_op = max( FLOPs / (peak x e_compute[class, category] x (peak / 100 TFLOP/s)^-alpha[category]
                          x wave_utilisation^wave_exponent x g_acc[accelerator] x g_grouped^[grouped conv]),
@@ -79,8 +79,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainwise.agent.trace.step import normalise_precision
+from trainwise.core.workload import COMPUTE_CATEGORIES, WorkloadCharacterisation
 from trainwise.errors import TrainwiseError
-from trainwise.predict.characterise import COMPUTE_CATEGORIES, WorkloadCharacterisation, normalise_precision
 from trainwise.predict.gemm import gemm_dims
 
 DATA_DIR = Path(__file__).with_name("data")

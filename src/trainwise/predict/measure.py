@@ -31,6 +31,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainwise.agent.trace.categories import category_of
+from trainwise.agent.trace.optimizers import normalise_optimizer
+from trainwise.agent.trace.step import default_loss, materialise_inputs, normalise_precision
 from trainwise.errors import TrainwiseError
 from trainwise.predict import calibration as cal
 from trainwise.predict import characterise as ch
@@ -69,7 +72,7 @@ def make_optimizer(name: str, parameters: Any) -> Any:
     """A real torch.optim optimizer for an OPTIMIZER_STATE name (the kind the characteriser costs)."""
     import torch
 
-    key = ch.normalise_optimizer(name)
+    key = normalise_optimizer(name)
     params = list(parameters)
     makers = {
         "sgd": lambda: torch.optim.SGD(params, lr=0.01),
@@ -140,7 +143,7 @@ def _build_real_step(model_name: str, per_device_batch: int, precision: str, *, 
                      device: str, seed: int) -> _RealStep:
     import torch
 
-    precision = ch.normalise_precision(precision)
+    precision = normalise_precision(precision)
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TrainwiseError(f"device {device!r} asked for but torch.cuda.is_available() is False: pass --device cpu")
@@ -151,9 +154,9 @@ def _build_real_step(model_name: str, per_device_batch: int, precision: str, *, 
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train()
-    inputs = _to_device(ch._materialise_inputs(step_spec.inputs, "cpu"), dev, channels_last)
+    inputs = _to_device(materialise_inputs(step_spec.inputs, "cpu"), dev, channels_last)
     args, kwargs = ((), inputs) if isinstance(inputs, dict) else (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,), {})
-    loss_fn = step_spec.loss or ch._default_loss
+    loss_fn = step_spec.loss or default_loss
     opt = make_optimizer(step_spec.optimizer, [p for p in model.parameters() if p.requires_grad])
     amp_dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(precision)
     scaler = torch.amp.GradScaler(dev.type) if precision == "amp_fp16" else None
@@ -356,7 +359,7 @@ def category_of_aten(name: str) -> str:
         candidates = [getattr(packet, name) for name in packet.overloads()]
         tagged = [f for f in candidates if torch.Tag.pointwise in getattr(f, "tags", ())]
         func = (tagged or candidates or [None])[0]
-    return ch._category_of(short, func)
+    return category_of(short, func)
 
 
 def measure_breakdown(model_name: str, per_device_batch: int, precision: str = "fp32", *, seq_len: int | None = None,

@@ -20,7 +20,7 @@ from typing import Any
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict import device_model as dm
-from trainwise.predict.characterise import WorkloadCharacterisation
+from trainwise.core.workload import WorkloadCharacterisation
 
 
 def characterisation_of(profile: Any) -> WorkloadCharacterisation:

@@ -30,7 +30,7 @@ class WorkloadCapture:
             self._model_parameters = count
             if not self.characterise:
                 return None
-            from trainwise.predict.characterise import batch_shapes_of, detect_memory_format, detect_precision
+            from trainwise.agent.trace.live import batch_shapes_of, detect_memory_format, detect_precision
 
             device_type = "cpu"
             for p in module.parameters():
@@ -95,7 +95,8 @@ class WorkloadCapture:
             self.notes.append("workload characterisation skipped: no model forward pass was seen")
             return
         try:
-            from trainwise.predict.characterise import optimizer_name_of, trace_training_step
+            from trainwise.agent.trace.optimizers import optimizer_name_of
+            from trainwise.agent.trace.step import trace_training_step
 
             optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
             name = self.config.get("workload") or type(model).__name__

@@ -97,7 +97,7 @@ def _warm_zygote() -> None:
 
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     # What the recorder and the agent import lazily inside the job.
-    for name in ("fsspec", "trainwise.predict.characterise", "trainwise.core.costs"):
+    for name in ("fsspec", "trainwise.agent.trace.step", "trainwise.core.costs"):
         try:
             importlib.import_module(name)
         except ImportError:
