@@ -32,8 +32,9 @@ import pandas as pd
 from trainwise._io import atomic_write_text
 from trainwise.catalog import Catalog, load_catalog
 from trainwise.plan import Constraints, Objective, PlanOptions, plan
-from trainwise.plan import planner as planner_module
+from trainwise.plan.feasibility import apply_constraints
 from trainwise.plan.pareto import pareto_mask_grouped
+from trainwise.plan.ranking import rank_candidates
 from trainwise.plan.synthetic import synthetic_profile
 from _machine import machine
 
@@ -104,8 +105,8 @@ def main() -> None:
         frame["_seq"] = np.arange(len(frame))
         frame["_spot"] = (frame["market"] == "spot").to_numpy()
         t0 = time.perf_counter()
-        planner_module._apply_constraints(frame, constraints, set(), set(), set(), max(EPOCH_OPTIONS))
-        planner_module._rank(frame, objective)
+        apply_constraints(frame, constraints, set(), set(), set(), max(EPOCH_OPTIONS))
+        rank_candidates(frame, objective)
         feasible = frame["feasible"].to_numpy()
         pareto_mask_grouped(frame["wall_s"].to_numpy()[feasible], frame["total_cost"].to_numpy()[feasible],
                             frame["epochs"].to_numpy()[feasible])

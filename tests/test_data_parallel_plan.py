@@ -239,7 +239,7 @@ def test_parameter_averaging_is_counted_in_a_hivemind_groups_egress_when_asked(c
 def test_groups_split_the_global_batch_and_prune_what_cannot(catalog):
     """Scale-out keeps the job's global batch (strong scaling): DDP splits it over the workers, Hivemind
     rounds hold it; groups whose share per device falls below the floor are not ranked, and counted."""
-    from trainwise.plan.planner import global_batch_sizes
+    from trainwise.plan.feasibility import global_batch_sizes
     from trainwise.plan.scaling import REASON_FLOOR
 
     profiles = [v100(iteration_s=2.0, batches_per_epoch=40, batch_size=32)]

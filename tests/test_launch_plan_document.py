@@ -12,7 +12,8 @@ from trainwise.errors import TrainwiseError
 from trainwise.launch.plan_document import build_plan_document, load_plan
 from trainwise.launch.skypilot_task import task_config, validate_packaged
 from trainwise.plan.objectives import Constraints, make_objective
-from trainwise.plan.planner import PlanOptions, plan
+from trainwise.plan.models import PlanOptions
+from trainwise.plan.planner import plan
 from trainwise.plan.synthetic import synthetic_profile
 
 COMMAND = ["python", "train.py", "--epochs", "10"]

@@ -25,20 +25,8 @@ MAX_CLASS_LINES = 300
 MODULES_OVER_LIMIT = {
     "predict/calibration.py",   # device-model calibration (issue 33)
     "predict/device_model.py",  # the device model (issue 33)
-    "plan/planner.py",          # the planner (issue 36)
 }
 CLASSES_OVER_LIMIT: set[str] = set()
-
-
-# Imports that close today's remaining cycles, each inside a function, each owned by work under way:
-# the cycle test ignores only these edges and fails once one is gone (remove it here then). Never add one.
-KNOWN_CYCLE_IMPORTS = {
-    # issue 37: the catalog loader dispatches to the SkyPilot importer and the user-offering reader,
-    # which read the packaged accelerators back from the loader; split the packaged-data reading out
-    ("trainwise.catalog.loader", "trainwise.catalog.importer"),
-    ("trainwise.catalog.loader", "trainwise.catalog.user"),
-    ("trainwise.catalog.user", "trainwise.catalog.loader"),
-}
 
 
 def _modules() -> list[Path]:
@@ -121,10 +109,6 @@ def test_no_import_cycle_among_trainwise_modules():
     edges = {module: {imported for imported in graph.find_modules_directly_imported_by(module)
                       if not imported.startswith(module + ".") and not module.startswith(imported + ".")}
              for module in graph.modules if module.startswith("trainwise")}
-    gone = {edge for edge in KNOWN_CYCLE_IMPORTS if edge[1] not in edges.get(edge[0], set())}
-    assert not gone, f"no longer imported: remove from KNOWN_CYCLE_IMPORTS: {sorted(gone)}"
-    for importer, imported in KNOWN_CYCLE_IMPORTS:
-        edges[importer].discard(imported)
     cycles = _strongly_connected(edges)
     assert not cycles, "import cycles among trainwise modules: " + "; ".join(" ↔ ".join(c) for c in cycles)
 

@@ -12,8 +12,9 @@ import pytest
 from trainwise.catalog import load_catalog
 from trainwise.errors import TrainwiseError
 from trainwise.plan import Constraints, InfeasiblePlanError, Objective, PlanOptions, plan
+from trainwise.plan.inputs import LOCAL_OFFERING_ID
 from trainwise.plan.objectives import make_objective, parse_duration, parse_money, parse_weights
-from trainwise.plan.planner import LOCAL_OFFERING_ID, check_inputs
+from trainwise.plan.planner import check_inputs
 from trainwise.plan.runtime import NOT_PREDICTED, resolve_device
 from trainwise.plan.synthetic import synthetic_profile
 

@@ -74,7 +74,7 @@ def test_no_ranked_plan_changes_the_global_batch():
     profile = _imagenet_profile("resnet50", 256)
     result = plan([profile], load_catalog(), Objective(kind="fastest"), epoch_options=[90],
                   options=PlanOptions(this_host="here", distributed=DistributedOptions()))
-    from trainwise.plan.planner import global_batch_sizes
+    from trainwise.plan.feasibility import global_batch_sizes
 
     assert set(global_batch_sizes(result.ranked).tolist()) == {256.0}
     assert result.primary["accelerator_count"].max() > 1  # scale-out is still ranked, at 256 in all

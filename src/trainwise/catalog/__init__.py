@@ -21,8 +21,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "data_dir": "loader", "load_catalog": "loader", "load_packaged": "loader", "load_seed_2021": "loader",
-    "packaged_accelerators": "loader",
+    "data_dir": "current", "load_catalog": "loader", "load_packaged": "current", "load_seed_2021": "loader",
+    "packaged_accelerators": "packaged",
     "EGRESS_COLUMNS": "model", "EGRESS_SCOPES": "model", "OFFERING_COLUMNS": "model", "Accelerator": "model",
     "Catalog": "model", "Offering": "model",
     "CatalogDataError": "skypilot", "Problem": "skypilot",

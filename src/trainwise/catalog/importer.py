@@ -25,9 +25,9 @@ import pandas as pd
 from trainwise._io import atomic_write_text
 from trainwise.catalog import skypilot
 from trainwise.catalog.build import offerings_csv_text
-from trainwise.catalog.loader import (_packaged_current, load_catalog, packaged_accelerators, read_catalog_meta,
-                                      spec_memory, user_catalog_dir)
+from trainwise.catalog.current import load_imported, load_packaged, read_catalog_meta, user_catalog_dir
 from trainwise.catalog.model import OFFERING_COLUMNS, Catalog, normalise_frame
+from trainwise.catalog.packaged import packaged_accelerators, packaged_current, spec_memory
 from trainwise.errors import TrainwiseError
 from trainwise.userfiles import write_json
 
@@ -102,11 +102,11 @@ def import_skypilot(paths: list[str | Path], *, cloud: str | None = None, skip_u
     directory = directory or user_catalog_dir()
     previous_meta: dict[str, Any] = {}
     if (directory / "catalog.json").is_file():
-        base = load_catalog(directory)  # verified against its content hash: a damaged import is refused here
+        base = load_imported(directory)  # verified against its content hash: a damaged import is refused here
         previous_meta = read_catalog_meta(directory)
     else:
-        base = load_catalog("packaged")
-    packaged_date = _packaged_current()[1]["snapshot_date"]
+        base = load_packaged()
+    packaged_date = packaged_current()[1]["snapshot_date"]
     sources: dict[str, dict[str, Any]] = previous_meta.get("clouds") or {
         c: {"file": "packaged snapshot", "price_date": packaged_date} for c in base.clouds()}
     kept = base.offerings[~base.offerings["cloud"].isin(list(clouds))]
@@ -144,4 +144,4 @@ def import_skypilot(paths: list[str | Path], *, cloud: str | None = None, skip_u
         reason = exc.strerror or str(exc)
         raise TrainwiseError(f"cannot store the imported catalog in {directory} ({reason}): set TRAINWISE_DATA_DIR to a "
                              "writable folder with free space; the catalog in effect is unchanged") from None
-    return ImportResult(directory=directory, catalog=load_catalog(directory), clouds=clouds)
+    return ImportResult(directory=directory, catalog=load_imported(directory), clouds=clouds)

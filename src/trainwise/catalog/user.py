@@ -66,6 +66,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainwise.catalog.model import Accelerator, Catalog, Offering, frame_from_offerings
+from trainwise.catalog.packaged import packaged_accelerators
 from trainwise.errors import TrainwiseError
 
 HOURS_PER_YEAR = 365 * 24  # 8760, as Künas' thesis ("1 × 365 × 24")
@@ -266,8 +267,6 @@ def _validation_message(path: Path, data: dict[str, Any], exc: ValidationError) 
 
 def load_user_offerings(path: str | Path, base_accelerators: dict[str, Accelerator] | None = None) -> Catalog:
     """A Catalog of the offerings in a user TOML/YAML file (merge it with `Catalog.merged_with`)."""
-    from trainwise.catalog.loader import packaged_accelerators
-
     path = Path(path)
     data = _read(path)
     try:

@@ -341,7 +341,7 @@ def fill_full_training_costs(results: Sequence[CandidateResult], epochs: int, pr
 
 
 def local_price() -> tuple[float, str]:
-    from trainwise.plan.planner import default_local_offering
+    from trainwise.plan.inputs import default_local_offering
 
     offering = default_local_offering()
     return float(offering.price_per_hour or 0.0), "assumed (trainwise's amortised workstation; see `trainwise plan` assumptions)"

@@ -7,7 +7,10 @@
 Modules, one job each: `costs` (billing, provisioning, staging, egress, storage, spot expectation),
 `metrics` ($/1M samples, cost efficiency, break-even speedup, speedup with transfer, methodology-2
 tables), `objectives` (objective and constraint models), `runtime` (pluggable runtime sources),
-`pareto`, `planner` (the pure `plan()`), `command` (the I/O around it for the CLI).
+`pareto`, `planner` (the pure `plan()`), and what it is built from: `models` (options, result),
+`inputs` (profiles, this machine, filter names, predictions), `candidates` (the candidate frame and
+its cost model), `feasibility` (constraints), `ranking` (rank, Pareto set, reference metrics) and
+`caveats` (flags, assumptions); `command` (the I/O around it for the CLI).
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from typing import Any
 
 # Imported on first use: `trainwise.plan.request` and `trainwise.plan.bounds` are read by the CLI
 # before any work starts, and the planner pulls in pandas and numpy (about a second).
-_LAZY = {"Constraints": "objectives", "Objective": "objectives", "InfeasiblePlanError": "planner",
-         "PlanOptions": "planner", "PlanResult": "planner", "plan": "planner"}
+_LAZY = {"Constraints": "objectives", "Objective": "objectives", "InfeasiblePlanError": "models",
+         "PlanOptions": "models", "PlanResult": "models", "plan": "planner"}
 
 __all__ = ["Constraints", "InfeasiblePlanError", "Objective", "PlanOptions", "PlanResult", "plan"]
 

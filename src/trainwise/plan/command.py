@@ -18,7 +18,8 @@ from trainwise.errors import TrainwiseError
 from trainwise.core import costs
 from trainwise.plan.objectives import (Constraints, check_option_number, make_objective, parse_duration, parse_money,
                                        parse_weights)
-from trainwise.plan.planner import PlanOptions, PlanResult, check_inputs, plan
+from trainwise.plan.models import PlanOptions, PlanResult
+from trainwise.plan.planner import check_inputs, plan
 from trainwise.plan.request import PlanRequest
 from trainwise.profile.schema import Profile, load_profile
 
