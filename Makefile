@@ -10,8 +10,6 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.trainwise-installed
 TEST_STAMP := $(VENV)/.trainwise-test-installed
 UV ?= uv
-# `make test` spreads the default run over the machine's cores (pytest-xdist); TEST_JOBS=0 runs it in one process.
-TEST_JOBS ?= auto
 LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header \
 	--annotation-style line --index-strategy unsafe-best-match --index-url https://pypi.org/simple \
 	$(if $(wildcard /opt/pypi-more/simple),--extra-index-url file:///opt/pypi-more/simple)
@@ -43,7 +41,7 @@ run: $(TEST_STAMP)
 # The JUnit XML lets `make compat` count the lock pair's tests from this run instead of running them again;
 # the 25 slowest tests are listed to keep the default run short (the default run should stay under 6 minutes).
 test: $(TEST_STAMP)
-	$(PY) -m pytest -m "not long" -n $(TEST_JOBS) --dist worksteal --junitxml=$(VENV)/junit-default.xml --durations=25
+	$(PY) -m pytest -m "not long" --junitxml=$(VENV)/junit-default.xml --durations=25
 
 test-long: $(TEST_STAMP)
 	$(PY) -m pytest -m long
