@@ -51,7 +51,11 @@ from rich.table import Table
 from trainwise._io import atomic_write_text
 from trainwise.catalog import load_catalog
 from trainwise.predict import calibration as cal
+from trainwise.predict import calibration_eval as ce
+from trainwise.predict import calibration_fit as cf
 from trainwise.predict import device_model as dm
+from trainwise.predict import device_params as dp
+from trainwise.predict import measurements as meas
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _kernel_eval  # noqa: E402
@@ -219,55 +223,55 @@ def main(argv: list[str] | None = None) -> int:
     if args.kernel_only:
         return kernel_only(catalog, started)
     speed_result = None if args.loo_only else speed(catalog)  # first, on an idle interpreter
-    all_rows = cal.load_measurements(cal.CALIBRATION_CSV, catalog)
-    rows, excluded = cal.plausible_rows(all_rows, catalog)
-    ratios = cal.load_ratios()
+    all_rows = meas.load_measurements(meas.CALIBRATION_CSV, catalog)
+    rows, excluded = ce.plausible_rows(all_rows, catalog)
+    ratios = meas.load_ratios()
     console.print(f"calibration rows {len(all_rows)} ({len(excluded)} excluded: > 100 % of peak or superlinear scaling), ratio rows {len(ratios)}")
 
-    loo_model = cal.loo(rows, ratios, "model", catalog)
-    loo_no_stack = cal.loo(rows, ratios, "model", catalog, stacks=False)
-    no_stack = {**{k: cal.summarise_errors(loo_no_stack.errors)[k] for k in ("median_abs_error", "p90_abs_error")},
-                "best_choice_accuracy": cal.best_choice(rows, loo_no_stack.predictions, catalog)["best_choice_accuracy"]}
+    loo_model = ce.loo(rows, ratios, "model", catalog)
+    loo_no_stack = ce.loo(rows, ratios, "model", catalog, stacks=False)
+    no_stack = {**{k: ce.summarise_errors(loo_no_stack.errors)[k] for k in ("median_abs_error", "p90_abs_error")},
+                "best_choice_accuracy": ce.best_choice(rows, loo_no_stack.predictions, catalog)["best_choice_accuracy"]}
     if args.loo_only:
-        s = cal.summarise_errors(loo_model.errors)
+        s = ce.summarise_errors(loo_model.errors)
         console.print({"with_stack_term": {"median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"],
-                                           "best_choice_accuracy": cal.best_choice(rows, loo_model.predictions, catalog)
+                                           "best_choice_accuracy": ce.best_choice(rows, loo_model.predictions, catalog)
                                            ["best_choice_accuracy"]},
                        "without_stack_term": no_stack, "wall_s": round(time.perf_counter() - started, 1)})
         return 0
-    loo_acc = cal.loo(rows, ratios, "accelerator", catalog)
-    loo_src = cal.loo(rows, ratios, "source", catalog)
+    loo_acc = ce.loo(rows, ratios, "accelerator", catalog)
+    loo_src = ce.loo(rows, ratios, "source", catalog)
     # Habitat's setting: the model is known on other accelerators, predicted on a new one
-    loo_pair = cal.loo(rows, ratios, "model_accelerator", catalog)
-    s_pair = cal.summarise_errors(loo_pair.errors)
-    s_model = cal.summarise_errors(loo_model.errors)
-    choice = cal.best_choice(rows, loo_model.predictions, catalog)
+    loo_pair = ce.loo(rows, ratios, "model_accelerator", catalog)
+    s_pair = ce.summarise_errors(loo_pair.errors)
+    s_model = ce.summarise_errors(loo_model.errors)
+    choice = ce.best_choice(rows, loo_model.predictions, catalog)
     pytorch = [i for i, m in enumerate(rows) if m.framework == "pytorch"]
-    s_pytorch = cal.summarise_errors([loo_model.errors[i] for i in pytorch])
+    s_pytorch = ce.summarise_errors([loo_model.errors[i] for i in pytorch])
 
     # the packaged fit + its bands (from the leave-one-model-out residuals)
     params, _ = cal.fit_packaged(write=not args.no_write_params, catalog=catalog)
-    in_sample = [(p - m.samples_per_s) / m.samples_per_s for p, m in zip(cal.predict_rows(params, rows, catalog), rows)]
+    in_sample = [(p - m.samples_per_s) / m.samples_per_s for p, m in zip(cf.predict_rows(params, rows, catalog), rows)]
 
     # held-out validation set with the full fit
     from trainwise.predict.validate import validate_dataset
 
-    report = validate_dataset(cal.VALIDATION_CSV, params=params, catalog=catalog)
-    val_rows = cal.load_measurements(cal.VALIDATION_CSV, catalog)
+    report = validate_dataset(meas.VALIDATION_CSV, params=params, catalog=catalog)
+    val_rows = meas.load_measurements(meas.VALIDATION_CSV, catalog)
     val_errors = [r.error for r in report.predictions]
     single = [e for e, m in zip(val_errors, val_rows) if m.count == 1]
     multi = [e for e, m in zip(val_errors, val_rows) if m.count > 1]
 
     # seed ratios, each predicted by a fit without its model
-    ratio_pred = cal.loo_ratios(rows, ratios, catalog)
+    ratio_pred = ce.loo_ratios(rows, ratios, catalog)
     ratio_results = [{"model": r.model, "accelerator": r.accelerator, "reference": r.reference_accelerator,
                       "published_speedup": r.speedup, "predicted_speedup": round(p, 3),
                       "error": round(p / r.speedup - 1, 4), "source": r.source} for r, p in zip(ratios, ratio_pred)]
 
     within_band = []
     for m, e in zip(rows, loo_model.errors):
-        band = dm.predict_iteration(cal.characterise_row(m), catalog.accelerator(m.accelerator), m.count, m.precision,
-                                    params=params, framework=m.framework, stack=cal.stack_of(m),
+        band = dm.predict_iteration(meas.characterise_row(m), catalog.accelerator(m.accelerator), m.count, m.precision,
+                                    params=params, framework=m.framework, stack=meas.stack_of(m),
                                     link=m.link).relative_error
         within_band.append(abs((1 + e) - 1) <= band)
 
@@ -287,9 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         "best_choice_median_regret": choice["median_regret"],
         "loo_pytorch_rows_median_abs_error": s_pytorch["median_abs_error"],
         "loo_pytorch_rows_p90_abs_error": s_pytorch["p90_abs_error"],
-        "loo_by_accelerator_median_abs_error": cal.summarise_errors(loo_acc.errors)["median_abs_error"],
-        "loo_by_accelerator_p90_abs_error": cal.summarise_errors(loo_acc.errors)["p90_abs_error"],
-        "loo_by_source_median_abs_error": cal.summarise_errors(loo_src.errors)["median_abs_error"],
+        "loo_by_accelerator_median_abs_error": ce.summarise_errors(loo_acc.errors)["median_abs_error"],
+        "loo_by_accelerator_p90_abs_error": ce.summarise_errors(loo_acc.errors)["p90_abs_error"],
+        "loo_by_source_median_abs_error": ce.summarise_errors(loo_src.errors)["median_abs_error"],
         "loo_by_model_accelerator_median_abs_error": s_pair["median_abs_error"],
         "loo_by_model_accelerator_p90_abs_error": s_pair["p90_abs_error"],
         "loo_by_model_accelerator_mean_abs_error": s_pair["mean_abs_error"],
@@ -298,12 +302,12 @@ def main(argv: list[str] | None = None) -> int:
                                           "the headline loo_* figures hold the whole model out (a model never measured)"),
         "loo_without_stack_term": {**no_stack, "note": "same leave-one-model-out, every row treated as the "
                                    "reference stack (no per-source throughput factor)"},
-        "stack_factors": {**params.stack_factors, dm.REFERENCE_STACK: 1.0},
-        "in_sample_median_abs_error": cal.summarise_errors(in_sample)["median_abs_error"],
-        "validation_median_abs_error": cal.summarise_errors(val_errors)["median_abs_error"],
-        "validation_p90_abs_error": cal.summarise_errors(val_errors)["p90_abs_error"],
-        "validation_single_device_median_abs_error": cal.summarise_errors(single)["median_abs_error"] if single else None,
-        "validation_data_parallel_median_abs_error": cal.summarise_errors(multi)["median_abs_error"] if multi else None,
+        "stack_factors": {**params.stack_factors, dp.REFERENCE_STACK: 1.0},
+        "in_sample_median_abs_error": ce.summarise_errors(in_sample)["median_abs_error"],
+        "validation_median_abs_error": ce.summarise_errors(val_errors)["median_abs_error"],
+        "validation_p90_abs_error": ce.summarise_errors(val_errors)["p90_abs_error"],
+        "validation_single_device_median_abs_error": ce.summarise_errors(single)["median_abs_error"] if single else None,
+        "validation_data_parallel_median_abs_error": ce.summarise_errors(multi)["median_abs_error"] if multi else None,
         "validation_best_choice_accuracy": report.summary["best_choice_accuracy"],
         "ratio_median_abs_error": round(statistics.median(abs(r["error"]) for r in ratio_results), 4),
         "loo_within_band_fraction": round(sum(within_band) / len(within_band), 4),
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "summary": summary,
         "speed": speed_result,
-        "data": {"calibration_csv": str(cal.CALIBRATION_CSV.relative_to(Path.cwd())) if cal.CALIBRATION_CSV.is_relative_to(Path.cwd()) else str(cal.CALIBRATION_CSV),
+        "data": {"calibration_csv": str(meas.CALIBRATION_CSV.relative_to(Path.cwd())) if meas.CALIBRATION_CSV.is_relative_to(Path.cwd()) else str(meas.CALIBRATION_CSV),
                  "calibration_rows": len(all_rows), "excluded_rows": excluded, "ratio_rows": len(ratios),
                  "validation_rows": len(val_rows),
                  "sources": sorted({m.source.split(";")[0].split(" (")[0] for m in all_rows + val_rows})},
@@ -334,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                          "rows": [{"line": m.line, "model": m.model, "accelerator": m.accelerator, "count": m.count,
                                    "per_device_batch": m.per_device_batch, "precision": m.precision,
                                    "measured": m.samples_per_s, "predicted": round(p, 2), "error": round(e, 4),
-                                   "source": m.source.split(":")[0].split(" ")[0], "stack": cal.stack_of(m)}
+                                   "source": m.source.split(":")[0].split(" ")[0], "stack": meas.stack_of(m)}
                                   for m, p, e in zip(rows, loo_model.predictions, loo_model.errors)]},
         "best_choice": choice["groups"],
         "validation": {"summary": report.summary, "rows": [r.model_dump(mode="json") for r in report.predictions]},

@@ -213,8 +213,9 @@ def same_machine_check(same_machine: dict[str, Any]) -> dict[str, Any]:
 
 def compare(folder: Path, breakdowns_json: Path | None = None, output: str = "gpu_throughput.json") -> int:
     from trainwise.catalog import load_catalog
-    from trainwise.predict import calibration as cal
-    from trainwise.predict import device_model as dm
+    from trainwise.predict.calibration_eval import quantile
+    from trainwise.predict.device_params import load_params
+    from trainwise.predict.measurements import load_measurements
     from trainwise.predict.validate import validate_dataset
 
     measured_csv, measured_json = folder / "gpu_measured.csv", folder / "gpu_measured.json"
@@ -225,8 +226,8 @@ def compare(folder: Path, breakdowns_json: Path | None = None, output: str = "gp
     raw = json.loads(measured_json.read_text(encoding="utf-8"))
     catalog = load_catalog()
     report = validate_dataset(measured_csv, catalog=catalog)
-    rows = cal.load_measurements(measured_csv, catalog)
-    params = dm.load_params()
+    rows = load_measurements(measured_csv, catalog)
+    params = load_params()
     per_row = []
     for r, m, meas in zip(report.predictions, rows, raw["measurements"]):
         peak_gib = (meas.get("peak_memory_bytes") or 0) / 2**30
@@ -244,7 +245,7 @@ def compare(folder: Path, breakdowns_json: Path | None = None, output: str = "gp
     accelerator = raw["accelerator"]
     summary = {"rows": len(per_row), "accelerator": accelerator, "device": raw["nvidia_smi"].get("name") or raw["machine"].get("gpu"),
                "median_abs_error": round(statistics.median(errors), 4),
-               "p90_abs_error": round(cal.quantile(errors, 0.9), 4), "max_abs_error": round(max(errors), 4),
+               "p90_abs_error": round(quantile(errors, 0.9), 4), "max_abs_error": round(max(errors), 4),
                "mean_abs_error": round(statistics.fmean(errors), 4),
                "within_band_fraction": report.summary["within_band_fraction"],
                "memory_ratio_median": round(statistics.median(memory_ratios), 3) if memory_ratios else None,
@@ -317,6 +318,7 @@ def _recategorised(measured: dict[str, Any]) -> dict[str, Any]:
 def _compare_breakdown(measured: dict[str, Any], accelerator: Any, params: Any) -> dict[str, Any]:
     """A measured per-category breakdown beside the device model's for the same step."""
     from trainwise.predict import device_model as dm
+    from trainwise.predict import operator_time as ot
     from trainwise.predict.characterise import characterise_named
 
     measured = _recategorised(measured)
@@ -328,7 +330,7 @@ def _compare_breakdown(measured: dict[str, Any], accelerator: Any, params: Any) 
     p = dm.predict_iteration(char, accelerator, 1, measured["precision"], params=params)
     return {"model": measured["model"], "per_device_batch": measured["per_device_batch"],
             "precision": measured["precision"], "memory_format": measured["memory_format"],
-            "kernels_traced": char.kernel_launches, "host_dispatched_kernels": dm.host_dispatched_kernels(char.records),
+            "kernels_traced": char.kernel_launches, "host_dispatched_kernels": ot.host_dispatched_kernels(char.records),
             "measured": measured,
             "modelled": {"iteration_s": p.iteration_s, "device_s": p.device_s, "host_bound_s": p.host_bound_s,
                          "breakdown_s": p.breakdown_s}}
@@ -479,23 +481,24 @@ def own_fit(folder: Path | None) -> int:
     """Fold the measured rows into the calibration set and hold each model out: how well a device model
     calibrated with a stack's own measurements predicts a model it has never seen on that GPU."""
     from trainwise.catalog import load_catalog
-    from trainwise.predict import calibration as cal
+    from trainwise.predict import calibration_eval as ce
+    from trainwise.predict import measurements as meas
 
     catalog = load_catalog()
-    measured_csv = folder / "gpu_measured.csv" if folder else cal.MEASURED_H100_CSV
+    measured_csv = folder / "gpu_measured.csv" if folder else meas.MEASURED_H100_CSV
     started = time.perf_counter()
-    published, _ = cal.plausible_rows(cal.load_measurements(cal.CALIBRATION_CSV, catalog), catalog)
-    measured = cal.load_measurements(measured_csv, catalog)
+    published, _ = ce.plausible_rows(meas.load_measurements(meas.CALIBRATION_CSV, catalog), catalog)
+    measured = meas.load_measurements(measured_csv, catalog)
     rows = published + measured
-    ratios = cal.load_ratios(cal.RATIOS_CSV)
+    ratios = meas.load_ratios(meas.RATIOS_CSV)
     result: dict[str, Any] = {"measured": str(measured_csv), "calibration_rows": len(published), "measured_rows": len(measured)}
     for group in ("model", "model_accelerator"):
-        res = cal.loo(rows, ratios, group, catalog)
+        res = ce.loo(rows, ratios, group, catalog)
         errors = res.errors[len(published):]
         published_errors = res.errors[:len(published)]
         result[group] = {
-            "measured_rows": cal.summarise_errors(errors),
-            "published_rows": cal.summarise_errors(published_errors),
+            "measured_rows": ce.summarise_errors(errors),
+            "published_rows": ce.summarise_errors(published_errors),
             "per_row": [{"model": m.model, "per_device_batch": m.per_device_batch, "precision": m.precision,
                          "memory_format": m.memory_format, "error": round(e, 4)} for m, e in zip(measured, errors)]}
         print(f"{group}: measured rows median {result[group]['measured_rows']['median_abs_error']:.1%} p90 "

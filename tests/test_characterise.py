@@ -284,11 +284,11 @@ def test_recurrent_layers_trace_as_cudnn_runs_them(kind, gates, layers, bidirect
     assert sum(r.count for r in rnn if r.phase == "forward") == groups * (steps + 1)
     assert sum(r.count for r in char.records) < 4 * groups * steps + 100
     # cuDNN launches the time steps from C++: the host dispatches only the whole-sequence kernels
-    from trainwise.predict import device_model as dm
+    from trainwise.predict import operator_time as ot
 
     steps_launched = sum(r.count for r in rnn if r.op == "fused.rnn_step")
     assert steps_launched == 2 * groups * steps
-    assert dm.host_dispatched_kernels(char.records) == char.kernel_launches - steps_launched
+    assert ot.host_dispatched_kernels(char.records) == char.kernel_launches - steps_launched
     # the weight-gradient GEMMs are there (the optimizer steps every parameter of the recurrent layers)
     assert char.trainable_parameters == sum(p.numel() for p in _Recurrent(kind, inputs, hidden, layers, bidirectional).parameters())
 

@@ -14,8 +14,14 @@ from typer.testing import CliRunner
 from trainwise.catalog import load_catalog
 from trainwise.core.workload import OpRecord, WorkloadCharacterisation
 from trainwise.errors import TrainwiseError
-from trainwise.predict import calibration as cal
+from trainwise.predict import accelerator_features as af
+from trainwise.predict import calibration_eval as ce
+from trainwise.predict import calibration_fit as cf
+from trainwise.predict import calibration_layout as cl
 from trainwise.predict import device_model as dm
+from trainwise.predict import device_params as dp
+from trainwise.predict import measurements as meas
+from trainwise.predict import operator_time as ot
 from trainwise.predict.characterise import characterise_named
 
 HEADER = "model,accelerator,count,per_device_batch,precision,samples_per_s,source"
@@ -44,13 +50,13 @@ def _ew(nbytes: float) -> OpRecord:
 
 
 def test_roofline_compute_and_memory_bound(catalog):
-    params = dm.DeviceModelParams()
+    params = dp.DeviceModelParams()
     v100 = catalog.accelerator("V100")
     big = dm.predict_iteration(_char([_mm(4e12, 1e6)]), v100, params=params)
     bigger = dm.predict_iteration(_char([_mm(8e12, 1e6)]), v100, params=params)
     assert big.compute_bound_fraction == pytest.approx(1.0)
     assert bigger.device_s / big.device_s == pytest.approx(2.0, rel=1e-3)  # compute-bound: time ~ FLOPs
-    expected = 4e12 / (15.7e12 * params.e_compute["fp32"]["matmul"] * (15.7e12 / dm.PEAK_REF) ** -params.alpha["matmul"])
+    expected = 4e12 / (15.7e12 * params.e_compute["fp32"]["matmul"] * (15.7e12 / ot.PEAK_REF) ** -params.alpha["matmul"])
     assert big.device_s == pytest.approx(expected + params.t_launch_s, rel=1e-6)
     # a matmul with little arithmetic intensity is memory-bound: time ~ bytes / bandwidth
     thin = dm.predict_iteration(_char([_mm(1e6, 9e9)]), v100, params=params)
@@ -64,7 +70,7 @@ def test_roofline_compute_and_memory_bound(catalog):
 
 
 def test_small_kernels_are_launch_and_host_bound(catalog):
-    params = dm.DeviceModelParams()
+    params = dp.DeviceModelParams()
     tiny = _char([_mm(1e3, 1e3, count=5000)])
     p = dm.predict_iteration(tiny, catalog.accelerator("H100"), params=params)
     assert p.host_bound_s > p.device_s
@@ -74,19 +80,19 @@ def test_small_kernels_are_launch_and_host_bound(catalog):
 
 def test_tensor_core_eligibility_by_dtype_and_alignment(catalog):
     v100, a100, t4, k80 = (catalog.accelerator(n) for n in ("V100", "A100", "T4", "K80"))
-    assert dm.compute_peak(v100, "amp_fp16", "matmul", "float16", 8, 1) == (125e12, "tc16")
-    assert dm.compute_peak(v100, "amp_fp16", "matmul", "float16", 2, 1) == (31.3e12, "fp32")  # misaligned: vector FP16
-    assert dm.compute_peak(v100, "amp_fp16", "conv", "float16", 1, 64)[1] == "fp32"  # depthwise: no tensor cores
-    assert dm.compute_peak(v100, "amp_fp16", "conv", "float16", 4, 32)[1] == "tc16"  # ResNeXt groups of 4 channels
-    assert dm.compute_peak(a100, "tf32", "matmul", "float32", 16, 1) == (156e12, "tf32")
-    assert dm.compute_peak(a100, "fp32", "matmul", "float32", 16, 1) == (19.5e12, "fp32")  # matmul TF32 off by default
-    assert dm.compute_peak(a100, "fp32", "conv", "float32", 16, 1) == (156e12, "tf32")  # cuDNN TF32 on by default
-    assert dm.compute_peak(v100, "tf32", "matmul", "float32", 16, 1) == (15.7e12, "fp32")  # no TF32 before Ampere
-    assert dm.compute_peak(a100, "amp_bf16", "matmul", "bfloat16", 8, 1) == (312e12, "tc16")
-    assert dm.compute_peak(t4, "amp_bf16", "matmul", "bfloat16", 8, 1)[1] == "fp32"  # Turing: no BF16 tensor cores
-    assert dm.compute_peak(k80, "amp_fp16", "matmul", "float16", 8, 1) == (4.365e12, "fp32")
+    assert ot.compute_peak(v100, "amp_fp16", "matmul", "float16", 8, 1) == (125e12, "tc16")
+    assert ot.compute_peak(v100, "amp_fp16", "matmul", "float16", 2, 1) == (31.3e12, "fp32")  # misaligned: vector FP16
+    assert ot.compute_peak(v100, "amp_fp16", "conv", "float16", 1, 64)[1] == "fp32"  # depthwise: no tensor cores
+    assert ot.compute_peak(v100, "amp_fp16", "conv", "float16", 4, 32)[1] == "tc16"  # ResNeXt groups of 4 channels
+    assert ot.compute_peak(a100, "tf32", "matmul", "float32", 16, 1) == (156e12, "tf32")
+    assert ot.compute_peak(a100, "fp32", "matmul", "float32", 16, 1) == (19.5e12, "fp32")  # matmul TF32 off by default
+    assert ot.compute_peak(a100, "fp32", "conv", "float32", 16, 1) == (156e12, "tf32")  # cuDNN TF32 on by default
+    assert ot.compute_peak(v100, "tf32", "matmul", "float32", 16, 1) == (15.7e12, "fp32")  # no TF32 before Ampere
+    assert ot.compute_peak(a100, "amp_bf16", "matmul", "bfloat16", 8, 1) == (312e12, "tc16")
+    assert ot.compute_peak(t4, "amp_bf16", "matmul", "bfloat16", 8, 1)[1] == "fp32"  # Turing: no BF16 tensor cores
+    assert ot.compute_peak(k80, "amp_fp16", "matmul", "float16", 8, 1) == (4.365e12, "fp32")
     tpu = catalog.accelerator("TPU-v3")
-    assert dm.compute_peak(tpu, "fp32", "matmul", "float32", 16, 1) == (123e12, "tpu")  # XLA: one bf16 MXU pass
+    assert ot.compute_peak(tpu, "fp32", "matmul", "float32", 16, 1) == (123e12, "tpu")  # XLA: one bf16 MXU pass
     # end to end: AMP on a tensor-core GPU beats FP32 by far, on a K80 it cannot
     fp32 = characterise_named("resnet50", 32, "fp32")
     amp = characterise_named("resnet50", 32, "amp_fp16")
@@ -158,34 +164,34 @@ def test_predict_all_is_fast_and_sorted(catalog):
 
 
 def test_packaged_params_and_calibration_consistency(catalog):
-    params = dm.load_params()
+    params = dp.load_params()
     assert params.bands.get("by_accelerator") and params.fitted_on.get("loo_group") == "model"
     # the vectorised model the fit optimises is the one predict_iteration evaluates
-    rows = [cal.Measurement(model="mnist_cnn", accelerator="V100", count=1, per_device_batch=256, precision="fp32",
-                            samples_per_s=1000, source="test"),
-            cal.Measurement(model="resnet50", accelerator="A100", count=2, per_device_batch=64, precision="amp_fp16",
-                            samples_per_s=1000, source="test", memory_format="nhwc"),
-            cal.Measurement(model="seismic_fcn", accelerator="K80", count=1, per_device_batch=128, precision="fp32",
-                            samples_per_s=1000, source="test", framework="tensorflow"),
-            cal.Measurement(model="resnet50", accelerator="V100", count=8, per_device_batch=64, precision="amp_fp16",
-                            samples_per_s=1000, source="test", link="host")]
-    design = cal._design(rows, catalog)
-    layout = cal._Layout(design.accelerators, design.generations, twin_names=design.twin_names)
-    vector = cal._predict(design, layout, layout.from_params(params))
-    direct = cal.predict_rows(params, rows, catalog)
+    rows = [meas.Measurement(model="mnist_cnn", accelerator="V100", count=1, per_device_batch=256, precision="fp32",
+                             samples_per_s=1000, source="test"),
+            meas.Measurement(model="resnet50", accelerator="A100", count=2, per_device_batch=64, precision="amp_fp16",
+                             samples_per_s=1000, source="test", memory_format="nhwc"),
+            meas.Measurement(model="seismic_fcn", accelerator="K80", count=1, per_device_batch=128, precision="fp32",
+                             samples_per_s=1000, source="test", framework="tensorflow"),
+            meas.Measurement(model="resnet50", accelerator="V100", count=8, per_device_batch=64, precision="amp_fp16",
+                             samples_per_s=1000, source="test", link="host")]
+    design = cf.build_design(rows, catalog)
+    layout = cl.Layout(design.accelerators, design.generations, twin_names=design.twin_names)
+    vector = cf.predict_design(design, layout, layout.from_params(params))
+    direct = cf.predict_rows(params, rows, catalog)
     assert list(vector) == pytest.approx(direct, rel=1e-6)
 
 
 def test_fit_and_leave_one_model_out_on_a_small_set(catalog):
-    rows = [cal.Measurement(model=m, accelerator=a, count=1, per_device_batch=b, precision="fp32",
-                            samples_per_s=s, source="synthetic")
+    rows = [meas.Measurement(model=m, accelerator=a, count=1, per_device_batch=b, precision="fp32",
+                             samples_per_s=s, source="synthetic")
             for m, a, b, s in (("mnist_cnn", "V100", 256, 60000.0), ("mnist_cnn", "K80", 256, 20000.0),
                                ("seismic_fcn", "V100", 256, 9000.0), ("seismic_fcn", "K80", 256, 3000.0))]
-    res = cal.fit(rows, (), catalog)
+    res = cf.fit(rows, (), catalog)
     assert 0.02 <= res.params.e_compute["fp32"]["conv"] <= 1.0
-    loo = cal.loo(rows, (), "model", catalog)
+    loo = ce.loo(rows, (), "model", catalog)
     assert len(loo.errors) == 4 and set(loo.held_out) == {"mnist_cnn", "seismic_fcn"}
-    summary = cal.summarise_errors(loo.errors)
+    summary = ce.summarise_errors(loo.errors)
     assert set(summary) >= {"median_abs_error", "p90_abs_error", "max_abs_error"}
 
 
@@ -211,7 +217,7 @@ def _csv(tmp_path: Path, text: str) -> Path:
 ])
 def test_validation_csv_errors_name_line_and_column(tmp_path, catalog, text, message):
     with pytest.raises(TrainwiseError, match=message):
-        cal.load_measurements(_csv(tmp_path, text), catalog)
+        meas.load_measurements(_csv(tmp_path, text), catalog)
 
 
 def test_validation_csv_allows_extra_columns_and_reports(tmp_path, catalog):
@@ -240,40 +246,40 @@ def test_validation_csv_allows_extra_columns_and_reports(tmp_path, catalog):
 
 
 def test_packaged_datasets_parse_and_cite_sources(catalog):
-    for path, least in ((cal.CALIBRATION_CSV, 150), (cal.VALIDATION_CSV, 15)):
-        rows = cal.load_measurements(path, catalog)
+    for path, least in ((meas.CALIBRATION_CSV, 150), (meas.VALIDATION_CSV, 15)):
+        rows = meas.load_measurements(path, catalog)
         assert len(rows) >= least
         assert all(r.source for r in rows)
-    assert any(r.count > 1 for r in cal.load_measurements(cal.VALIDATION_CSV, catalog))
-    ratios = cal.load_ratios()
+    assert any(r.count > 1 for r in meas.load_measurements(meas.VALIDATION_CSV, catalog))
+    ratios = meas.load_ratios()
     assert any(r.accelerator.startswith("TPU") for r in ratios)
 
 
 def test_links_no_nvlink_is_not_nvlink_and_host_path_is_pcie(catalog):
     # "PCIe Gen3 x16 (low-profile); no NVLink" once read as NVLink (130 GB/s for a T4)
-    assert dm.link_bandwidth_gbs(catalog.accelerator("T4")) == 10.0
-    assert dm.link_bandwidth_gbs(catalog.accelerator("A10")) == 20.0
+    assert af.link_bandwidth_gbs(catalog.accelerator("T4")) == 10.0
+    assert af.link_bandwidth_gbs(catalog.accelerator("A10")) == 20.0
     v100 = catalog.accelerator("V100")
-    assert dm.link_bandwidth_gbs(v100) == 130.0
+    assert af.link_bandwidth_gbs(v100) == 130.0
     # NCCL_P2P_DISABLE=1: through host memory over the V100's PCIe Gen3, whatever NVLink it has
-    assert dm.link_bandwidth_gbs(v100, "host") == dm.link_bandwidth_gbs(v100, "pcie") == 10.0
+    assert af.link_bandwidth_gbs(v100, "host") == af.link_bandwidth_gbs(v100, "pcie") == 10.0
     with pytest.raises(TrainwiseError, match="unknown link"):
-        dm.link_bandwidth_gbs(v100, "infiniband")
+        af.link_bandwidth_gbs(v100, "infiniband")
     char = characterise_named("hf:bert-base-uncased", 16, "fp32", seq_len=128)
     fast = dm.predict_iteration(char, v100, count=8)
     slow = dm.predict_iteration(char, v100, count=8, link="host")
     assert slow.communication_s > fast.communication_s and slow.iteration_s > fast.iteration_s
     with pytest.raises(ValueError, match="link"):
-        cal.Measurement(model="resnet50", accelerator="V100", count=2, per_device_batch=8, precision="fp32",
-                        samples_per_s=1, source="x", link="carrier-pigeon")
+        meas.Measurement(model="resnet50", accelerator="V100", count=2, per_device_batch=8, precision="fp32",
+                         samples_per_s=1, source="x", link="carrier-pigeon")
 
 
 def test_host_path_beyond_one_socket_runs_at_the_cross_socket_pace(catalog):
     v100 = catalog.accelerator("V100")
     char = characterise_named("hf:bert-base-uncased", 16, "fp32", seq_len=128)
-    assert not dm.crosses_sockets("host", dm.HOST_PATH_GPUS_PER_SOCKET) and dm.crosses_sockets("host", 8)
-    assert not dm.crosses_sockets("nvlink", 8) and not dm.crosses_sockets("auto", 8)
-    same = dm.DeviceModelParams(ddp_overlap_host=0.01, t_allreduce_s=1e-12, host_cross_socket=1.0)
+    assert not af.crosses_sockets("host", af.HOST_PATH_GPUS_PER_SOCKET) and af.crosses_sockets("host", 8)
+    assert not af.crosses_sockets("nvlink", 8) and not af.crosses_sockets("auto", 8)
+    same = dp.DeviceModelParams(ddp_overlap_host=0.01, t_allreduce_s=1e-12, host_cross_socket=1.0)
     half = same.model_copy(update={"host_cross_socket": 0.5})
     # ring bytes 2(n-1)/n x gradients at half the bandwidth: exactly twice the exposed exchange at 8
     assert dm.predict_iteration(char, v100, count=8, link="host", params=half).communication_s == pytest.approx(
@@ -283,40 +289,40 @@ def test_host_path_beyond_one_socket_runs_at_the_cross_socket_pace(catalog):
         assert dm.predict_iteration(char, v100, count=count, link=link, params=half).communication_s == pytest.approx(
             dm.predict_iteration(char, v100, count=count, link=link, params=same).communication_s)
     # the vectorised fit path agrees with the public predict path on a cross-socket row
-    row = cal.Measurement(model="hf:bert-base-uncased", accelerator="V100", count=8, per_device_batch=16,
-                          precision="fp32", samples_per_s=100, source="t", seq_len=128, link="host")
-    design = cal._design([row], catalog)
-    lay = cal._Layout(design.accelerators, design.generations, design.stacks, design.twin_names)
-    vectorised = cal._predict(design, lay, lay.from_params(half))[0]
-    assert vectorised == pytest.approx(cal.predict_rows(half, [row], catalog)[0], rel=1e-6)
+    row = meas.Measurement(model="hf:bert-base-uncased", accelerator="V100", count=8, per_device_batch=16,
+                           precision="fp32", samples_per_s=100, source="t", seq_len=128, link="host")
+    design = cf.build_design([row], catalog)
+    lay = cl.Layout(design.accelerators, design.generations, design.stacks, design.twin_names)
+    vectorised = cf.predict_design(design, lay, lay.from_params(half))[0]
+    assert vectorised == pytest.approx(cf.predict_rows(half, [row], catalog)[0], rel=1e-6)
 
 
 def test_compute_twins_share_the_fitted_multiplier(catalog):
     v16, v32, a100 = (catalog.accelerator(n) for n in ("V100", "V100-32GB", "A100"))
-    assert dm.compute_twin_key(v16) == dm.compute_twin_key(v32) != dm.compute_twin_key(a100)
-    params = dm.DeviceModelParams(g_compute={"V100": 0.9}, g_compute_twin={dm.compute_twin_key(v16): 0.9})
-    assert dm.compute_multiplier(params, v32) == 0.9  # V100-32GB has no entry of its own: its twin's
-    assert dm.compute_multiplier(params, a100) == 1.0
-    rows = [cal.Measurement(model="mnist_cnn", accelerator=n, count=1, per_device_batch=64, precision="fp32",
-                            samples_per_s=1000, source="t") for n in ("V100", "V100-32GB")]
-    design = cal._design(rows, catalog)
+    assert af.compute_twin_key(v16) == af.compute_twin_key(v32) != af.compute_twin_key(a100)
+    params = dp.DeviceModelParams(g_compute={"V100": 0.9}, g_compute_twin={af.compute_twin_key(v16): 0.9})
+    assert af.compute_multiplier(params, v32) == 0.9  # V100-32GB has no entry of its own: its twin's
+    assert af.compute_multiplier(params, a100) == 1.0
+    rows = [meas.Measurement(model="mnist_cnn", accelerator=n, count=1, per_device_batch=64, precision="fp32",
+                             samples_per_s=1000, source="t") for n in ("V100", "V100-32GB")]
+    design = cf.build_design(rows, catalog)
     assert len(design.accelerators) == 1 and sorted(design.twin_names[design.accelerators[0]]) == ["V100", "V100-32GB"]
 
 
 def test_superlinear_multi_device_rows_are_excluded_and_ties_are_right_picks(catalog):
     def row(acc, count, sps, source="pub:x"):
-        return cal.Measurement(model="resnet50", accelerator=acc, count=count, per_device_batch=64, precision="fp32",
-                               samples_per_s=sps, source=source)
+        return meas.Measurement(model="resnet50", accelerator=acc, count=count, per_device_batch=64, precision="fp32",
+                                samples_per_s=sps, source=source)
 
     rows = [row("V100", 1, 300), row("V100", 8, 2200), row("V100", 8, 3000), row("V100", 8, 3000, "other:y")]
-    kept, dropped = cal.plausible_rows(rows, catalog)
+    kept, dropped = ce.plausible_rows(rows, catalog)
     assert [m.samples_per_s for m in kept] == [300, 2200, 3000]  # another publisher's 8-GPU row has no 1-GPU row
     assert len(dropped) == 1 and dropped[0]["reason"].startswith("superlinear") and dropped[0]["scaling_efficiency"] == 1.25
     # two accelerators published at the same throughput: either pick is right
     tie = [row("V100", 1, 300), row("A100", 1, 300)]
     for predicted in ([310.0, 290.0], [290.0, 310.0]):
-        assert cal.best_choice(tie, predicted, catalog)["groups"][0]["fastest_correct"]
-    assert not cal.best_choice([row("V100", 1, 300), row("A100", 1, 600)], [310.0, 290.0], catalog)["groups"][0][
+        assert ce.best_choice(tie, predicted, catalog)["groups"][0]["fastest_correct"]
+    assert not ce.best_choice([row("V100", 1, 300), row("A100", 1, 600)], [310.0, 290.0], catalog)["groups"][0][
         "fastest_correct"]
 
 
@@ -437,7 +443,7 @@ def test_priors_stay_gaussian_under_the_soft_l1_loss(scale):
     import numpy as np
 
     r = np.linspace(-25.0, 25.0, 101)
-    transformed = cal.gaussian_under_soft_l1(r, scale)
+    transformed = cf.gaussian_under_soft_l1(r, scale)
     # least_squares' soft-L1 cost of a residual f: scale**2 * 2 (sqrt(1 + (f/scale)**2) - 1)
     cost = scale ** 2 * 2.0 * (np.sqrt(1.0 + (transformed / scale) ** 2) - 1.0)
     assert np.allclose(cost, r ** 2, rtol=1e-9, atol=1e-9)
@@ -446,10 +452,10 @@ def test_priors_stay_gaussian_under_the_soft_l1_loss(scale):
 
 def test_channels_last_16_bit_batch_norm_streams_once_nchw_does_not():
     acc = load_catalog().accelerator("V100")
-    elementwise, normalisation = dm._MEM_INDEX["elementwise"], dm._MEM_INDEX["normalisation"]
+    elementwise, normalisation = ot._MEM_INDEX["elementwise"], ot._MEM_INDEX["normalisation"]
     for layout, expected in (("nhwc", elementwise), ("nchw", normalisation)):
         char = characterise_named("resnet50", 8, "amp_fp16", image_size=64, memory_format=layout)
-        features = dm.op_features(char, acc, "amp_fp16")
+        features = ot.op_features(char, acc, "amp_fp16")
         bn = [i for i, r in enumerate(char.records) if "batch_norm" in r.op and r.dtype == "float16"]
         assert bn, "resnet50 under AMP has 16-bit batch-norm records"
         assert {int(features.memory_index[i]) for i in bn} == {expected}, layout
@@ -463,48 +469,48 @@ def _gemm(m: int, k: int, n: int, nbytes: float | None = None) -> OpRecord:
 
 def test_padded_tiles_waste_the_padding_of_small_or_odd_dimensions(catalog):
     a100 = catalog.accelerator("A100")
-    tile = dm.WAVE_TILE
+    tile = ot.WAVE_TILE
     # N (output channels) pads to the 128-wide tile, K to the 32-deep main-loop step; M is not padded
-    assert dm.padding_utilisation(_gemm(1000, 256, 256)) == 1.0
-    assert dm.padding_utilisation(_gemm(1000, 256, 64)) == pytest.approx(0.5)
-    assert dm.padding_utilisation(_gemm(1000, 256, 192)) == pytest.approx(0.75)
-    assert dm.padding_utilisation(_gemm(1000, 48, 256)) == pytest.approx(0.75)
-    assert dm.padding_utilisation(_gemm(1001, 256, 256)) == 1.0
+    assert ot.padding_utilisation(_gemm(1000, 256, 256)) == 1.0
+    assert ot.padding_utilisation(_gemm(1000, 256, 64)) == pytest.approx(0.5)
+    assert ot.padding_utilisation(_gemm(1000, 256, 192)) == pytest.approx(0.75)
+    assert ot.padding_utilisation(_gemm(1000, 48, 256)) == pytest.approx(0.75)
+    assert ot.padding_utilisation(_gemm(1001, 256, 256)) == 1.0
     # a 1x1 convolution with 64 output channels over 16 input channels: N half a tile, K half a step
     conv = OpRecord(op="aten.convolution.default", category="conv", phase="forward", count=1,
                     flops=2.0 * (8 * 56 * 56) * 64 * 16, bytes_read=1e6, bytes_written=1e6, dtype="float16",
                     shapes=[[8, 16, 56, 56], [64, 16, 1, 1]])
-    assert dm.padding_utilisation(conv) == pytest.approx(0.25)
+    assert ot.padding_utilisation(conv) == pytest.approx(0.25)
     # grouped convolutions keep their own efficiency (g_grouped); unknown layouts are not padded
     grouped = conv.model_copy(update={"groups": 2, "shapes": [[8, 16, 56, 56], [64, 8, 1, 1]]})
-    assert dm.padding_utilisation(grouped) == 1.0
-    assert dm.padding_utilisation(_mm(1e9, 1e6)) == 1.0
+    assert ot.padding_utilisation(grouped) == 1.0
+    assert ot.padding_utilisation(_mm(1e9, 1e6)) == 1.0
     # the wave utilisation carries it: a full wave of half-used tiles is half used
-    assert dm.wave_utilisation(_gemm(108 * tile, 256, 64), a100.cores) == pytest.approx(0.5)
+    assert ot.wave_utilisation(_gemm(108 * tile, 256, 64), a100.cores) == pytest.approx(0.5)
 
 
 def test_small_operators_run_below_peak_by_wave_quantisation(catalog):
     a100, tpu = catalog.accelerator("A100"), catalog.accelerator("TPU-v3")  # 108 SMs
-    tile = dm.WAVE_TILE
+    tile = ot.WAVE_TILE
     # 108 tiles fill one wave exactly; 109 need a second, almost empty one
-    assert dm.wave_utilisation(_gemm(108 * tile, 64, tile), a100.cores) == pytest.approx(1.0)
-    assert dm.wave_utilisation(_gemm(109 * tile, 64, tile), a100.cores) == pytest.approx(109 / 216)
+    assert ot.wave_utilisation(_gemm(108 * tile, 64, tile), a100.cores) == pytest.approx(1.0)
+    assert ot.wave_utilisation(_gemm(109 * tile, 64, tile), a100.cores) == pytest.approx(109 / 216)
     # a short reduction cannot be split: 4 tiles keep 4 of 108 SMs busy
-    assert dm.wave_utilisation(_gemm(2 * tile, 256, 2 * tile), a100.cores) == pytest.approx(4 / 108)
+    assert ot.wave_utilisation(_gemm(2 * tile, 256, 2 * tile), a100.cores) == pytest.approx(4 / 108)
     # a long one is (split-K): the weight gradient of a large batch fills the GPU
-    assert dm.wave_utilisation(_gemm(2 * tile, 5_000_000, 2 * tile), a100.cores) == pytest.approx(1.0)
+    assert ot.wave_utilisation(_gemm(2 * tile, 5_000_000, 2 * tile), a100.cores) == pytest.approx(1.0)
     # convolutions tile batch x output pixels by output channels (implicit GEMM)
     conv = OpRecord(op="aten.convolution.default", category="conv", phase="forward", count=1,
                     flops=2.0 * (8 * 7 * 7) * 512 * (512 * 9), bytes_read=1e6, bytes_written=1e6, dtype="float16",
                     shapes=[[8, 512, 7, 7], [512, 512, 3, 3]])
-    assert dm.work_units(conv) == (math.ceil(8 * 49 / tile) * 4, 512 * 9)
+    assert ot.work_units(conv) == (math.ceil(8 * 49 / tile) * 4, 512 * 9)
     # unknown layouts and TPUs are not quantised
-    assert dm.wave_utilisation(_mm(1e9, 1e6), a100.cores) == 1.0
-    assert dm.op_features(_char([_gemm(2 * tile, 256, 2 * tile)], precision="amp_fp16"), tpu, "amp_fp16").wave[0] == 1.0
+    assert ot.wave_utilisation(_mm(1e9, 1e6), a100.cores) == 1.0
+    assert ot.op_features(_char([_gemm(2 * tile, 256, 2 * tile)], precision="amp_fp16"), tpu, "amp_fp16").wave[0] == 1.0
     # end to end (compute-bound): with the full quantisation the 109-tile GEMM takes two waves' time
     # for 1 % more work; with none it takes 1 % longer
     for exponent, expected in ((1.0, 2.0), (0.0, 109 / 108)):
-        params = dm.DeviceModelParams(wave_exponent=exponent, t_launch_s=0.0)
+        params = dp.DeviceModelParams(wave_exponent=exponent, t_launch_s=0.0)
         full, tail = (dm.predict_iteration(_char([_gemm(tiles * tile, 4096, tile, nbytes=1.0)], precision="amp_fp16"),
                                            a100, params=params) for tiles in (108, 109))
         assert full.compute_bound_fraction == 1.0

@@ -15,6 +15,7 @@ from trainwise.errors import TrainwiseError
 from trainwise.predict import calibration as cal
 from trainwise.predict import characterise as ch
 from trainwise.predict import measure as me
+from trainwise.predict import measurements as meas
 
 
 pytestmark = pytest.mark.usefixtures("no_disk_cache")
@@ -33,11 +34,11 @@ def test_a_measurement_trains_the_traced_step_and_becomes_a_validation_row(tmp_p
     row = me.to_validation_row(m, "T4", "measured by trainwise tests")
     path = tmp_path / "rows.csv"
     path.write_text(me.validation_csv_text([row]), encoding="utf-8")
-    [loaded] = cal.load_measurements(path, catalog)
+    [loaded] = meas.load_measurements(path, catalog)
     assert (loaded.model, loaded.accelerator, loaded.per_device_batch, loaded.precision) == ("mnist_cnn", "T4", 16, "fp32")
     assert loaded.samples_per_s == pytest.approx(m.samples_per_s, rel=1e-3)
-    assert cal.stack_of(loaded) == "pytorch-eager"  # stock PyTorch eager: the reference stack
-    assert cal.characterise_row(loaded).optimizer == "adadelta"
+    assert meas.stack_of(loaded) == "pytorch-eager"  # stock PyTorch eager: the reference stack
+    assert meas.characterise_row(loaded).optimizer == "adadelta"
 
 
 def test_precision_switches_are_restored_after_a_measurement():
@@ -105,13 +106,13 @@ def test_optimizers_are_the_ones_the_characteriser_costs(name, cls, momentum):
 
 
 def test_packaged_h100_measurements_are_a_validation_set(catalog):
-    rows = cal.load_measurements(cal.MEASURED_H100_CSV, catalog)
+    rows = meas.load_measurements(meas.MEASURED_H100_CSV, catalog)
     assert len(rows) >= 25 and {r.accelerator for r in rows} == {"H100"}
-    assert all(r.source.startswith("measured by trainwise") and cal.stack_of(r) == "pytorch-eager" for r in rows)
+    assert all(r.source.startswith("measured by trainwise") and meas.stack_of(r) == "pytorch-eager" for r in rows)
     assert {r.precision for r in rows} == {"fp32", "tf32", "amp_fp16", "amp_bf16"}
     # never fitted: no calibration row comes from this source
-    assert not any(r.source.startswith("measured by trainwise") for r in cal.load_measurements(cal.CALIBRATION_CSV, catalog))
-    assert cal.PACKAGED_DATASETS["measured-h100"] == cal.MEASURED_H100_CSV
+    assert not any(r.source.startswith("measured by trainwise") for r in meas.load_measurements(meas.CALIBRATION_CSV, catalog))
+    assert meas.PACKAGED_DATASETS["measured-h100"] == meas.MEASURED_H100_CSV
 
 
 def test_validate_takes_a_packaged_dataset_by_name(tmp_path, monkeypatch):
@@ -125,7 +126,7 @@ def test_validate_takes_a_packaged_dataset_by_name(tmp_path, monkeypatch):
     small = tmp_path / "small.csv"
     small.write_text("model,accelerator,count,per_device_batch,precision,samples_per_s,source\n"
                      "mnist_cnn,V100,1,256,fp32,60000,measured by trainwise tests\n", encoding="utf-8")
-    monkeypatch.setitem(cal.PACKAGED_DATASETS, "measured-h100", small)
+    monkeypatch.setitem(meas.PACKAGED_DATASETS, "measured-h100", small)
     app = typer.Typer()
     app.command("validate")(validate_command)
     app.command("noop")(lambda: None)
@@ -154,7 +155,7 @@ def test_device_measure_command_appends_validation_rows(tmp_path):
     assert "samples/s" in second.output and "measured here" in second.output and "device model" not in second.output
     lines = out.read_text(encoding="utf-8").splitlines()
     assert lines[0] == ",".join(me.VALIDATION_COLUMNS) and len(lines) == 3
-    assert len(cal.load_measurements(out, load_catalog())) == 2
+    assert len(meas.load_measurements(out, load_catalog())) == 2
     # a CSV with other columns is refused, and left as it was
     other = tmp_path / "other.csv"
     other.write_text("a,b\n1,2\n", encoding="utf-8")
@@ -194,17 +195,17 @@ def test_own_measurements_make_an_own_fit_that_every_command_can_use(tmp_path, m
     from typer.testing import CliRunner
 
     from trainwise.cli import app
-    from trainwise.predict import device_model as dm
+    from trainwise.predict import device_params as dp
 
     # a small published set keeps the fit fast: ResNet-50 and BERT-base rows of the packaged calibration set
-    lines = cal.CALIBRATION_CSV.read_text(encoding="utf-8").splitlines()
+    lines = meas.CALIBRATION_CSV.read_text(encoding="utf-8").splitlines()
     keep = [lines[0]] + [line for line in lines[1:] if line.startswith(("resnet50,", "hf:bert-base-uncased,"))
                          and ",1," in line][:12]
     published = tmp_path / "published.csv"
     published.write_text("\n".join(keep) + "\n", encoding="utf-8")
-    monkeypatch.setattr(cal, "CALIBRATION_CSV", published)
+    monkeypatch.setattr(meas, "CALIBRATION_CSV", published)
     mine = tmp_path / "mine.csv"
-    h100 = cal.MEASURED_H100_CSV.read_text(encoding="utf-8").splitlines()
+    h100 = meas.MEASURED_H100_CSV.read_text(encoding="utf-8").splitlines()
     mine.write_text("\n".join([h100[0]] + [line for line in h100[1:] if line.startswith("resnet50,")]) + "\n", encoding="utf-8")
     out = tmp_path / "fit" / "params.json"
 
@@ -214,18 +215,18 @@ def test_own_measurements_make_an_own_fit_that_every_command_can_use(tmp_path, m
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["written"] == str(out) and report["added"] == [str(mine)]
-    own = dm.load_params(out)
+    own = dp.load_params(out)
     assert own.fitted_on["added"] == [str(mine)] and own.fitted_on["calibration_rows"] > len(keep) - 1
-    assert own.bands == dm.load_params(dm.PARAMS_PATH).bands  # no LOO: the packaged bands are kept
+    assert own.bands == dp.load_params(dp.PARAMS_PATH).bands  # no LOO: the packaged bands are kept
     # TRAINWISE_DEVICE_PARAMS makes it the fit every command uses
-    monkeypatch.setenv(dm.PARAMS_ENV, str(out))
-    assert dm.load_params() == own
-    monkeypatch.setenv(dm.PARAMS_ENV, str(tmp_path / "missing.json"))
+    monkeypatch.setenv(dp.PARAMS_ENV, str(out))
+    assert dp.load_params() == own
+    monkeypatch.setenv(dp.PARAMS_ENV, str(tmp_path / "missing.json"))
     with pytest.raises(TrainwiseError, match="do not exist"):
-        dm.load_params()
+        dp.load_params()
     (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(TrainwiseError, match="not a trainwise fit"):
-        dm.load_params(tmp_path / "broken.json")
+        dp.load_params(tmp_path / "broken.json")
 
 
 def test_calibrate_refuses_an_unwritable_output_before_fitting(tmp_path, monkeypatch):
@@ -238,7 +239,7 @@ def test_calibrate_refuses_an_unwritable_output_before_fitting(tmp_path, monkeyp
 
     monkeypatch.setattr(cal, "fit_calibration", no_fit)
     mine = tmp_path / "mine.csv"
-    mine.write_text(cal.MEASURED_H100_CSV.read_text(encoding="utf-8"), encoding="utf-8")
+    mine.write_text(meas.MEASURED_H100_CSV.read_text(encoding="utf-8"), encoding="utf-8")
     before = mine.read_text(encoding="utf-8")
     for output, fragment in ((mine, "would overwrite the input"), (tmp_path, "is a folder"),
                              (mine / "params.json", "is a file, not a folder")):
@@ -275,7 +276,7 @@ def _no_fit(*args, **kwargs):
 
 def test_calibrate_refuses_an_unwritable_packaged_fit_before_fitting(tmp_path, monkeypatch, capsys):
     from trainwise.cli import main
-    from trainwise.predict import device_model as dm
+    from trainwise.predict import device_params as dp
 
     # before: the fit ran (minutes with leave-one-model-out) and then died in a write traceback
     monkeypatch.setattr(cal, "fit_calibration", _no_fit)
@@ -284,7 +285,7 @@ def test_calibrate_refuses_an_unwritable_packaged_fit_before_fitting(tmp_path, m
     # /proc refuses new files even to root, whom permission bits do not stop
     for packaged, fragment in ((Path("/proc/trainwise-package/device_model_params.json"), "cannot write in /proc"),
                                (blocker / "device_model_params.json", "is a file, not a folder")):
-        monkeypatch.setattr(dm, "PARAMS_PATH", packaged)
+        monkeypatch.setattr(dp, "PARAMS_PATH", packaged)
         assert main(["device", "calibrate", "--no-loo"]) == 2
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if line.strip()]
@@ -296,11 +297,11 @@ def test_calibrate_refuses_an_unwritable_packaged_fit_before_fitting(tmp_path, m
 
 def test_calibrate_without_writing_needs_no_writable_destination(monkeypatch):
     from trainwise.cli import main
-    from trainwise.predict import device_model as dm
+    from trainwise.predict import device_params as dp
 
     fitted = []
-    monkeypatch.setattr(dm, "PARAMS_PATH", Path("/proc/trainwise-package/device_model_params.json"))
-    monkeypatch.setattr(cal, "fit_calibration", lambda *a, **k: fitted.append(1) or (dm.load_params(), None))
+    monkeypatch.setattr(dp, "PARAMS_PATH", Path("/proc/trainwise-package/device_model_params.json"))
+    monkeypatch.setattr(cal, "fit_calibration", lambda *a, **k: fitted.append(1) or (dp.load_params(), None))
     monkeypatch.setattr(cal, "save_params", lambda *a, **k: pytest.fail("--no-write must write nothing"))
     assert main(["device", "calibrate", "--no-loo", "--no-write"]) == 0
     assert fitted == [1]
@@ -308,14 +309,14 @@ def test_calibrate_without_writing_needs_no_writable_destination(monkeypatch):
 
 def test_calibrate_turns_a_write_failing_after_the_fit_into_one_line(tmp_path, monkeypatch, capsys):
     from trainwise.cli import main
-    from trainwise.predict import device_model as dm
+    from trainwise.predict import device_params as dp
 
     def destination_gone(params, path):
         raise PermissionError(13, "Permission denied")
 
     packaged = tmp_path / "package" / "device_model_params.json"
-    monkeypatch.setattr(dm, "PARAMS_PATH", packaged)
-    monkeypatch.setattr(cal, "fit_calibration", lambda *a, **k: (dm.load_params(), None))
+    monkeypatch.setattr(dp, "PARAMS_PATH", packaged)
+    monkeypatch.setattr(cal, "fit_calibration", lambda *a, **k: (dp.load_params(), None))
     monkeypatch.setattr(cal, "save_params", destination_gone)
     assert main(["device", "calibrate", "--no-loo"]) == 2
     err = capsys.readouterr().err

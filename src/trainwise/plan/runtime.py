@@ -193,11 +193,12 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
     if context.catalog is None:
         return _empty()
     from trainwise.predict import device_model as dm
+    from trainwise.predict.device_params import load_params
     from trainwise.predict.offerings import characterisation_or_none, device_full_run
 
     # Load the fit up front: a missing or unreadable $TRAINWISE_DEVICE_PARAMS is the user's error to
     # report, not thousands of offerings the model "could not predict" (the per-accelerator guard below).
-    dm.load_params()
+    load_params()
     counts = offerings["accelerator_count"].to_numpy()
     gpu = offerings[offerings["accelerator"].notna() & (counts >= 1) & (np.floor(counts) == counts)]
     groups = gpu.groupby(["accelerator", "accelerator_count"], sort=False).indices

@@ -331,7 +331,8 @@ def calibrate_command(
 ) -> None:
     """Re-fit the device model on the packaged calibration set, plus your own measurements (--add)."""
     from trainwise.predict import calibration as cal
-    from trainwise.predict import device_model as dm
+    from trainwise.predict import device_params as dp
+    from trainwise.predict.calibration_eval import summarise_errors
 
     added = list(add or [])
     if added and output is None:
@@ -339,7 +340,7 @@ def calibrate_command(
     for path in added:
         if not path.is_file():
             raise TrainwiseError(f"--add {path}: no such file")
-    target = output if output is not None else (dm.PARAMS_PATH if write else None)
+    target = output if output is not None else (dp.PARAMS_PATH if write else None)
     if target is not None:
         from trainwise._io import check_output_path
 
@@ -360,7 +361,7 @@ def calibrate_command(
         except OSError as exc:  # the destination changed during the fit
             raise TrainwiseError(f"cannot write the fit to {target} ({exc.strerror or exc}): "
                                  f"{'choose a writable output path' if output is not None else WRITE_ELSEWHERE}") from None
-    summary = cal.summarise_errors(loo_res.errors) if loo_res is not None else None
+    summary = summarise_errors(loo_res.errors) if loo_res is not None else None
     if json_out:
         typer.echo(json.dumps({"loo_group": "model" if summary else None, **(summary or {}),
                                "rows": params.fitted_on.get("calibration_rows"), "added": [str(p) for p in added],
@@ -373,7 +374,7 @@ def calibrate_command(
         console.print(f"fitted on {params.fitted_on.get('calibration_rows')} rows (no leave-one-model-out: bands kept from the packaged fit)")
     if target is not None:
         console.print(f"parameters written to [bold]{target}[/bold]" +
-                      (f"; use them with {dm.PARAMS_ENV}={target}" if output is not None else ""))
+                      (f"; use them with {dp.PARAMS_ENV}={target}" if output is not None else ""))
 
 
 def validate_command(
@@ -382,14 +383,14 @@ def validate_command(
     params: Annotated[Optional[Path], typer.Option(help="Device-model parameters JSON (default: the packaged fit)")] = None,
 ) -> None:
     """Compare device-model predictions with measured throughputs listed in a CSV."""
-    from trainwise.predict import calibration as cal
-    from trainwise.predict import device_model as dm
+    from trainwise.predict import measurements as meas
+    from trainwise.predict.device_params import load_params
     from trainwise.predict.validate import report_table, summary_lines, validate_dataset
 
-    path = dataset or cal.VALIDATION_CSV
-    if dataset is not None and not dataset.exists() and str(dataset) in cal.PACKAGED_DATASETS:
-        path = cal.PACKAGED_DATASETS[str(dataset)]
-    report = validate_dataset(path, params=dm.load_params(params) if params else None)
+    path = dataset or meas.VALIDATION_CSV
+    if dataset is not None and not dataset.exists() and str(dataset) in meas.PACKAGED_DATASETS:
+        path = meas.PACKAGED_DATASETS[str(dataset)]
+    report = validate_dataset(path, params=load_params(params) if params else None)
     if json_out:
         typer.echo(json.dumps(report.model_dump(mode="json"), indent=1))
         return

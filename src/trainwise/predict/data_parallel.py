@@ -541,8 +541,8 @@ def compute_from_profile(profile: object) -> WorkerCompute:
 
 def intra_node_link(accelerator: object) -> LinkSpec:
     """NVLink/PCIe link of one multi-accelerator machine from the catalog's interconnect text
-    (trainwise.predict.device_model.link_bandwidth_gbs: the effective all-reduce GB/s per device)."""
-    from trainwise.predict.device_model import link_bandwidth_gbs
+    (trainwise.predict.accelerator_features.link_bandwidth_gbs: the effective all-reduce GB/s per device)."""
+    from trainwise.predict.accelerator_features import link_bandwidth_gbs
 
     gbs = link_bandwidth_gbs(accelerator)
     text = getattr(accelerator, "interconnect", None) or "no interconnect in the catalog: PCIe Gen3 assumed"

@@ -35,8 +35,8 @@ from trainwise.agent.trace.categories import category_of
 from trainwise.agent.trace.optimizers import normalise_optimizer
 from trainwise.agent.trace.step import default_loss, materialise_inputs, normalise_precision
 from trainwise.errors import TrainwiseError
-from trainwise.predict import calibration as cal
 from trainwise.predict import characterise as ch
+from trainwise.predict.measurements import REQUIRED_COLUMNS
 
 TIMER = "torch.utils.benchmark.Timer.blocked_autorange"
 
@@ -252,7 +252,7 @@ def accelerator_of_device_name(device_name: str, catalog: Any) -> str:
 
 
 # The calibration reader's required columns, then the optional ones a measurement fills.
-VALIDATION_COLUMNS = (*cal.REQUIRED_COLUMNS, "seq_len", "image_size", "task", "optimizer", "grad_accumulation",
+VALIDATION_COLUMNS = (*REQUIRED_COLUMNS, "seq_len", "image_size", "task", "optimizer", "grad_accumulation",
                       "memory_format", "framework", "notes")
 
 

@@ -20,7 +20,9 @@ from typing import Any
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict import device_model as dm
+from trainwise.predict.accelerator_features import normalise_link
 from trainwise.core.workload import WorkloadCharacterisation
+from trainwise.predict.device_params import DeviceModelParams
 
 
 def characterisation_of(profile: Any) -> WorkloadCharacterisation:
@@ -64,11 +66,11 @@ def check_link_count(link: str | None, count: int) -> None:
 
 def device_predictions(char: WorkloadCharacterisation, accelerator: str | None = None, count: int = 1,
                        host_overhead_s: float = 0.0, catalog: Any = None,
-                       params: dm.DeviceModelParams | None = None, link: str | None = None) -> list[dm.DevicePrediction]:
-    """One accelerator's prediction, or every catalog accelerator's (`link`: how gradients travel, dm.LINKS)."""
+                       params: DeviceModelParams | None = None, link: str | None = None) -> list[dm.DevicePrediction]:
+    """One accelerator's prediction, or every catalog accelerator's (`link`: how gradients travel, accelerator_features.LINKS)."""
     dm.check_host_overhead(host_overhead_s)
     check_link_count(link, count)
-    link = dm.normalise_link(link, "--link")
+    link = normalise_link(link, "--link")
     if catalog is None:
         from trainwise.catalog import load_catalog
 
@@ -118,7 +120,7 @@ def device_full_run(profile: Any, pred: dm.DevicePrediction, epochs: int, same_m
 
 def modelled_offerings(char: WorkloadCharacterisation, catalog: Any = None, *, host_overhead_s: float = 0.0,
                        measured: dict[tuple[str, int], float] | None = None, spot: bool = False,
-                       params: dm.DeviceModelParams | None = None) -> list[dict[str, Any]]:
+                       params: DeviceModelParams | None = None) -> list[dict[str, Any]]:
     """One dict per priced catalog offering with whole accelerators, cheapest per 1M samples first.
 
     `measured` maps (canonical accelerator name, count) -> measured iteration seconds (from a profile

@@ -2,7 +2,7 @@
 
 For every row of the dataset (columns `model,accelerator,count,per_device_batch,precision,
 samples_per_s,source`, optional `seq_len,image_size,task,optimizer,grad_accumulation,memory_format,
-framework,notes`; see `calibration.py`) the model is characterised on the meta device, predicted on
+framework,notes`; see `measurements.py`) the model is characterised on the meta device, predicted on
 the named accelerator, and compared:
 
 - per row: predicted samples/s, relative error (predicted − measured) / measured, the predicted
@@ -25,8 +25,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from trainwise.errors import TrainwiseError
-from trainwise.predict import calibration as cal
 from trainwise.predict import device_model as dm
+from trainwise.predict import device_params as dp
+from trainwise.predict.calibration_eval import best_choice, summarise_errors
+from trainwise.predict.measurements import characterise_row, load_measurements, stack_of
 
 
 class RowResult(BaseModel):
@@ -58,27 +60,27 @@ class ValidationReport(BaseModel):
     best_choice: list[dict[str, Any]]
 
 
-def validate_dataset(path: str | Path, *, params: dm.DeviceModelParams | None = None, catalog: Any = None,
+def validate_dataset(path: str | Path, *, params: dp.DeviceModelParams | None = None, catalog: Any = None,
                      progress: Any = None) -> ValidationReport:
     """Predict every row of `path` and compare with its measured samples/s."""
     if catalog is None:
         from trainwise.catalog import load_catalog
 
         catalog = load_catalog()
-    params = params or dm.load_params()
-    rows = cal.load_measurements(path, catalog)
+    params = params or dp.load_params()
+    rows = load_measurements(path, catalog)
     results: list[RowResult] = []
     predicted: list[float] = []
     for i, m in enumerate(rows):
         if progress is not None:
             progress(i, len(rows), m)
         try:
-            char = cal.characterise_row(m)
+            char = characterise_row(m)
         except TrainwiseError as exc:
             raise TrainwiseError(f"dataset {path} line {m.line}: {exc}") from None
         acc = catalog.accelerator(m.accelerator)
         p = dm.predict_iteration(char, acc, m.count, m.precision, params=params, framework=m.framework,
-                                 gradient_accumulation=m.grad_accumulation, stack=cal.stack_of(m), link=m.link)
+                                 gradient_accumulation=m.grad_accumulation, stack=stack_of(m), link=m.link)
         err = (p.samples_per_s - m.samples_per_s) / m.samples_per_s
         # the band is on iteration time: measured / predicted time - 1 = predicted / measured samples/s - 1
         time_err = p.samples_per_s / m.samples_per_s - 1.0
@@ -91,15 +93,15 @@ def validate_dataset(path: str | Path, *, params: dm.DeviceModelParams | None = 
                                  fits_memory=p.fits_memory, memory_required_gib=round(p.memory_required_gib, 3),
                                  source=m.source, notes=p.notes))
     errors = [r.error for r in results]
-    summary = cal.summarise_errors(errors)
-    choice = cal.best_choice(rows, predicted, catalog)
+    summary = summarise_errors(errors)
+    choice = best_choice(rows, predicted, catalog)
     summary.update({"within_band_fraction": round(sum(r.within_band for r in results) / len(results), 4),
                     "best_choice_accuracy": choice["best_choice_accuracy"],
                     "fastest_accuracy": choice["fastest_accuracy"], "cheapest_accuracy": choice["cheapest_accuracy"],
                     "best_choice_groups": len(choice["groups"]),
                     "best_choice_within_5pct_accuracy": choice["within_5pct_accuracy"],
-                    "params": ("custom" if params is not dm.load_params() else
-                               f"${dm.PARAMS_ENV} ({os.environ[dm.PARAMS_ENV]})" if os.environ.get(dm.PARAMS_ENV)
+                    "params": ("custom" if params is not dp.load_params() else
+                               f"${dp.PARAMS_ENV} ({os.environ[dp.PARAMS_ENV]})" if os.environ.get(dp.PARAMS_ENV)
                                else "packaged fit"),
                     "note": "rows of the packaged calibration set are in-sample here; see benchmarks/results/device_model.json "
                             "for leave-one-model-out errors"})

@@ -1,0 +1,115 @@
+"""The device model's learned per-operator core: the kernel model's time for every operator its data covers,
+the roofline rule for the rest, and the error band of such a prediction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from trainwise.errors import TrainwiseError
+from trainwise.core.workload import WorkloadCharacterisation
+from trainwise.predict.device_params import DeviceModelParams
+
+CORES = ("kernel", "roofline")
+# The per-operator core: "kernel" = the learned kernel model (`kernel_model`) for every operator whose regime its
+# data covers, the roofline-with-efficiencies rule for the rest; "roofline" = the rule for every operator. The
+# default stays the rule: the kernel data (NeuSight's fp32 kernels on P4..A100, 40 H100 GEMMs) covers no
+# tensor-core regime on two GPU families yet, and AMP/TF32 training runs there (benchmarks/kernel_sweep.py grows it).
+DEFAULT_CORE = "roofline"
+
+
+@dataclass
+class KernelCore:
+    """What the kernel core did to one prediction: the operators it left to the roofline rule, and the device
+    time per kernel class (for the band)."""
+
+    fallback_ops: list[str]
+    fallback_s: float
+    class_s: dict[str, float]
+    note: str | None = None
+
+
+def apply_kernel_core(char: WorkloadCharacterisation, acc: Any, precision: str, per: Any, model: Any = None
+                      ) -> KernelCore:
+    """Replace `per` (per-record seconds, count included) by the kernel model's prediction for every record it
+    covers, in place; the others keep the roofline rule and are listed."""
+    from trainwise.predict import kernel_model as km
+
+    if getattr(acc, "kind", "") != "gpu":
+        return KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {},
+                          f"{acc.name} is not a GPU: the kernel model has no data for it, the roofline rule is used")
+    try:
+        gpu = km.GpuSpec.of(acc)
+    except TrainwiseError as exc:
+        return KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {}, f"{exc}; the roofline rule is used")
+    idx, kernels, fallback = _record_kernels(char, precision)
+    fallback = set(fallback)
+    seconds = km.predict_seconds(kernels, gpu, model)
+    class_s: dict[str, float] = {}
+    covered = set()
+    for i, c, t in zip(idx, kernels.cls, seconds):
+        if not math.isfinite(t):  # a regime without kernel data on enough GPUs: the roofline rule stays
+            fallback.add(char.records[i].op + f" ({char.records[i].dtype})")
+            continue
+        covered.add(i)
+        per[i] = char.records[i].count * float(t)
+        kind = km.CLASSES[int(c)]
+        class_s[kind] = class_s.get(kind, 0.0) + per[i]
+    fallback_s = float(sum(per[i] for i in range(len(per)) if i not in covered))
+    return KernelCore(sorted(fallback), fallback_s, class_s)
+
+
+_KERNEL_CACHE: list[tuple[Any, str, tuple]] = []
+
+
+def _record_kernels(char: WorkloadCharacterisation, precision: str) -> tuple[list[int], list[Any], set[str]]:
+    """(record indices, their kernels, operators without one) of a characterisation; the last few are cached
+    (predicting every catalog accelerator maps the same records each time)."""
+    from trainwise.predict import kernel_model as km
+
+    for cached_char, cached_precision, value in _KERNEL_CACHE:
+        if cached_char is char and cached_precision == precision:
+            return value
+    idx, kernels, fallback = [], [], set()
+    for i, r in enumerate(char.records):
+        k = km.record_kernel(r, precision)
+        if k is None:
+            fallback.add(r.op)
+        else:
+            idx.append(i)
+            kernels.append(k)
+    value = (idx, km.KernelArrays.of(kernels), fallback)
+    _KERNEL_CACHE.insert(0, (char, precision, value))
+    del _KERNEL_CACHE[4:]
+    return value
+
+
+# The roofline rule's band counts at least this much on the operators the kernel model leaves to it.
+FALLBACK_BAND_MIN = 0.3
+
+
+def kernel_band(kcore: KernelCore, roofline_band: float, device_s: float, count: int, params: DeviceModelParams,
+                kernel_model: Any = None) -> tuple[float, list[str]]:
+    """The 80 % band of a kernel-core prediction: per kernel class, the split-conformal quantile of held-out GPUs'
+    systematic (time-weighted) error, weighted by the class's share of device time; the roofline-rule operators
+    count with the roofline band (at least FALLBACK_BAND_MIN)."""
+    from trainwise.predict import kernel_model as km
+
+    notes: list[str] = []
+    if kcore.note:
+        notes.append(kcore.note)
+    if device_s <= 0:
+        return roofline_band, notes
+    model = kernel_model or km.load_kernel_model()
+    by_class = model.meta.get("band80_by_class", {})
+    default = max(by_class.values(), default=0.25)
+    band = sum(t / device_s * float(by_class.get(c, default)) for c, t in kcore.class_s.items())
+    share = kcore.fallback_s / device_s
+    band += share * max(roofline_band, FALLBACK_BAND_MIN)
+    if count > 1:
+        band += float((params.bands or {}).get("data_parallel_extra", 0.10))
+    if kcore.fallback_ops and not kcore.note:
+        notes.append(f"roofline fallback for operators without kernel data ({share:.0%} of device time, band widened): "
+                     + ", ".join(kcore.fallback_ops))
+    return band, notes
