@@ -1,6 +1,6 @@
 # `make run`: install into .venv (created if missing) and run the main job on the built-in default
-# workload. `make test`: install with the test extras and run the test suite, less the few long
-# end-to-end runs (chaos kills, resumes, DDP and Hivemind peers) that `make test-long` runs; CI runs both,
+# workload. `make test`: install with the test extras and run the test suite, less the long
+# end-to-end runs (chaos kills, resumes, DDP and Hivemind peers, integrations) that `make test-long` runs; CI runs both,
 # then `make compat` (the wheel on another torch/Python pair). Both install the exact versions of the lock (requirements/*.txt, Python 3.11, with
 # hashes), then trainwise itself without dependencies; pyproject.toml declares ranges for users.
 PYTHON ?= python3.11

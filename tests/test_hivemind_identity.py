@@ -91,6 +91,7 @@ def test_launch_writes_a_fresh_private_head_key_next_to_the_task_and_never_print
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_trainwise_run_peer_takes_the_identity(tmp_path):
     """`trainwise run --engine hivemind --identity KEY`: the peer it starts is reachable at the
     address computed from the key alone (the one other nodes are given)."""

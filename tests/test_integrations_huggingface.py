@@ -112,6 +112,7 @@ def test_sampled_profile_predicts_a_short_full_run(tmp_path):
     assert_sampled_predicts_full(sampled.profile, full.profile, 3)
 
 
+@pytest.mark.long
 def test_trainwise_profile_detects_the_trainer_without_code_change(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(f"""

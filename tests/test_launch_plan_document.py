@@ -207,6 +207,7 @@ def test_nodes_without_a_row_to_predict_them_are_refused_in_one_line():
         build_plan_document(result, catalog(), command=COMMAND, engine="local", nodes=2)
 
 
+@pytest.mark.long
 def test_plan_save_nodes_end_to_end(tmp_path, capsys):
     from trainwise.cli import main
 

@@ -95,6 +95,7 @@ TINY_JOB = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_local_sweep_end_to_end(tmp_path, capsys):
     """Two local targets (1 and 2 threads), profiled for real, fed to the planner, cost compared."""
     if (os.cpu_count() or 1) < 2:

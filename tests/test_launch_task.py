@@ -359,6 +359,7 @@ SKY_QUIET = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 def test_skypilot_output_stays_off_the_terminal_when_its_catalog_cannot_be_fetched(tmp_path):
     pytest.importorskip("sky")
     four_plans()["on-demand"].save(tmp_path / "plan.json")

@@ -189,6 +189,7 @@ def test_profiler_events_map_to_the_characterisers_categories(event, category):
     assert me.category_of_aten(event) == category
 
 
+@pytest.mark.long
 def test_own_measurements_make_an_own_fit_that_every_command_can_use(tmp_path, monkeypatch):
     import json
 

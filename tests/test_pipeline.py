@@ -203,6 +203,7 @@ def _stuck_in_worker_processes(sample):
     return sample
 
 
+@pytest.mark.long
 def test_a_stuck_worker_process_stops_the_profile_with_an_error_naming_the_strategy(tmp_path):
     base = toy(6)
     pipeline = Pipeline("toy-stuck", base.source, [*base.steps, Step("stuck", _stuck_in_worker_processes, deterministic=False)])

@@ -154,6 +154,7 @@ def _tiny_reference(name, root, size):
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.long
 def test_full_product_resumes_chunk_by_chunk_and_restarts_on_another_cpu(bench, tmp_path, monkeypatch):
     real_bandwidth = bench.measure_read_bandwidth
     full_grid = bench.full_product_grid

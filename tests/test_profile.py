@@ -103,6 +103,7 @@ def test_full_mode_runs_to_completion(tmp_path):
     assert profile.characterisation is not None  # a full profile is characterised too (unless told not to)
 
 
+@pytest.mark.long
 def test_a_sampled_profile_times_the_host_level_probe_beside_its_steps_and_outside_them(full_mlp_one_epoch):
     sampled = run_profile(script("mlp_train.py", "--epochs", "50"),
                           ProfileOptions(min_iterations=30, max_iterations=30, validation_batches=2, epoch2_iterations=2,
@@ -166,6 +167,7 @@ def test_validation_every_n_steps_is_out_of_the_iterations_and_counted_per_epoch
     assert "4 passes per epoch, 12 in all" in prediction.note
 
 
+@pytest.mark.long
 def test_evaluating_the_training_set_without_eval_or_no_grad_is_validation_not_an_empty_epoch():
     from trainwise.predict.same_machine import predict_total, validation_estimates
 
@@ -189,6 +191,7 @@ def test_evaluating_the_training_set_without_eval_or_no_grad_is_validation_not_a
     assert prediction.breakdown_s["validation_s"] > sum(v.wall_s for v in full.validations if v.loader == 0)
 
 
+@pytest.mark.long
 def test_a_sampled_profile_times_every_loader_evaluated_after_the_truncated_epoch():
     from trainwise.predict.same_machine import predict_total
 
@@ -234,6 +237,7 @@ def test_a_validation_loop_without_eval_or_no_grad_is_validation_not_an_epoch():
     assert sampled.dataset.n_val == 320
 
 
+@pytest.mark.long
 def test_a_mid_epoch_validation_loop_without_eval_is_kept_out_of_the_epoch_and_its_iterations():
     full = run_profile(script("mlp_train.py", "--epochs", "1", "--validate-every", "10", "--val-samples", "3200",
                               "--plain-validation"), ProfileOptions(mode="full"), quiet=True)
@@ -255,6 +259,7 @@ def test_a_look_at_one_batch_before_training_is_neither_an_epoch_nor_validation(
     assert profile.iterations[0].start_s >= profile.epochs[0].start_s
 
 
+@pytest.mark.long
 def test_checkpoints_saved_during_sampling_leave_the_users_file_untouched(tmp_path):
     checkpoint = tmp_path / "ckpt.pt"
     checkpoint.write_bytes(b"the user's real checkpoint")
@@ -320,6 +325,7 @@ def test_a_script_that_calls_sys_exit_mid_training_still_gets_its_profile_and_sa
     assert ended.stop_reason == "script_exited" and len(ended.iterations) == 80
 
 
+@pytest.mark.long
 def test_the_scripts_arguments_and_environment_reach_it_unchanged(tmp_path, monkeypatch):
     import json
 
@@ -336,6 +342,7 @@ def test_explicit_api_for_custom_loops():
     assert all(it.samples == 8 for it in profile.iterations)
 
 
+@pytest.mark.long
 def test_grad_scaler_steps_delimit_iterations():
     profile = run_profile(script("grad_scaler.py"), ProfileOptions(mode="full"), quiet=True)
     assert len(profile.iterations) == 64
@@ -344,7 +351,7 @@ def test_grad_scaler_steps_delimit_iterations():
 
 # (crash_early.py, "exited with code 1 before its first iteration": tests/test_cli.py profiles it through the CLI)
 @pytest.mark.parametrize("name, message", [
-    ("crash_later.py", "crashed (exit code 1) after 4 iterations"),
+    pytest.param("crash_later.py", "crashed (exit code 1) after 4 iterations", marks=pytest.mark.long),
     ("inference_only.py", "without a single training iteration"),
 ])
 def test_broken_scripts_give_clear_errors(name, message):
@@ -353,6 +360,7 @@ def test_broken_scripts_give_clear_errors(name, message):
         run_profile(script(name, *args), ProfileOptions(), quiet=True)
 
 
+@pytest.mark.long
 def test_timeout_kills_a_hanging_job(tmp_path):
     with pytest.raises(TrainwiseError, match="--timeout"):
         run_profile(script("hang.py"), ProfileOptions(timeout_s=5), quiet=True)
@@ -375,6 +383,7 @@ def test_bad_options_and_commands():
         (8, ["python", "t.py", "--batch-size=8"]), (16, ["python", "t.py", "--batch-size=16"])]
 
 
+@pytest.mark.long
 def test_dataloader_workers_and_a_reference_workload():
     from trainwise.workloads import command_for
 
@@ -402,6 +411,7 @@ def test_profile_carries_a_workload_characterisation_of_the_model(sampled_mlp):
     assert char.by_category()["matmul"]["flops"] == pytest.approx(forward + backward)
 
 
+@pytest.mark.long
 def test_characterisation_sees_keyword_inputs_and_picks_the_largest_module():
     profile = run_profile(script("kwargs_model.py"), ProfileOptions(min_iterations=6, max_iterations=8,
                                                                      validation_batches=0), quiet=True)
@@ -417,6 +427,7 @@ def test_no_characterise_option_skips_the_trace(full_mlp_one_epoch):
     assert full_mlp_one_epoch.characterisation is None
 
 
+@pytest.mark.long
 def test_allocator_settings_are_off_by_default_applied_on_request_and_recorded(monkeypatch, full_mlp_one_epoch):
     from trainwise import allocator
 
@@ -439,6 +450,7 @@ def test_allocator_settings_are_off_by_default_applied_on_request_and_recorded(m
     assert allocator.describe({}) == "glibc malloc defaults"
 
 
+@pytest.mark.long
 def test_denormals_are_kept_by_default_and_flushed_when_asked(tmp_path):
     from trainwise import denormals
 
@@ -517,6 +529,7 @@ def test_steady_state_with_an_unmeasurable_drift_reads_back_the_same():
                        stop_reason="sampled", relative_drift=0.03).relative_drift == 0.03
 
 
+@pytest.mark.long
 def test_zeros_in_adams_state_are_counted_and_their_square_root_timed(full_mlp_one_epoch):
     profile = run_profile(script("embedding_adam.py"), ProfileOptions(mode="full", characterise=False), quiet=True)
     zeros = profile.optimizer_state_zeros

@@ -369,6 +369,7 @@ def _plain_reference(tmp_path: Path, args: list[str]) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_local_run_checkpoints_on_sigterm_and_resumes_to_the_same_weights(tmp_path):
     args = ["--epochs", "2", "--samples", "256", "--sleep", "0.03"]
     reference = _plain_reference(tmp_path, args)
@@ -415,6 +416,7 @@ def test_a_script_that_calls_train_inside_its_step_resumes_to_the_same_weights(t
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_run_keeps_denormals_like_profile_unless_told_to_flush_them(tmp_path):
     from trainwise.run.launcher import run_job
 
@@ -426,6 +428,7 @@ def test_run_keeps_denormals_like_profile_unless_told_to_flush_them(tmp_path):
     assert probe.read_text() == "flushed"  # the same launch a --flush-denormal profile predicted
 
 
+@pytest.mark.long
 def test_ddp_two_processes_measure_compute_communication_and_idle(tmp_path):
     from trainwise.run.launcher import run_job
 

@@ -152,6 +152,7 @@ def test_a_script_that_takes_a_finished_epochs_batches_with_next_gets_a_one_line
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_checkpoint_of_a_model_of_another_size_is_a_one_line_error(tmp_path):
     ck = tmp_path / "ck"
     args = ["--out", str(tmp_path / "out.pt"), "--epochs", "1", "--samples", "128"]

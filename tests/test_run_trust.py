@@ -321,6 +321,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds detached helpers through /proc")
 @pytest.mark.parametrize("command", ["run", "profile"])
+@pytest.mark.long
 def test_a_helper_that_left_the_jobs_session_ends_with_it_and_does_not_hold_the_pipe(tmp_path, command):
     script = tmp_path / "detach.py"
     script.write_text(DETACHING_SCRIPT)

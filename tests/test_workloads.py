@@ -248,7 +248,8 @@ def _check_run(name: str, out: subprocess.CompletedProcess[str], epochs: int = 1
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in TINY],
+    # mnist_cnn in the default run; the other reference workloads (6-10 s each) in the long run
+    [n if n == "mnist_cnn" else pytest.param(n, marks=[pytest.mark.slow, pytest.mark.long]) for n in TINY],
 )
 def test_script_runs_tiny(name):
     epochs = 1 if name in SLOW else 2
