@@ -12,8 +12,8 @@ agent's overhead, the median of the per-pair ratios.
 Writes benchmarks/results/client_scripts.json; `summary`: profiled_fraction, median_abs_error,
 max_abs_error, profiling_cost_fraction (median), agent_overhead.
 Run: .venv/bin/python benchmarks/client_scripts.py [--scale 1.0] [--pairs 2] [--only NAME ...]
-`--scale` multiplies each loop's size (its run time, roughly); 1.0 gives runs of ~20-40 s on a quiet
-2-core VM.
+`--scale` multiplies each loop's size; 6 gave plain runs of 21-49 s on the quiet 2-core VM (start-up is ~4 s
+of each), so the target's runs of 10 minutes or more need a scale near 100 and about 2.5 hours.
 """
 
 from __future__ import annotations
