@@ -102,6 +102,7 @@ def gpu_profile(tmp_path):
     return synthetic_profile(host="gpubox", device_name="Tesla V100-SXM2-16GB", iteration_s=0.02).save(tmp_path / "v100.json")
 
 
+@pytest.mark.long
 def test_plan_save_and_the_old_flag_write_the_same_plan(tmp_path, capsys, gpu_profile):
     from trainwise.cli import main
 

@@ -32,6 +32,7 @@ def test_a_slower_wire_adds_its_time_to_the_collective_cost():
     assert "emulated" in combined.source and "given" in combined.source
 
 
+@pytest.mark.long
 def test_probe_measures_a_real_gloo_allreduce():
     fit = probe_allreduce(2, (4096, 1 << 20), repeats=5)
     assert fit.backend == "gloo" and len(fit.points) == 2

@@ -86,6 +86,7 @@ def test_group_validation_is_split_over_its_workers_at_their_speed(catalog):
             assert row.validation_s == pytest.approx(200.0 / row.workers, rel=0.01), (kind, row.offering_id)
 
 
+@pytest.mark.long
 def test_a_multi_accelerator_machine_has_one_model_whatever_the_mode(catalog):
     from trainwise.plan.distributed import single_machine_options
 

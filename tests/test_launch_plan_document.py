@@ -321,6 +321,7 @@ def test_a_plan_document_with_non_utf8_command_bytes_round_trips(tmp_path):
     assert os.fsencode(load_plan(tmp_path / "plan.json").command[-1]) == b"/d_\xff"
 
 
+@pytest.mark.long
 def test_plan_save_refuses_a_spot_plan_launch_could_not_run(tmp_path, capsys):
     """`launch` refuses a spot plan with no checkpoint bucket (a preempted run could not resume):
     `plan --save` refuses it when saving, naming the fix, and writes nothing."""

@@ -163,6 +163,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.long
 def test_without_an_api_server_launch_says_so_in_one_line_and_writes_nothing(tmp_path):
     plan_path = tmp_path / "plan.json"
     four_plans()["on-demand"].save(plan_path)

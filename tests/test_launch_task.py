@@ -153,6 +153,7 @@ SKY_CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 def test_real_skypilot_loads_all_four_offline(tmp_path):
     pytest.importorskip("sky")
     home = tmp_path / "home"

@@ -135,6 +135,7 @@ def test_validate_takes_a_packaged_dataset_by_name(tmp_path, monkeypatch):
     assert json.loads(result.output)["dataset"] == str(small)
 
 
+@pytest.mark.long
 def test_device_measure_command_appends_validation_rows(tmp_path):
     import json
 
