@@ -122,6 +122,15 @@ def test_the_cost_budget_never_lets_sampling_cross_its_share():
     assert sum(times) <= share_s < sum(times) + 2 * 0.006
 
 
+def test_steps_that_ran_every_closure_evaluation_allowed_are_no_reason_to_stop():
+    # LBFGS steps at max_iter have not converged: steady times do not stop sampling, the caps still do
+    settings = stop_rule.StopSettings(min_iterations=20, max_seconds=60.0)
+    times = [0.1] * 40
+    assert stop_rule.decide(times, 4.0, settings).reason == "stable"
+    assert stop_rule.decide(times, 4.0, settings, closure_capped=True).reason is None
+    assert stop_rule.decide(times, 61.0, settings, closure_capped=True).reason == "time_budget"
+
+
 def test_the_next_iteration_is_predicted_by_the_median_of_the_last_ones():
     assert stop_rule.next_iteration_s([0.01, 0.01, 0.5, 0.01, 0.01]) == 0.01  # one slow save does not count
     assert stop_rule.next_iteration_s([0.02, 0.04]) == pytest.approx(0.03)

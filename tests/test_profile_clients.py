@@ -16,6 +16,7 @@ import pytest
 
 from trainwise.errors import TrainwiseError
 from trainwise.profile.runner import ProfileOptions, run_profile
+from trainwise.profile.schema import load_profile
 
 SCRIPTS = Path(__file__).parent / "scripts"
 CLIENTS = SCRIPTS / "clients"
@@ -52,6 +53,27 @@ def test_lbfgs_closure_is_one_iteration_per_step():
     profile = run_profile(client("lbfgs_closure.py", "--n_epochs", "3"), ProfileOptions(mode="full", **QUICK), quiet=True)
     assert len(profile.iterations) == 3 and profile.model.optimizer == "LBFGS"
     assert profile.script_epochs.epochs == 3 and profile.dataset.iterations_per_epoch == 1
+    # each step's closure evaluations are counted (the script's max_iter is 6), and the steady state pools
+    # the one-iteration epochs instead of keeping epoch 1's cold first step alone
+    assert profile.model.closure_evaluation_cap == 6
+    assert all(1 <= it.backward_passes <= 7 for it in profile.iterations)
+    assert profile.steady_state.iteration.n == 2 and profile.steady_state.epoch_start_extra_s is None
+
+
+@pytest.mark.long
+def test_the_workload_trace_adds_no_iteration_and_no_backward(tmp_path):
+    # the characterisation traces a training step on a meta-device copy after the first iteration: its
+    # backward pass must not end an iteration of a loop without an optimizer (an epoch of 13 batches, not 12)
+    profile = run_profile(client("manual_sgd_lm.py", "--epochs", "3", "--batches", "12"),
+                          ProfileOptions(min_iterations=6, max_iterations=10, min_profile_seconds=0, epoch2_iterations=2,
+                                         host_noise=False), quiet=True)
+    assert profile.characterisation is not None
+    assert profile.dataset.iterations_per_epoch == 12 and [e.iterations for e in profile.epochs] == [12, 2]
+    assert [it.backward_passes for it in profile.iterations] == [1] * 14
+    # and the written profile of a loop that counts no samples reads back
+    path = tmp_path / "p.json"
+    path.write_text(profile.model_dump_json())
+    assert load_profile(path).dataset.global_batch_size == 0
 
 
 @pytest.mark.long

@@ -92,6 +92,22 @@ def test_a_sampled_profile_without_a_dataloader_waits_for_the_end_of_epoch_1(tmp
     assert finished == ["validation_timed"]
 
 
+def test_waiting_for_the_end_of_epoch_1_is_bounded_by_max_epoch_wait_not_max_seconds(tmp_path, monkeypatch):
+    # an epoch of a loop without a DataLoader may last minutes (a language model's 15,000 batches): its
+    # length is known only at its end, so the wait has its own, longer bound
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "sampled",
+                                "max_profile_seconds": 60.0, "max_epoch_wait_s": 600.0})
+    finished = []
+    monkeypatch.setattr(recorder, "_finish", lambda reason: finished.append(reason))
+    recorder._waiting_for_epoch_end = True
+    recorder.marks["first_iteration_start"] = recorder.now() - 180.0
+    recorder._check_stop(0)
+    assert finished == []
+    recorder.marks["first_iteration_start"] = recorder.now() - 601.0
+    recorder._check_stop(0)
+    assert finished == ["sampled_no_dataloader"] and "--max-epoch-wait 600 s" in recorder.notes[-1]
+
+
 class FakeLoader:
     """What the recorder reads of a DataLoader and its iterator (weakly referenced, sized)."""
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict.same_machine import predict_total, relative_error, trainwise_estimate
-from trainwise.profile.schema import PROFILE_SCHEMA_VERSION, load_profile, profile_from_raw
+from trainwise.profile.schema import PROFILE_SCHEMA_VERSION, closure_warmup, load_profile, profile_from_raw
 
 
 def raw_profile(iteration_s: list[float], *, init_s: float = 2.0, batches_per_epoch: int = 100,
@@ -79,8 +79,72 @@ def test_warmup_is_dropped_and_epoch_start_cost_is_added():
     assert s.first_iteration_s == 5.0
     assert s.epoch_start_extra_s == pytest.approx(0.5)
     p = trainwise_estimate(profile, epochs=3)
-    # init + E·N·t + (It1 − t) + (E − 1)·epoch-start extra; warm-up iteration 2 is not repeated.
-    assert p.total_s == pytest.approx(1.0 + 3 * 100 * 1.0 + 4.0 + 2 * 0.5)
+    # init + E·N·t + each warm-up iteration's excess once (It1 − t, It2 − t: measured, not extrapolated)
+    # + (E − 1)·epoch-start extra
+    assert p.total_s == pytest.approx(1.0 + 3 * 100 * 1.0 + 4.0 + 1.0 + 2 * 0.5)
+
+
+def one_step_epochs(step_s: list[float], backward_passes: list[int] | None = None, cap: int | None = None):
+    """A full-batch loop: every epoch one optimizer step, then an evaluation (a GCN, an LBFGS fit)."""
+    raw = raw_profile([step_s[0]], init_s=1.0, batches_per_epoch=1)
+    t = raw["iterations"][0]["end_s"]
+    for k, wall in enumerate(step_s[1:], start=1):
+        raw["epochs"].append({"index": k, "start_s": t, "end_s": t + wall, "iterations": 1, "truncated": False,
+                              "batches_per_epoch": 1})
+        raw["iterations"].append({"index": k, "epoch": k, "start_s": t, "end_s": t + wall, "data_wait_s": 0.0,
+                                  "samples": 32, "batches": 1})
+        t += wall
+    for it, count in zip(raw["iterations"], backward_passes or []):
+        it["backward_passes"] = count
+    raw["model"]["closure_evaluation_cap"] = cap
+    return profile_from_raw(raw, command=["python", "t.py"], process_wall_s=10.0, exit_code=0)
+
+
+def test_one_iteration_epochs_pool_their_steps_into_one_steady_state():
+    # before: epoch 1's only (cold) step was the steady state and every later step an "epoch start"
+    profile = one_step_epochs([3.0] + [1.0] * 20)
+    s = profile.steady_state
+    assert s.warmup_iterations == 1 and s.iteration.n == 20 and s.iteration.mean_s == pytest.approx(1.0)
+    assert s.epoch_start_extra_s is None
+    assert trainwise_estimate(profile, epochs=100).breakdown_s["iterations_s"] == pytest.approx(100 * 1.0 + 2.0)
+
+
+def test_a_closure_optimizers_converging_steps_are_measured_not_extrapolated():
+    # LBFGS: 10 steps of 6 closure evaluations (0.6 s), then it converges to one (0.1 s a step)
+    profile = one_step_epochs([0.7] + [0.6] * 9 + [0.1] * 10, [6] * 10 + [1] * 10, cap=6)
+    s = profile.steady_state
+    assert s.warmup_iterations == 10 and s.iteration.mean_s == pytest.approx(0.1)
+    p = trainwise_estimate(profile, epochs=360)
+    assert p.breakdown_s["iterations_s"] == pytest.approx(360 * 0.1 + 0.6 + 9 * 0.5)
+    assert "closure evaluations" not in p.note
+
+
+def test_closure_steps_still_at_the_cap_make_the_estimate_an_upper_bound():
+    profile = one_step_epochs([0.7] + [0.6] * 19, [6] * 20, cap=6)
+    p = trainwise_estimate(profile, epochs=360)
+    iterations_s = p.breakdown_s["iterations_s"]
+    assert iterations_s == pytest.approx(360 * 0.6 + 0.1)
+    # the low end takes a step of one evaluation: a sixth of the measured steps
+    assert p.low_s == pytest.approx(p.total_s - iterations_s * 5 / 6)
+    assert "6 closure evaluations each (its max_iter is 6)" in p.note
+    # a fluctuating count below the cap (mini-batch LBFGS) is neither a converging phase nor capped
+    steady = one_step_epochs([0.7] + [0.5, 0.3] * 10, [5, 3] * 10 + [5], cap=6)
+    assert closure_warmup(steady.iterations) == 0
+    assert "closure evaluations" not in trainwise_estimate(steady, epochs=10).note
+
+
+def test_a_profile_of_a_loop_without_a_dataloader_reads_back(tmp_path):
+    # no DataLoader counted a sample: global batch 0 means "not seen", which the reader must accept
+    raw = raw_profile([0.1] * 10)
+    for it in raw["iterations"]:
+        it["samples"] = 0
+    raw["validations"] = [{"epoch": 0, "start_s": 9.0, "end_s": 9.2, "batch_starts_s": [9.0, 9.1], "data_wait_s": [0.0, 0.0],
+                           "samples": 0, "truncated": False, "batches_total": 2}]
+    profile = profile_from_raw(raw, command=["python", "t.py"], process_wall_s=10.0, exit_code=0)
+    assert profile.dataset.global_batch_size == 0 and profile.dataset.val_batch_size is None
+    path = tmp_path / "p.json"
+    path.write_text(profile.model_dump_json())
+    assert load_profile(path).dataset.global_batch_size == 0
 
 
 def test_between_epoch_gap_is_counted_once_per_epoch_boundary():

@@ -105,13 +105,17 @@ def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW
 
 
 def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,
-           budget: BudgetInputs | None = None) -> StopDecision:
-    """Stop now? `sampling_s`: seconds of sampled iterations (observer time excluded)."""
+           budget: BudgetInputs | None = None, closure_capped: bool = False) -> StopDecision:
+    """Stop now? `sampling_s`: seconds of sampled iterations (observer time excluded).
+    `closure_capped`: the latest steps of a closure optimizer (LBFGS) ran as many closure evaluations as
+    it allows: they have not converged, later steps may run far fewer, so steady times are no reason to
+    stop; the caps and the cost budget still are."""
     n = len(times_s)
     verdict = stats.stability(times_s, target_relative_ci=settings.target_relative_ci,
                               max_relative_drift=settings.max_relative_drift)
     reason = None
-    if verdict.stable and n >= settings.min_iterations and sampling_s >= settings.min_seconds:
+    if (verdict.stable and not closure_capped and n >= settings.min_iterations
+            and sampling_s >= settings.min_seconds):
         reason = "stable"
     elif n >= settings.max_iterations:
         reason = "max_iterations"

@@ -34,6 +34,7 @@ def profile(
     flush_denormal: Annotated[bool, typer.Option(help="Opt in: flush denormal floats to zero in the job (torch.set_flush_denormal; measured 13x faster on an LSTM, 6-11 % on two CPU workloads, within noise on a fourth: a change to the job's numerics); off by default so the job is measured as it runs; profile and run the same way for the prediction to hold")] = False,
     host_noise: Annotated[bool, typer.Option(help="Attach this host's speed wander, if `trainwise host-noise` measured it here (predictions widen their band by it)")] = True,
     level_probe_seconds: Annotated[float, typer.Option(help="Time the host-noise probe for this long right before and after the sampled steps (the host's speed level there; with `trainwise host-noise` measured here, predictions scale the steps to the host's mean level); 0: off")] = 0.1,
+    max_epoch_wait: Annotated[float, typer.Option(help="A loop without a DataLoader shows its epoch's length only when the epoch ends: wait at most this many seconds for the end of epoch 1 (its cost is part of the profile's)")] = 600.0,
     no_iteration_limit_s: Annotated[float, typer.Option("--no-iteration-limit-s", help="Stop a job in which no training iteration shows (no optimizer step, no backward pass reaching a model's parameters) this many seconds after its first forward pass, and say so")] = 30.0,
 ) -> None:
     """Run `-- COMMAND...` (an unmodified PyTorch script) for a few iterations and write its Profile."""
@@ -66,7 +67,8 @@ def profile(
                              epochs_hint=epochs, budget_fraction=budget, min_budget_seconds=min_budget_seconds,
                              characterise=characterise,
                              tune_allocator=tune_allocator, flush_denormal=flush_denormal, host_noise=host_noise,
-                             level_probe_s=level_probe_seconds, no_iteration_limit_s=no_iteration_limit_s)
+                             level_probe_s=level_probe_seconds, no_iteration_limit_s=no_iteration_limit_s,
+                             max_epoch_wait_s=max_epoch_wait)
     options.validate()
     from trainwise._io import check_output_path, write_output_text
 

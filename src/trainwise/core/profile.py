@@ -63,6 +63,8 @@ class Iteration(_Model):
     compute_s: float = Field(ge=0, description="wall_s − data_wait_s: forward, backward, optimizer, Python")
     samples: int = Field(ge=0)
     batches: int = Field(ge=0)
+    backward_passes: int | None = Field(default=None, ge=0, description=(
+        "backward passes in the iteration: an LBFGS closure runs several per step, fewer as it converges"))
 
 
 class ValidationPass(_Model):
@@ -141,6 +143,9 @@ class ModelShape(_Model):
     device: str = "cpu"
     parameter_dtypes: list[str] = []
     optimizer: str | None = None
+    # A closure optimizer's most closure evaluations in one step (LBFGS's max_iter): steps that run
+    # this many have not converged yet, and may run fewer later
+    closure_evaluation_cap: int | None = Field(default=None, ge=1)
 
 
 class Environment(_Model):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict import malta, state_zeros
-from trainwise.profile.schema import Profile
+from trainwise.profile.schema import Profile, steady_iterations
 
 ESTIMATORS = ("trainwise", "eq5.4", "eq5.3", "averaged", "eq5.1", "eq4.1")
 
@@ -234,6 +234,26 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     return LevelCorrection(factor, window_s, reference_s, note)
 
 
+def warmup_excess_s(profile: Profile) -> float:
+    """The measured warm-up iterations' time above the steady mean (at least the first iteration's cold
+    start; a closure optimizer's converging steps too): measured, not extrapolated."""
+    steady = profile.steady_state
+    mean_s = steady.iteration.mean_s
+    warmup = profile.iterations[:max(1, steady.warmup_iterations)]
+    return sum(it.wall_s - mean_s for it in warmup)
+
+
+def closure_still_capped(profile: Profile) -> tuple[float, int] | None:
+    """(median closure evaluations, the cap) when the steady steps of a closure optimizer ran as many
+    closure evaluations as it allows (LBFGS's max_iter): the optimisation had not converged."""
+    cap = profile.model.closure_evaluation_cap
+    _, steady = steady_iterations(profile.iterations)
+    counts = [it.backward_passes for it in steady if it.backward_passes]
+    if cap is None or not counts or statistics.median(counts) < cap:
+        return None
+    return float(statistics.median(counts)), cap
+
+
 def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int | None = None,
                        level_correction: bool = True) -> Prediction:
     _check_epochs(epochs)
@@ -241,7 +261,7 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     steady = profile.steady_state
     mean_s = steady.iteration.mean_s
     half = (steady.iteration.ci95_high_s - steady.iteration.ci95_low_s) / 2
-    iterations_s = epochs * n_it * mean_s + (steady.first_iteration_s - mean_s)
+    iterations_s = epochs * n_it * mean_s + warmup_excess_s(profile)
     epoch_start_s = (epochs - 1) * max(0.0, steady.epoch_start_extra_s or 0.0)
     between_s = (epochs - 1) * _between_epochs_s(profile)
     loaders = validation_estimates(profile, n_it)
@@ -277,6 +297,15 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     if steady.stabilised_after is None and steady.relative_drift and math.isfinite(steady.relative_drift):
         band += iterations_s * steady.relative_drift / 2
     low, high = total - band, total + band
+    capped = closure_still_capped(profile)
+    if capped is not None:
+        # Steps that still ran every closure evaluation allowed have not converged: once they do, a step
+        # can cost one evaluation. The point estimate keeps the measured steps; the low end does not.
+        evaluations, cap = capped
+        low -= iterations_s * (1.0 - 1.0 / evaluations)
+        notes.append(f"{profile.model.optimizer} steps still ran {evaluations:g} closure evaluations each (its max_iter is "
+                     f"{cap}) when sampling stopped: if the optimisation converges, later steps run as few as one and "
+                     f"the run is shorter, down to the band's low end; the estimate assumes it does not")
     breakdown = {"init_s": init_s, "iterations_s": iterations_s, "epoch_start_s": epoch_start_s,
                  "between_epochs_s": between_s, "validation_s": validation_s}
     if level is not None:

@@ -58,9 +58,12 @@ class WorkloadCapture:
             return
         self._characterise_tried = True
         started = time.perf_counter()
+        # The trace's own forward and backward (on a meta-device copy) are no iteration and no region
+        was_paused, self.paused = self.paused, True
         try:
             self._trace_workload()
         finally:
+            self.paused = was_paused
             self.characterise_s = time.perf_counter() - started
 
     def _probe_level(self, where: str) -> None:

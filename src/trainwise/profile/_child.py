@@ -103,6 +103,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.min_iterations = int(config.get("min_iterations", 20))
         self.max_iterations = int(config.get("max_iterations", 500))
         self.max_seconds = float(config.get("max_profile_seconds", 120.0))
+        self.max_epoch_wait_s = float(config.get("max_epoch_wait_s", 600.0))
         self.min_seconds = float(config.get("min_profile_seconds", 0.0))
         self.min_budget_seconds = float(config.get("min_budget_seconds", 0.0))
         self.target_relative_ci = float(config.get("target_relative_ci", 0.02))
@@ -153,6 +154,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.iter_data_wait = 0.0
         self.iter_samples = 0
         self.iter_batches = 0
+        self.iter_backwards = 0
         self.primary_optimizer_id: int | None = None
         self.explicit_steps = False
         # Set by a trainwise.integrations callback (Keras, Lightning, HF Trainer): the framework's own
@@ -258,6 +260,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.iter_data_wait = 0.0
         self.iter_samples = 0
         self.iter_batches = 0
+        self.iter_backwards = 0
 
     def _on_optimizer_step(self, optimizer) -> None:
         if self.explicit_steps or self.paused:
@@ -306,7 +309,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
             "index": len(self.iterations), "epoch": epoch, "start_s": start_s, "end_s": end_s,
             "data_wait_s": self.iter_data_wait,
             "samples": samples if samples is not None else self.iter_samples,
-            "batches": self.iter_batches,
+            "batches": self.iter_batches, "backward_passes": self.iter_backwards,
         })
         if self.epochs:
             self.epochs[-1]["iterations"] += 1

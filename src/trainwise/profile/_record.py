@@ -54,6 +54,9 @@ class RecordOutput:
         self._described_optimizers.add(id(optimizer))
         params = [p for group in getattr(optimizer, "param_groups", []) for p in group.get("params", [])]
         self._describe_parameters(params, type(optimizer).__name__)
+        cap = (getattr(optimizer, "defaults", None) or {}).get("max_iter")
+        if id(optimizer) == self.primary_optimizer_id and isinstance(cap, int) and cap >= 1:
+            self.model["closure_evaluation_cap"] = cap  # LBFGS: closure evaluations of one step at most
 
     def _describe_parameters(self, params: list, optimizer_name: str | None) -> None:
         model = self.model or {"parameters": 0, "trainable_parameters": 0, "gradient_bytes": 0, "device": "cpu",

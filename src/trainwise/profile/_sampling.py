@@ -13,8 +13,8 @@ class Sampling:
     def _check_stop(self, epoch: int) -> None:
         if self._waiting_for_epoch_end:
             waited_s = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
-            if waited_s >= self.max_seconds:
-                self.notes.append(f"no end of epoch seen within --max-seconds {self.max_seconds:g} s of sampling "
+            if waited_s >= max(self.max_seconds, self.max_epoch_wait_s):
+                self.notes.append(f"no end of epoch seen within --max-epoch-wait {self.max_epoch_wait_s:g} s "
                                   "(no DataLoader, no model.eval()/no_grad validation): iterations per epoch unknown, "
                                   "give predict --iterations-per-epoch N")
                 self._finish("sampled_no_dataloader")
@@ -37,7 +37,8 @@ class Sampling:
             return
         self._next_check = n + max(1, n // 20)
         times = [it["end_s"] - it["start_s"] for it in self.iterations]
-        decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs())
+        decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs(),
+                                    closure_capped=self._closure_capped())
         if decision.reason is None:
             return
         self.stability = decision.as_record(n)
@@ -55,6 +56,11 @@ class Sampling:
             self._finish("sampled_no_dataloader")
             return
         self._mark_train_truncation()
+
+    def _closure_capped(self, last: int = 3) -> bool:
+        cap = (self.model or {}).get("closure_evaluation_cap")
+        recent = [it.get("backward_passes") or 0 for it in self.iterations[-last:]]
+        return cap is not None and len(recent) == last and min(recent) >= cap
 
     def _budget_inputs(self) -> stop_rule.BudgetInputs | None:
         if not self.epochs:

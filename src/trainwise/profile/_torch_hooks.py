@@ -122,7 +122,10 @@ def load(recorder: Any, proceed: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
 
 def backward(recorder: Any, proceed: Any, tensors: Any, *args: Any, **kwargs: Any) -> Any:
     # Loops without an optimizer object: a backward pass that reaches the model's parameters ends an
-    # iteration (trainwise.agent.autograd_steps).
+    # iteration (trainwise.agent.autograd_steps). Every backward is counted: a closure optimizer's step
+    # runs several, fewer as it converges.
+    if not (recorder.paused or recorder.finished):
+        recorder.iter_backwards += 1
     if (recorder.primary_optimizer_id is not None or recorder.framework is not None or recorder.explicit_steps
             or recorder.paused or recorder.finished):
         return proceed(tensors, *args, **kwargs)

@@ -80,6 +80,9 @@ class ProfileOptions:
     # A script in which no training iteration shows (no optimizer step, no backward pass reaching a model's
     # parameters, no trainwise.profile.step()) this long after its first forward pass is stopped and told so.
     no_iteration_limit_s: float = 30.0
+    # A loop without a DataLoader says how many iterations its epoch has only when the epoch ends (its
+    # validation region): a sampled profile waits that long for it, at most this many seconds.
+    max_epoch_wait_s: float = 600.0
 
     def validate(self) -> None:
         from trainwise.bounds import check_finite
@@ -87,7 +90,7 @@ class ProfileOptions:
         check_finite({"--timeout": self.timeout_s, "--min-seconds": self.min_profile_seconds, "--max-seconds": self.max_profile_seconds,
                       "--budget": self.budget_fraction, "--min-budget-seconds": self.min_budget_seconds,
                       "--target-ci": self.target_relative_ci, "--level-probe-seconds": self.level_probe_s,
-                      "--no-iteration-limit-s": self.no_iteration_limit_s})
+                      "--no-iteration-limit-s": self.no_iteration_limit_s, "--max-epoch-wait": self.max_epoch_wait_s})
         if self.min_iterations < 2:
             raise TrainwiseError(f"--iterations must be at least 2 (got {self.min_iterations}): the first iteration is always warm-up")
         if self.max_iterations < self.min_iterations:
@@ -110,6 +113,8 @@ class ProfileOptions:
             raise TrainwiseError(f"--no-iteration-limit-s must be positive seconds, e.g. 30 (got {self.no_iteration_limit_s})")
         if self.max_profile_seconds <= 0:
             raise TrainwiseError(f"--max-seconds must be positive (got {self.max_profile_seconds})")
+        if self.max_epoch_wait_s <= 0:
+            raise TrainwiseError(f"--max-epoch-wait must be positive seconds, e.g. 600 (got {self.max_epoch_wait_s})")
         # A zero or negative target could never be met: every profile would run to --max-seconds.
         if not 0 < self.target_relative_ci < 1:
             raise TrainwiseError(f"--target-ci must be a fraction in (0, 1), e.g. 0.02 (got {self.target_relative_ci})")

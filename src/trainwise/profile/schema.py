@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -101,7 +102,7 @@ MAX_SECONDS = 1e9
 
 def _implausible(profile: Profile) -> tuple[str, str] | None:
     """(field, why) of the first value a measured profile cannot hold: a duration beyond MAX_SECONDS,
-    an interval whose low end exceeds its high end, zero batches per epoch or a batch of 0 samples.
+    an interval whose low end exceeds its high end, zero batches per epoch or a counted batch of 0 samples.
     Checked when a profile is read (a hand-edited or foreign file), not when one is recorded."""
     found = _first_huge_duration(profile.model_dump(mode="python"))
     if found is not None:
@@ -109,7 +110,9 @@ def _implausible(profile: Profile) -> tuple[str, str] | None:
     dataset = profile.dataset
     if dataset.train_batches_per_epoch is not None and dataset.train_batches_per_epoch < 1:
         return "dataset.train_batches_per_epoch", "an epoch has at least 1 batch"
-    if dataset.global_batch_size < 1:
+    # 0 is "not seen" where no iteration counted a sample (a loop without a DataLoader slices its own
+    # tensors): only a profile whose iterations did count samples cannot have a batch of none
+    if dataset.global_batch_size < 1 and any(it.samples > 0 for it in profile.iterations):
         return "dataset.global_batch_size", "a batch has at least 1 sample"
     if dataset.val_batch_size is not None and dataset.val_batch_size < 1:
         return "dataset.val_batch_size", "a batch has at least 1 sample"
@@ -198,14 +201,48 @@ def _init_breakdown(raw: dict[str, Any], first_iteration_start_s: float) -> Init
                          other_s=max(0.0, total - accounted), marks=marks)
 
 
+# A closure optimizer's early steps are its converging phase when they ran at least this many times the
+# closure evaluations of the latest steps (LBFGS: max_iter each, then one or two once the loss settles).
+CLOSURE_CONVERGENCE_RATIO = 1.5
+# The latest steps whose closure evaluations say where a closure optimizer has settled.
+CLOSURE_SETTLED_WINDOW = 3
+
+
+def closure_warmup(iterations: list[Iteration]) -> int:
+    """Leading iterations of a closure optimizer's converging phase: up to the last one that ran more
+    backward passes than the latest steps do, when those early steps ran clearly more (0 otherwise).
+    They are measured as they were, not extrapolated: the run's later steps look like the latest ones."""
+    counts = [it.backward_passes for it in iterations]
+    if len(counts) <= CLOSURE_SETTLED_WINDOW or any(c is None for c in counts):
+        return 0
+    settled = max(counts[-CLOSURE_SETTLED_WINDOW:])
+    last_above = max((i for i, c in enumerate(counts) if c > settled), default=-1)
+    if last_above < 0:
+        return 0
+    early = counts[:last_above + 1]
+    return last_above + 1 if sum(early) / len(early) >= CLOSURE_CONVERGENCE_RATIO * max(1, settled) else 0
+
+
+def one_iteration_epochs(iterations: list[Iteration]) -> bool:
+    """Every epoch seen held one iteration (full-batch training: one step, then an evaluation)."""
+    per_epoch = Counter(it.epoch for it in iterations)
+    return len(per_epoch) >= 2 and set(per_epoch.values()) == {1}
+
+
 def steady_iterations(iterations: list[Iteration]) -> tuple[int, list[Iteration]]:
     """(warm-up iterations, steady iterations): epoch-1 iterations after warm-up plus later epochs'
-    iterations except each later epoch's first (which carries the epoch-start cost, reported separately)."""
+    iterations except each later epoch's first (which carries the epoch-start cost, reported separately).
+    When every epoch is one iteration, the epochs' iterations are one sequence: an epoch's start cost is
+    then inside its only iteration and cannot be told apart from it."""
     if not iterations:
         raise TrainwiseError("the job recorded no training iteration: nothing to estimate")
+    if one_iteration_epochs(iterations):
+        warmup = max(stats.detect_warmup([it.wall_s for it in iterations]), closure_warmup(iterations))
+        return warmup, iterations[warmup:] or iterations[-1:]
     first_epoch = iterations[0].epoch
     epoch1 = [it for it in iterations if it.epoch == first_epoch]
     warmup = stats.detect_warmup([it.wall_s for it in epoch1]) if len(epoch1) > 1 else 0
+    warmup = max(warmup, closure_warmup(epoch1))
     steady: list[Iteration] = epoch1[warmup:]
     for epoch in sorted({it.epoch for it in iterations if it.epoch != first_epoch}):
         in_epoch = [it for it in iterations if it.epoch == epoch]
@@ -220,7 +257,7 @@ def steady_state_of(iterations: list[Iteration], stop_reason: str, stability: di
     epoch_start_excess: list[float] = []
     later_epochs = sorted({it.epoch for it in iterations if it.epoch != first_epoch})
     iteration = Measurement.of([it.wall_s for it in steady])
-    for epoch in later_epochs:
+    for epoch in later_epochs if not one_iteration_epochs(iterations) else ():
         first = next(it for it in iterations if it.epoch == epoch)
         epoch_start_excess.append(first.wall_s - iteration.mean_s)
     return SteadyState(
@@ -243,7 +280,8 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         Iteration(index=i, epoch=it["epoch"], start_s=it["start_s"], wall_s=max(0.0, it["end_s"] - it["start_s"]),
                   data_wait_s=max(0.0, it["data_wait_s"]),
                   compute_s=max(0.0, it["end_s"] - it["start_s"] - it["data_wait_s"]),
-                  samples=int(it["samples"] or 0), batches=int(it["batches"] or 0))
+                  samples=int(it["samples"] or 0), batches=int(it["batches"] or 0),
+                  backward_passes=it.get("backward_passes"))
         for i, it in enumerate(raw["iterations"])
     ]
     if not iterations:
@@ -267,7 +305,7 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
     samples = [it.samples for it in iterations if it.samples > 0]
     global_batch = int(statistics.median(samples)) if samples else 0
     val_batch = None
-    if validations and validations[0].batches_timed:
+    if validations and validations[0].batches_timed and validations[0].samples > 0:  # 0: no DataLoader counted them
         val_batch = round(validations[0].samples / validations[0].batches_timed)
     dataset = DatasetShape(
         n_train=train_info.get("dataset_size"), n_val=val_info.get("dataset_size"),
