@@ -5,6 +5,7 @@ handling, DDP and Hivemind communication timing, and the public integration sink
 from __future__ import annotations
 
 import ast
+import json
 import math
 import pathlib
 
@@ -15,8 +16,8 @@ from trainwise.agent import stop_rule
 from trainwise.agent.comm_timing import DdpCommTiming, HivemindTiming
 from trainwise.agent.events import (BackwardEnd, BucketReady, BucketReduced, CheckpointSave, EventBus,
                                     HivemindAveraging, HivemindRound, IterationBoundary, IterationEnd, LoaderBuilt,
-                                    ModuleBuilt, OptimizerBuilding, OptimizerBuilt, OptimizerStep, SigtermReceived,
-                                    TorchImported, TrainModeSet)
+                                    ModuleBuilt, OptimizerBuilding, OptimizerBuilt, OptimizerStep, ProcessExit,
+                                    SigtermReceived, TorchImported, TrainModeSet)
 from trainwise.agent.sink import IntegrationSink, batch_length
 from trainwise.agent.torch_patch import TorchPatch
 from trainwise.errors import TrainwiseError
@@ -104,6 +105,32 @@ def test_a_paused_recorder_counts_no_step(subscribed):
     recorder.paused = False
     bus.emit(OptimizerStep(2.0, id(optimizer), optimizer))
     assert len(recorder.iterations) == 1
+
+
+def test_a_sigterm_exit_event_makes_the_recorder_write_what_ran(subscribed, tmp_path):
+    # `trainwise run` ending on SIGTERM emits ProcessExit: the recorder writes its record, not run calling into it
+    recorder, bus = subscribed
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+    bus.emit(OptimizerStep(1.0, id(optimizer), optimizer))
+    bus.emit(ProcessExit(2.0, status="normal"))
+    assert not (tmp_path / "raw.json").exists()
+    bus.emit(ProcessExit(2.0, status="sigterm"))
+    raw = json.loads((tmp_path / "raw.json").read_text())
+    assert raw["stop_reason"] == "sigterm" and len(raw["iterations"]) == 1
+
+
+def test_torch_global_module_hooks_are_registered_by_the_agents_patch():
+    # the one module that patches torch registers the recorder's first-iteration forward hooks too
+    patch = TorchPatch()
+    patch.torch = torch
+    calls = []
+    handles = patch.module_forward_hooks(pre=lambda module, args: calls.append("pre"),
+                                         post=lambda module, args, kwargs, output: calls.append(sorted(kwargs)))
+    torch.nn.Linear(2, 1)(input=torch.ones(1, 2))
+    for handle in handles:
+        handle.remove()
+    torch.nn.Linear(2, 1)(torch.ones(1, 2))
+    assert calls == ["pre", ["input"]]
 
 
 # ---- the stop rule ---------------------------------------------------------------------------------------

@@ -542,3 +542,24 @@ def test_predict_a_profile_with_a_link_for_one_device_is_refused(tmp_path, capsy
     # refused before the profile is even read
     assert main(["predict", str(tmp_path / "missing.json"), "-a", "V100", "--link", "nvlink"]) == 2
     assert "--count 2 or more" in capsys.readouterr().err
+
+
+def test_validation_on_an_accelerator_speeds_up_per_sample_under_gradient_accumulation():
+    # The profile's iteration is 4 micro-batches of 16 (64 samples), the traced step one micro-batch: before,
+    # the speed-up compared a 4-micro-batch step with a 1-micro-batch step and cut validation 4x too much.
+    from types import SimpleNamespace
+
+    from trainwise.predict.offerings import device_full_run, device_iterations_per_epoch
+
+    profile = SimpleNamespace(steady_state=SimpleNamespace(iteration=SimpleNamespace(mean_s=0.4)),
+                              init=SimpleNamespace(total_s=5.0),
+                              dataset=SimpleNamespace(n_train=None, iterations_per_epoch=100, batches_per_iteration=4.0))
+    pred = SimpleNamespace(iteration_s=0.01, count=1, relative_error=0.1)
+    same_batch = device_full_run(profile, pred, 1, 40.0, 400)
+    accumulated = device_full_run(profile, pred, 1, 40.0, 400, samples_per_step=(64.0, 16.0))
+    assert same_batch.validation_s == pytest.approx(40.0 / 40)  # the step's speed-up, 0.4 / 0.01
+    assert accumulated.validation_s == pytest.approx(40.0 / 10)  # per sample: 0.4 s / 64 against 0.01 s / 16
+    # 100 optimizer steps of 4 micro-batches of 16 are 6,400 samples: 400 traced steps, not 100
+    char = SimpleNamespace(per_device_batch=16)
+    assert device_iterations_per_epoch(profile, char, 1) == 400
+    assert device_iterations_per_epoch(profile, char, 4) == 100

@@ -5,7 +5,7 @@ Patched once, after the script's own `import torch` (so that what the script set
 OMP_NUM_THREADS, keeps its effect): Module.__init__/train, DataLoader.__init__, its iterators' __init__
 and __next__, DataLoader.__iter__, Optimizer.__init__/load_state_dict, the global optimizer step
 post-hook, GradScaler.__init__/step, LR schedulers' __init__, DistributedDataParallel.__init__,
-torch.save/load and torch.autograd.backward. Each patch emits a typed event (trainwise.agent.events)
+torch.save/load and torch.autograd.backward; torch's global module forward hooks are registered here too. Each patch emits a typed event (trainwise.agent.events)
 on the process's bus.
 
 Four points change what the script sees, not just observe it: a batch request (a sampled profile ends
@@ -241,6 +241,20 @@ class TorchPatch:
         # Tensor.backward calls torch.autograd.backward.
         self._set_original("backward", torch.autograd.backward)
         torch.autograd.backward = lambda *args, **kwargs: patch._chains["backward"](*args, **kwargs)
+
+    # ---- torch's global module hooks ---------------------------------------------------------
+    def module_forward_hooks(self, pre: Callable | None = None, post: Callable | None = None) -> list[Any]:
+        """Register torch's global module forward hooks for a subscriber, here with the other patches:
+        `pre(module, args)` before every module's forward, `post(module, args, kwargs, output)` after it
+        (only a post hook receives keyword inputs). The handles' remove() takes them out: the recorder
+        keeps them for the first iteration only (every module call of every step pays for them)."""
+        hooks = self.torch.nn.modules.module
+        handles = []
+        if pre is not None:
+            handles.append(hooks.register_module_forward_pre_hook(pre))
+        if post is not None:
+            handles.append(hooks.register_module_forward_hook(post, with_kwargs=True))
+        return handles
 
     def _patch_optimizer_new(self) -> None:
         if "optimizer_new" in self._originals:

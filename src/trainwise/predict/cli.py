@@ -246,8 +246,12 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
         pred = device_predictions(char, accelerator, count, host_overhead_from_profile(profile), link=link)[0]
         render_device_predictions([pred], f"{path.name}: modelled iteration on {count} × {pred.accelerator}", out)
         steps = iterations_per_epoch or device_iterations_per_epoch(profile, char, count)
+        # the measured iteration's samples (all micro-batches of an accumulated step) against the traced step's
+        measured_samples = profile.dataset.global_batch_size or char.per_device_batch * max(
+            1.0, float(profile.dataset.batches_per_iteration or 1.0))
         runs = [device_full_run(profile, pred, n_epochs,
-                                predict_total(profile, n_epochs).breakdown_s.get("validation_s", 0.0), steps)
+                                predict_total(profile, n_epochs).breakdown_s.get("validation_s", 0.0), steps,
+                                samples_per_step=(float(measured_samples), float(char.per_device_batch)))
                 for n_epochs in epoch_list]
         table = Table(title=f"{path.name}: whole run on {count} × {pred.accelerator} (batch {char.per_device_batch} per device)",
                       caption=f"init: measured in the profile; iterations: {pred.provenance}; validation: the profile's, "

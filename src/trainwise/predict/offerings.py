@@ -97,17 +97,26 @@ class DeviceFullRun:
 
 def device_iterations_per_epoch(profile: Any, char: WorkloadCharacterisation, count: int) -> int:
     """Steps per epoch with `count` devices at the profile's batch per device (weak scaling)."""
-    n_train = profile.dataset.n_train or ((profile.dataset.iterations_per_epoch or 1) * char.per_device_batch)
+    # an optimizer step of a job with gradient accumulation takes several traced (micro-)batches
+    micro_batches = max(1.0, float(profile.dataset.batches_per_iteration or 1.0))
+    n_train = profile.dataset.n_train or ((profile.dataset.iterations_per_epoch or 1) * char.per_device_batch * micro_batches)
     return int(math.ceil(n_train / (count * char.per_device_batch)))
 
 
 def device_full_run(profile: Any, pred: dm.DevicePrediction, epochs: int, same_machine_validation_s: float,
-                    iterations_per_epoch: int) -> DeviceFullRun:
+                    iterations_per_epoch: int, samples_per_step: tuple[float, float] | None = None) -> DeviceFullRun:
     """Init is the profile's own (measured: the same script starts the same way); validation (all
     epochs' passes, as the same-machine prediction counts them) speeds up as the step does and is
-    split over the devices; the band is the device model's on the iterations."""
+    split over the devices; the band is the device model's on the iterations.
+
+    `samples_per_step`: (samples of the measured iteration, samples of the modelled step on one device)
+    when they differ (gradient accumulation: the profile's iteration is several micro-batches, the
+    traced step one); validation then speeds up as the samples per second do."""
     measured_iteration_s = profile.steady_state.iteration.mean_s
     speedup = measured_iteration_s / pred.iteration_s if pred.iteration_s > 0 else 1.0
+    if samples_per_step is not None and all(samples > 0 for samples in samples_per_step):
+        measured_samples, modelled_samples = samples_per_step
+        speedup *= modelled_samples / measured_samples
     init_s = float(profile.init.total_s)
     validation_s = float(same_machine_validation_s) / max(speedup, 1e-9) / pred.count
     iterations_s = epochs * iterations_per_epoch * pred.iteration_s

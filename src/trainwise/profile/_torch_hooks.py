@@ -11,7 +11,7 @@ from typing import Any
 from trainwise import denormals
 from trainwise.agent.autograd_steps import reaches_parameters
 from trainwise.agent.events import (BackwardEnd, Event, LoaderBuilt, LoaderIteratorBuilt, ModuleBuilt,
-                                    OptimizerBuilding, OptimizerBuilt, OptimizerStep, TorchImportStarted,
+                                    OptimizerBuilding, OptimizerBuilt, OptimizerStep, ProcessExit, TorchImportStarted,
                                     TorchImported, TrainModeSet)
 
 
@@ -43,11 +43,16 @@ def on_event(recorder: Any, event: Event) -> None:
         recorder.mark_at("torch_import_start", event.t_s)
     elif kind is TorchImported:
         recorder.mark_at("torch_imported", event.t_s)
+    elif kind is ProcessExit and event.status == "sigterm":
+        # `trainwise run` ending on SIGTERM (after its checkpoint): the record of what ran, written now
+        recorder.stop_reason = "sigterm"
+        recorder.write()
 
 
 def subscribe(recorder: Any, patch: Any) -> None:
     """Subscribe `recorder` to `patch` (a trainwise.agent.torch_patch.TorchPatch) and register its interceptors;
     `install_after_import` runs once torch is imported."""
+    recorder.patch = patch
     patch.bus.subscribe(lambda event: on_event(recorder, event))
     patch.intercept("next", lambda proceed, iterator: loader_next(recorder, proceed, iterator))
     patch.intercept("save", lambda proceed, obj, f, *args, **kwargs: save(recorder, proceed, obj, f, *args, **kwargs))
@@ -57,19 +62,18 @@ def subscribe(recorder: Any, patch: Any) -> None:
 
 
 def install_after_import(recorder: Any) -> None:
-    """Once torch is imported: the launch setting (denormals), and torch's global forward hooks."""
+    """Once torch is imported: the launch setting (denormals), and the first iteration's forward hooks."""
     import torch
 
     recorder._torch = torch
     # Before the script computes anything: denormal arithmetic makes CPU steps slow and drifting
     # (trainwise.denormals); opt-in, and `trainwise run --flush-denormal` applies the same setting.
     recorder.flush_denormal = denormals.apply_in_process(torch, os.environ)
-    # Loops without a DataLoader: the first iteration starts at the first forward pass.
-    recorder._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder._on_first_forward)
-    # A (post) forward hook: only those receive keyword inputs (HF models are called with them). It also
-    # finds the model (the module owning the most parameters), whose calls show validation regions.
-    recorder._shape_hook = torch.nn.modules.module.register_module_forward_hook(
-        recorder._capture_model_inputs, with_kwargs=True)
+    # Loops without a DataLoader: the first iteration starts at the first forward pass. The post hook
+    # receives keyword inputs (HF models are called with them) and finds the model (the module owning
+    # the most parameters), whose calls show validation regions. The agent's patch registers both.
+    recorder._forward_hook, recorder._shape_hook = recorder.patch.module_forward_hooks(
+        pre=recorder._on_first_forward, post=recorder._capture_model_inputs)
 
 
 def loader_next(recorder: Any, proceed: Any, iterator: Any) -> Any:

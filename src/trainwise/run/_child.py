@@ -41,8 +41,8 @@ import weakref
 from typing import Any
 
 from trainwise.agent.comm_timing import HivemindTiming
-from trainwise.agent.events import (Event, ModuleBuilt, OptimizerBuilt, OptimizerStateLoad, OptimizerStep, ScalerBuilt,
-                                    SchedulerBuilt, SigtermReceived)
+from trainwise.agent.events import (Event, ModuleBuilt, OptimizerBuilt, OptimizerStateLoad, OptimizerStep, ProcessExit,
+                                    ScalerBuilt, SchedulerBuilt, SigtermReceived)
 from trainwise.agent.torch_patch import process_patch
 from trainwise.profile import _child as recorder_module
 # Importable from here as before (trainwise.run.result, the tests)
@@ -251,10 +251,8 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
             os._exit(code)  # a forked helper (Hivemind averager) inherited the handler: just end
         if self._hm_optimizer is not None:
             self.notes.append("stopped by SIGTERM: left the Hivemind run")
-        recorder = recorder_module.current()
-        if recorder is not None:
-            recorder.stop_reason = "sigterm"
-            recorder.write()
+        # The profile recorder, a subscriber of the same bus, writes its record of what ran
+        self.bus.emit(ProcessExit(self.patch.now(), status="sigterm"))
         self.write()
         sys.stdout.flush()
         sys.stderr.flush()
