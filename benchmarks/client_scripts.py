@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import threading
 import sys
 import tempfile
 import time
@@ -118,6 +120,76 @@ def overhead_pairs(names: list[str], scale: float, pairs: int) -> list[dict]:
     return rows
 
 
+# The instrumented side of a concurrent pair: trainwise imported first (as in `instrumented_run_s`, its import is
+# not timed), then "ready"; on "go" it times run_profile exactly as instrumented_run_s does.
+_INSTRUMENTED_SNIPPET = """
+import json, sys, time
+from trainwise.profile.runner import ProfileOptions, run_profile
+print("ready", flush=True)
+sys.stdin.readline()
+started = time.time()
+run_profile(json.loads(sys.argv[1]), ProfileOptions(mode="full", characterise=False, host_noise=False,
+            flush_denormal=False), quiet=True)
+print(time.time() - started, flush=True)
+"""
+
+
+def _pinned_to(core: int):
+    return lambda: os.sched_setaffinity(0, {core})
+
+
+def concurrent_pair(plain_argv: list[str], agent_argv: list[str], plain_core: int, instrumented_core: int
+                    ) -> tuple[float, float]:
+    """A plain run and a run under the agent started together, each pinned to its own core: both see the same
+    host level (a 2-core VM's level wanders ±12 % over 30 s, more than the overhead being measured). Pinning
+    gives the agent's own threads no spare core, so the overhead is, if anything, overstated."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")] if p)}
+    instrumented = subprocess.Popen([sys.executable, "-c", _INSTRUMENTED_SNIPPET, json.dumps(agent_argv)], env=env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    preexec_fn=_pinned_to(instrumented_core))
+    if instrumented.stdout.readline().strip() != "ready":
+        instrumented.kill()
+        raise RuntimeError("the instrumented side of a concurrent pair did not start")
+    plain: list[float] = []
+
+    def run_plain() -> None:
+        started = time.time()
+        subprocess.run(plain_argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       preexec_fn=_pinned_to(plain_core))
+        plain.append(time.time() - started)
+
+    thread = threading.Thread(target=run_plain)
+    instrumented.stdin.write("go\n")
+    instrumented.stdin.flush()
+    thread.start()
+    out, _ = instrumented.communicate()
+    thread.join()
+    if instrumented.returncode != 0 or not plain:
+        raise RuntimeError(f"a concurrent pair failed (instrumented exit {instrumented.returncode})")
+    return plain[0], float(out.strip().splitlines()[-1])
+
+
+def concurrent_pairs(names: list[str], scale: float, pairs: int) -> list[dict]:
+    """`pairs` concurrent pairs per loop, the cores swapped between a loop's pairs."""
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    if len(cores) < 2:
+        sys.exit("error: --concurrent-pairs needs two cores; use --pairs (interleaved) on one")
+    rows = []
+    for name in names:
+        for k in range(pairs):
+            plain_core, instrumented_core = (cores[0], cores[1]) if k % 2 == 0 else (cores[1], cores[0])
+            with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as plain_dir, \
+                    tempfile.TemporaryDirectory(prefix="trainwise-clients-") as agent_dir:
+                # each side its own scratch directory (the checkpoint loop writes there)
+                plain_s, instrumented_s = concurrent_pair(command(name, scale, plain_dir), command(name, scale, agent_dir),
+                                                          plain_core, instrumented_core)
+            rows.append({"loop": name, "plain_s": plain_s, "instrumented_s": instrumented_s,
+                         "ratio": instrumented_s / plain_s, "plain_core": plain_core, "instrumented_core": instrumented_core})
+            print(f"  concurrent pair {name} #{k + 1}: plain {plain_s:.1f} s (core {plain_core}), under the agent "
+                  f"{instrumented_s:.1f} s (core {instrumented_core})", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies each loop's size (its run time)")
@@ -127,13 +199,26 @@ def main() -> None:
     parser.add_argument("--flush-denormals", action="store_true",
                         help="profile with --flush-denormal (changes the job's arithmetic; the default keeps the plain run's)")
     parser.add_argument("--results", type=Path, default=RESULTS / "client_scripts.json", help="where to write the JSON")
+    parser.add_argument("--concurrent-pairs", type=int, default=0,
+                        help="per loop: plain and instrumented runs started together, one per core (the agent_overhead "
+                             "headline when given: both sides see the same host level)")
+    parser.add_argument("--overhead-only", action="store_true",
+                        help="measure the overhead pairs only; the accuracy rows are kept from the --results file")
     args = parser.parse_args()
-    if not 0 < args.scale <= 100 or not 0 <= args.pairs <= 20:
-        sys.exit("error: --scale must be in (0, 100] and --pairs in [0, 20]")
+    if not 0 < args.scale <= 100 or not 0 <= args.pairs <= 20 or not 0 <= args.concurrent_pairs <= 10:
+        sys.exit("error: --scale must be in (0, 100], --pairs in [0, 20] and --concurrent-pairs in [0, 10]")
     names = args.only or list(LOOPS)
     started = time.time()
     rows = []
-    for name in names:
+    previous: dict = {}
+    if args.overhead_only:
+        try:
+            previous = json.loads(args.results.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            sys.exit(f"error: --overhead-only keeps the accuracy rows of {args.results}, which cannot be read ({exc}); "
+                     "run without --overhead-only first")
+        rows = previous["rows"]
+    for name in [] if args.overhead_only else names:
         print(f"{name} ...", flush=True)
         row = measure(name, args.scale, ProfileOptions(flush_denormal=args.flush_denormals))
         rows.append(row)
@@ -143,21 +228,33 @@ def main() -> None:
         else:
             print(f"  not profiled: {row.get('error') or row.get('prediction_error')}", flush=True)
     pairs = overhead_pairs(names, args.scale, args.pairs)
+    concurrent = concurrent_pairs(names, args.scale, args.concurrent_pairs) if args.concurrent_pairs else []
     errors = [r["abs_error"] for r in rows if r.get("abs_error") is not None]
     costs = [r["profiling_cost_fraction"] for r in rows if r.get("profiling_cost_fraction") is not None]
+    interleaved = statistics.median(p["ratio"] for p in pairs) - 1 if pairs else None
+    side_by_side = statistics.median(p["ratio"] for p in concurrent) - 1 if concurrent else None
     summary = {
         "profiled_fraction": sum(1 for r in rows if r["profiled"]) / len(rows),
         "median_abs_error": statistics.median(errors) if errors else None,
         "max_abs_error": max(errors) if errors else None,
         "profiling_cost_fraction": statistics.median(costs) if costs else None,
-        "agent_overhead": statistics.median(p["ratio"] for p in pairs) - 1 if pairs else None,
+        "agent_overhead": side_by_side if concurrent else interleaved,
+        "agent_overhead_method": "concurrent pairs (median ratio − 1)" if concurrent else "interleaved pairs (median ratio − 1)",
+        "agent_overhead_interleaved": interleaved,
+        "agent_overhead_concurrent": side_by_side,
+        "agent_overhead_concurrent_range": [min(p["ratio"] for p in concurrent) - 1, max(p["ratio"] for p in concurrent) - 1]
+        if concurrent else None,
         "loops": len(rows), "median_actual_s": statistics.median(r["actual_s"] for r in rows if "actual_s" in r),
         "error_convention": "|predicted − actual| / actual; actual = launch → exit of the plain run (no trainwise)",
     }
     result = {"benchmark": "client_scripts", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine(), "summary": summary, "rows": rows, "overhead_pairs": pairs, "scale": args.scale,
+              "machine": machine(), "summary": summary, "rows": rows, "overhead_pairs": pairs,
+              "concurrent_pairs": concurrent, "scale": previous.get("scale", args.scale), "overhead_scale": args.scale,
               "benchmark_wall_s": time.time() - started, "run_notes": args.note,
               "flush_denormal_in_profile": args.flush_denormals}
+    if args.overhead_only:
+        result.update(accuracy_rows_from=previous.get("created_at"), accuracy_run_notes=previous.get("run_notes"),
+                      benchmark_wall_s=previous.get("benchmark_wall_s"), overhead_wall_s=time.time() - started)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.results, json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
