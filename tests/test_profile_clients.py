@@ -49,6 +49,21 @@ def test_manual_sgd_without_optimizer_or_dataloader_is_profiled_with_its_epochs_
 
 
 @pytest.mark.long
+def test_a_script_that_pickles_its_whole_model_saves_a_model_without_the_recorder(tmp_path):
+    saved = tmp_path / "model.pt"
+    full = run_profile(client("manual_sgd_lm.py", "--epochs", "2", "--batches", "12", "--save", str(saved)),
+                       ProfileOptions(mode="full", **QUICK), quiet=True)
+    assert full.exit_code == 0 and full.full_run.epochs_completed == 2
+    # the checkpoint loads where trainwise is not installed, and carries no hook of the recorder
+    check = ("import __main__, torch\nclass RNNModel(torch.nn.Module): pass\n__main__.RNNModel = RNNModel\n"
+             f"m = torch.load({str(saved)!r}, weights_only=False)\nprint(len(m._forward_pre_hooks))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-I", "-c", check], env=env, capture_output=True, text=True,
+                         cwd=CLIENTS, check=True)
+    assert out.stdout.strip() == "0" and b"trainwise" not in saved.read_bytes()
+
+
+@pytest.mark.long
 def test_lbfgs_closure_is_one_iteration_per_step():
     profile = run_profile(client("lbfgs_closure.py", "--n_epochs", "3"), ProfileOptions(mode="full", **QUICK), quiet=True)
     assert len(profile.iterations) == 3 and profile.model.optimizer == "LBFGS"

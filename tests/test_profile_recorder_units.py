@@ -255,3 +255,33 @@ def test_a_save_after_sampling_waits_for_epoch_2_unless_the_sampled_epoch_is_the
     recorder._later_epoch_iterations = 3
     assert not recorder.epoch2_still_to_come()
     assert not _child.Recorder({"out_path": str(tmp_path / "r.json"), "epoch2_iterations": 0}).epoch2_still_to_come()
+
+
+def test_the_models_hook_is_neither_pickled_with_the_model_nor_fired_by_a_copy(tmp_path):
+    import copy
+    import io
+    import pickle
+    import weakref
+
+    import torch
+
+    from trainwise.profile import _torch_hooks
+
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "full"})
+    recorder._torch = torch
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    recorder._model_ref = weakref.ref(model)
+    recorder._watch_model_calls(0.0)
+    seen = []
+    recorder.bus.subscribe(lambda event: seen.append(event) if isinstance(event, ModelForward) else None)
+    model(torch.zeros(1, 4))
+    assert len(seen) == 1
+    with pytest.raises((AttributeError, pickle.PicklingError)):
+        pickle.dumps(model)  # what `torch.save(model)` met while the recorder's closure was on the model
+    buffer = io.BytesIO()
+    _torch_hooks.save(recorder, torch.save, model, buffer)  # the recorder's interceptor of torch.save
+    restored = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    assert len(restored._forward_pre_hooks) == 0
+    model(torch.zeros(1, 4))  # the hook is back after the save
+    copy.deepcopy(model)(torch.zeros(1, 4))  # a copy (an EMA model) keeps the hook but is not the model
+    assert len(seen) == 2

@@ -219,6 +219,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self._backward_iterations = self.bus.subscribe(BackwardIterations(self._on_autograd_iteration))
         self._regions = self.bus.subscribe(EvalRegions(self._on_region_start, self._on_region_end))
         self._model_forward_hook = None
+        self._model_called = None
         self._dataloader_validation = False
         self._autograd_noted = False
         # Sampled, stable, no DataLoader to end epoch 1 early: waiting for the epoch's end (a validation region)

@@ -5,7 +5,9 @@ seconds, and the --full record written every few seconds for a run that is kille
 
 from __future__ import annotations
 
+import contextlib
 import time
+import weakref
 
 from trainwise.agent.events import ModelForward
 from trainwise.agent.regions import ValidationRegion
@@ -48,19 +50,38 @@ class LoopsWithoutLoader:
             return
         torch = self._torch
         recorder = self
+        target = weakref.ref(model)
 
         def model_called(module, args):
-            if recorder.finished or recorder.paused or recorder._dataloader_validation or recorder.framework is not None:
+            # a copy of the model (copy.deepcopy keeps hooks) is not the model
+            if (module is not target() or recorder.finished or recorder.paused or recorder._dataloader_validation
+                    or recorder.framework is not None):
                 return None
             recorder.bus.emit(ModelForward(recorder.now(), torch.is_grad_enabled(), module.training))
             if recorder._regions.current is not None:
                 recorder._after_region_call(recorder._regions.current)
             return None
 
+        self._model_called = model_called
         self._model_forward_hook = model.register_forward_pre_hook(model_called)
         if self.current_train_state is None and not self.epochs:
             self.epochs.append({"index": 0, "start_s": first_start_s, "end_s": None, "iterations": len(self.iterations),
                                 "truncated": False, "batches_per_epoch": None})
+
+    @contextlib.contextmanager
+    def model_hook_detached(self):
+        """The model without the recorder's hook while the script saves: `torch.save(model)` pickles a module's
+        hooks, and a checkpoint must neither fail on the recorder's closure nor carry it."""
+        model = self._model_ref() if self._model_ref is not None else None
+        handle = self._model_forward_hook
+        if model is None or handle is None:
+            yield
+            return
+        handle.remove()
+        try:
+            yield
+        finally:
+            self._model_forward_hook = model.register_forward_pre_hook(self._model_called)
 
     def _on_region_start(self, region: ValidationRegion) -> None:
         if self._dataloader_validation or self.finished:

@@ -114,7 +114,8 @@ def save(recorder: Any, proceed: Any, obj: Any, f: Any, *args: Any, **kwargs: An
         # During sampling, or an end-of-epoch save with epoch 2's start still to be timed: the
         # save goes to a scratch file and sampling goes on.
         f = recorder.scratch_path(f)
-    return proceed(obj, f, *args, **kwargs)
+    with recorder.model_hook_detached():
+        return proceed(obj, f, *args, **kwargs)
 
 
 def load(recorder: Any, proceed: Any, f: Any, *args: Any, **kwargs: Any) -> Any:

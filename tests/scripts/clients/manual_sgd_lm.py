@@ -9,6 +9,7 @@ parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--batches", type=int, default=60, help="training batches per epoch")
 parser.add_argument("--hidden", type=int, default=128)
 parser.add_argument("--lr", type=float, default=0.5)
+parser.add_argument("--save", default="", help="save the whole model (torch.save(model)) after every epoch")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -63,3 +64,6 @@ def evaluate(source):
 for epoch in range(1, args.epochs + 1):
     train()
     print(f"epoch {epoch} val loss {evaluate(val_data):.2f}", flush=True)
+    if args.save:  # as the examples' word_language_model keeps its best model: the module pickled whole
+        with open(args.save, "wb") as f:
+            torch.save(model, f)
