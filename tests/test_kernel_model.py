@@ -188,3 +188,58 @@ def test_pcie_and_sxm_variants_are_different_accelerators():
     big = catalog.accelerator("A100-80GB-PCIe")
     assert big.memory_bw_gbs < catalog.accelerator("A100-80GB").memory_bw_gbs
     assert catalog.accelerator("V100-PCIE-32GB").memory_gib == 32
+
+
+def _tiny_dataset(tmp_path, rows):
+    path = tmp_path / "kernels.csv"
+    path.write_text("source,gpu,op,dtype,dims,latency_us\n" + "\n".join(",".join(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_neusight_dispatch_gap_is_taken_off_its_rows_only(tmp_path):
+    """NeuSight timed each kernel alone (CUDA events around one Python call on an idle GPU): its latencies carry the
+    host's dispatch gap, which a training step hides. The gap is the least latency above the roofline per (GPU, op);
+    trainwise's own rows (many calls per event pair) keep their latencies."""
+    path = _tiny_dataset(tmp_path, [
+        ("neusight", "V100-PCIe-32GB", "add", "fp32", "1x64", "30"),
+        ("neusight", "V100-PCIe-32GB", "add", "fp32", "1x67108864", "930"),
+        ("neusight", "V100-PCIe-32GB", "ln", "fp32", "1x64", "55"),
+        ("trainwise-h100", "H100", "add", "fp32", "1x64", "20")])
+    raw = km.load_dataset(path, subtract_dispatch_gap=False)
+    data = km.load_dataset(path)
+    np.testing.assert_allclose(raw.latency, [30e-6, 930e-6, 55e-6, 20e-6])
+    gap = 30e-6 - raw.roofline[0]
+    np.testing.assert_allclose(data.latency[:2], [raw.roofline[0], 930e-6 - gap])
+    assert data.latency[2] == pytest.approx(raw.roofline[2])  # the ln row is its own (GPU, op): its own gap
+    assert data.latency[3] == pytest.approx(20e-6)
+    assert np.all(data.latency >= data.roofline * (1 - 1e-9)) and np.all(data.latency > 0)
+
+
+def test_packaged_dataset_gaps_are_host_sized(dataset):
+    """NeuSight's vector (GPU, op) pairs lose gaps of 5-50 us and its nn.Linear calls 30-100 us (a Python module call
+    more); convolutions, whose Winograd/FFT kernels can beat the FP32 roofline, lose none. No row falls below its
+    roofline and none grows."""
+    raw = km.load_dataset(subtract_dispatch_gap=False)
+    gaps = km.dispatch_gaps(raw.gpus, raw.ops, ["neusight" if g != "H100" else "own" for g in raw.gpus], raw.latency,
+                            raw.roofline)
+    vec = [v for (g, op), v in gaps.items() if op in ("add", "mul", "relu", "softmax", "ln")]
+    mm = [v for (g, op), v in gaps.items() if op == "mm"]
+    assert len(vec) >= 25 and all(5e-6 < v < 50e-6 for v in vec), gaps
+    assert len(mm) == 5 and all(30e-6 < v < 100e-6 for v in mm), gaps
+    assert not any((g, "mm") in gaps for g in ("H100",))  # trainwise's own rows: no gap
+    lost = dataset.latency < raw.latency
+    assert lost.sum() > 60000 and np.all(dataset.latency <= raw.latency)
+    assert np.all(dataset.latency[lost] >= dataset.roofline[lost] * (1 - 1e-12))
+
+
+def test_neusight_convolutions_ran_without_tf32(tmp_path):
+    """NeuSight set torch.backends.cudnn.allow_tf32 = False: its fp32 convolutions on an A100 are FP32-unit kernels
+    (roofline at the FP32 peak, no tensor cores), while fp32 convolutions of other sources keep PyTorch's TF32
+    default."""
+    dims = "8x64x64x3x56x1x1"
+    path = _tiny_dataset(tmp_path, [("neusight", "A100-80GB-PCIe", "conv", "fp32", dims, "900"),
+                                    ("trainwise-sweep", "A100-80GB-PCIe", "conv", "fp32", dims, "300")])
+    data = km.load_dataset(path)
+    tc = data.x[:, km.FEATURES.index("tensor_core")]
+    assert list(tc) == [0.0, 1.0]
+    assert km.regimes(data.x, data.dtype_code) == ["conv|simt|32", "conv|tensor|32"]

@@ -15,7 +15,8 @@ wave quantisation is Habitat's (Yu et al., "Habitat: A Runtime-Based Computation
 for Deep Learning Training", USENIX ATC 2021). This is an independent implementation.
 
 Training data (`data/kernel_latency.csv`): NeuSight's published per-kernel latencies (P4, P100, T4, V100,
-A100; fp32) and trainwise's own H100 microbenchmarks; end-to-end step times never enter it. The trained
+A100; fp32, each less its host dispatch gap: `dispatch_gaps`) and trainwise's own H100 microbenchmarks;
+end-to-end step times never enter it. The trained
 regressor is packaged as JSON trees (`data/kernel_model.json`) and evaluated with numpy; rebuild it with
 `REBUILD_COMMAND`. Operators without kernel data (attention kernels, grouped/depthwise convolutions,
 unknown operators) are left to the roofline core of `device_model` and listed.
@@ -458,8 +459,36 @@ class KernelDataset:
                              self.latency[idx], self.dtype_code[idx])
 
 
-def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None) -> KernelDataset:
-    """data/kernel_latency.csv as features against each row's GPU (resolved in the catalog)."""
+# NeuSight timed every kernel alone: CUDA events recorded around one Python call of the operator, on an idle GPU,
+# synchronised after each call (NeuSight neusight/Dataset/collect.py `measure_once`). The first event is stamped at
+# once, the kernel starts only when the host has dispatched it, so each latency carries the host's dispatch gap
+# (module call, dispatcher, launch): 25-60 us for a 37-element add, 51-91 us for the smallest nn.Linear, whatever the
+# GPU. Inside a training step the host runs ahead of a busy GPU and that gap is hidden. The data's kernels are
+# therefore its latencies less the gap of their (GPU, operator): the least (latency - roofline) among that pair's
+# rows, an estimate from the kernel data alone. trainwise's own microbenchmarks time many back-to-back calls per
+# event pair (benchmarks/kernel_sweep.py) and carry no gap.
+DISPATCH_GAP_SOURCES = frozenset({"neusight"})
+# NeuSight turned TF32 off for cuDNN (`torch.backends.cudnn.allow_tf32 = False` in collect.py and trace.py) and ran
+# torch 2.1, whose matmuls default to full fp32: its fp32 convolutions ran on the FP32 units, not in TF32 as PyTorch's
+# default would run them on Ampere and later.
+NO_TF32_CONV_SOURCES = frozenset({"neusight"})
+
+
+def dispatch_gaps(gpus: list[str], ops: list[str], sources: list[str], latency: Any, roofline: Any) -> dict[tuple[str, str], float]:
+    """Seconds of host dispatch gap per (GPU, operator) of the rows timed one call per event pair
+    (`DISPATCH_GAP_SOURCES`): the least latency in excess of the roofline among that pair's rows."""
+    gaps: dict[tuple[str, str], float] = {}
+    for g, op, src, lat, roof in zip(gpus, ops, sources, latency, roofline):
+        if src in DISPATCH_GAP_SOURCES:
+            key = (g, op)
+            gaps[key] = min(gaps.get(key, math.inf), max(float(lat - roof), 0.0))
+    return gaps
+
+
+def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None, subtract_dispatch_gap: bool = True) -> KernelDataset:
+    """data/kernel_latency.csv as features against each row's GPU (resolved in the catalog); the latencies of rows
+    timed one call per event pair lose their (GPU, operator)'s dispatch gap (`dispatch_gaps`) unless
+    `subtract_dispatch_gap` is False."""
     import csv
 
     import numpy as np
@@ -469,29 +498,35 @@ def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None) -> Kernel
 
         catalog = load_catalog()
     specs: dict[str, GpuSpec] = {}
-    by_gpu: dict[str, tuple[list[str], list[Kernel], list[float]]] = {}
+    by_gpu: dict[tuple[str, str], tuple[list[str], list[Kernel], list[float]]] = {}
     with Path(path).open(encoding="utf-8") as fh:
         for r in csv.DictReader(line for line in fh if not line.startswith("#")):
             if r["op"] not in OP_CLASS:
                 continue
             if r["gpu"] not in specs:
                 specs[r["gpu"]] = GpuSpec.of(catalog.accelerator(r["gpu"]))
-            ops, kernels, lats = by_gpu.setdefault(r["gpu"], ([], [], []))
+            ops, kernels, lats = by_gpu.setdefault((r["gpu"], r.get("source") or ""), ([], [], []))
             ops.append(r["op"])
             kernels.append(kernel_from_dims(r["op"], r["dtype"], tuple(int(v) for v in r["dims"].split("x"))))
             lats.append(float(r["latency_us"]) * 1e-6)
-    gpus, all_ops, xs, roofs, latencies, codes = [], [], [], [], [], []
-    for name, (ops, kernels, lats) in by_gpu.items():
+    gpus, all_ops, xs, roofs, latencies, codes, sources = [], [], [], [], [], [], []
+    for (name, source), (ops, kernels, lats) in by_gpu.items():
         arrays = KernelArrays.of(kernels)
         codes.append(arrays.dtype)
-        x, roof = features_matrix(arrays, specs[name])
+        x, roof = features_matrix(arrays, specs[name], conv_tf32=source not in NO_TF32_CONV_SOURCES)
         gpus += [specs[name].name] * len(ops)
         all_ops += ops
+        sources += [source] * len(ops)
         xs.append(x)
         roofs.append(roof)
         latencies.append(np.array(lats))
-    return KernelDataset(gpus, all_ops, np.vstack(xs), np.concatenate(roofs), np.concatenate(latencies),
-                         np.concatenate(codes))
+    roofline, latency = np.concatenate(roofs), np.concatenate(latencies)
+    if subtract_dispatch_gap:
+        gaps = dispatch_gaps(gpus, all_ops, sources, latency, roofline)
+        gap = np.array([gaps.get((g, op), 0.0) if src in DISPATCH_GAP_SOURCES else 0.0
+                        for g, op, src in zip(gpus, all_ops, sources)])
+        latency = latency - gap  # never below the roofline: the gap is at most each row's latency above it
+    return KernelDataset(gpus, all_ops, np.vstack(xs), roofline, latency, np.concatenate(codes))
 
 
 # settings compared on the per-kernel leave-one-GPU-out split (never on end-to-end rows)
