@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from trainwise.predict import kernel_fit as kf
 from trainwise.predict import kernel_model as km
 
 HERE = Path(__file__).parent
@@ -30,7 +31,7 @@ class HeldOutModels:
     """Kernel models fitted without one GPU family each (cached), with the packaged artifact's settings."""
 
     def __init__(self) -> None:
-        self.data = km.load_dataset()
+        self.data = kf.load_dataset()
         packaged = km.load_kernel_model()
         self.settings = packaged.meta["settings"]
         self.band = packaged.meta.get("band80_by_class", {})
@@ -42,7 +43,7 @@ class HeldOutModels:
         if fam not in self.cache:
             t0 = time.perf_counter()
             keep = np.array([km.family(g) != fam for g in self.data.gpus])
-            model = km.fit_ensemble(self.data.subset(keep), self.settings)
+            model = kf.fit_ensemble(self.data.subset(keep), self.settings)
             meta = {"band80_by_class": self.band, "held_out": fam, "coverage": km.regime_coverage(self.data.subset(keep))}
             ens = km.ensemble_from_json(km.ensemble_to_json(model, meta))
             self.cache[fam] = ens

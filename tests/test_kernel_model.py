@@ -14,6 +14,7 @@ import pytest
 from trainwise.catalog import load_catalog
 from trainwise.errors import TrainwiseError
 from trainwise.predict import device_model as dm
+from trainwise.predict import kernel_fit as kf
 from trainwise.predict import kernel_model as km
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def dataset():
-    return km.load_dataset()
+    return kf.load_dataset()
 
 
 def test_dataset_has_every_kernel_class_on_several_gpus(dataset):
@@ -55,7 +56,7 @@ def test_vectorised_features_match_the_reference(dataset):
 
 def test_exported_trees_reproduce_sklearn(dataset):
     sub = dataset.subset(np.arange(len(dataset.gpus)) % 20 == 0)
-    model = km.fit_ensemble(sub, {"n_estimators": 20, "max_depth": 3, "learning_rate": 0.2})
+    model = kf.fit_ensemble(sub, {"n_estimators": 20, "max_depth": 3, "learning_rate": 0.2})
     ens = km.ensemble_from_json(km.ensemble_to_json(model, {}))
     np.testing.assert_allclose(ens.predict(sub.x[:500]), model.predict(sub.x[:500]), rtol=1e-4, atol=1e-4)
 
@@ -67,7 +68,7 @@ def test_held_out_gpu_kernel_error_beats_roofline(dataset):
     thin = np.arange(len(fam)) % 3 == 0
     train = dataset.subset(thin & (fam != "T4"))
     test = dataset.subset(fam == "T4")
-    model = km.fit_ensemble(train, {"n_estimators": 80, "max_depth": 5, "learning_rate": 0.15})
+    model = kf.fit_ensemble(train, {"n_estimators": 80, "max_depth": 5, "learning_rate": 0.15})
     pred = test.roofline * np.exp(np.maximum(model.predict(test.x), 0))
     err = np.median(np.abs(pred / test.latency - 1))
     roof = np.median(np.abs(test.roofline / test.latency - 1))
@@ -77,12 +78,12 @@ def test_held_out_gpu_kernel_error_beats_roofline(dataset):
 def test_packaged_artifact_was_selected_on_the_kernel_split():
     model = km.load_kernel_model()
     meta = model.meta
-    assert meta["settings"] in [dict(s) for s in km.SETTINGS]
+    assert meta["settings"] in [dict(s) for s in kf.SETTINGS]
     held = meta["kernel_holdout"]
     assert held["median_abs_error"] < held["roofline_median_abs_error"]
     assert set(meta["band80_by_class"]) <= set(km.CLASSES)
     for cls, band in meta["band80_by_class"].items():  # the split-conformal quantile of the held-out families' bias
-        assert band == pytest.approx(km.conformal_quantile(meta["class_bias"][cls]), abs=1e-4)
+        assert band == pytest.approx(kf.conformal_quantile(meta["class_bias"][cls]), abs=1e-4)
 
 
 def test_outdated_artifact_is_refused_with_the_rebuild_command(tmp_path):
@@ -205,8 +206,8 @@ def test_neusight_dispatch_gap_is_taken_off_its_rows_only(tmp_path):
         ("neusight", "V100-PCIe-32GB", "add", "fp32", "1x67108864", "930"),
         ("neusight", "V100-PCIe-32GB", "ln", "fp32", "1x64", "55"),
         ("trainwise-h100", "H100", "add", "fp32", "1x64", "20")])
-    raw = km.load_dataset(path, subtract_dispatch_gap=False)
-    data = km.load_dataset(path)
+    raw = kf.load_dataset(path, subtract_dispatch_gap=False)
+    data = kf.load_dataset(path)
     np.testing.assert_allclose(raw.latency, [30e-6, 930e-6, 55e-6, 20e-6])
     gap = 30e-6 - raw.roofline[0]
     np.testing.assert_allclose(data.latency[:2], [raw.roofline[0], 930e-6 - gap])
@@ -219,8 +220,8 @@ def test_packaged_dataset_gaps_are_host_sized(dataset):
     """NeuSight's vector (GPU, op) pairs lose gaps of 5-50 us and its nn.Linear calls 30-100 us (a Python module call
     more); convolutions, whose Winograd/FFT kernels can beat the FP32 roofline, lose none. No row falls below its
     roofline and none grows."""
-    raw = km.load_dataset(subtract_dispatch_gap=False)
-    gaps = km.dispatch_gaps(raw.gpus, raw.ops, ["neusight" if g != "H100" else "own" for g in raw.gpus], raw.latency,
+    raw = kf.load_dataset(subtract_dispatch_gap=False)
+    gaps = kf.dispatch_gaps(raw.gpus, raw.ops, ["neusight" if g != "H100" else "own" for g in raw.gpus], raw.latency,
                             raw.roofline)
     vec = [v for (g, op), v in gaps.items() if op in ("add", "mul", "relu", "softmax", "ln")]
     mm = [v for (g, op), v in gaps.items() if op == "mm"]
@@ -239,7 +240,7 @@ def test_neusight_convolutions_ran_without_tf32(tmp_path):
     dims = "8x64x64x3x56x1x1"
     path = _tiny_dataset(tmp_path, [("neusight", "A100-80GB-PCIe", "conv", "fp32", dims, "900"),
                                     ("trainwise-sweep", "A100-80GB-PCIe", "conv", "fp32", dims, "300")])
-    data = km.load_dataset(path)
+    data = kf.load_dataset(path)
     tc = data.x[:, km.FEATURES.index("tensor_core")]
     assert list(tc) == [0.0, 1.0]
     assert km.regimes(data.x, data.dtype_code) == ["conv|simt|32", "conv|tensor|32"]

@@ -1,6 +1,6 @@
 """Train the per-operator kernel model and write src/trainwise/predict/data/kernel_model.json.
 
-Settings (`kernel_model.SETTINGS`) are chosen on a leave-one-GPU-family-out split of the per-kernel data only;
+Settings (`kernel_fit.SETTINGS`) are chosen on a leave-one-GPU-family-out split of the per-kernel data only;
 the 80 % band per kernel class is the split-conformal quantile of the held-out families' time-weighted mean
 log-residuals. End-to-end step times are never read here.
 Run: .venv/bin/python tools/train_kernel_model.py [--exclude GPU ...] [--output PATH]
@@ -14,25 +14,26 @@ import sys
 import time
 from pathlib import Path
 
+from trainwise.predict import kernel_fit as kf
 from trainwise.predict import kernel_model as km
 
 
 def build(exclude: list[str], output: Path, select: bool = True) -> dict:
     t0 = time.perf_counter()
-    data = km.load_dataset()
+    data = kf.load_dataset()
     import numpy as np
 
     keep = np.array([km.family(g) not in {km.family(e) for e in exclude} for g in data.gpus])
     data = data.subset(keep)
     candidates = []
-    for settings in (km.SETTINGS if select else km.SETTINGS[:1]):
-        held = km.holdout_errors(data, settings)
+    for settings in (kf.SETTINGS if select else kf.SETTINGS[:1]):
+        held = kf.holdout_errors(data, settings)
         candidates.append((held["median_abs_error"], settings, held))
         print(f"settings {settings}: per-kernel leave-one-GPU-out median |error| {held['median_abs_error']:.3f} "
               f"(roofline {held['roofline_median_abs_error']:.3f})", flush=True)
     _, settings, held = min(candidates, key=lambda c: c[0])
-    model = km.fit_ensemble(data, settings)
-    band = {c: round(km.conformal_quantile(v), 4) for c, v in held["class_bias"].items() if v}
+    model = kf.fit_ensemble(data, settings)
+    band = {c: round(kf.conformal_quantile(v), 4) for c, v in held["class_bias"].items() if v}
     meta = {"settings": settings, "coverage": km.regime_coverage(data), "min_families": km.MIN_FAMILIES, "rows": len(data.gpus), "gpus": sorted(set(data.gpus)), "excluded": exclude,
             "kernel_holdout": {k: v for k, v in held.items() if k != "class_bias"}, "band80_by_class": band,
             "class_bias": {c: [round(x, 5) for x in v] for c, v in held["class_bias"].items()},

@@ -1,0 +1,177 @@
+"""Fitting the per-operator kernel model (`trainwise.predict.kernel_model`): the per-kernel dataset as features,
+the host dispatch gap taken out of kernels timed one call at a time, the gradient-boosted fit, and the
+leave-one-GPU-family-out split that chooses its settings and its bands. Used by tools/train_kernel_model.py and
+benchmarks/device_model.py; predicting needs none of it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainwise.predict.kernel_model import (CLASSES, DATASET_PATH, FEATURES, MIN_FAMILIES, OP_CLASS, GpuSpec, Kernel,
+                                           KernelArrays, family, features_matrix, kernel_from_dims, regime_coverage,
+                                           regimes)
+
+
+@dataclass
+class KernelDataset:
+    gpus: list[str]
+    ops: list[str]
+    x: Any          # [rows, features]
+    roofline: Any   # seconds
+    latency: Any    # seconds (measured)
+    dtype_code: Any  # `_DTYPE_CODE` of each row
+
+    @property
+    def target(self) -> Any:
+        import numpy as np
+
+        return np.log(self.latency / self.roofline)
+
+    def subset(self, mask: Any) -> "KernelDataset":
+        import numpy as np
+
+        idx = np.flatnonzero(mask)
+        return KernelDataset([self.gpus[i] for i in idx], [self.ops[i] for i in idx], self.x[idx], self.roofline[idx],
+                             self.latency[idx], self.dtype_code[idx])
+
+
+# NeuSight timed every kernel alone: CUDA events recorded around one Python call of the operator, on an idle GPU,
+# synchronised after each call (NeuSight neusight/Dataset/collect.py `measure_once`). The first event is stamped at
+# once, the kernel starts only when the host has dispatched it, so each latency carries the host's dispatch gap
+# (module call, dispatcher, launch): 25-60 us for a 37-element add, 51-91 us for the smallest nn.Linear, whatever the
+# GPU. Inside a training step the host runs ahead of a busy GPU and that gap is hidden. The data's kernels are
+# therefore its latencies less the gap of their (GPU, operator): the least (latency - roofline) among that pair's
+# rows, an estimate from the kernel data alone. trainwise's own microbenchmarks time many back-to-back calls per
+# event pair (benchmarks/kernel_sweep.py) and carry no gap.
+DISPATCH_GAP_SOURCES = frozenset({"neusight"})
+# NeuSight turned TF32 off for cuDNN (`torch.backends.cudnn.allow_tf32 = False` in collect.py and trace.py) and ran
+# torch 2.1, whose matmuls default to full fp32: its fp32 convolutions ran on the FP32 units, not in TF32 as PyTorch's
+# default would run them on Ampere and later.
+NO_TF32_CONV_SOURCES = frozenset({"neusight"})
+
+
+def dispatch_gaps(gpus: list[str], ops: list[str], sources: list[str], latency: Any, roofline: Any) -> dict[tuple[str, str], float]:
+    """Seconds of host dispatch gap per (GPU, operator) of the rows timed one call per event pair
+    (`DISPATCH_GAP_SOURCES`): the least latency in excess of the roofline among that pair's rows."""
+    gaps: dict[tuple[str, str], float] = {}
+    for g, op, src, lat, roof in zip(gpus, ops, sources, latency, roofline):
+        if src in DISPATCH_GAP_SOURCES:
+            key = (g, op)
+            gaps[key] = min(gaps.get(key, math.inf), max(float(lat - roof), 0.0))
+    return gaps
+
+
+def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None, subtract_dispatch_gap: bool = True) -> KernelDataset:
+    """data/kernel_latency.csv as features against each row's GPU (resolved in the catalog); the latencies of rows
+    timed one call per event pair lose their (GPU, operator)'s dispatch gap (`dispatch_gaps`) unless
+    `subtract_dispatch_gap` is False."""
+    import csv
+
+    import numpy as np
+
+    if catalog is None:
+        from trainwise.catalog import load_catalog
+
+        catalog = load_catalog()
+    specs: dict[str, GpuSpec] = {}
+    by_gpu: dict[tuple[str, str], tuple[list[str], list[Kernel], list[float]]] = {}
+    with Path(path).open(encoding="utf-8") as fh:
+        for r in csv.DictReader(line for line in fh if not line.startswith("#")):
+            if r["op"] not in OP_CLASS:
+                continue
+            if r["gpu"] not in specs:
+                specs[r["gpu"]] = GpuSpec.of(catalog.accelerator(r["gpu"]))
+            ops, kernels, lats = by_gpu.setdefault((r["gpu"], r.get("source") or ""), ([], [], []))
+            ops.append(r["op"])
+            kernels.append(kernel_from_dims(r["op"], r["dtype"], tuple(int(v) for v in r["dims"].split("x"))))
+            lats.append(float(r["latency_us"]) * 1e-6)
+    gpus, all_ops, xs, roofs, latencies, codes, sources = [], [], [], [], [], [], []
+    for (name, source), (ops, kernels, lats) in by_gpu.items():
+        arrays = KernelArrays.of(kernels)
+        codes.append(arrays.dtype)
+        x, roof = features_matrix(arrays, specs[name], conv_tf32=source not in NO_TF32_CONV_SOURCES)
+        gpus += [specs[name].name] * len(ops)
+        all_ops += ops
+        sources += [source] * len(ops)
+        xs.append(x)
+        roofs.append(roof)
+        latencies.append(np.array(lats))
+    roofline, latency = np.concatenate(roofs), np.concatenate(latencies)
+    if subtract_dispatch_gap:
+        gaps = dispatch_gaps(gpus, all_ops, sources, latency, roofline)
+        gap = np.array([gaps.get((g, op), 0.0) if src in DISPATCH_GAP_SOURCES else 0.0
+                        for g, op, src in zip(gpus, all_ops, sources)])
+        latency = latency - gap  # never below the roofline: the gap is at most each row's latency above it
+    return KernelDataset(gpus, all_ops, np.vstack(xs), roofline, latency, np.concatenate(codes))
+
+
+# settings compared on the per-kernel leave-one-GPU-out split (never on end-to-end rows)
+SETTINGS = ({"n_estimators": 150, "max_depth": 6, "learning_rate": 0.1},
+            {"n_estimators": 300, "max_depth": 4, "learning_rate": 0.1})
+# the selection split fits on every HOLDOUT_THIN-th row (the held-out family is scored on all of its rows)
+HOLDOUT_THIN = 2
+
+
+def fit_ensemble(data: KernelDataset, settings: dict, seed: int = 0) -> Any:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    model = HistGradientBoostingRegressor(max_iter=settings["n_estimators"], max_depth=settings["max_depth"],
+                                          learning_rate=settings["learning_rate"], max_leaf_nodes=None,
+                                          early_stopping=False, random_state=seed)
+    with threadpool_limits(1):  # OpenMP threads spin badly on a shared machine; one is faster there
+        model.fit(data.x, data.target)
+    return model
+
+
+def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
+    """Leave-one-GPU-family-out on the kernel data: per family, median |relative error| of the model and of
+    the plain roofline, and the time-weighted mean log-residual per kernel class (the systematic part that
+    does not average out over a step: what the band is calibrated on)."""
+    import numpy as np
+
+    fams = sorted({family(g) for g in data.gpus})
+    fam_of = np.array([family(g) for g in data.gpus])
+    out: dict[str, Any] = {"by_gpu": {}, "class_bias": {c: [] for c in CLASSES}}
+    all_err, all_roof = [], []
+    for fam in fams:
+        test = fam_of == fam
+        if test.sum() < 50 or (~test).sum() < 50:
+            continue
+        train = data.subset(~test & (np.arange(len(test)) % HOLDOUT_THIN == 0))
+        model = fit_ensemble(train, settings)
+        coverage = regime_coverage(train)
+        in_regime = np.array([len(coverage.get(r, ())) >= MIN_FAMILIES for r in regimes(data.x, data.dtype_code)])
+        test = test & in_regime
+        if test.sum() < 50:
+            continue
+        held = data.subset(test)
+        pred = held.roofline * np.exp(np.maximum(model.predict(held.x), 0.0))
+        err = pred / held.latency - 1
+        roof_err = held.roofline / held.latency - 1
+        out["by_gpu"][fam] = {"rows": int(test.sum()), "median_abs_error": round(float(np.median(np.abs(err))), 4),
+                              "roofline_median_abs_error": round(float(np.median(np.abs(roof_err))), 4)}
+        all_err.append(np.abs(err))
+        all_roof.append(np.abs(roof_err))
+        cls = held.x[:, FEATURES.index("class")].astype(int)
+        for ci, c in enumerate(CLASSES):
+            sel = cls == ci
+            if sel.sum() >= 20:
+                w = held.latency[sel]
+                out["class_bias"][c].append(float(np.sum(w * np.log(pred[sel] / held.latency[sel])) / np.sum(w)))
+    out["median_abs_error"] = round(float(np.median(np.concatenate(all_err))), 4)
+    out["roofline_median_abs_error"] = round(float(np.median(np.concatenate(all_roof))), 4)
+    out["p90_abs_error"] = round(float(np.quantile(np.concatenate(all_err), 0.9)), 4)
+    return out
+
+
+def conformal_quantile(values: list[float], level: float = 0.8) -> float:
+    """Split-conformal quantile of |values| with the finite-sample correction ceil((n+1) level) / n."""
+    v = sorted(abs(x) for x in values)
+    if not v:
+        return 0.25
+    rank = min(len(v), math.ceil((len(v) + 1) * level))
+    return v[rank - 1]
