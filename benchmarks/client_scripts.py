@@ -60,9 +60,9 @@ def command(name: str, scale: float, workdir: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def plain_run_s(argv: list[str]) -> float:
+def plain_run_s(argv: list[str], cwd: str | Path | None = None) -> float:
     started = time.time()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.time() - started
 
 
@@ -73,35 +73,63 @@ def instrumented_run_s(argv: list[str]) -> float:
     return time.time() - started
 
 
+def profile_then_run(row: dict, argv: list[str], options: ProfileOptions, workload: str, cwd: Path | None = None) -> dict:
+    """`trainwise profile` of `argv`, the prediction of the whole run, then the plain run: `row` filled in."""
+    here = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)  # a script that reads and writes relative to its folder is profiled from there
+    try:
+        profile = run_profile(argv, options, workload=workload, quiet=True)
+    except TrainwiseError as exc:
+        row.update(profiled=False, error=str(exc))
+        return row
+    finally:
+        os.chdir(here)
+    epochs = profile.script_epochs.epochs if profile.script_epochs else None
+    row.update(profiled=True, profile_stop=profile.stop_reason, profiled_iterations=len(profile.iterations),
+               steady_iteration_s=profile.steady_state.iteration.mean_s, init_s=profile.init.total_s,
+               profile_wall_s=profile.process_wall_s, epochs_read=epochs,
+               epochs_source=profile.script_epochs.source if profile.script_epochs else None,
+               iterations_per_epoch=profile.dataset.iterations_per_epoch,
+               validation_passes_seen=len(profile.validations), optimizer=profile.model.optimizer, notes=profile.notes)
+    try:
+        predicted_s = predict_total(profile, epochs).total_s if epochs else None
+    except TrainwiseError as exc:
+        predicted_s = None
+        row["prediction_error"] = str(exc)
+    actual_s = plain_run_s(argv, cwd)
+    row.update(predicted_s=predicted_s, actual_s=actual_s,
+               abs_error=relative_error(actual_s, predicted_s) if predicted_s is not None else None,
+               profiling_cost_fraction=profile.process_wall_s / actual_s)
+    if predicted_s is None:
+        row["profiled"] = False
+    return row
+
+
+def print_row(row: dict) -> None:
+    if row.get("abs_error") is not None:
+        print(f"  predicted {row['predicted_s']:.1f} s, actual {row['actual_s']:.1f} s, error {row['abs_error']:.1%}, "
+              f"profiling cost {row['profiling_cost_fraction']:.1%}", flush=True)
+    else:
+        print(f"  not profiled: {row.get('error') or row.get('prediction_error')}", flush=True)
+
+
+def accuracy_summary(rows: list[dict]) -> dict:
+    errors = [r["abs_error"] for r in rows if r.get("abs_error") is not None]
+    costs = [r["profiling_cost_fraction"] for r in rows if r.get("profiling_cost_fraction") is not None]
+    return {"profiled_fraction": sum(1 for r in rows if r["profiled"]) / len(rows),
+            "median_abs_error": statistics.median(errors) if errors else None,
+            "max_abs_error": max(errors) if errors else None,
+            "profiling_cost_fraction": statistics.median(costs) if costs else None,
+            "error_convention": "|predicted − actual| / actual; actual = launch → exit of the plain run (no trainwise)"}
+
+
 def measure(name: str, scale: float, options: ProfileOptions) -> dict:
     with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
         argv = command(name, scale, workdir)
         row: dict = {"loop": name, "command": [Path(argv[1]).name, *argv[2:]], "measured_at":
                      datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        try:
-            profile = run_profile(argv, options, workload=name, quiet=True)
-        except TrainwiseError as exc:
-            row.update(profiled=False, error=str(exc))
-            return row
-        epochs = profile.script_epochs.epochs if profile.script_epochs else None
-        row.update(profiled=True, profile_stop=profile.stop_reason, profiled_iterations=len(profile.iterations),
-                   steady_iteration_s=profile.steady_state.iteration.mean_s, init_s=profile.init.total_s,
-                   profile_wall_s=profile.process_wall_s, epochs_read=epochs,
-                   epochs_source=profile.script_epochs.source if profile.script_epochs else None,
-                   iterations_per_epoch=profile.dataset.iterations_per_epoch,
-                   validation_passes_seen=len(profile.validations), optimizer=profile.model.optimizer)
-        try:
-            predicted_s = predict_total(profile, epochs).total_s if epochs else None
-        except TrainwiseError as exc:
-            predicted_s = None
-            row["prediction_error"] = str(exc)
-        actual_s = plain_run_s(argv)
-        row.update(predicted_s=predicted_s, actual_s=actual_s,
-                   abs_error=relative_error(actual_s, predicted_s) if predicted_s is not None else None,
-                   profiling_cost_fraction=profile.process_wall_s / actual_s)
-        if predicted_s is None:
-            row["profiled"] = False
-        return row
+        return profile_then_run(row, argv, options, name)
 
 
 def overhead_pairs(names: list[str], scale: float, pairs: int) -> list[dict]:
@@ -222,22 +250,13 @@ def main() -> None:
         print(f"{name} ...", flush=True)
         row = measure(name, args.scale, ProfileOptions(flush_denormal=args.flush_denormals))
         rows.append(row)
-        if row.get("abs_error") is not None:
-            print(f"  predicted {row['predicted_s']:.1f} s, actual {row['actual_s']:.1f} s, error {row['abs_error']:.1%}, "
-                  f"profiling cost {row['profiling_cost_fraction']:.1%}", flush=True)
-        else:
-            print(f"  not profiled: {row.get('error') or row.get('prediction_error')}", flush=True)
+        print_row(row)
     pairs = overhead_pairs(names, args.scale, args.pairs)
     concurrent = concurrent_pairs(names, args.scale, args.concurrent_pairs) if args.concurrent_pairs else []
-    errors = [r["abs_error"] for r in rows if r.get("abs_error") is not None]
-    costs = [r["profiling_cost_fraction"] for r in rows if r.get("profiling_cost_fraction") is not None]
     interleaved = statistics.median(p["ratio"] for p in pairs) - 1 if pairs else None
     side_by_side = statistics.median(p["ratio"] for p in concurrent) - 1 if concurrent else None
     summary = {
-        "profiled_fraction": sum(1 for r in rows if r["profiled"]) / len(rows),
-        "median_abs_error": statistics.median(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
-        "profiling_cost_fraction": statistics.median(costs) if costs else None,
+        **accuracy_summary(rows),
         "agent_overhead": side_by_side if concurrent else interleaved,
         "agent_overhead_method": "concurrent pairs (median ratio − 1)" if concurrent else "interleaved pairs (median ratio − 1)",
         "agent_overhead_interleaved": interleaved,
@@ -245,7 +264,6 @@ def main() -> None:
         "agent_overhead_concurrent_range": [min(p["ratio"] for p in concurrent) - 1, max(p["ratio"] for p in concurrent) - 1]
         if concurrent else None,
         "loops": len(rows), "median_actual_s": statistics.median(r["actual_s"] for r in rows if "actual_s" in r),
-        "error_convention": "|predicted − actual| / actual; actual = launch → exit of the plain run (no trainwise)",
     }
     result = {"benchmark": "client_scripts", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "summary": summary, "rows": rows, "overhead_pairs": pairs,

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,10 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trainwise._io import atomic_write_text
-from trainwise.errors import TrainwiseError
-from trainwise.predict.same_machine import predict_total, relative_error
-from trainwise.profile.runner import ProfileOptions, run_profile
+from trainwise.profile.runner import ProfileOptions
 from _machine import machine
+from client_scripts import accuracy_summary, print_row, profile_then_run
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -55,46 +52,12 @@ REQUIRED = {"word_language_model": ["main.py", "data/wikitext-2/train.txt", "dat
                                     "data/wikitext-2/test.txt"], "dcgan": ["main.py"]}
 
 
-def plain_run_s(argv: list[str], cwd: Path) -> float:
-    started = time.time()
-    subprocess.run(argv, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.time() - started
-
-
 def measure(name: str, examples: Path, size: float) -> dict:
-    folder = examples / name
     with tempfile.TemporaryDirectory(prefix="trainwise-examples-") as scratch:
-        argv = [sys.executable, *EXAMPLES[name](folder, size, scratch)]
+        argv = [sys.executable, *EXAMPLES[name](examples / name, size, scratch)]
         row: dict = {"example": name, "command": argv[1:], "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        cwd = os.getcwd()
-        os.chdir(folder)  # the scripts read and write relative to their folder, as their READMEs run them
-        try:
-            profile = run_profile(argv, ProfileOptions(), workload=name, quiet=True)
-        except TrainwiseError as exc:
-            row.update(profiled=False, error=str(exc))
-            return row
-        finally:
-            os.chdir(cwd)
-        epochs = profile.script_epochs.epochs if profile.script_epochs else None
-        row.update(profiled=True, profile_stop=profile.stop_reason, profiled_iterations=len(profile.iterations),
-                   steady_iteration_s=profile.steady_state.iteration.mean_s, init_s=profile.init.total_s,
-                   profile_wall_s=profile.process_wall_s, epochs_read=epochs,
-                   epochs_source=profile.script_epochs.source if profile.script_epochs else None,
-                   iterations_per_epoch=profile.dataset.iterations_per_epoch,
-                   validation_passes_seen=len(profile.validations), optimizer=profile.model.optimizer,
-                   notes=profile.notes)
-        try:
-            predicted_s = predict_total(profile, epochs).total_s if epochs else None
-        except TrainwiseError as exc:
-            predicted_s = None
-            row["prediction_error"] = str(exc)
-        actual_s = plain_run_s(argv, folder)
-        row.update(predicted_s=predicted_s, actual_s=actual_s,
-                   abs_error=relative_error(actual_s, predicted_s) if predicted_s is not None else None,
-                   profiling_cost_fraction=profile.process_wall_s / actual_s)
-        if predicted_s is None:
-            row["profiled"] = False
-        return row
+        # the scripts read and write relative to their folder, as their READMEs run them
+        return profile_then_run(row, argv, ProfileOptions(), name, cwd=examples / name)
 
 
 def main() -> None:
@@ -118,21 +81,8 @@ def main() -> None:
         print(f"{name} ...", flush=True)
         row = measure(name, args.examples.resolve(), args.size)
         rows.append(row)
-        if row.get("abs_error") is not None:
-            print(f"  predicted {row['predicted_s']:.1f} s, actual {row['actual_s']:.1f} s, error {row['abs_error']:.1%}, "
-                  f"profiling cost {row['profiling_cost_fraction']:.1%}", flush=True)
-        else:
-            print(f"  not profiled: {row.get('error') or row.get('prediction_error')}", flush=True)
-    errors = [r["abs_error"] for r in rows if r.get("abs_error") is not None]
-    costs = [r["profiling_cost_fraction"] for r in rows if r.get("profiling_cost_fraction") is not None]
-    summary = {
-        "profiled_fraction": sum(1 for r in rows if r["profiled"]) / len(rows),
-        "median_abs_error": statistics.median(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
-        "profiling_cost_fraction": statistics.median(costs) if costs else None,
-        "examples": len(rows),
-        "error_convention": "|predicted − actual| / actual; actual = launch → exit of the plain run (no trainwise)",
-    }
+        print_row(row)
+    summary = {**accuracy_summary(rows), "examples": len(rows)}
     try:
         commit = subprocess.run(["git", "-C", str(args.examples), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 check=True).stdout.strip()
