@@ -60,9 +60,9 @@ def command(name: str, scale: float, workdir: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def plain_run_s(argv: list[str], cwd: str | Path | None = None) -> float:
+def plain_run_s(argv: list[str], cwd: str | Path | None = None, preexec_fn=None) -> float:
     started = time.time()
-    subprocess.run(argv, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=preexec_fn)
     return time.time() - started
 
 
@@ -148,17 +148,15 @@ def overhead_pairs(names: list[str], scale: float, pairs: int) -> list[dict]:
     return rows
 
 
-# The instrumented side of a concurrent pair: trainwise imported first (as in `instrumented_run_s`, its import is
-# not timed), then "ready"; on "go" it times run_profile exactly as instrumented_run_s does.
+# The instrumented side of a concurrent pair: this module (and trainwise) imported first, untimed, then "ready";
+# on "go" it runs `instrumented_run_s`.
 _INSTRUMENTED_SNIPPET = """
-import json, sys, time
-from trainwise.profile.runner import ProfileOptions, run_profile
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from client_scripts import instrumented_run_s
 print("ready", flush=True)
 sys.stdin.readline()
-started = time.time()
-run_profile(json.loads(sys.argv[1]), ProfileOptions(mode="full", characterise=False, host_noise=False,
-            flush_denormal=False), quiet=True)
-print(time.time() - started, flush=True)
+print(instrumented_run_s(json.loads(sys.argv[1])), flush=True)
 """
 
 
@@ -172,7 +170,7 @@ def concurrent_pair(plain_argv: list[str], agent_argv: list[str], plain_core: in
     host level (a 2-core VM's level wanders ±12 % over 30 s, more than the overhead being measured). Pinning
     gives the agent's own threads no spare core, so the overhead is, if anything, overstated."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")] if p)}
-    instrumented = subprocess.Popen([sys.executable, "-c", _INSTRUMENTED_SNIPPET, json.dumps(agent_argv)], env=env,
+    instrumented = subprocess.Popen([sys.executable, "-c", _INSTRUMENTED_SNIPPET, json.dumps(agent_argv), str(Path(__file__).parent)], env=env,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                     preexec_fn=_pinned_to(instrumented_core))
     if instrumented.stdout.readline().strip() != "ready":
@@ -180,13 +178,7 @@ def concurrent_pair(plain_argv: list[str], agent_argv: list[str], plain_core: in
         raise RuntimeError("the instrumented side of a concurrent pair did not start")
     plain: list[float] = []
 
-    def run_plain() -> None:
-        started = time.time()
-        subprocess.run(plain_argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       preexec_fn=_pinned_to(plain_core))
-        plain.append(time.time() - started)
-
-    thread = threading.Thread(target=run_plain)
+    thread = threading.Thread(target=lambda: plain.append(plain_run_s(plain_argv, preexec_fn=_pinned_to(plain_core))))
     instrumented.stdin.write("go\n")
     instrumented.stdin.flush()
     thread.start()
