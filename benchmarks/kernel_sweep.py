@@ -2,8 +2,10 @@
 
 The grid covers the kernel classes of src/trainwise/predict/data/kernel_latency.csv (GEMMs `mm`/`bmm`,
 convolutions, elementwise ops, softmax, layer norm) in fp32, TF32, fp16 and bf16, plus operators the NeuSight
-data lacks (depthwise convolutions `dwconv`, fused attention `sdpa`, embedding gathers `embedding`, fused Adam
-steps `adam`), which the kernel model skips until it has a class for them. Each kernel is timed with CUDA events
+data lacks (channels-last convolutions `convcl`, depthwise convolutions `dwconv`, training-mode batch norm `bn`
+and channels-last `bncl` (dims: batch, channels, size), fused attention `sdpa`, embedding gathers `embedding`,
+foreach Adam steps `adam`), which the kernel model skips until it has a class for them. The grid is shuffled
+(seeded), so a run stopped by --budget-s keeps every class. Each kernel is timed with CUDA events
 (warm-up, then the median of `--repeats` timed runs of `--inner` back-to-back calls), NeuSight's way.
 
 Writes benchmarks/results/kernel_sweep_<GPU>.csv in kernel_latency.csv's columns (source, gpu, op, dtype, dims,
@@ -54,8 +56,13 @@ def grid(dry_run: bool, seed: int = 0) -> list[tuple[str, str, tuple[int, ...]]]
             size = rng.choice((8,) if dry_run else (7, 14, 28, 56, 112))
             ks = rng.choice((1, 3))
             b = rng.choice((2,) if dry_run else (16, 32, 64, 128))
-            out.append(("conv", dtype, (b, c, rng.choice((c, 2 * c)), ks, size, 1, ks // 2)))
+            conv = (b, c, rng.choice((c, 2 * c)), ks, size, 1, ks // 2)
+            out.append(("conv", dtype, conv))
+            out.append(("convcl", dtype, conv))
             out.append(("dwconv", dtype, (b, c, c, 3, size, 1, 1)))
+            if dtype != "tf32":  # batch norm has no TF32 path
+                out.append(("bn", dtype, (b, c, size)))
+                out.append(("bncl", dtype, (b, c, size)))
     vec_rows = (4,) if dry_run else (256, 1024, 4096, 16384, 65536)
     vec_cols = (8,) if dry_run else (128, 512, 1024, 4096, 8192)
     ops = ELEMENTWISE[:2] if dry_run else ELEMENTWISE
@@ -68,6 +75,7 @@ def grid(dry_run: bool, seed: int = 0) -> list[tuple[str, str, tuple[int, ...]]]
         for rows in ((16,) if dry_run else (4096, 16384)):
             out.append(("embedding", dtype, (rows, 8 if dry_run else 1024, 1000 if dry_run else 50000)))
         out.append(("adam", dtype, (1, 1000 if dry_run else 25_000_000)))
+    rng.shuffle(out)  # a run cut short by --budget-s keeps every operator class, not the first few
     return out
 
 
@@ -87,11 +95,18 @@ def make_call(op: str, dtype: str, dims: tuple[int, ...], device: str) -> Callab
         bt, m, n, k = dims
         a, b = new(bt, m, k), new(bt, k, n)
         return lambda: torch.bmm(a, b)
-    if op in ("conv", "dwconv"):
+    layout = torch.channels_last if op in ("convcl", "bncl") else torch.contiguous_format
+    if op in ("conv", "convcl", "dwconv"):
         b, cin, cout, ks, size, stride, pad = dims
-        x, w = new(b, cin, size, size), new(cout, cin if op == "conv" else 1, ks, ks)
-        groups = 1 if op == "conv" else cin
+        x = new(b, cin, size, size).to(memory_format=layout)
+        w = new(cout, cin if op != "dwconv" else 1, ks, ks).to(memory_format=layout)
+        groups = cin if op == "dwconv" else 1
         return lambda: F.conv2d(x, w, stride=stride, padding=pad, groups=groups)
+    if op in ("bn", "bncl"):  # training-mode batch norm forward (batch statistics), as in a training step
+        b, c, size = dims
+        x = new(b, c, size, size).to(memory_format=layout)
+        weight, bias = torch.ones(c, device=device, dtype=tdtype), torch.zeros(c, device=device, dtype=tdtype)
+        return lambda: F.batch_norm(x, None, None, weight, bias, training=True)
     if op == "sdpa":
         b, h, s, d = dims
         q, k, v = new(b, h, s, d), new(b, h, s, d), new(b, h, s, d)
@@ -123,6 +138,14 @@ def time_call(fn: Callable[[], Any], device: str, repeats: int, inner: int) -> f
 
     for _ in range(3):
         fn()
+    if device == "cuda":  # a slow kernel (a big fp32 convolution: 0.1-0.3 s) is timed alone, three times
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) > 5.0:
+            repeats, inner = min(repeats, 3), 1
     samples = []
     for _ in range(repeats):
         if device == "cuda":
@@ -178,12 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     gpu = args.gpu or ("cpu-dry-run" if args.dry_run else None)
     if gpu is None:
         from trainwise.catalog import load_catalog
+        from trainwise.errors import TrainwiseError
+        from trainwise.predict.measure import accelerator_of_device_name
 
-        name = torch.cuda.get_device_name()
-        try:
-            gpu = load_catalog().accelerator(name).name
-        except Exception:  # noqa: BLE001 - an unknown device name: ask for --gpu
-            print(f"error: {name!r} is not a catalog accelerator name: pass --gpu NAME", file=sys.stderr)
+        try:  # `NVIDIA H100 80GB HBM3` -> `H100`
+            gpu = accelerator_of_device_name(torch.cuda.get_device_name(), load_catalog())
+        except TrainwiseError as exc:
+            print(f"error: {exc}; or pass --gpu NAME", file=sys.stderr)
             return 2
     source = f"trainwise-sweep-{gpu}"
     rows, skipped, t_start = [], [], time.perf_counter()
