@@ -81,6 +81,39 @@ def test_reaches_parameters_follows_the_graph():
     assert reaches_parameters([model(torch.randn(2, 3)).sum()])
 
 
+class _FreshNode:
+    """An autograd node whose next_functions are new wrapper objects on every access (torch 2.11 on
+    Python 3.12): freed wrappers' ids get reused while the graph is walked."""
+
+    def __init__(self, depth: int, leaf: object | None) -> None:
+        self.depth, self.leaf = depth, leaf
+
+    @property
+    def next_functions(self):
+        if self.depth == 0:
+            return ((_FreshLeaf(self.leaf), 0),) if self.leaf is not None else ()
+        return tuple((_FreshNode(self.depth - 1, self.leaf if branch == 1 else None), 0) for branch in range(2))
+
+
+class _FreshLeaf:
+    next_functions = ()
+
+    def __init__(self, variable: object) -> None:
+        self.variable = variable
+
+
+class _Param:
+    requires_grad = True
+
+
+def test_graph_walk_survives_wrappers_made_fresh_on_each_access():
+    from trainwise.agent.autograd_steps import graph_reaches_parameter
+
+    # the parameter sits behind the second branch at every level: visited last, after many wrappers died
+    assert graph_reaches_parameter([_FreshNode(8, _Param())], _Param)
+    assert not graph_reaches_parameter([_FreshNode(8, None)], _Param)
+
+
 def regions_stream(epochs: int, iterations: int, val_calls: int):
     """A no-DataLoader loop: `iterations` training steps (forward then backward), then `val_calls`
     no_grad eval calls, per epoch; one time unit per event."""

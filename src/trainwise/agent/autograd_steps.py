@@ -26,15 +26,24 @@ def reaches_parameters(tensors: Any) -> bool:
     import torch
 
     roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ())
-    stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    seen: set[int] = set()
-    while stack and len(seen) < MAX_NODES_VISITED:
+    return graph_reaches_parameter([t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None],
+                                   torch.nn.Parameter)
+
+
+def graph_reaches_parameter(grad_fns: list[Any], parameter_type: type) -> bool:
+    """Walk autograd nodes from `grad_fns` to an AccumulateGrad node whose leaf is a trainable parameter.
+
+    Visited nodes are kept alive while walking: some torch releases (2.11) hand out a new Python wrapper
+    for a node on each access, and a freed wrapper's id() is soon reused, so ids alone would skip nodes
+    never visited (the whole graph, in a hand-written LSTM language model's loop)."""
+    stack, visited = list(grad_fns), {}
+    while stack and len(visited) < MAX_NODES_VISITED:
         node = stack.pop()
-        if node is None or id(node) in seen:
+        if node is None or id(node) in visited:
             continue
-        seen.add(id(node))
+        visited[id(node)] = node
         variable = getattr(node, "variable", None)  # AccumulateGrad: the leaf it accumulates into
-        if variable is not None and isinstance(variable, torch.nn.Parameter) and variable.requires_grad:
+        if variable is not None and isinstance(variable, parameter_type) and variable.requires_grad:
             return True
         stack.extend(next_node for next_node, _ in getattr(node, "next_functions", ()))
     return False
