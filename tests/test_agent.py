@@ -39,6 +39,28 @@ class ProcessExitLike:
         self.t_s = t_s
 
 
+class LateIterationEnd(IterationEnd):
+    """A subclass: a subscriber taking IterationEnd takes it too."""
+
+
+def test_bus_hands_a_typed_subscriber_only_its_event_types():
+    bus, typed, everything = EventBus(), [], []
+    regions = EvalRegions()
+    bus.subscribe(regions)  # its event_types: IterationEnd and ModelForward
+    bus.subscribe(lambda e: typed.append(type(e).__name__), events=(OptimizerStep,))
+    bus.emit(OptimizerStep(1.0, 7))
+    bus.emit(IterationEnd(1.1, 0, "hooks"))
+    assert typed == ["OptimizerStep"] and regions.iterations == 1
+    bus.subscribe(lambda e: everything.append(type(e).__name__))  # added after the first emits: cache rebuilt
+    bus.emit(LateIterationEnd(2.0, 1, "hooks"))
+    bus.emit(ModelForward(2.5, False, False))
+    assert regions.iterations == 2 and regions.current is not None  # the subclass reached it; a region opened
+    assert everything == ["LateIterationEnd", "ModelForward"] and typed == ["OptimizerStep"]
+    bus.unsubscribe(regions)
+    bus.emit(IterationEnd(3.0, 2, "hooks"))
+    assert regions.iterations == 2 and everything[-1] == "IterationEnd"
+
+
 def test_manual_sgd_backward_passes_are_iterations():
     ends: list[float] = []
     detector = BackwardIterations(ends.append)

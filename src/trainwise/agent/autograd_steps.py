@@ -56,6 +56,8 @@ class BackwardIterations:
     Iteration k then spans the parameter update of k-1, the forward and the backward of k: the same
     period as update-to-update, so the mean iteration time is unchanged."""
 
+    event_types = (OptimizerBuilt, OptimizerStep, BackwardEnd)  # what the bus hands it
+
     def __init__(self, on_iteration) -> None:
         self.on_iteration = on_iteration
         self.optimizers_built = 0

@@ -16,15 +16,16 @@ from typing import Any, Union
 _OBJECT = dict(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # emitted every iteration: no frozen __setattr__ cost
 class ModelForward:
-    """The model (the module owning the most parameters) was called."""
+    """The model (the module owning the most parameters) was called with gradients off or in eval mode,
+    or (closing such a region) in training; a training call with no region open is not emitted."""
     t_s: float
     grad_enabled: bool
     training: bool
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # emitted every iteration: no frozen __setattr__ cost
 class BackwardEnd:
     """A backward pass ended; `reaches_parameters` when its graph reaches a trainable nn.Parameter."""
     t_s: float
@@ -84,7 +85,7 @@ class OptimizerStateLoad:
     caller: Any = field(**_OBJECT)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # emitted every iteration: no frozen __setattr__ cost
 class OptimizerStep:
     """An optimizer step ended. Inside GradScaler.step (`in_scaler_step`), the scaler's own event follows
     when it returns (`via_scaler`: it may have skipped the step on inf/NaN gradients); count one of the two."""
@@ -155,7 +156,7 @@ class HivemindAveraging:
     averaged: bool
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # emitted every iteration: no frozen __setattr__ cost
 class IterationEnd:
     """One training iteration ended (from whichever source delimits iterations in this process)."""
     t_s: float
@@ -176,7 +177,7 @@ class CheckpointLoad:
     path: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # emitted every iteration: no frozen __setattr__ cost
 class IterationBoundary:
     """The training DataLoader's next batch request: the previous iteration (optimizer step, scheduler
     step, zero_grad) is complete. `global_batches`: training batches consumed so far in this run."""
@@ -204,29 +205,46 @@ Subscriber = Callable[[Event], None]
 
 
 class EventBus:
-    """Hands each event to every subscriber. A subscriber that raises is dropped with a note: the
-    user's training must never fail because an observer did."""
+    """Hands each event to the subscribers that take its type. A subscriber that raises is dropped with
+    a note: the user's training must never fail because an observer did."""
 
     def __init__(self) -> None:
         self._subscribers: list[Subscriber] = []
         # Subscribers whose failure is the job's (a checkpoint that cannot be written must not pass silently)
         self._strict: set[int] = set()
+        self._event_types: dict[int, tuple[type, ...] | None] = {}
+        # Per event type, the subscribers that take it: built on first use (events fire every iteration)
+        self._targets: dict[type, tuple[Subscriber, ...]] = {}
         self.notes: list[str] = []
 
-    def subscribe(self, subscriber: Subscriber, *, strict: bool = False) -> Subscriber:
+    def subscribe(self, subscriber: Subscriber, *, strict: bool = False,
+                  events: tuple[type, ...] | None = None) -> Subscriber:
         """Add `subscriber`; with `strict`, an exception it raises propagates to the code that emitted the
-        event (the user's training step) instead of dropping it."""
+        event (the user's training step) instead of dropping it. `events` (default: the subscriber's
+        `event_types` attribute, else every event) are the event types it is handed."""
         self._subscribers.append(subscriber)
+        self._event_types[id(subscriber)] = events if events is not None else getattr(subscriber, "event_types", None)
         if strict:
             self._strict.add(id(subscriber))
+        self._targets.clear()
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         if subscriber in self._subscribers:
             self._subscribers.remove(subscriber)
+            self._targets.clear()
+
+    def _targets_of(self, kind: type) -> tuple[Subscriber, ...]:
+        targets = tuple(s for s in self._subscribers
+                        if (wanted := self._event_types.get(id(s))) is None or issubclass(kind, wanted))
+        self._targets[kind] = targets
+        return targets
 
     def emit(self, event: Event) -> None:
-        for subscriber in list(self._subscribers):
+        targets = self._targets.get(type(event))
+        if targets is None:
+            targets = self._targets_of(type(event))
+        for subscriber in targets:
             try:
                 subscriber(event)
             except Exception as exc:  # noqa: BLE001 - an observer's bug must not break the job

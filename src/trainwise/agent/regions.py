@@ -29,6 +29,8 @@ class EvalRegions:
     training resumes after it. Calls before the first iteration are not validation (the loop has not
     begun training; a look at the model's output at start-up)."""
 
+    event_types = (IterationEnd, ModelForward)  # what the bus hands it
+
     def __init__(self, on_region_start=None, on_region_end=None) -> None:
         self.on_region_start = on_region_start
         self.on_region_end = on_region_end

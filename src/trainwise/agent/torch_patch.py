@@ -218,7 +218,8 @@ class TorchPatch:
 
         iter_class.__init__ = loader_iter_init
         self._set_original("next", iter_class.__next__)
-        iter_class.__next__ = lambda iterator: patch._chains["next"](iterator)
+        chains = self._chains  # rebuilt in place when an interceptor is added
+        iter_class.__next__ = lambda iterator: chains["next"](iterator)
         loader_class = dataloader_module.DataLoader
         self._set_original("loader_iter", loader_class.__iter__)
         loader_class.__iter__ = lambda loader: patch._chains["loader_iter"](loader)
@@ -240,7 +241,8 @@ class TorchPatch:
         torch.save, torch.load = save, load
         # Tensor.backward calls torch.autograd.backward.
         self._set_original("backward", torch.autograd.backward)
-        torch.autograd.backward = lambda *args, **kwargs: patch._chains["backward"](*args, **kwargs)
+        chains = self._chains
+        torch.autograd.backward = lambda *args, **kwargs: chains["backward"](*args, **kwargs)
 
     # ---- torch's global module hooks ---------------------------------------------------------
     def module_forward_hooks(self, pre: Callable | None = None, post: Callable | None = None) -> list[Any]:

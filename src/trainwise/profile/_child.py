@@ -293,7 +293,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
     def end_iteration(self, samples: int | None = None) -> None:
         """Close the current iteration at this instant (used by hooks and the explicit API)."""
         torch = self._torch
-        if self.sync_cuda and torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        # is_initialized first: it is a flag, is_available asks the driver (every iteration of a CPU job)
+        if self.sync_cuda and torch is not None and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # CUDA is asynchronous: the boundary is when the GPU is done
         end_s = self.now()
         start_s = self.iter_start

@@ -143,7 +143,7 @@ class RecordOutput:
         try:
             fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=directory)
             with os.fdopen(fd, "w") as handle:
-                json.dump(record, handle)
+                handle.write(json.dumps(record))  # dumps uses the C encoder, dump the pure-Python one
             os.replace(tmp, self.out_path)
         except OSError as exc:  # a full disk: in the job, at exit, a traceback would be all the user saw
             if tmp is not None:

@@ -238,7 +238,7 @@ class RunAgent(Checkpointing, Resume, LoaderHooks, DistributedHooks):
         try:
             fd, tmp = tempfile.mkstemp(prefix=".run-", suffix=".json", dir=os.path.dirname(self.out_path))
             with os.fdopen(fd, "w") as handle:
-                json.dump(self.record(), handle, default=str)
+                handle.write(json.dumps(self.record(), default=str))  # the C encoder (json.dump is pure Python)
             os.replace(tmp, self.out_path)
         except OSError as exc:  # a full disk: the launcher says the run was not recorded, in one line
             if tmp is not None:
