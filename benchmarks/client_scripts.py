@@ -24,10 +24,11 @@ import json
 import os
 import statistics
 import subprocess
-import threading
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -189,25 +190,42 @@ def concurrent_pair(plain_argv: list[str], agent_argv: list[str], plain_core: in
     return plain[0], float(out.strip().splitlines()[-1])
 
 
-def concurrent_pairs(names: list[str], scale: float, pairs: int) -> list[dict]:
-    """`pairs` concurrent pairs per loop, the cores swapped between a loop's pairs."""
-    cores = sorted(os.sched_getaffinity(0))[:2]
-    if len(cores) < 2:
-        sys.exit("error: --concurrent-pairs needs two cores; use --pairs (interleaved) on one")
+def loop_pairs(name: str, scale: float, pairs: int, cores: tuple[int, int]) -> list[dict]:
+    """`pairs` concurrent pairs of one loop on `cores`, the cores swapped between its pairs."""
     rows = []
-    for name in names:
-        for k in range(pairs):
-            plain_core, instrumented_core = (cores[0], cores[1]) if k % 2 == 0 else (cores[1], cores[0])
-            with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as plain_dir, \
-                    tempfile.TemporaryDirectory(prefix="trainwise-clients-") as agent_dir:
-                # each side its own scratch directory (the checkpoint loop writes there)
-                plain_s, instrumented_s = concurrent_pair(command(name, scale, plain_dir), command(name, scale, agent_dir),
-                                                          plain_core, instrumented_core)
-            rows.append({"loop": name, "plain_s": plain_s, "instrumented_s": instrumented_s,
-                         "ratio": instrumented_s / plain_s, "plain_core": plain_core, "instrumented_core": instrumented_core})
-            print(f"  concurrent pair {name} #{k + 1}: plain {plain_s:.1f} s (core {plain_core}), under the agent "
-                  f"{instrumented_s:.1f} s (core {instrumented_core})", flush=True)
+    for k in range(pairs):
+        plain_core, instrumented_core = cores if k % 2 == 0 else (cores[1], cores[0])
+        with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as plain_dir, \
+                tempfile.TemporaryDirectory(prefix="trainwise-clients-") as agent_dir:
+            # each side its own scratch directory (the checkpoint loop writes there)
+            plain_s, instrumented_s = concurrent_pair(command(name, scale, plain_dir), command(name, scale, agent_dir),
+                                                      plain_core, instrumented_core)
+        rows.append({"loop": name, "plain_s": plain_s, "instrumented_s": instrumented_s,
+                     "ratio": instrumented_s / plain_s, "plain_core": plain_core, "instrumented_core": instrumented_core})
+        print(f"  concurrent pair {name} #{k + 1}: plain {plain_s:.1f} s (core {plain_core}), under the agent "
+              f"{instrumented_s:.1f} s (core {instrumented_core})", flush=True)
     return rows
+
+
+def core_pairs(available: list[int], loops: int, parallel: bool) -> list[tuple[int, int]]:
+    """The two cores of each loop's pairs: the first two for every loop, or with `parallel` a pair of its own
+    per loop (a many-core host measures all loops at once)."""
+    cores = sorted(available)
+    needed = 2 * loops if parallel else 2
+    if len(cores) < needed:
+        sys.exit(f"error: --concurrent-pairs needs {needed} cores here, this process may use {len(cores)}; "
+                 + ("drop --parallel-loops" if parallel else "use --pairs (interleaved) on one core"))
+    return [(cores[2 * i], cores[2 * i + 1]) if parallel else (cores[0], cores[1]) for i in range(loops)]
+
+
+def concurrent_pairs(names: list[str], scale: float, pairs: int, parallel: bool = False) -> list[dict]:
+    """`pairs` concurrent pairs per loop; with `parallel`, every loop at once, each on two cores of its own."""
+    assigned = core_pairs(list(os.sched_getaffinity(0)), len(names), parallel)
+    if not parallel:
+        return [row for name, cores in zip(names, assigned) for row in loop_pairs(name, scale, pairs, cores)]
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:  # threads wait on processes pinned to their cores
+        results = list(pool.map(lambda job: loop_pairs(job[0], scale, pairs, job[1]), zip(names, assigned)))
+    return [row for rows in results for row in rows]
 
 
 def main() -> None:
@@ -222,12 +240,17 @@ def main() -> None:
     parser.add_argument("--concurrent-pairs", type=int, default=0,
                         help="per loop: plain and instrumented runs started together, one per core (the agent_overhead "
                              "headline when given: both sides see the same host level)")
+    parser.add_argument("--parallel-loops", action="store_true",
+                        help="with --concurrent-pairs: every loop's pairs at once, each loop on two cores of its own "
+                             "(a quiet many-core host; needs two cores per loop)")
     parser.add_argument("--overhead-only", action="store_true",
                         help="measure the overhead pairs only; the accuracy rows are kept from the --results file")
     args = parser.parse_args()
     if not 0 < args.scale <= 100 or not 0 <= args.pairs <= 20 or not 0 <= args.concurrent_pairs <= 10:
         sys.exit("error: --scale must be in (0, 100], --pairs in [0, 20] and --concurrent-pairs in [0, 10]")
     names = args.only or list(LOOPS)
+    if args.concurrent_pairs:
+        core_pairs(list(os.sched_getaffinity(0)), len(names), args.parallel_loops)  # enough cores, before any run
     started = time.time()
     rows = []
     previous: dict = {}
@@ -244,7 +267,8 @@ def main() -> None:
         rows.append(row)
         print_row(row)
     pairs = overhead_pairs(names, args.scale, args.pairs)
-    concurrent = concurrent_pairs(names, args.scale, args.concurrent_pairs) if args.concurrent_pairs else []
+    concurrent = (concurrent_pairs(names, args.scale, args.concurrent_pairs, args.parallel_loops)
+                  if args.concurrent_pairs else [])
     interleaved = statistics.median(p["ratio"] for p in pairs) - 1 if pairs else None
     side_by_side = statistics.median(p["ratio"] for p in concurrent) - 1 if concurrent else None
     summary = {
