@@ -154,10 +154,11 @@ def overhead_pairs(names: list[str], scale: float, pairs: int) -> list[dict]:
 _INSTRUMENTED_SNIPPET = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from client_scripts import instrumented_run_s
+from client_scripts import instrumented_run_s, plain_run_s
+run_s = plain_run_s if sys.argv[3] == "null" else instrumented_run_s
 print("ready", flush=True)
 sys.stdin.readline()
-print(instrumented_run_s(json.loads(sys.argv[1])), flush=True)
+print(run_s(json.loads(sys.argv[1])), flush=True)
 """
 
 
@@ -165,13 +166,15 @@ def _pinned_to(core: int):
     return lambda: os.sched_setaffinity(0, {core})
 
 
-def concurrent_pair(plain_argv: list[str], agent_argv: list[str], plain_core: int, instrumented_core: int
-                    ) -> tuple[float, float]:
+def concurrent_pair(plain_argv: list[str], agent_argv: list[str], plain_core: int, instrumented_core: int,
+                    null: bool = False) -> tuple[float, float]:
     """A plain run and a run under the agent started together, each pinned to its own core: both see the same
     host level (a 2-core VM's level wanders ±12 % over 30 s, more than the overhead being measured). Pinning
     gives the agent's own threads no spare core, so the overhead is, if anything, overstated."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")] if p)}
-    instrumented = subprocess.Popen([sys.executable, "-c", _INSTRUMENTED_SNIPPET, json.dumps(agent_argv), str(Path(__file__).parent)], env=env,
+    # `null`: the second side runs the plain command too, through the same harness (the pairing's own noise floor)
+    instrumented = subprocess.Popen([sys.executable, "-c", _INSTRUMENTED_SNIPPET, json.dumps(agent_argv), str(Path(__file__).parent),
+                                     "null" if null else "agent"], env=env,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                     preexec_fn=_pinned_to(instrumented_core))
     if instrumented.stdout.readline().strip() != "ready":
@@ -190,7 +193,7 @@ def concurrent_pair(plain_argv: list[str], agent_argv: list[str], plain_core: in
     return plain[0], float(out.strip().splitlines()[-1])
 
 
-def loop_pairs(name: str, scale: float, pairs: int, cores: tuple[int, int]) -> list[dict]:
+def loop_pairs(name: str, scale: float, pairs: int, cores: tuple[int, int], null: bool = False) -> list[dict]:
     """`pairs` concurrent pairs of one loop on `cores`, the cores swapped between its pairs."""
     rows = []
     for k in range(pairs):
@@ -199,11 +202,11 @@ def loop_pairs(name: str, scale: float, pairs: int, cores: tuple[int, int]) -> l
                 tempfile.TemporaryDirectory(prefix="trainwise-clients-") as agent_dir:
             # each side its own scratch directory (the checkpoint loop writes there)
             plain_s, instrumented_s = concurrent_pair(command(name, scale, plain_dir), command(name, scale, agent_dir),
-                                                      plain_core, instrumented_core)
-        rows.append({"loop": name, "plain_s": plain_s, "instrumented_s": instrumented_s,
+                                                      plain_core, instrumented_core, null)
+        rows.append({"loop": name, "null": null, "plain_s": plain_s, "instrumented_s": instrumented_s,
                      "ratio": instrumented_s / plain_s, "plain_core": plain_core, "instrumented_core": instrumented_core})
-        print(f"  concurrent pair {name} #{k + 1}: plain {plain_s:.1f} s (core {plain_core}), under the agent "
-              f"{instrumented_s:.1f} s (core {instrumented_core})", flush=True)
+        print(f"  concurrent pair {name} #{k + 1}: plain {plain_s:.1f} s (core {plain_core}), "
+              f"{'plain again' if null else 'under the agent'} {instrumented_s:.1f} s (core {instrumented_core})", flush=True)
     return rows
 
 
@@ -218,14 +221,26 @@ def core_pairs(available: list[int], loops: int, parallel: bool) -> list[tuple[i
     return [(cores[2 * i], cores[2 * i + 1]) if parallel else (cores[0], cores[1]) for i in range(loops)]
 
 
-def concurrent_pairs(names: list[str], scale: float, pairs: int, parallel: bool = False) -> list[dict]:
+def concurrent_pairs(names: list[str], scale: float, pairs: int, parallel: bool = False, null: bool = False) -> list[dict]:
     """`pairs` concurrent pairs per loop; with `parallel`, every loop at once, each on two cores of its own."""
     assigned = core_pairs(list(os.sched_getaffinity(0)), len(names), parallel)
     if not parallel:
-        return [row for name, cores in zip(names, assigned) for row in loop_pairs(name, scale, pairs, cores)]
+        return [row for name, cores in zip(names, assigned) for row in loop_pairs(name, scale, pairs, cores, null)]
     with ThreadPoolExecutor(max_workers=len(names)) as pool:  # threads wait on processes pinned to their cores
-        results = list(pool.map(lambda job: loop_pairs(job[0], scale, pairs, job[1]), zip(names, assigned)))
+        results = list(pool.map(lambda job: loop_pairs(job[0], scale, pairs, job[1], null), zip(names, assigned)))
     return [row for rows in results for row in rows]
+
+
+def write_null_pairs(args: argparse.Namespace, previous: dict, null: list[dict]) -> None:
+    """The results file as it was, plus the null pairs and their median/range in the summary."""
+    ratios = [p["ratio"] for p in null]
+    previous["null_pairs"] = null
+    previous["null_pairs_machine"] = machine()
+    previous["null_pairs_measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    previous["summary"].update(pairing_null_median=statistics.median(ratios) - 1,
+                               pairing_null_range=[min(ratios) - 1, max(ratios) - 1])
+    atomic_write_text(args.results, json.dumps(previous, indent=2) + "\n")
+    print(json.dumps({k: previous["summary"][k] for k in ("pairing_null_median", "pairing_null_range")}))
 
 
 def main() -> None:
@@ -243,11 +258,16 @@ def main() -> None:
     parser.add_argument("--parallel-loops", action="store_true",
                         help="with --concurrent-pairs: every loop's pairs at once, each loop on two cores of its own "
                              "(a quiet many-core host; needs two cores per loop)")
+    parser.add_argument("--null-pairs", action="store_true",
+                        help="with --overhead-only --concurrent-pairs: both sides run the plain command (the pairing's "
+                             "noise floor); kept as null_pairs, the agent_overhead rows untouched")
     parser.add_argument("--overhead-only", action="store_true",
                         help="measure the overhead pairs only; the accuracy rows are kept from the --results file")
     args = parser.parse_args()
     if not 0 < args.scale <= 100 or not 0 <= args.pairs <= 20 or not 0 <= args.concurrent_pairs <= 10:
         sys.exit("error: --scale must be in (0, 100], --pairs in [0, 20] and --concurrent-pairs in [0, 10]")
+    if args.null_pairs and not (args.overhead_only and args.concurrent_pairs):
+        sys.exit("error: --null-pairs needs --overhead-only and --concurrent-pairs N")
     names = args.only or list(LOOPS)
     if args.concurrent_pairs:
         core_pairs(list(os.sched_getaffinity(0)), len(names), args.parallel_loops)  # enough cores, before any run
@@ -261,6 +281,10 @@ def main() -> None:
             sys.exit(f"error: --overhead-only keeps the accuracy rows of {args.results}, which cannot be read ({exc}); "
                      "run without --overhead-only first")
         rows = previous["rows"]
+    if args.null_pairs:
+        write_null_pairs(args, previous, concurrent_pairs(names, args.scale, args.concurrent_pairs, args.parallel_loops,
+                                                          null=True))
+        return
     for name in [] if args.overhead_only else names:
         print(f"{name} ...", flush=True)
         row = measure(name, args.scale, ProfileOptions(flush_denormal=args.flush_denormals))
