@@ -87,7 +87,7 @@ class RecordOutput:
             "allocator_env": recorded_allocator_settings(),
             "flush_denormal": self.flush_denormal,
         }
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch is not None and torch.cuda.is_initialized():  # not is_available: it inits CUDA in a CPU job
             env["device_name"] = torch.cuda.get_device_name()
         return env
 
@@ -95,7 +95,7 @@ class RecordOutput:
         peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
         memory: dict[str, Any] = {"peak_rss_bytes": int(peak_rss_kib) * 1024, "peak_device_bytes": None}
         torch = self._torch
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch is not None and torch.cuda.is_initialized():  # not is_available: it inits CUDA in a CPU job
             memory["peak_device_bytes"] = int(torch.cuda.max_memory_allocated())
         return memory
 

@@ -21,7 +21,7 @@ def capture_rng() -> dict[str, Any]:
                           float(cached_gaussian))
     except ImportError:  # pragma: no cover - numpy is a core dependency
         pass
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():  # is_available would init CUDA in a CPU job
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
