@@ -286,3 +286,26 @@ def test_the_models_hook_is_neither_pickled_with_the_model_nor_fired_by_a_copy(t
     model(torch.zeros(1, 4))  # the hook is back after the save
     copy.deepcopy(model)(torch.zeros(1, 4))  # a copy (an EMA model) keeps the hook but is not the model
     assert len(seen) == 2
+
+
+def test_a_cpu_job_never_asks_whether_cuda_is_available(recorder):
+    """torch.cuda.is_available() initialises the CUDA driver: on a GPU host a CPU job under the recorder would
+    run with a driver it never loaded itself. Iterations and the record ask is_initialized() only."""
+    import types
+
+    import torch
+
+    class CudaProbe:
+        def is_initialized(self):
+            return False
+
+        def is_available(self):
+            raise AssertionError("is_available() called: it initialises the CUDA driver")
+
+    recorder._torch = types.SimpleNamespace(cuda=CudaProbe(), __version__=torch.__version__,
+                                            get_num_threads=torch.get_num_threads, is_grad_enabled=torch.is_grad_enabled)
+    for _ in range(3):
+        recorder.end_iteration()
+    assert len(recorder.iterations) == 3
+    record = recorder.raw_record()
+    assert record["environment"]["device_name"] is None and record["memory"]["peak_device_bytes"] is None
