@@ -221,8 +221,8 @@ def test_packaged_dataset_gaps_are_host_sized(dataset):
     more); convolutions, whose Winograd/FFT kernels can beat the FP32 roofline, lose none. No row falls below its
     roofline and none grows."""
     raw = kf.load_dataset(subtract_dispatch_gap=False)
-    gaps = kf.dispatch_gaps(raw.gpus, raw.ops, ["neusight" if g != "H100" else "own" for g in raw.gpus], raw.latency,
-                            raw.roofline)
+    gaps = kf.dispatch_gaps(raw.gpus, raw.ops, ["neusight" if km.family(g) != "H100" else "own" for g in raw.gpus],
+                            raw.latency, raw.roofline)
     vec = [v for (g, op), v in gaps.items() if op in ("add", "mul", "relu", "softmax", "ln")]
     mm = [v for (g, op), v in gaps.items() if op == "mm"]
     assert len(vec) >= 25 and all(5e-6 < v < 50e-6 for v in vec), gaps
@@ -233,14 +233,81 @@ def test_packaged_dataset_gaps_are_host_sized(dataset):
     assert np.all(dataset.latency[lost] >= dataset.roofline[lost] * (1 - 1e-12))
 
 
-def test_neusight_convolutions_ran_without_tf32(tmp_path):
-    """NeuSight set torch.backends.cudnn.allow_tf32 = False: its fp32 convolutions on an A100 are FP32-unit kernels
-    (roofline at the FP32 peak, no tensor cores), while fp32 convolutions of other sources keep PyTorch's TF32
+def test_neusight_and_sweep_convolutions_ran_without_tf32(tmp_path):
+    """NeuSight set torch.backends.cudnn.allow_tf32 = False, and benchmarks/kernel_sweep.py allows TF32 for its
+    `tf32` rows only: their fp32 convolutions on an A100 are FP32-unit kernels (roofline at the FP32 peak, no tensor
+    cores), the sweep's `tf32` rows are TF32 kernels, and fp32 convolutions of other sources keep PyTorch's TF32
     default."""
     dims = "8x64x64x3x56x1x1"
     path = _tiny_dataset(tmp_path, [("neusight", "A100-80GB-PCIe", "conv", "fp32", dims, "900"),
-                                    ("trainwise-sweep", "A100-80GB-PCIe", "conv", "fp32", dims, "300")])
-    data = kf.load_dataset(path)
+                                    ("trainwise-sweep-A100-80GB-PCIe", "A100-80GB-PCIe", "conv", "fp32", dims, "900"),
+                                    ("trainwise-sweep-A100-80GB-PCIe", "A100-80GB-PCIe", "conv", "tf32", dims, "300"),
+                                    ("trainwise-other", "A100-80GB-PCIe", "conv", "fp32", dims, "300")])
+    data = kf.load_dataset(path, drop_host_bound=False)
     tc = data.x[:, km.FEATURES.index("tensor_core")]
-    assert list(tc) == [0.0, 1.0]
-    assert km.regimes(data.x, data.dtype_code) == ["conv|simt|32", "conv|tensor|32"]
+    assert list(tc) == [0.0, 0.0, 1.0, 1.0]
+    assert km.regimes(data.x, data.dtype_code) == ["conv|simt|32", "conv|simt|32", "conv|tensor|32", "conv|tensor|32"]
+    sweep = (ROOT / "benchmarks" / "kernel_sweep.py").read_text(encoding="utf-8")
+    assert 'torch.backends.cudnn.allow_tf32 = dtype == "tf32"' in sweep
+
+
+def test_sweep_rows_that_timed_the_host_are_censored(tmp_path):
+    """Back-to-back calls of a kernel shorter than the host's dispatch time measure the host: the host floor of a
+    sweep's (source, op) is the least latency of its sub-microsecond-roofline kernels, and a sweep row whose roofline
+    is below it is left out; larger kernels, a (source, op) without tiny kernels, NeuSight's rows and other sources
+    are kept."""
+    src = "trainwise-sweep-H100"
+    path = _tiny_dataset(tmp_path, [
+        (src, "H100", "add", "fp32", "256x128", "9"),          # 0.4 MB, roofline 0.1 us: the floor, censored
+        (src, "H100", "add", "fp32", "1024x1024", "11"),       # 12.6 MB, roofline 3.8 us < 9 us: censored
+        (src, "H100", "add", "fp32", "4096x4096", "75"),       # 201 MB, roofline 60 us: kept
+        (src, "H100", "mm", "bf16", "1x8192x8192x8192", "1300"),  # roofline 1.1 ms, no tiny mm: no floor, kept
+        ("trainwise-h100", "H100", "add", "fp32", "1x64", "20"),
+        ("neusight", "V100-PCIe-32GB", "add", "fp32", "1x64", "30")])
+    raw = kf.load_dataset(path, drop_host_bound=False)
+    data = kf.load_dataset(path)
+    assert len(raw.gpus) == 6 and len(data.gpus) == 4
+    kept = sorted(round(v * 1e6) for v, g in zip(data.latency, data.gpus) if g == "H100")
+    assert kept == [20, 75, 1300]
+    mask = kf.host_bound(["trainwise-sweep-X", "trainwise-sweep-X", "neusight"], ["add", "add", "add"],
+                         np.array([9e-6, 140e-6, 1e-6]), np.array([1e-7, 100e-6, 1e-7]))
+    assert mask.tolist() == [True, False, False]
+
+
+def test_hopper_gpus_are_one_family():
+    """H100 and H200 share the GH100 die: the leave-one-GPU-family-out split holds them out together, so H200
+    kernels never predict the held-out H100 rows (nor H100 kernels the H200 rows)."""
+    assert km.family("H100") == km.family("H200") == km.family("H100-PCIe") == km.family("GH200") == "H100"
+    assert km.family("A100-PCIe") == km.family("A100-80GB-PCIe") == "A100"
+    assert km.family("V100-PCIe-32GB") == "V100" and km.family("P100") == "P100" and km.family("P4") == "P4"
+    assert len({km.family(g) for g in ("H100", "A100", "V100", "P100", "P4", "T4", "L4")}) == 7
+    gpus = ["H100", "H200", "A100-PCIe", "T4"]
+    data = kf.KernelDataset(gpus, ["add"] * 4, np.zeros((4, len(km.FEATURES))), np.ones(4), np.ones(4), np.zeros(4))
+    fam = np.array([km.family(g) for g in data.gpus])
+    assert data.subset(fam != km.family("H100")).gpus == ["A100-PCIe", "T4"]
+
+
+def test_holdout_split_holds_h100_and_h200_out_together(monkeypatch):
+    """The settings-choosing split (`kernel_fit.holdout_errors`) fits each fold without the held-out family: the
+    Hopper fold is scored on the H100 and H200 rows and fitted on neither."""
+    gpus = [g for g in ("H100", "H200", "A100-PCIe", "T4") for _ in range(60)]
+    x = np.zeros((len(gpus), len(km.FEATURES)))
+    x[:, km.FEATURES.index("class")] = km.CLASSES.index("elementwise")
+    data = kf.KernelDataset(gpus, ["add"] * len(gpus), x, np.ones(len(gpus)), np.full(len(gpus), 2.0),
+                            np.zeros(len(gpus)))
+    fitted_on = []
+
+    class Zero:
+        def predict(self, rows):
+            return np.zeros(len(rows))
+
+    def fake_fit(train, settings, seed=0):
+        fitted_on.append(sorted(set(train.gpus)))
+        return Zero()
+
+    monkeypatch.setattr(kf, "fit_ensemble", fake_fit)
+    held = kf.holdout_errors(data, {"n_estimators": 1, "max_depth": 1, "learning_rate": 0.1})
+    assert sorted(held["by_gpu"]) == ["A100", "H100", "T4"]
+    assert held["by_gpu"]["H100"]["rows"] == 120
+    assert ["A100-PCIe", "T4"] in fitted_on
+    assert all(not ({"H100", "H200"} & set(f)) or {"H100", "H200"} <= set(f) for f in fitted_on)

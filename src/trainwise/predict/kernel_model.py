@@ -15,8 +15,9 @@ wave quantisation is Habitat's (Yu et al., "Habitat: A Runtime-Based Computation
 for Deep Learning Training", USENIX ATC 2021). This is an independent implementation.
 
 Training data (`data/kernel_latency.csv`): NeuSight's published per-kernel latencies (P4, P100, T4, V100,
-A100; fp32, each less its host dispatch gap: `kernel_fit.dispatch_gaps`) and trainwise's own H100 microbenchmarks;
-end-to-end step times never enter it. The trained
+A100; fp32, each less its host dispatch gap: `kernel_fit.dispatch_gaps`), trainwise's own H100 microbenchmarks and
+its H100/H200 kernel sweeps (less the rows that timed the host: `kernel_fit.host_bound`); end-to-end step times
+never enter it. The trained
 regressor is packaged as JSON trees (`data/kernel_model.json`) and evaluated with numpy; rebuild it with
 `REBUILD_COMMAND` (the fit: `kernel_fit`). Operators without kernel data (attention kernels, grouped/depthwise convolutions,
 unknown operators) are left to the roofline core of `device_model` and listed.
