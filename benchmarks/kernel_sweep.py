@@ -6,7 +6,10 @@ data lacks (channels-last convolutions `convcl`, depthwise convolutions `dwconv`
 and channels-last `bncl` (dims: batch, channels, size), fused attention `sdpa`, embedding gathers `embedding`,
 foreach Adam steps `adam`), which the kernel model skips until it has a class for them. The grid is shuffled
 (seeded), so a run stopped by --budget-s keeps every class. Each kernel is timed with CUDA events
-(warm-up, then the median of `--repeats` timed runs of `--inner` back-to-back calls), NeuSight's way.
+(warm-up, then the median of `--repeats` timed runs of `--inner` back-to-back calls), NeuSight's way. Eager calls
+cost the host 7-15 us each on the lent H100/H200: a kernel faster than that times the host, and the kernel fit
+censors such rows (`kernel_fit.host_bound`: about half of the first sweeps' rows). Replaying small kernels from a
+CUDA graph would time the GPU instead; not done yet (it needs a lent GPU to test).
 
 Writes benchmarks/results/kernel_sweep_<GPU>.csv in kernel_latency.csv's columns (source, gpu, op, dtype, dims,
 latency_us; dims as in tools/build_kernel_dataset.py) and benchmarks/results/kernel_sweep_<GPU>.json (summary,
