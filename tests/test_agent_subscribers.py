@@ -158,6 +158,18 @@ def test_steps_that_ran_every_closure_evaluation_allowed_are_no_reason_to_stop()
     assert stop_rule.decide(times, 61.0, settings, closure_capped=True).reason == "time_budget"
 
 
+def test_capped_closure_steps_do_not_spend_the_cost_budget():
+    # the budget's run estimate is made of the capped steps themselves: it would stop an LBFGS profile before
+    # the optimizer converges (2,400 steps predicted at the capped 0.1 s; the real run converges after ~54)
+    settings = stop_rule.StopSettings(min_iterations=10, max_seconds=60.0, validation_batches=0, epoch2_iterations=0)
+    times = [0.1 + 0.01 * (k % 5) for k in range(30)]  # 3.4 s of steps that vary too much to be "stable"
+    budget = stop_rule.BudgetInputs(planned_epochs=2400, batches_per_epoch=1, batches_per_iteration=1.0,
+                                    init_s=2.0, now_s=2.0 + sum(times))
+    assert stop_rule.decide(times, sum(times), settings, budget).reason == "cost_budget"
+    assert stop_rule.decide(times, sum(times), settings, budget, closure_capped=True).reason is None
+    assert stop_rule.decide(times, 61.0, settings, budget, closure_capped=True).reason == "time_budget"
+
+
 def test_the_next_iteration_is_predicted_by_the_median_of_the_last_ones():
     assert stop_rule.next_iteration_s([0.01, 0.01, 0.5, 0.01, 0.01]) == 0.01  # one slow save does not count
     assert stop_rule.next_iteration_s([0.02, 0.04]) == pytest.approx(0.03)

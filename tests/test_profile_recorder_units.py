@@ -309,3 +309,17 @@ def test_a_cpu_job_never_asks_whether_cuda_is_available(recorder):
     assert len(recorder.iterations) == 3
     record = recorder.raw_record()
     assert record["environment"]["device_name"] is None and record["memory"]["peak_device_bytes"] is None
+
+
+def test_one_short_closure_step_does_not_end_the_converging_phase(recorder):
+    recorder.model = {"closure_evaluation_cap": 6}
+    steps = lambda passes: [{"backward_passes": b} for b in passes]  # noqa: E731
+    recorder.iterations = steps([6, 6, 6, 6, 2, 6, 6])
+    assert recorder._closure_capped()  # an LBFGS step that converged early, among capped ones
+    recorder.iterations = steps([6, 6, 6, 1, 1, 2, 1])
+    assert not recorder._closure_capped()  # converged: short steps from now on
+    recorder.iterations = steps([6, 6, 6])
+    assert not recorder._closure_capped()  # too few steps to say
+    recorder.model = {}
+    recorder.iterations = steps([6] * 7)
+    assert not recorder._closure_capped()  # no closure optimizer

@@ -57,10 +57,13 @@ class Sampling:
             return
         self._mark_train_truncation()
 
-    def _closure_capped(self, last: int = 3) -> bool:
+    def _closure_capped(self, last: int = 5) -> bool:
+        """Most of the latest steps ran every closure evaluation allowed: still converging. One early
+        short step (an LBFGS line search that happened to finish) does not end it; a converged optimizer's
+        run of short steps does."""
         cap = (self.model or {}).get("closure_evaluation_cap")
-        recent = [it.get("backward_passes") or 0 for it in self.iterations[-last:]]
-        return cap is not None and len(recent) == last and min(recent) >= cap
+        recent = sorted(it.get("backward_passes") or 0 for it in self.iterations[-last:])
+        return cap is not None and len(recent) == last and recent[last // 2] >= cap
 
     def _budget_inputs(self) -> stop_rule.BudgetInputs | None:
         if not self.epochs:
