@@ -221,9 +221,9 @@ def core_pairs(available: list[int], loops: int, parallel: bool) -> list[tuple[i
     return [(cores[2 * i], cores[2 * i + 1]) if parallel else (cores[0], cores[1]) for i in range(loops)]
 
 
-def concurrent_pairs(names: list[str], scale: float, pairs: int, parallel: bool = False, null: bool = False) -> list[dict]:
-    """`pairs` concurrent pairs per loop; with `parallel`, every loop at once, each on two cores of its own."""
-    assigned = core_pairs(list(os.sched_getaffinity(0)), len(names), parallel)
+def concurrent_pairs(names: list[str], scale: float, pairs: int, assigned: list[tuple[int, int]], parallel: bool = False,
+                     null: bool = False) -> list[dict]:
+    """`pairs` concurrent pairs per loop on its `assigned` cores (`core_pairs`); with `parallel`, every loop at once."""
     if not parallel:
         return [row for name, cores in zip(names, assigned) for row in loop_pairs(name, scale, pairs, cores, null)]
     with ThreadPoolExecutor(max_workers=len(names)) as pool:  # threads wait on processes pinned to their cores
@@ -269,8 +269,8 @@ def main() -> None:
     if args.null_pairs and not (args.overhead_only and args.concurrent_pairs):
         sys.exit("error: --null-pairs needs --overhead-only and --concurrent-pairs N")
     names = args.only or list(LOOPS)
-    if args.concurrent_pairs:
-        core_pairs(list(os.sched_getaffinity(0)), len(names), args.parallel_loops)  # enough cores, before any run
+    # enough cores, checked before any run
+    assigned = core_pairs(list(os.sched_getaffinity(0)), len(names), args.parallel_loops) if args.concurrent_pairs else []
     started = time.time()
     rows = []
     previous: dict = {}
@@ -282,8 +282,8 @@ def main() -> None:
                      "run without --overhead-only first")
         rows = previous["rows"]
     if args.null_pairs:
-        write_null_pairs(args, previous, concurrent_pairs(names, args.scale, args.concurrent_pairs, args.parallel_loops,
-                                                          null=True))
+        write_null_pairs(args, previous, concurrent_pairs(names, args.scale, args.concurrent_pairs, assigned,
+                                                          args.parallel_loops, null=True))
         return
     for name in [] if args.overhead_only else names:
         print(f"{name} ...", flush=True)
@@ -291,7 +291,7 @@ def main() -> None:
         rows.append(row)
         print_row(row)
     pairs = overhead_pairs(names, args.scale, args.pairs)
-    concurrent = (concurrent_pairs(names, args.scale, args.concurrent_pairs, args.parallel_loops)
+    concurrent = (concurrent_pairs(names, args.scale, args.concurrent_pairs, assigned, args.parallel_loops)
                   if args.concurrent_pairs else [])
     interleaved = statistics.median(p["ratio"] for p in pairs) - 1 if pairs else None
     side_by_side = statistics.median(p["ratio"] for p in concurrent) - 1 if concurrent else None

@@ -274,7 +274,6 @@ def test_the_models_hook_is_neither_pickled_with_the_model_nor_fired_by_a_copy(t
     recorder._watch_model_calls(0.0)
     seen = []
     recorder.bus.subscribe(lambda event: seen.append(event) if isinstance(event, ModelForward) else None)
-    model.eval()  # an eval call is emitted (a training call with no region open is not)
     model(torch.zeros(1, 4))
     assert len(seen) == 1
     with pytest.raises((AttributeError, pickle.PicklingError)):

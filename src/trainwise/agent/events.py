@@ -18,8 +18,7 @@ _OBJECT = dict(default=None, compare=False, repr=False)
 
 @dataclass(slots=True)  # emitted every iteration: no frozen __setattr__ cost
 class ModelForward:
-    """The model (the module owning the most parameters) was called with gradients off or in eval mode,
-    or (closing such a region) in training; a training call with no region open is not emitted."""
+    """The model (the module owning the most parameters) was called."""
     t_s: float
     grad_enabled: bool
     training: bool
@@ -232,6 +231,7 @@ class EventBus:
     def unsubscribe(self, subscriber: Subscriber) -> None:
         if subscriber in self._subscribers:
             self._subscribers.remove(subscriber)
+            self._event_types.pop(id(subscriber), None)
             self._targets.clear()
 
     def _targets_of(self, kind: type) -> tuple[Subscriber, ...]:

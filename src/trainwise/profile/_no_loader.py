@@ -57,10 +57,7 @@ class LoopsWithoutLoader:
             if (module is not target() or recorder.finished or recorder.paused or recorder._dataloader_validation
                     or recorder.framework is not None):
                 return None
-            grad_enabled, training = torch.is_grad_enabled(), module.training
-            if grad_enabled and training and recorder._regions.current is None:
-                return None  # a training call with no region to close: nothing for the regions (every iteration)
-            recorder.bus.emit(ModelForward(recorder.now(), grad_enabled, training))
+            recorder.bus.emit(ModelForward(recorder.now(), torch.is_grad_enabled(), module.training))
             if recorder._regions.current is not None:
                 recorder._after_region_call(recorder._regions.current)
             return None
