@@ -12,6 +12,7 @@ import pathlib
 import pytest
 import torch
 
+from trainwise.profile._iteration_log import with_iteration_rows
 from trainwise.agent import stop_rule
 from trainwise.agent.comm_timing import DdpCommTiming, HivemindTiming
 from trainwise.agent.events import (BackwardEnd, BucketReady, BucketReduced, CheckpointSave, EventBus,
@@ -115,7 +116,7 @@ def test_a_sigterm_exit_event_makes_the_recorder_write_what_ran(subscribed, tmp_
     bus.emit(ProcessExit(2.0, status="normal"))
     assert not (tmp_path / "raw.json").exists()
     bus.emit(ProcessExit(2.0, status="sigterm"))
-    raw = json.loads((tmp_path / "raw.json").read_text())
+    raw = with_iteration_rows(json.loads((tmp_path / "raw.json").read_text()))
     assert raw["stop_reason"] == "sigterm" and len(raw["iterations"]) == 1
 
 

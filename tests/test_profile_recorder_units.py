@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from trainwise.profile._iteration_log import IterationLog
 from trainwise.agent.events import IterationEnd, ModelForward
 from trainwise.profile import _child
 
@@ -13,6 +14,13 @@ from trainwise.profile import _child
 @pytest.fixture
 def recorder(tmp_path):
     return _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "full"})
+
+
+def iterations_ended_at(end_s: float, count: int) -> IterationLog:
+    log = IterationLog()
+    for _ in range(count):
+        log.append({"start_s": 0.0, "end_s": end_s})
+    return log
 
 
 def train_steps(recorder, start_s: float, count: int) -> float:
@@ -214,7 +222,7 @@ class TrainPass:
 
 
 def test_sys_exit_in_the_middle_of_an_epoch_is_noted_and_the_record_kept(recorder):
-    recorder.iterations = [{"end_s": 1.0}] * 12
+    recorder.iterations = iterations_ended_at(1.0, 12)
     recorder.current_train_state = TrainPass()
     recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": None, "iterations": 12, "truncated": False,
                         "batches_per_epoch": 40}]
@@ -227,7 +235,7 @@ def test_sys_exit_in_the_middle_of_an_epoch_is_noted_and_the_record_kept(recorde
 
 
 def test_sys_exit_after_training_is_an_ordinary_end(recorder):
-    recorder.iterations = [{"end_s": 1.0}] * 80
+    recorder.iterations = iterations_ended_at(1.0, 80)
     recorder.current_train_state = TrainPass()
     recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": 5.0, "iterations": 80, "truncated": False,
                         "batches_per_epoch": 80}]
@@ -237,7 +245,7 @@ def test_sys_exit_after_training_is_an_ordinary_end(recorder):
 
 def test_sys_exit_before_sampling_stopped_says_so(tmp_path):
     recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "sampled"})
-    recorder.iterations = [{"end_s": 1.0}] * 7
+    recorder.iterations = iterations_ended_at(1.0, 7)
     recorder.on_sys_exit(3, call="exit")
     assert "exit(3) after 7 iterations" in recorder.exit_mid_training
     assert "before sampling had stopped" in recorder.exit_mid_training

@@ -48,6 +48,7 @@ from trainwise.profile._sampling import Sampling
 from trainwise.profile._state_zeros import ZERO_COUNT_STEPS, StateZerosRecording
 from trainwise.profile._watchers import _watch_argparse, _watch_sys_exit
 # Other modules import these from here (host_noise, the Lightning integration)
+from trainwise.profile._iteration_log import IterationLog
 from trainwise.profile._record import RAW_FORMAT_VERSION  # noqa: F401
 from trainwise.profile._watchers import _batch_length  # noqa: F401
 
@@ -130,7 +131,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
 
         self.marks: dict[str, float] = {"bootstrap": self.now()}
         self.flush_denormal: bool | None = None  # set once torch is imported
-        self.iterations: list[dict[str, Any]] = []
+        self.iterations = IterationLog()  # typed columns: a long --full or `trainwise run` job stays small
         self.validations: list[dict[str, Any]] = []
         self.epochs: list[dict[str, Any]] = []
         self.loaders: dict[str, dict[str, Any]] = {}

@@ -5,7 +5,6 @@ scratch saves). A mixin of the recorder.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import resource
@@ -17,8 +16,9 @@ from typing import Any
 
 from trainwise.allocator import recorded_settings as recorded_allocator_settings
 from trainwise.core.host import cpu_model  # standard library only
+from trainwise.profile._iteration_log import record_json
 
-RAW_FORMAT_VERSION = 1
+RAW_FORMAT_VERSION = 2  # 2: iterations as columns (trainwise.profile._iteration_log)
 
 
 class RecordOutput:
@@ -101,7 +101,7 @@ class RecordOutput:
 
     # ---- output -----------------------------------------------------------------------------
     def raw_record(self) -> dict[str, Any]:
-        last_events = [it["end_s"] for it in self.iterations] + [v["end_s"] for v in self.validations if v["end_s"]]
+        last_events = list(self.iterations.end_times()[-1:]) + [v["end_s"] for v in self.validations if v["end_s"]]
         return {
             "raw_format_version": RAW_FORMAT_VERSION,
             "mode": "sampled" if self.sampled else "full",
@@ -143,7 +143,7 @@ class RecordOutput:
         try:
             fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=directory)
             with os.fdopen(fd, "w") as handle:
-                handle.write(json.dumps(record))  # dumps uses the C encoder, dump the pure-Python one
+                handle.write(record_json(record))
             os.replace(tmp, self.out_path)
         except OSError as exc:  # a full disk: in the job, at exit, a traceback would be all the user saw
             if tmp is not None:

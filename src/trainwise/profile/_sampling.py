@@ -36,7 +36,7 @@ class Sampling:
         if n < self._next_check and n < self.max_iterations and elapsed < self.max_seconds:
             return
         self._next_check = n + max(1, n // 20)
-        times = [it["end_s"] - it["start_s"] for it in self.iterations]
+        times = self.iterations.walls()
         decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs(),
                                     closure_capped=self._closure_capped())
         if decision.reason is None:
@@ -69,7 +69,7 @@ class Sampling:
         if not self.epochs:
             return None
         # An iteration is one optimizer step: with gradient accumulation it consumes several batches.
-        batches = sum(it["batches"] for it in self.iterations)
+        batches = self.iterations.column_sum("batches")
         return stop_rule.BudgetInputs(
             planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch"),
             batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,

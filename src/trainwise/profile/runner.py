@@ -20,6 +20,7 @@ from trainwise._proc import ProcessJob, Stopped, signals_end_the_job
 from trainwise.errors import TrainwiseError
 from trainwise.profile import host_noise
 from trainwise.profile._child import CONFIG_ENV
+from trainwise.profile._iteration_log import with_iteration_rows
 from trainwise.profile.schema import Profile, profile_from_raw
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -223,7 +224,7 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
             job.end(grace_s=5.0)
             _remove_scratch_saves(raw_path)
         process_wall = time.time() - launch_wall
-        raw = json.loads(raw_path.read_text()) if raw_path.exists() else None
+        raw = with_iteration_rows(json.loads(raw_path.read_text())) if raw_path.exists() else None
 
     if raw is None:
         if exit_code != 0:

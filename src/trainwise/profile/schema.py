@@ -25,6 +25,7 @@ from trainwise.core.profile import (PROFILE_SCHEMA_VERSION, DatasetShape, Enviro
                                     ValidationPass, _Model)
 from trainwise.core.workload import WorkloadCharacterisation  # noqa: F401 - re-exported
 from trainwise.errors import TrainwiseError
+from trainwise.profile._iteration_log import iteration_rows
 
 
 def script_epochs_of(profiles: Sequence[Profile]) -> ScriptEpochs | None:
@@ -282,7 +283,7 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
                   compute_s=max(0.0, it["end_s"] - it["start_s"] - it["data_wait_s"]),
                   samples=int(it["samples"] or 0), batches=int(it["batches"] or 0),
                   backward_passes=it.get("backward_passes"))
-        for i, it in enumerate(raw["iterations"])
+        for i, it in enumerate(iteration_rows(raw["iterations"]))
     ]
     if not iterations:
         raise TrainwiseError("the job recorded no training iteration")

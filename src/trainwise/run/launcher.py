@@ -25,6 +25,7 @@ from trainwise import denormals
 from trainwise.allocator import launch_environment
 from trainwise._proc import ProcessJob
 from trainwise.errors import TrainwiseError
+from trainwise.profile._iteration_log import with_iteration_rows
 from trainwise.profile.runner import PACKAGE_PARENT, resolve_command
 from trainwise.run.options import INTERRUPTED_EXIT, RunOptions
 
@@ -288,7 +289,7 @@ def read_records(workdir: str) -> tuple[dict[int, dict], dict[int, dict]]:
     raws: dict[int, dict] = {}
     runs: dict[int, dict] = {}
     for path in Path(workdir).glob("raw-rank*.json"):
-        raws[int(path.stem.removeprefix("raw-rank"))] = json.loads(path.read_text())
+        raws[int(path.stem.removeprefix("raw-rank"))] = with_iteration_rows(json.loads(path.read_text()))
     for path in Path(workdir).glob("run-rank*.json"):
         runs[int(path.stem.removeprefix("run-rank"))] = json.loads(path.read_text())
     return raws, runs
