@@ -20,7 +20,8 @@
 9. The learned kernel model (`trainwise.predict.kernel_model`, `_kernel_eval.py`): leave-one-GPU-out over
    end-to-end training steps that never entered a fit — NeuSight's fp32 single-GPU rows (H100, L4, A100 80GB
    PCIe, V100 PCIe 32GB; benchmarks/data/neusight_e2e.json) and trainwise's own H100/H200 runs — each predicted
-   by a kernel model fitted without its GPU family's kernels; the 80 % band's coverage; fastest/cheapest choice;
+   by a kernel model fitted without its GPU family's kernels; the 80 % band's coverage (the band cross-conformal
+   by GPU family on per-kernel errors, `band80_method`); fastest/cheapest choice;
    the published errors of NeuSight, Habitat, Li et al. and roofline on the same rows (`logo_*`, `band80_*`,
    `own_gpu_*`, `published_side_by_side`). `--kernel-only` runs this part alone and updates those keys.
 
