@@ -2,7 +2,10 @@
 
 Settings (`kernel_fit.SETTINGS`) are chosen on a leave-one-GPU-family-out split of the per-kernel data only;
 the 80 % band per kernel class is the split-conformal quantile of the held-out families' time-weighted mean
-log-residuals. End-to-end step times are never read here.
+log-residuals, and the band of the operators the kernel core leaves to the roofline rule is the same quantile of
+the rule's own per-family systematic error on the kernel data (`kernel_rule`). Both keep the per-family values
+(`class_bias_by_family`, `fallback_class_bias_by_family`) so that an evaluation holding a family out can drop it.
+End-to-end step times are never read here.
 Run: .venv/bin/python tools/train_kernel_model.py [--exclude GPU ...] [--output PATH]
 """
 
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from trainwise.predict import kernel_fit as kf
 from trainwise.predict import kernel_model as km
+from trainwise.predict import kernel_rule as kr
 
 
 def build(exclude: list[str], output: Path, select: bool = True) -> dict:
@@ -33,10 +37,14 @@ def build(exclude: list[str], output: Path, select: bool = True) -> dict:
               f"(roofline {held['roofline_median_abs_error']:.3f})", flush=True)
     _, settings, held = min(candidates, key=lambda c: c[0])
     model = kf.fit_ensemble(data, settings)
-    band = {c: round(kf.conformal_quantile(v), 4) for c, v in held["class_bias"].items() if v}
+    band = kf.bands_without(held["class_bias_by_family"])
+    rule_bias = kr.rule_class_bias(data)
     meta = {"settings": settings, "coverage": km.regime_coverage(data), "min_families": km.MIN_FAMILIES, "rows": len(data.gpus), "gpus": sorted(set(data.gpus)), "excluded": exclude,
-            "kernel_holdout": {k: v for k, v in held.items() if k != "class_bias"}, "band80_by_class": band,
+            "kernel_holdout": {k: v for k, v in held.items() if not k.startswith("class_bias")}, "band80_by_class": band,
             "class_bias": {c: [round(x, 5) for x in v] for c, v in held["class_bias"].items()},
+            "class_bias_by_family": {c: {f: round(x, 5) for f, x in v.items()} for c, v in
+                                     held["class_bias_by_family"].items() if v},
+            "fallback_band80_by_class": kf.bands_without(rule_bias), "fallback_class_bias_by_family": rule_bias,
             "dataset": str(km.DATASET_PATH.name), "fit_seconds": round(time.perf_counter() - t0, 1)}
     artifact = km.ensemble_to_json(model, meta)
     tmp = output.with_suffix(".tmp")

@@ -4,7 +4,7 @@ the roofline rule for the rest, and the error band of such a prediction."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainwise.errors import TrainwiseError
@@ -28,6 +28,8 @@ class KernelCore:
     fallback_s: float
     class_s: dict[str, float]
     note: str | None = None
+    # of `fallback_s`, the time of the operators that have a kernel class but no kernel data in their regime
+    fallback_class_s: dict[str, float] = field(default_factory=dict)
 
 
 def apply_kernel_core(char: WorkloadCharacterisation, acc: Any, precision: str, per: Any, model: Any = None
@@ -47,17 +49,20 @@ def apply_kernel_core(char: WorkloadCharacterisation, acc: Any, precision: str, 
     fallback = set(fallback)
     seconds = km.predict_seconds(kernels, gpu, model)
     class_s: dict[str, float] = {}
+    fallback_class_s: dict[str, float] = {}
     covered = set()
     for i, c, t in zip(idx, kernels.cls, seconds):
         if not math.isfinite(t):  # a regime without kernel data on enough GPUs: the roofline rule stays
             fallback.add(char.records[i].op + f" ({char.records[i].dtype})")
+            kind = km.CLASSES[int(c)]
+            fallback_class_s[kind] = fallback_class_s.get(kind, 0.0) + float(per[i])
             continue
         covered.add(i)
         per[i] = char.records[i].count * float(t)
         kind = km.CLASSES[int(c)]
         class_s[kind] = class_s.get(kind, 0.0) + per[i]
     fallback_s = float(sum(per[i] for i in range(len(per)) if i not in covered))
-    return KernelCore(sorted(fallback), fallback_s, class_s)
+    return KernelCore(sorted(fallback), fallback_s, class_s, fallback_class_s=fallback_class_s)
 
 
 _KERNEL_CACHE: list[tuple[Any, str, tuple]] = []
@@ -85,15 +90,18 @@ def _record_kernels(char: WorkloadCharacterisation, precision: str) -> tuple[lis
     return value
 
 
-# The roofline rule's band counts at least this much on the operators the kernel model leaves to it.
+# The roofline rule's band counts at least this much on the operators the kernel model leaves to it and has no
+# kernel class for (attention, grouped convolutions, other operators).
 FALLBACK_BAND_MIN = 0.3
 
 
 def kernel_band(kcore: KernelCore, roofline_band: float, device_s: float, count: int, params: DeviceModelParams,
                 kernel_model: Any = None) -> tuple[float, list[str]]:
-    """The 80 % band of a kernel-core prediction: per kernel class, the split-conformal quantile of held-out GPUs'
-    systematic (time-weighted) error, weighted by the class's share of device time; the roofline-rule operators
-    count with the roofline band (at least FALLBACK_BAND_MIN)."""
+    """The 80 % band of a kernel-core prediction: per kernel class, the split-conformal quantile over GPU families
+    of the kernel model's systematic (time-weighted) error on a family held out of its fit, weighted by the
+    class's share of device time; the operators left to the roofline rule count, per kernel class, with the
+    same quantile of the rule's own systematic error on the per-kernel data (`fallback_band80_by_class`,
+    `kernel_rule`), and without a kernel class with the roofline band (at least FALLBACK_BAND_MIN)."""
     from trainwise.predict import kernel_model as km
 
     notes: list[str] = []
@@ -106,7 +114,10 @@ def kernel_band(kcore: KernelCore, roofline_band: float, device_s: float, count:
     default = max(by_class.values(), default=0.25)
     band = sum(t / device_s * float(by_class.get(c, default)) for c, t in kcore.class_s.items())
     share = kcore.fallback_s / device_s
-    band += share * max(roofline_band, FALLBACK_BAND_MIN)
+    rule_by_class = model.meta.get("fallback_band80_by_class", {})
+    classed = {c: t for c, t in kcore.fallback_class_s.items() if c in rule_by_class}
+    band += sum(t / device_s * float(rule_by_class[c]) for c, t in classed.items())
+    band += max(kcore.fallback_s - sum(classed.values()), 0.0) / device_s * max(roofline_band, FALLBACK_BAND_MIN)
     if count > 1:
         band += float((params.bands or {}).get("data_parallel_extra", 0.10))
     if kcore.fallback_ops and not kcore.note:

@@ -23,6 +23,8 @@ class KernelDataset:
     roofline: Any   # seconds
     latency: Any    # seconds (measured)
     dtype_code: Any  # `_DTYPE_CODE` of each row
+    kernels: list | None = None  # the `Kernel` of each row (for the roofline rule's residuals, `kernel_rule`)
+    sources: list | None = None  # the `source` column of each row
 
     @property
     def target(self) -> Any:
@@ -34,8 +36,9 @@ class KernelDataset:
         import numpy as np
 
         idx = np.flatnonzero(mask)
+        pick = lambda v: None if v is None else [v[i] for i in idx]  # noqa: E731
         return KernelDataset([self.gpus[i] for i in idx], [self.ops[i] for i in idx], self.x[idx], self.roofline[idx],
-                             self.latency[idx], self.dtype_code[idx])
+                             self.latency[idx], self.dtype_code[idx], pick(self.kernels), pick(self.sources))
 
 
 # NeuSight timed every kernel alone: CUDA events recorded around one Python call of the operator, on an idle GPU,
@@ -122,8 +125,9 @@ def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None, subtract_
             ops.append(r["op"])
             kernels.append(kernel_from_dims(r["op"], r["dtype"], tuple(int(v) for v in r["dims"].split("x"))))
             lats.append(float(r["latency_us"]) * 1e-6)
-    gpus, all_ops, xs, roofs, latencies, codes, sources = [], [], [], [], [], [], []
+    gpus, all_ops, xs, roofs, latencies, codes, sources, all_kernels = [], [], [], [], [], [], [], []
     for (name, source), (ops, kernels, lats) in by_gpu.items():
+        all_kernels += kernels
         arrays = KernelArrays.of(kernels)
         codes.append(arrays.dtype)
         x, roof = features_matrix(arrays, specs[name], conv_tf32=conv_tf32(source))
@@ -139,7 +143,7 @@ def load_dataset(path: Path | str = DATASET_PATH, catalog: Any = None, subtract_
         gap = np.array([gaps.get((g, op), 0.0) if src in DISPATCH_GAP_SOURCES else 0.0
                         for g, op, src in zip(gpus, all_ops, sources)])
         latency = latency - gap  # never below the roofline: the gap is at most each row's latency above it
-    data = KernelDataset(gpus, all_ops, np.vstack(xs), roofline, latency, np.concatenate(codes))
+    data = KernelDataset(gpus, all_ops, np.vstack(xs), roofline, latency, np.concatenate(codes), all_kernels, sources)
     return data.subset(~host_bound(sources, all_ops, latency, roofline)) if drop_host_bound else data
 
 
@@ -175,7 +179,8 @@ def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
 
     fams = sorted({family(g) for g in data.gpus})
     fam_of = np.array([family(g) for g in data.gpus])
-    out: dict[str, Any] = {"by_gpu": {}, "class_bias": {c: [] for c in CLASSES}}
+    out: dict[str, Any] = {"by_gpu": {}, "class_bias": {c: [] for c in CLASSES},
+                           "class_bias_by_family": {c: {} for c in CLASSES}}
     all_err, all_roof = [], []
     for fam in fams:
         test = fam_of == fam
@@ -201,17 +206,33 @@ def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
             sel = cls == ci
             if sel.sum() >= 20:
                 w = held.latency[sel]
-                out["class_bias"][c].append(float(np.sum(w * np.log(pred[sel] / held.latency[sel])) / np.sum(w)))
+                bias = float(np.sum(w * np.log(pred[sel] / held.latency[sel])) / np.sum(w))
+                out["class_bias"][c].append(bias)
+                out["class_bias_by_family"][c][fam] = bias
     out["median_abs_error"] = round(float(np.median(np.concatenate(all_err))), 4)
     out["roofline_median_abs_error"] = round(float(np.median(np.concatenate(all_roof))), 4)
     out["p90_abs_error"] = round(float(np.quantile(np.concatenate(all_err), 0.9)), 4)
     return out
 
 
-def conformal_quantile(values: list[float], level: float = 0.8) -> float:
+def conformal_quantile(values: Any, level: float = 0.8) -> float:
     """Split-conformal quantile of |values| with the finite-sample correction ceil((n+1) level) / n."""
     v = sorted(abs(x) for x in values)
     if not v:
         return 0.25
     rank = min(len(v), math.ceil((len(v) + 1) * level))
     return v[rank - 1]
+
+
+def bands_without(by_family: dict[str, dict[str, float]], held_out: str | None = None, level: float = 0.8
+                  ) -> dict[str, float]:
+    """Per kernel class, the split-conformal quantile of the per-family systematic errors `by_family`
+    ({class: {family: time-weighted mean log-residual}}) over every family but `held_out`: the band a GPU of
+    family `held_out` gets when its own family may not choose it (cross-conformal, one family per fold; None
+    keeps every family, the packaged band)."""
+    out = {}
+    for c, per_family in by_family.items():
+        values = [v for fam, v in per_family.items() if fam != held_out]
+        if values:
+            out[c] = round(conformal_quantile(values, level), 4)
+    return out

@@ -1,0 +1,80 @@
+"""The kernel core's 80 % band: cross-conformal by GPU family, the roofline-rule operators calibrated per class."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from trainwise.catalog import load_catalog
+from trainwise.predict import kernel_fit as kf
+from trainwise.predict import kernel_model as km
+from trainwise.predict import kernel_rule as kr
+from trainwise.predict.device_params import load_params
+from trainwise.predict.kernel_core import FALLBACK_BAND_MIN, KernelCore, kernel_band
+
+from benchmark_modules import load_benchmark
+
+BY_FAMILY = {"gemm": {"A100": 0.1, "H100": -0.9, "P100": 0.2, "T4": -0.3, "V100": 0.25},
+             "conv": {"A100": 0.05, "H100": 2.0}}
+
+
+def test_a_held_out_family_never_chooses_its_own_band():
+    packaged = kf.bands_without(BY_FAMILY)
+    assert packaged["gemm"] == 0.9  # n = 5: the ceil(6 x 0.8) = 5th smallest |bias|, the largest
+    without = kf.bands_without(BY_FAMILY, "H100")
+    assert without == {"gemm": 0.3, "conv": 0.05}
+    # whatever the held-out family's own errors are, its band is the same
+    changed = {c: {**v, "H100": 50.0} for c, v in BY_FAMILY.items()}
+    assert kf.bands_without(changed, "H100") == without
+    assert kf.bands_without(BY_FAMILY, "L4") == packaged  # a family without kernel data: every family counts
+
+
+def _model(meta):
+    return SimpleNamespace(meta=meta)
+
+
+def test_the_roofline_rule_operators_take_their_class_band():
+    meta = {"band80_by_class": {"gemm": 0.2, "elementwise": 0.1},
+            "fallback_band80_by_class": {"conv": 0.5, "gemm": 1.0}}
+    core = KernelCore(["conv (float16)", "attention"], fallback_s=6.0, class_s={"gemm": 3.0, "elementwise": 1.0},
+                      fallback_class_s={"conv": 4.0})
+    band, _ = kernel_band(core, 0.1, 10.0, 1, load_params(), _model(meta))
+    # 0.3 x 0.2 + 0.1 x 0.1 (kernel classes) + 0.4 x 0.5 (rule, conv) + 0.2 x max(0.1, floor) (no class)
+    assert band == pytest.approx(0.06 + 0.01 + 0.2 + 0.2 * FALLBACK_BAND_MIN)
+    # an artifact without the rule's bands keeps the floor for every fallback operator
+    old, _ = kernel_band(core, 0.1, 10.0, 1, load_params(), _model({"band80_by_class": meta["band80_by_class"]}))
+    assert old == pytest.approx(0.07 + 0.6 * FALLBACK_BAND_MIN)
+
+
+def test_the_rule_prices_kernels_as_it_prices_a_step():
+    catalog, params = load_catalog(), load_params()
+    acc = catalog.accelerator("A100")
+    big = km.kernel_from_dims("mm", "fp32", (1, 8192, 8192, 8192))
+    add = km.kernel_from_dims("add", "fp32", (8192, 8192))
+    t_mm, t_add = kr.rule_seconds([big, add], acc, params)
+    assert big.flops / (acc.fp32_tflops * 1e12) < t_mm < 5 * big.flops / (acc.fp32_tflops * 1e12)
+    assert add.bytes / (acc.memory_bw_gbs * 1e9) < t_add < 5 * add.bytes / (acc.memory_bw_gbs * 1e9)
+    # an fp32 convolution that ran without TF32 is priced on the FP32 units: slower than in TF32
+    conv = km.kernel_from_dims("conv", "fp32", (64, 256, 256, 3, 56, 1, 1))
+    tf32, fp32 = kr.rule_seconds([conv, conv], acc, params, [True, False])
+    assert fp32 > 2 * tf32
+
+
+def test_packaged_fallback_bands_are_the_conformal_quantile_of_the_rule_errors():
+    meta = km.load_kernel_model().meta
+    assert meta["fallback_band80_by_class"] == kf.bands_without(meta["fallback_class_bias_by_family"])
+    assert meta["band80_by_class"] == kf.bands_without(meta["class_bias_by_family"])
+    assert set(meta["fallback_class_bias_by_family"]["gemm"]) >= {"A100", "H100", "V100"}
+
+
+def test_the_end_to_end_scale_alternative_is_cross_conformal():
+    ev = load_benchmark("_kernel_eval")
+    rows = [{"gpu": "A100", "error": 0.1, "band": 0.2}, {"gpu": "A100", "error": 0.05, "band": 0.2},
+            {"gpu": "V100", "error": 0.3, "band": 0.2}, {"gpu": "H100", "error": 0.4, "band": 0.2},
+            {"gpu": "H200", "error": 0.6, "band": 0.2}]
+    out = ev.e2e_scale_cross_conformal(rows)
+    h100 = out["scale_by_held_out_family"]["H100"]  # H100 and H200 are one family: neither sets it
+    assert h100 == pytest.approx(1.5)  # 3 other rows: the ceil(4 x 0.8) = 4th > 3 -> the largest, 0.3 / 0.2
+    rows[4]["error"] = 100.0
+    assert ev.e2e_scale_cross_conformal(rows)["scale_by_held_out_family"]["H100"] == h100
