@@ -47,3 +47,28 @@ def test_core_pairs_gives_each_parallel_loop_its_own_two_cores():
 
     assert core_pairs([5, 1, 3, 2], 2, parallel=True) == [(1, 2), (3, 5)]
     assert core_pairs([5, 1, 3, 2], 3, parallel=False) == [(1, 2)] * 3
+
+
+def test_client_scripts_accuracy_only_replaces_the_measured_loops_and_keeps_the_overhead(tmp_path):
+    sys.path.insert(0, str(BENCHMARKS))
+    from client_scripts import with_new_accuracy_rows
+
+    def row(loop, error, actual_s, cost, at):
+        return {"loop": loop, "profiled": True, "abs_error": error, "actual_s": actual_s,
+                "profiling_cost_fraction": cost, "measured_at": at}
+
+    previous = {"created_at": "old", "machine": {"host": "gpu"}, "rows": [
+        row("manual_sgd_lm", 0.01, 590.0, 0.25, "old"), row("gan_two_optimizers", 0.48, 647.0, 0.017, "old")],
+        "summary": {"agent_overhead": 0.009, "max_abs_error": 0.48}, "concurrent_pairs": [{"ratio": 1.01}],
+        "accuracy_rows_from": "older"}
+    result = with_new_accuracy_rows(previous, [row("gan_two_optimizers", 0.03, 700.0, 0.01, "new")],
+                                    created_at="new", machine={"host": "vm"})
+    assert [r["measured_at"] for r in result["rows"]] == ["old", "new"]  # the loops' order, the new GAN row
+    summary = result["summary"]
+    assert summary["agent_overhead"] == 0.009 and result["concurrent_pairs"] == [{"ratio": 1.01}]
+    assert summary["max_abs_error"] == 0.03 and summary["median_abs_error"] == 0.02
+    assert summary["profiling_cost_fraction_10min_runs"] == 0.01  # the 590-s run is not one of them
+    assert result["overhead_machine"] == {"host": "gpu"} and result["overhead_measured_at"] == "old"
+    assert "accuracy_rows_from" not in result and result["machine"] == {"host": "vm"}
+    out = run("client_scripts.py", "--accuracy-only", "--results", str(tmp_path / "none.json"))
+    assert out.returncode != 0 and "run without --accuracy-only first" in out.stderr and "Traceback" not in out.stderr
