@@ -93,14 +93,22 @@ def profile_then_run(row: dict, argv: list[str], options: ProfileOptions, worklo
                epochs_source=profile.script_epochs.source if profile.script_epochs else None,
                iterations_per_epoch=profile.dataset.iterations_per_epoch,
                validation_passes_seen=len(profile.validations), optimizer=profile.model.optimizer, notes=profile.notes)
+    predicted_s = uncorrected_s = None
     try:
-        predicted_s = predict_total(profile, epochs).total_s if epochs else None
+        if epochs:
+            prediction = predict_total(profile, epochs)
+            predicted_s = prediction.total_s
+            # the same profile without the host-level correction (`trainwise host-noise`): does it help here?
+            uncorrected_s = predict_total(profile, epochs, level_correction=False).total_s
+            row.update(prediction_breakdown_s=prediction.breakdown_s, prediction_note=prediction.note,
+                       host_noise_measured=profile.host_noise is not None)
     except TrainwiseError as exc:
-        predicted_s = None
         row["prediction_error"] = str(exc)
     actual_s = plain_run_s(argv, cwd)
     row.update(predicted_s=predicted_s, actual_s=actual_s,
                abs_error=relative_error(actual_s, predicted_s) if predicted_s is not None else None,
+               predicted_without_level_correction_s=uncorrected_s,
+               abs_error_without_level_correction=relative_error(actual_s, uncorrected_s) if uncorrected_s else None,
                profiling_cost_fraction=profile.process_wall_s / actual_s)
     if predicted_s is None:
         row["profiled"] = False

@@ -268,7 +268,8 @@ def leveled(profile, reference_s: float | None, window_levels_s: list[float], **
 def test_the_level_correction_scales_steps_and_validation_to_the_hosts_mean_level():
     from trainwise.predict.same_machine import host_level_correction
 
-    base = make([0.5] * 30, init_s=3.0, val_batch_s=[0.2] * 5, val_total=20, epoch2=[0.5] * 4)
+    # a sample of under a second: the probe's ratio applies in full (where it was measured to help)
+    base = make([0.03] * 30, init_s=3.0, val_batch_s=[0.2] * 5, val_total=20, epoch2=[0.03] * 4)
     plain = trainwise_estimate(base, epochs=10)
     # the probe beside the steps ran 25 % slower than the host's mean level: the steps were slow too
     slow_window = load_profile_like(leveled(base, 0.006, [0.0074, 0.0076]))
@@ -295,3 +296,19 @@ def load_profile_like(profile):
     from trainwise.profile.schema import Profile
 
     return Profile.model_validate_json(profile.model_dump_json())
+
+
+def test_a_long_sample_takes_the_probes_ratio_weighted_by_how_much_of_the_wander_it_averaged():
+    from trainwise.predict.same_machine import host_level_correction, level_correction_weight, sampled_steps_s
+
+    noise = noise_for()  # 90th-percentile strays 13.2 % for a 1-s window, 5.6 % for 30 s (and longer)
+    assert level_correction_weight(noise, 0.5) == 1.0
+    assert level_correction_weight(noise, 30.0) == pytest.approx(noise.stray_fraction(30.0) / noise.stray_fraction(1.0))
+    assert level_correction_weight(noise, 600.0) == level_correction_weight(noise, 30.0)  # measured windows only
+    assert level_correction_weight(noise, 3.0) > level_correction_weight(noise, 10.0) > level_correction_weight(noise, 30.0)
+    # a 3-minute sample beside a probe 25 % slower than the host's mean: scaled by 0.8 ** 0.43, not by 0.8
+    long = make([0.5] * 360, init_s=3.0)
+    corrected = host_level_correction(leveled(long, 0.006, [0.0075, 0.0075]))
+    weight = level_correction_weight(noise, sampled_steps_s(long))
+    assert 0.3 < weight < 0.6 and corrected.factor == pytest.approx(0.8 ** weight)
+    assert "weighted" in corrected.note

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict import malta, state_zeros
-from trainwise.profile.schema import Profile, steady_iterations
+from trainwise.profile.schema import HostNoise, Profile, steady_iterations
 
 ESTIMATORS = ("trainwise", "eq5.4", "eq5.3", "averaged", "eq5.1", "eq4.1")
 
@@ -219,7 +219,13 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     this host's mean level from `trainwise host-noise` (the same probe, same units), the steps are
     scaled by mean level / level beside them (benchmarks/level_probe.py: a job's 1-s level follows the
     probe's with correlation 0.7-0.9, and the scaling halved the window's error there when the reference
-    was the run's own mean). None without both, on a GPU, or on another CPU model than the measurement's."""
+    was the run's own mean). None without both, on a GPU, or on another CPU model than the measurement's.
+
+    That evidence is for 1-s windows. A longer sample averages part of the wander itself, and a probe's
+    instant beside it says less about it: the probe's ratio is applied with the weight
+    `level_correction_weight` (how far a window as long as the sample strays, over how far a 1-s window
+    does, both from the host-noise measurement): a 3-minute sample on a host whose levels last a second
+    is scaled by little, not by the ±36 % a 0.1-s probe can show."""
     noise = profile.host_noise
     if not profile.level_probes or noise is None or profile.environment.device != "cpu":
         return None
@@ -227,11 +233,24 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     if reference_s is None or noise.cpu_model != profile.environment.cpu_model:
         return None
     window_s = statistics.fmean(p.level_s for p in profile.level_probes)
-    factor = min(MAX_LEVEL_FACTOR, max(1.0 / MAX_LEVEL_FACTOR, reference_s / window_s))
+    weight = level_correction_weight(noise, sampled_steps_s(profile))
+    ratio = min(MAX_LEVEL_FACTOR, max(1.0 / MAX_LEVEL_FACTOR, reference_s / window_s))
+    factor = ratio ** weight
     direction = "slower" if window_s > reference_s else "faster"
+    weighted = "" if weight >= 1.0 else f" (×{ratio:.3f} weighted {weight:.2f}: the {sampled_steps_s(profile):.0f}-s sample averages part of the wander)"
     note = (f"host level: the probe beside the sampled steps ran {abs(window_s / reference_s - 1):.1%} {direction} than this "
-            f"host's mean level ({noise.describe(profile.created_at)}): steps and validation scaled ×{factor:.3f}")
+            f"host's mean level ({noise.describe(profile.created_at)}): steps and validation scaled ×{factor:.3f}{weighted}")
     return LevelCorrection(factor, window_s, reference_s, note)
+
+
+def level_correction_weight(noise: HostNoise, sampled_s: float) -> float:
+    """The exponent the probe's level ratio is applied with: 1 for a sample of a second or less (where
+    the correction was measured to help), then the host's stray for a window as long as the sample over
+    its stray for a 1-s window (`HostNoise.stray_fraction`, measured windows only: flat past 30 s)."""
+    one_s = noise.stray_fraction(1.0)
+    if sampled_s <= 1.0 or one_s <= 0:
+        return 1.0
+    return max(0.0, min(1.0, noise.stray_fraction(sampled_s) / one_s))
 
 
 def warmup_excess_s(profile: Profile) -> float:
