@@ -233,11 +233,12 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     if reference_s is None or noise.cpu_model != profile.environment.cpu_model:
         return None
     window_s = statistics.fmean(p.level_s for p in profile.level_probes)
-    weight = level_correction_weight(noise, sampled_steps_s(profile))
+    sampled_s = sampled_steps_s(profile)
+    weight = level_correction_weight(noise, sampled_s)
     ratio = min(MAX_LEVEL_FACTOR, max(1.0 / MAX_LEVEL_FACTOR, reference_s / window_s))
     factor = ratio ** weight
     direction = "slower" if window_s > reference_s else "faster"
-    weighted = "" if weight >= 1.0 else f" (×{ratio:.3f} weighted {weight:.2f}: the {sampled_steps_s(profile):.0f}-s sample averages part of the wander)"
+    weighted = "" if weight >= 1.0 else f" (×{ratio:.3f} weighted {weight:.2f}: the {sampled_s:.0f}-s sample averages part of the wander)"
     note = (f"host level: the probe beside the sampled steps ran {abs(window_s / reference_s - 1):.1%} {direction} than this "
             f"host's mean level ({noise.describe(profile.created_at)}): steps and validation scaled ×{factor:.3f}{weighted}")
     return LevelCorrection(factor, window_s, reference_s, note)
