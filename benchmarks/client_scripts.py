@@ -12,6 +12,8 @@ agent's overhead, the median of the per-pair ratios.
 Writes benchmarks/results/client_scripts.json; `summary`: profiled_fraction, median_abs_error,
 max_abs_error, profiling_cost_fraction (median), agent_overhead.
 Run: .venv/bin/python benchmarks/client_scripts.py [--scale 1.0] [--pairs 2] [--only NAME ...]
+On a quiet many-core host, `--accuracy-only --parallel-loops` measures every loop at once, each loop (its profile,
+then its plain run) pinned to `--cores-per-loop` cores of its own, so the rows take the time of the longest loop.
 `--scale` multiplies each loop's size; 6 gave plain runs of 21-49 s on the quiet 2-core VM (start-up is ~4 s
 of each); 100 gave 2.6-10.8 minutes (LBFGS converges after 54 steps: its later steps are cheap) and the whole
 benchmark, with two pairs, took 74 minutes.
@@ -253,6 +255,61 @@ def core_pairs(available: list[int], loops: int, parallel: bool) -> list[tuple[i
     return [(cores[2 * i], cores[2 * i + 1]) if parallel else (cores[0], cores[1]) for i in range(loops)]
 
 
+def loop_cores(available: list[int], loops: int, per_loop: int) -> list[list[int]]:
+    """`per_loop` cores of its own for each of `loops` loops measured at once, or a one-line exit naming the fix."""
+    cores = sorted(available)
+    if len(cores) < loops * per_loop:
+        sys.exit(f"error: --parallel-loops with --accuracy-only needs {loops * per_loop} cores here ({per_loop} per loop), "
+                 f"this process may use {len(cores)}; measure fewer loops (--only), lower --cores-per-loop, "
+                 "or drop --parallel-loops")
+    return [cores[i * per_loop:(i + 1) * per_loop] for i in range(loops)]
+
+
+def _pinned_to_cores(cores: list[int]):
+    def pin() -> None:
+        os.setsid()  # its own process group: a loop past the time limit is stopped with its profile's job
+        os.sched_setaffinity(0, set(cores))
+    return pin
+
+
+def parallel_accuracy(args: argparse.Namespace, names: list[str], assigned: list[list[int]]) -> tuple[list[dict], list[str]]:
+    """Every loop's accuracy row at once, each loop (its profile, then its plain run) in a process of its own pinned
+    to its own cores: a quiet many-core host measures all loops in the time of the longest. Loops not done by
+    --time-limit-s are stopped; returns the finished rows (each with its cores) and the names of the others."""
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    deadline = time.monotonic() + args.time_limit_s if args.time_limit_s else None
+    with tempfile.TemporaryDirectory(prefix="trainwise-parallel-") as parts:
+        children = {}
+        for name, cores in zip(names, assigned):
+            part = Path(parts) / f"{name}.json"
+            part.write_text(args.results.read_text(encoding="utf-8"), encoding="utf-8")  # --accuracy-only keeps it
+            log = open(Path(parts) / f"{name}.log", "w", encoding="utf-8")
+            children[name] = (subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "--accuracy-only", "--only", name, "--scale", str(args.scale),
+                 "--results", str(part)] + (["--flush-denormals"] if args.flush_denormals else []),
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_pinned_to_cores(cores)), part, log, cores)
+        for name, (child, _, log, _) in children.items():
+            try:
+                child.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, 9)
+                child.wait()
+            log.close()
+        rows, unfinished = [], []
+        for name, (child, part, log, cores) in children.items():
+            new = [r for r in json.loads(part.read_text(encoding="utf-8")).get("rows", [])
+                   if r["loop"] == name and r.get("measured_at", "") >= started]
+            if child.returncode != 0 or not new:
+                unfinished.append(name)
+                tail = (Path(parts) / f"{name}.log").read_text(encoding="utf-8").strip().splitlines()[-3:]
+                print(f"{name}: not finished (exit {child.returncode}): {' | '.join(tail)}", flush=True)
+                continue
+            rows.append({**new[0], "cores": cores})
+            print(name, flush=True)
+            print_row(new[0])
+    return rows, unfinished
+
+
 def concurrent_pairs(names: list[str], scale: float, pairs: int, assigned: list[tuple[int, int]], parallel: bool = False,
                      null: bool = False) -> list[dict]:
     """`pairs` concurrent pairs per loop on its `assigned` cores (`core_pairs`); with `parallel`, every loop at once."""
@@ -289,7 +346,11 @@ def main() -> None:
                              "headline when given: both sides see the same host level)")
     parser.add_argument("--parallel-loops", action="store_true",
                         help="with --concurrent-pairs: every loop's pairs at once, each loop on two cores of its own "
-                             "(a quiet many-core host; needs two cores per loop)")
+                             "(a quiet many-core host; needs two cores per loop); with --accuracy-only: every loop's "
+                             "profile and plain run at once, each loop pinned to --cores-per-loop cores of its own")
+    parser.add_argument("--cores-per-loop", type=int, default=2, help="with --accuracy-only --parallel-loops (1-8)")
+    parser.add_argument("--time-limit-s", type=float, default=None,
+                        help="with --accuracy-only --parallel-loops: loops not finished by then are stopped and left out")
     parser.add_argument("--null-pairs", action="store_true",
                         help="with --overhead-only --concurrent-pairs: both sides run the plain command (the pairing's "
                              "noise floor); kept as null_pairs, the agent_overhead rows untouched")
@@ -303,11 +364,17 @@ def main() -> None:
         sys.exit("error: --accuracy-only and --overhead-only exclude each other")
     if not 0 < args.scale <= 100 or not 0 <= args.pairs <= 20 or not 0 <= args.concurrent_pairs <= 10:
         sys.exit("error: --scale must be in (0, 100], --pairs in [0, 20] and --concurrent-pairs in [0, 10]")
+    if not 1 <= args.cores_per_loop <= 8 or (args.time_limit_s is not None and not 0 < args.time_limit_s <= 86_400):
+        sys.exit("error: --cores-per-loop must be in [1, 8] and --time-limit-s in (0, 86400]")
+    parallel_accuracy_run = args.accuracy_only and args.parallel_loops
     if args.null_pairs and not (args.overhead_only and args.concurrent_pairs):
         sys.exit("error: --null-pairs needs --overhead-only and --concurrent-pairs N")
     names = args.only or list(LOOPS)
     # enough cores, checked before any run
-    assigned = core_pairs(list(os.sched_getaffinity(0)), len(names), args.parallel_loops) if args.concurrent_pairs else []
+    if parallel_accuracy_run:
+        assigned = loop_cores(list(os.sched_getaffinity(0)), len(names), args.cores_per_loop)
+    else:
+        assigned = core_pairs(list(os.sched_getaffinity(0)), len(names), args.parallel_loops) if args.concurrent_pairs else []
     started = time.time()
     rows = []
     previous: dict = {}
@@ -323,7 +390,10 @@ def main() -> None:
         write_null_pairs(args, previous, concurrent_pairs(names, args.scale, args.concurrent_pairs, assigned,
                                                           args.parallel_loops, null=True))
         return
-    for name in [] if args.overhead_only else names:
+    unfinished: list[str] = []
+    if parallel_accuracy_run:
+        rows, unfinished = parallel_accuracy(args, names, assigned)
+    for name in [] if args.overhead_only or parallel_accuracy_run else names:
         print(f"{name} ...", flush=True)
         row = measure(name, args.scale, ProfileOptions(flush_denormal=args.flush_denormals))
         rows.append(row)
@@ -331,7 +401,14 @@ def main() -> None:
     if args.accuracy_only:
         result = with_new_accuracy_rows(previous, rows, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                         machine=machine(), scale=args.scale, benchmark_wall_s=time.time() - started,
-                                        run_notes=args.note, flush_denormal_in_profile=args.flush_denormals)
+                                        run_notes=args.note, flush_denormal_in_profile=args.flush_denormals,
+                                        parallel_loops=parallel_accuracy_run,
+                                        cores_per_loop=args.cores_per_loop if parallel_accuracy_run else None)
+        if unfinished:  # the summary would mix this run's rows with older ones: the file stays, the rows go beside it
+            beside = args.results.with_suffix(".unfinished.json")
+            atomic_write_text(beside, json.dumps({**result, "unfinished_loops": unfinished}, indent=2) + "\n")
+            sys.exit(f"error: {', '.join(unfinished)} did not finish within --time-limit-s or failed; {args.results} "
+                     f"is unchanged, this run's finished rows are in {beside}")
         atomic_write_text(args.results, json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["summary"], indent=2))
         return

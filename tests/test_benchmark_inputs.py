@@ -41,6 +41,30 @@ def test_client_scripts_parallel_loops_needs_two_cores_per_loop_before_any_run(t
     assert not (tmp_path / "r.json").exists()
 
 
+def test_client_scripts_parallel_accuracy_checks_cores_and_limits_before_any_run(tmp_path):
+    import os
+
+    one_core = min(os.sched_getaffinity(0))
+    results = tmp_path / "r.json"
+    results.write_text('{"rows": [], "summary": {}}')
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "client_scripts.py"), "--accuracy-only", "--parallel-loops",
+                          "--only", "manual_sgd_lm", "lbfgs_closure", "--results", str(results)], capture_output=True,
+                         text=True, timeout=120, preexec_fn=lambda: os.sched_setaffinity(0, {one_core}))
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "needs 4 cores here (2 per loop), this process may use 1" in out.stderr and "--cores-per-loop" in out.stderr
+    out = run("client_scripts.py", "--accuracy-only", "--parallel-loops", "--time-limit-s", "0", "--results", str(results))
+    assert out.returncode != 0 and "--time-limit-s in (0, 86400]" in out.stderr and "Traceback" not in out.stderr
+    assert results.read_text() == '{"rows": [], "summary": {}}' and not list(tmp_path.glob("*.unfinished.json"))
+
+
+def test_loop_cores_gives_each_loop_its_own_cores():
+    sys.path.insert(0, str(BENCHMARKS))
+    from client_scripts import loop_cores
+
+    assert loop_cores([7, 1, 3, 2, 5, 4], 3, per_loop=2) == [[1, 2], [3, 4], [5, 7]]
+    assert loop_cores([3, 1], 2, per_loop=1) == [[1], [3]]
+
+
 def test_core_pairs_gives_each_parallel_loop_its_own_two_cores():
     sys.path.insert(0, str(BENCHMARKS))
     from client_scripts import core_pairs
