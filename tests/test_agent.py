@@ -289,6 +289,27 @@ def test_with_a_cheap_start_up_the_whole_profile_stays_within_the_budget():
     assert stop_rule.decide(times, sum(times), SETTINGS, short).reason == "cost_budget"
 
 
+def test_with_the_run_known_a_steady_sample_goes_on_to_average_the_hosts_wander():
+    # 4-ms steps, steady after 3 s. A 2-hour run (2 % = 144 s) samples 30 s before stopping; a 5-minute
+    # run's budget (6 s) stops it first; without the planned run it stops at the first steady verdict.
+    settings = stop_rule.StopSettings(min_iterations=20, min_seconds=3.0, averaging_seconds=30.0, target_relative_ci=0.5)
+    times = [0.004] * 1000
+
+    def run_of(seconds: float, sampled_s: float) -> stop_rule.BudgetInputs:
+        return stop_rule.BudgetInputs(planned_epochs=1, batches_per_epoch=round(seconds / 0.004),
+                                      batches_per_iteration=1.0, init_s=3.0, now_s=3.0 + sampled_s)
+
+    assert stop_rule.decide(times, 4.0, settings, run_of(7200, 4.0)).reason is None
+    assert stop_rule.decide(times, 30.0, settings, run_of(7200, 30.0)).reason == "stable"
+    assert stop_rule.decide(times, 4.0, settings, run_of(300, 4.0)).reason == "cost_budget"
+    assert stop_rule.decide(times, 4.0, settings).reason == "stable"
+    unknown = stop_rule.BudgetInputs(planned_epochs=None, batches_per_epoch=None, batches_per_iteration=1.0,
+                                     init_s=3.0, now_s=7.0)
+    assert stop_rule.decide(times, 4.0, settings, unknown).reason == "stable"
+    off = stop_rule.StopSettings(min_iterations=20, min_seconds=3.0, averaging_seconds=0.0, target_relative_ci=0.5)
+    assert stop_rule.decide(times, 4.0, off, run_of(7200, 4.0)).reason == "stable"
+
+
 def _imports_of(path: pathlib.Path) -> set[str]:
     tree = ast.parse(path.read_text())
     names = set()

@@ -261,8 +261,20 @@ def leveled(profile, reference_s: float | None, window_levels_s: list[float], **
 
     probes = [LevelProbe(where=where, after_iteration=n, level_s=level)
               for where, n, level in zip(("before", "after"), (1, len(profile.iterations)), window_levels_s)]
-    return profile.model_copy(update={"host_noise": noise, "level_probes": probes,
+    # profiled half an hour after the measurement: its mean level still speaks for the host
+    return profile.model_copy(update={"host_noise": noise, "level_probes": probes, "created_at": "2026-11-25T20:30:00+00:00",
                                       "environment": profile.environment.model_copy(update=environment)})
+
+
+def test_a_mean_level_measured_hours_before_the_profile_corrects_nothing_and_says_so():
+    base = make([0.03] * 30, init_s=3.0, val_batch_s=[0.2] * 5, val_total=20, epoch2=[0.03] * 4)
+    plain = trainwise_estimate(base, epochs=10)
+    fresh = load_profile_like(leveled(base, 0.006, [0.0074, 0.0076]))
+    assert trainwise_estimate(fresh, epochs=10).total_s < plain.total_s
+    stale = load_profile_like(fresh.model_copy(update={"created_at": "2026-11-25T22:43:00+00:00"}))  # 2.7 h later
+    estimate = trainwise_estimate(stale, epochs=10)
+    assert estimate.total_s == pytest.approx(plain.total_s) and "host_level_correction_s" not in estimate.breakdown_s
+    assert "no host-level correction" in estimate.note and "run `trainwise host-noise` right before" in estimate.note
 
 
 def test_the_level_correction_scales_steps_and_validation_to_the_hosts_mean_level():

@@ -29,6 +29,7 @@ class StopSettings:
     max_seconds: float = 60.0
     min_seconds: float = 0.0
     min_budget_seconds: float = 0.0
+    averaging_seconds: float = 0.0
     target_relative_ci: float = 0.02
     max_relative_drift: float = 0.05
     budget_fraction: float = 0.02
@@ -113,11 +114,16 @@ def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,
     long for an LBFGS loop that converges after 54 of 2,400 steps); the caps (--iterations,
     --max-seconds) still are."""
     n = len(times_s)
+    # With the planned run known, a steady verdict waits for `averaging_seconds` of steps: a host's speed wanders
+    # over tens of seconds (a few seconds of steady steps see one level of it) and the cost budget, not the
+    # verdict, then ends a short run's sample; without a budget the run's cost share is unknown and it does not wait.
+    run_known = budget is not None and predicted_full_run_s(times_s, budget) is not None
+    settled_s = max(settings.min_seconds, settings.averaging_seconds) if run_known else settings.min_seconds
     verdict = stats.stability(times_s, target_relative_ci=settings.target_relative_ci,
                               max_relative_drift=settings.max_relative_drift)
     reason = None
     if (verdict.stable and not closure_capped and n >= settings.min_iterations
-            and sampling_s >= settings.min_seconds):
+            and sampling_s >= settled_s):
         reason = "stable"
     elif n >= settings.max_iterations:
         reason = "max_iterations"

@@ -205,6 +205,14 @@ def host_stray_fraction(profile: Profile) -> float | None:
 MAX_LEVEL_FACTOR = 1.5
 
 
+# The host's mean level is taken from a `trainwise host-noise` measurement at most this old: the level itself
+# moves over hours (the 2-core VM ran the same plain runs 23-53 % slower at 20:24 than at 09:20 UTC, and ~35 %
+# faster at 23:00 than at 20:24). A reference taken minutes before helped (same-machine benchmark, 2.4 vs 3.0 %
+# median); one taken 2.7 h before made five of six profiles of one 21-minute run 5-31 points worse (2026-11-27 23:03,
+# docs/accuracy.md). Chosen on those rows, so in-sample.
+LEVEL_REFERENCE_MAX_AGE_HOURS = 1.0
+
+
 @dataclass(frozen=True)
 class LevelCorrection:
     factor: float  # the steps' and validation's time is multiplied by it
@@ -230,7 +238,7 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     if not profile.level_probes or noise is None or profile.environment.device != "cpu":
         return None
     reference_s = noise.mean_level_s()
-    if reference_s is None or noise.cpu_model != profile.environment.cpu_model:
+    if reference_s is None or noise.cpu_model != profile.environment.cpu_model or stale_level_reference(profile):
         return None
     window_s = statistics.fmean(p.level_s for p in profile.level_probes)
     sampled_s = sampled_steps_s(profile)
@@ -242,6 +250,12 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     note = (f"host level: the probe beside the sampled steps ran {abs(window_s / reference_s - 1):.1%} {direction} than this "
             f"host's mean level ({noise.describe(profile.created_at)}): steps and validation scaled ×{factor:.3f}{weighted}")
     return LevelCorrection(factor, window_s, reference_s, note)
+
+
+def stale_level_reference(profile: Profile) -> bool:
+    """The host-noise measurement is too old to tell the host's mean level now (LEVEL_REFERENCE_MAX_AGE_HOURS)."""
+    age = None if profile.host_noise is None else profile.host_noise.age_hours(profile.created_at)
+    return age is not None and age > LEVEL_REFERENCE_MAX_AGE_HOURS
 
 
 def level_correction_weight(noise: HostNoise, sampled_s: float) -> float:
@@ -295,6 +309,10 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
         level_correction_s = (level.factor - 1.0) * (iterations_s + validation_s)
         total += level_correction_s
         notes.append(level.note)
+    elif level_correction and profile.level_probes and stale_level_reference(profile):
+        notes.append(f"no host-level correction: this host's mean level was measured over {LEVEL_REFERENCE_MAX_AGE_HOURS:g} h "
+                     f"before the profile ({profile.host_noise.describe(profile.created_at)}) and levels move over hours; "
+                     "run `trainwise host-noise` right before profiling to correct the sample's level")
     if len(loaders) > 1:
         notes.append(f"validation over {len(loaders)} DataLoaders per epoch (passes of "
                      f"{', '.join(str(v.batches_per_pass) for v in loaders)} batches)")

@@ -32,8 +32,11 @@ PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 # getting closer to the full run's mean. The stopping rule adds iterations while the estimate drifts.
 DEFAULT_MIN_ITERATIONS = 20
 DEFAULT_MIN_PROFILE_SECONDS = 3.0
-DEFAULT_MAX_ITERATIONS = 5000
+# A cap on iterations, not on time: high enough that --averaging-seconds of millisecond steps (30,000 of them)
+# fit under it; 5,000 had ended a 30-s window after 22 s of 4-ms steps (2026-11-27 23:05).
+DEFAULT_MAX_ITERATIONS = 50_000
 DEFAULT_MIN_BUDGET_SECONDS = 1.0
+DEFAULT_AVERAGING_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,12 @@ class ProfileOptions:
     # first ~25 steps ran 1.4x slower than the rest (benchmarks/integrations_prediction.py). One second
     # costs at most 1/30 of the cost of profiling anything whose start-up (~3-10 s) already has to be paid.
     min_budget_seconds: float = DEFAULT_MIN_BUDGET_SECONDS
+    # With the planned run known (--epochs or the script's own count), sampling goes on to this many seconds of
+    # steps before a steady verdict stops it; the cost budget stops it sooner on short runs. A host's level
+    # wanders over tens of seconds: the 2-core VM's 90th-percentile stray was ±25 % over 3-s windows and ±10 %
+    # over 30-s ones (`trainwise host-noise`), and on a lent 16-core GPU host one idle job's step moved 2.6-4.2 ms
+    # over 70 s; a 3-s sample sees one level (tools/iteration_drift.py). 30 s costs under 1 % of runs over an hour.
+    averaging_seconds: float = DEFAULT_AVERAGING_SECONDS
     target_relative_ci: float = 0.02
     max_relative_drift: float = 0.05
     validation_batches: int = 10
@@ -90,6 +99,7 @@ class ProfileOptions:
 
         check_finite({"--timeout": self.timeout_s, "--min-seconds": self.min_profile_seconds, "--max-seconds": self.max_profile_seconds,
                       "--budget": self.budget_fraction, "--min-budget-seconds": self.min_budget_seconds,
+                      "--averaging-seconds": self.averaging_seconds,
                       "--target-ci": self.target_relative_ci, "--level-probe-seconds": self.level_probe_s,
                       "--no-iteration-limit-s": self.no_iteration_limit_s, "--max-epoch-wait": self.max_epoch_wait_s})
         if self.min_iterations < 2:
@@ -108,6 +118,9 @@ class ProfileOptions:
             raise TrainwiseError(f"--level-probe-seconds must be between 0 and 5 (got {self.level_probe_s}); 0 turns it off")
         if self.min_budget_seconds < 0:
             raise TrainwiseError(f"--min-budget-seconds must be ≥ 0 (got {self.min_budget_seconds})")
+        if not 0 <= self.averaging_seconds <= self.max_profile_seconds:
+            raise TrainwiseError(f"--averaging-seconds must be between 0 and --max-seconds ({self.max_profile_seconds:g}) "
+                                 f"(got {self.averaging_seconds:g}); 0 turns it off")
         if self.min_profile_seconds < 0:
             raise TrainwiseError(f"--min-seconds must be ≥ 0 (got {self.min_profile_seconds})")
         if self.no_iteration_limit_s <= 0:
