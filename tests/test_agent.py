@@ -308,6 +308,9 @@ def test_with_the_run_known_a_steady_sample_goes_on_to_average_the_hosts_wander(
     assert stop_rule.decide(times, 4.0, settings, unknown).reason == "stable"
     off = stop_rule.StopSettings(min_iterations=20, min_seconds=3.0, averaging_seconds=0.0, target_relative_ci=0.5)
     assert stop_rule.decide(times, 4.0, off, run_of(7200, 4.0)).reason == "stable"
+    capped = stop_rule.StopSettings(min_iterations=20, min_seconds=3.0, averaging_seconds=30.0, max_seconds=5.0,
+                                    target_relative_ci=0.5)
+    assert stop_rule.decide(times, 5.0, capped, run_of(7200, 5.0)).reason == "stable"  # --max-seconds is the window
 
 
 def _imports_of(path: pathlib.Path) -> set[str]:

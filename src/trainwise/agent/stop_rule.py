@@ -118,7 +118,9 @@ def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,
     # over tens of seconds (a few seconds of steady steps see one level of it) and the cost budget, not the
     # verdict, then ends a short run's sample; without a budget the run's cost share is unknown and it does not wait.
     run_known = budget is not None and predicted_full_run_s(times_s, budget) is not None
-    settled_s = max(settings.min_seconds, settings.averaging_seconds) if run_known else settings.min_seconds
+    # (never past --max-seconds: a user's cap on sampling is the window then)
+    averaging_s = min(settings.averaging_seconds, settings.max_seconds)
+    settled_s = max(settings.min_seconds, averaging_s) if run_known else settings.min_seconds
     verdict = stats.stability(times_s, target_relative_ci=settings.target_relative_ci,
                               max_relative_drift=settings.max_relative_drift)
     reason = None
