@@ -61,8 +61,13 @@ class StopDecision:
                 "stable": self.stable}
 
 
+def run_known(budget: BudgetInputs | None) -> bool:
+    """The planned run's length in iterations is known (its epochs and batches per epoch)."""
+    return budget is not None and bool(budget.planned_epochs) and bool(budget.batches_per_epoch)
+
+
 def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> float | None:
-    if not budget.planned_epochs or not budget.batches_per_epoch or not times_s:
+    if not run_known(budget) or not times_s:
         return None
     warmup = stats.detect_warmup(times_s)
     steady = list(times_s[warmup:]) or list(times_s[-1:])
@@ -117,10 +122,9 @@ def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,
     # With the planned run known, a steady verdict waits for `averaging_seconds` of steps: a host's speed wanders
     # over tens of seconds (a few seconds of steady steps see one level of it) and the cost budget, not the
     # verdict, then ends a short run's sample; without a budget the run's cost share is unknown and it does not wait.
-    run_known = budget is not None and predicted_full_run_s(times_s, budget) is not None
     # (never past --max-seconds: a user's cap on sampling is the window then)
     averaging_s = min(settings.averaging_seconds, settings.max_seconds)
-    settled_s = max(settings.min_seconds, averaging_s) if run_known else settings.min_seconds
+    settled_s = max(settings.min_seconds, averaging_s) if run_known(budget) and times_s else settings.min_seconds
     verdict = stats.stability(times_s, target_relative_ci=settings.target_relative_ci,
                               max_relative_drift=settings.max_relative_drift)
     reason = None
