@@ -278,24 +278,27 @@ def test_a_mean_level_measured_hours_before_the_profile_corrects_nothing_and_say
 
 
 def test_the_level_correction_scales_steps_and_validation_to_the_hosts_mean_level():
-    from trainwise.predict.same_machine import host_level_correction
+    from trainwise.predict.same_machine import host_level_correction, level_correction_weight
 
-    # a sample of under a second: the probe's ratio applies in full (where it was measured to help)
+    # a sample of under a second: the steps share all of the probe's stray; the reference (a 3-minute mean)
+    # strays 5.6 % against the probe's 13.2 %, so the probe's ratio moves the steps 85 % of the way
     base = make([0.03] * 30, init_s=3.0, val_batch_s=[0.2] * 5, val_total=20, epoch2=[0.03] * 4)
     plain = trainwise_estimate(base, epochs=10)
+    weight = level_correction_weight(noise_for(), 0.5)
+    assert 0.8 < weight < 0.9
     # the probe beside the steps ran 25 % slower than the host's mean level: the steps were slow too
     slow_window = load_profile_like(leveled(base, 0.006, [0.0074, 0.0076]))
     corrected = trainwise_estimate(slow_window, epochs=10)
-    factor = 0.006 / 0.0075
+    factor = (0.006 / 0.0075) ** weight
     moved_s = plain.breakdown_s["iterations_s"] + plain.breakdown_s["validation_s"]
     assert corrected.total_s == pytest.approx(plain.total_s + (factor - 1) * moved_s)
     assert corrected.breakdown_s["host_level_correction_s"] == pytest.approx((factor - 1) * moved_s)
     assert sum(corrected.breakdown_s.values()) == pytest.approx(corrected.total_s)  # the parts add up
-    assert "ran 25.0% slower than this host's mean level" in corrected.note and "×0.800" in corrected.note
+    assert "ran 25.0% slower than this host's mean level" in corrected.note and f"×{factor:.3f}" in corrected.note
     assert trainwise_estimate(slow_window, epochs=10, level_correction=False).total_s == pytest.approx(plain.total_s)
     # a fast window is scaled up; an absurd one is clipped
-    assert host_level_correction(leveled(base, 0.006, [0.005, 0.005])).factor == pytest.approx(1.2)
-    assert host_level_correction(leveled(base, 0.006, [0.1, 0.1])).factor == pytest.approx(1 / 1.5)
+    assert host_level_correction(leveled(base, 0.006, [0.005, 0.005])).factor == pytest.approx(1.2 ** weight)
+    assert host_level_correction(leveled(base, 0.006, [0.1, 0.1])).factor == pytest.approx((1 / 1.5) ** weight)
     # no correction without a reference level (an older measurement), on another CPU model, on a GPU, without probes
     assert host_level_correction(leveled(base, None, [0.0075, 0.0075])) is None
     assert host_level_correction(leveled(base, 0.006, [0.0075, 0.0075], cpu_model="another")) is None
@@ -314,13 +317,32 @@ def test_a_long_sample_takes_the_probes_ratio_weighted_by_how_much_of_the_wander
     from trainwise.predict.same_machine import host_level_correction, level_correction_weight, sampled_steps_s
 
     noise = noise_for()  # 90th-percentile strays 13.2 % for a 1-s window, 5.6 % for 30 s (and longer)
-    assert level_correction_weight(noise, 0.5) == 1.0
-    assert level_correction_weight(noise, 30.0) == pytest.approx(noise.stray_fraction(30.0) / noise.stray_fraction(1.0))
+    probe_share = level_correction_weight(noise, 0.5)
+    assert level_correction_weight(noise, 30.0) == pytest.approx(
+        probe_share * noise.stray_fraction(30.0) / noise.stray_fraction(1.0))
     assert level_correction_weight(noise, 600.0) == level_correction_weight(noise, 30.0)  # measured windows only
     assert level_correction_weight(noise, 3.0) > level_correction_weight(noise, 10.0) > level_correction_weight(noise, 30.0)
-    # a 3-minute sample beside a probe 25 % slower than the host's mean: scaled by 0.8 ** 0.43, not by 0.8
+    # a 3-minute sample beside a probe 25 % slower than the host's mean: scaled by 0.8 ** 0.36, not by 0.8
     long = make([0.5] * 360, init_s=3.0)
     corrected = host_level_correction(leveled(long, 0.006, [0.0075, 0.0075]))
     weight = level_correction_weight(noise, sampled_steps_s(long))
-    assert 0.3 < weight < 0.6 and corrected.factor == pytest.approx(0.8 ** weight)
-    assert "weighted" in corrected.note
+    assert 0.3 < weight < 0.5 and corrected.factor == pytest.approx(0.8 ** weight)
+    assert "weighted" in corrected.note and "a 180-s mean, strays too" in corrected.note
+
+
+def test_the_reference_counts_as_much_as_its_own_stray_allows():
+    """Inverse-variance weighting of the probe's instant and the reference's few-minute mean: a host whose
+    levels last minutes (its 30-s windows stray as far as its 1-s ones) moves a short sample half way to the
+    reference; a host whose wander averages out in seconds, nearly all the way."""
+    from trainwise.predict.same_machine import level_correction_weight
+
+    def flat(stray_1s: float, stray_30s: float):
+        windows = [host_noise.WindowStray(window_s=w, median=0.0, p90=p90, max=p90)
+                   for w, p90 in ((1, stray_1s), (3, stray_1s), (10, stray_30s), (30, stray_30s))]
+        return noise_for().model_copy(update={
+            "compute": noise_for().compute.model_copy(update={"windows": windows}),
+            "memory": noise_for().memory.model_copy(update={"windows": windows})})
+
+    assert level_correction_weight(flat(0.25, 0.25), 0.5) == pytest.approx(0.5)
+    assert level_correction_weight(flat(0.25, 0.01), 0.5) == pytest.approx(0.25 ** 2 / (0.25 ** 2 + 0.01 ** 2))
+    assert level_correction_weight(flat(0.0, 0.0), 5.0) == 1.0  # a host that never strays: the ratio as it is

@@ -229,11 +229,10 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     probe's with correlation 0.7-0.9, and the scaling halved the window's error there when the reference
     was the run's own mean). None without both, on a GPU, or on another CPU model than the measurement's.
 
-    That evidence is for 1-s windows. A longer sample averages part of the wander itself, and a probe's
-    instant beside it says less about it: the probe's ratio is applied with the weight
-    `level_correction_weight` (how far a window as long as the sample strays, over how far a 1-s window
-    does, both from the host-noise measurement): a 3-minute sample on a host whose levels last a second
-    is scaled by little, not by the ±36 % a 0.1-s probe can show."""
+    That evidence is for 1-s windows and a reference that was the run's own mean. The probe's ratio is
+    applied with the weight `level_correction_weight`: a longer sample averages part of the wander itself,
+    and the reference, a few minutes' mean, is itself off the level the run will average by as much as
+    a window that long strays."""
     noise = profile.host_noise
     if not profile.level_probes or noise is None or profile.environment.device != "cpu":
         return None
@@ -246,7 +245,8 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     ratio = min(MAX_LEVEL_FACTOR, max(1.0 / MAX_LEVEL_FACTOR, reference_s / window_s))
     factor = ratio ** weight
     direction = "slower" if window_s > reference_s else "faster"
-    weighted = "" if weight >= 1.0 else f" (×{ratio:.3f} weighted {weight:.2f}: the {sampled_s:.0f}-s sample averages part of the wander)"
+    weighted = "" if weight >= 1.0 else (f" (×{ratio:.3f} weighted {weight:.2f}: the {sampled_s:.1f}-s sample averages part of "
+                                         f"the wander, and the reference, a {noise.probe_seconds:.0f}-s mean, strays too)")
     note = (f"host level: the probe beside the sampled steps ran {abs(window_s / reference_s - 1):.1%} {direction} than this "
             f"host's mean level ({noise.describe(profile.created_at)}): steps and validation scaled ×{factor:.3f}{weighted}")
     return LevelCorrection(factor, window_s, reference_s, note)
@@ -259,13 +259,23 @@ def stale_level_reference(profile: Profile) -> bool:
 
 
 def level_correction_weight(noise: HostNoise, sampled_s: float) -> float:
-    """The exponent the probe's level ratio is applied with: 1 for a sample of a second or less (where
-    the correction was measured to help), then the host's stray for a window as long as the sample over
-    its stray for a 1-s window (`HostNoise.stray_fraction`, measured windows only: flat past 30 s)."""
+    """The exponent the probe's level ratio is applied with, the product of two shares (each from the
+    host-noise measurement's 90th-percentile strays, `HostNoise.stray_fraction`, flat past 30 s):
+
+    - how much of the probe's stray the sampled steps share: 1 for a sample of a second or less (where the
+      correction was measured to help), then the stray of a window as long as the sample over a 1-s one's;
+    - how much of the probe-vs-reference gap is the probe's: both are off the host's mean level, the probe
+      (an instant) by a 1-s window's stray s1, the reference (the measurement's mean over its probe_seconds)
+      by a window that long's, sr. Weighting the two estimates of the mean level by their inverse variances
+      moves the steps s1^2 / (s1^2 + sr^2) of the way: about half on a host whose levels last minutes (a
+      3-minute mean strays as far as a second's), nearly all where they average out within seconds."""
     one_s = noise.stray_fraction(1.0)
-    if sampled_s <= 1.0 or one_s <= 0:
+    if one_s <= 0:
         return 1.0
-    return max(0.0, min(1.0, noise.stray_fraction(sampled_s) / one_s))
+    sampled_share = 1.0 if sampled_s <= 1.0 else max(0.0, min(1.0, noise.stray_fraction(sampled_s) / one_s))
+    reference_s = noise.stray_fraction(noise.probe_seconds)
+    probe_share = one_s ** 2 / (one_s ** 2 + reference_s ** 2)
+    return sampled_share * probe_share
 
 
 def warmup_excess_s(profile: Profile) -> float:
