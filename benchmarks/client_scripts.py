@@ -103,7 +103,8 @@ def profile_then_run(row: dict, argv: list[str], options: ProfileOptions, worklo
             # the same profile without the host-level correction (`trainwise host-noise`): does it help here?
             uncorrected_s = predict_total(profile, epochs, level_correction=False).total_s
             row.update(prediction_breakdown_s=prediction.breakdown_s, prediction_note=prediction.note,
-                       host_noise_measured=profile.host_noise is not None)
+                       host_noise_measured=profile.host_noise is not None,
+                       predicted_low_s=prediction.low_s, predicted_high_s=prediction.high_s)
     except TrainwiseError as exc:
         row["prediction_error"] = str(exc)
     actual_s = plain_run_s(argv, cwd)
@@ -111,7 +112,8 @@ def profile_then_run(row: dict, argv: list[str], options: ProfileOptions, worklo
                abs_error=relative_error(actual_s, predicted_s) if predicted_s is not None else None,
                predicted_without_level_correction_s=uncorrected_s,
                abs_error_without_level_correction=relative_error(actual_s, uncorrected_s) if uncorrected_s else None,
-               profiling_cost_fraction=profile.process_wall_s / actual_s)
+               profiling_cost_fraction=profile.process_wall_s / actual_s,
+               within_band=(row["predicted_low_s"] <= actual_s <= row["predicted_high_s"]) if "predicted_low_s" in row else None)
     if predicted_s is None:
         row["profiled"] = False
     return row
@@ -152,12 +154,15 @@ def accuracy_summary(rows: list[dict]) -> dict:
     costs = [r["profiling_cost_fraction"] for r in rows if r.get("profiling_cost_fraction") is not None]
     long_costs = [r["profiling_cost_fraction"] for r in rows
                   if r.get("profiling_cost_fraction") is not None and (r.get("actual_s") or 0) >= LONG_RUN_S]
+    banded = [r for r in rows if r.get("within_band") is not None]
     return {"profiled_fraction": sum(1 for r in rows if r["profiled"]) / len(rows),
             "median_abs_error": statistics.median(errors) if errors else None,
             "max_abs_error": max(errors) if errors else None,
             "profiling_cost_fraction": statistics.median(costs) if costs else None,
             # the target's runs: what users train is longer than these; a 10-minute run is the shortest judged
             "profiling_cost_fraction_10min_runs": statistics.median(long_costs) if long_costs else None,
+            # how many actual totals fell inside the predicted band (rows measured since the band was kept)
+            "within_band": f"{sum(1 for r in banded if r['within_band'])} of {len(banded)}" if banded else None,
             "error_convention": "|predicted − actual| / actual; actual = launch → exit of the plain run (no trainwise)"}
 
 
