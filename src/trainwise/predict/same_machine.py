@@ -245,8 +245,8 @@ def host_level_correction(profile: Profile) -> LevelCorrection | None:
     ratio = min(MAX_LEVEL_FACTOR, max(1.0 / MAX_LEVEL_FACTOR, reference_s / window_s))
     factor = ratio ** weight
     direction = "slower" if window_s > reference_s else "faster"
-    weighted = "" if weight >= 1.0 else (f" (×{ratio:.3f} weighted {weight:.2f}: the {sampled_s:.1f}-s sample averages part of "
-                                         f"the wander, and the reference, a {noise.probe_seconds:.0f}-s mean, strays too)")
+    weighted = "" if weight >= 1.0 else (f" (×{ratio:.3f} weighted {weight:.2f}: by the {sampled_s:.1f}-s sample's share of the "
+                                         f"wander, and because the reference, a {noise.probe_seconds:.0f}-s mean, strays too)")
     note = (f"host level: the probe beside the sampled steps ran {abs(window_s / reference_s - 1):.1%} {direction} than this "
             f"host's mean level ({noise.describe(profile.created_at)}): steps and validation scaled ×{factor:.3f}{weighted}")
     return LevelCorrection(factor, window_s, reference_s, note)
@@ -273,8 +273,8 @@ def level_correction_weight(noise: HostNoise, sampled_s: float) -> float:
     if one_s <= 0:
         return 1.0
     sampled_share = 1.0 if sampled_s <= 1.0 else max(0.0, min(1.0, noise.stray_fraction(sampled_s) / one_s))
-    reference_s = noise.stray_fraction(noise.probe_seconds)
-    probe_share = one_s ** 2 / (one_s ** 2 + reference_s ** 2)
+    reference_stray = noise.stray_fraction(noise.probe_seconds)
+    probe_share = one_s ** 2 / (one_s ** 2 + reference_stray ** 2)
     return sampled_share * probe_share
 
 
