@@ -78,3 +78,18 @@ def test_the_end_to_end_scale_alternative_is_cross_conformal():
     assert h100 == pytest.approx(1.5)  # 3 other rows: the ceil(4 x 0.8) = 4th > 3 -> the largest, 0.3 / 0.2
     rows[4]["error"] = 100.0
     assert ev.e2e_scale_cross_conformal(rows)["scale_by_held_out_family"]["H100"] == h100
+
+
+def test_the_published_comparison_splits_the_gpus_neusight_trained_on_from_those_new_to_it():
+    ev = load_benchmark("_kernel_eval")
+    pub = lambda e: {"NeuSight": e}  # noqa: E731
+    rows = [{"gpu": "H100", "error": 0.02, "published_abs_error": pub(0.01)},
+            {"gpu": "L4", "error": -0.04, "published_abs_error": pub(0.03)},
+            {"gpu": "V100-PCIe-32GB", "error": 0.3, "published_abs_error": pub(0.1)},
+            {"gpu": "A100-80GB-PCIe", "error": -0.1, "published_abs_error": pub(0.05)}]
+    out = ev.published_side_by_side(rows)
+    assert out["NeuSight"]["rows"] == 4
+    new, seen = out["by_neusight_training"]["gpu_new_to_both"], out["by_neusight_training"]["gpu_family_in_neusight_fit_only"]
+    assert new["gpus"] == ["H100", "L4"] and seen["gpus"] == ["A100-80GB-PCIe", "V100-PCIe-32GB"]
+    assert new["NeuSight"]["trainwise_median_abs_error_same_rows"] == pytest.approx(0.03)
+    assert seen["NeuSight"]["published_median_abs_error"] == pytest.approx(0.075)
