@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -96,3 +98,24 @@ def test_client_scripts_accuracy_only_replaces_the_measured_loops_and_keeps_the_
     assert "accuracy_rows_from" not in result and result["machine"] == {"host": "vm"}
     out = run("client_scripts.py", "--accuracy-only", "--results", str(tmp_path / "none.json"))
     assert out.returncode != 0 and "run without --accuracy-only first" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_agent_hot_path_bounds_its_repeats_before_any_run(tmp_path):
+    out = run("agent_hot_path.py", "--repeats", "0", "--results", str(tmp_path / "r.json"))
+    assert out.returncode != 0 and "--repeats must be in [1, 200]" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.long
+def test_agent_hot_path_times_each_hook_inside_a_profiled_job(tmp_path):
+    import json
+
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "agent_hot_path.py"), "--repeats", "1", "--samples", "1600",
+                          "--sample-seconds", "0", "--results", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((tmp_path / "r.json").read_text())["summary"]
+    assert set(summary["agent_us_per_event"]) == {"next", "forward", "backward", "step"}
+    assert summary["plain_micro_batch_us"] > 0 and summary["machine"]["torch_in_job"]
+    # the optimizer step's hook closes an iteration: measurably above nothing, far below a step
+    assert 0.1 < summary["agent_us_per_event"]["step"] < 1000

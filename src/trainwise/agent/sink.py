@@ -117,6 +117,10 @@ class IntegrationSink(Protocol):
 
 def batch_length(batch: Any) -> int | None:
     """Samples in a batch: leading dimension of its first tensor (tuple, list, dict or tensor)."""
+    if type(batch) in (tuple, list) and batch:  # the usual (inputs, targets): read on every batch request
+        shape = getattr(batch[0], "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else 1
     for _ in range(3):
         shape = getattr(batch, "shape", None)
         if shape is not None:

@@ -39,6 +39,18 @@ class IterationLog:
         for name in INT_FIELDS:  # a count not kept (None) is stored as 0, which readers treat alike
             columns[name].append(record.get(name) or 0)
 
+    def add(self, start_s: float, end_s: float, data_wait_s: float, epoch: int, samples: int, batches: int,
+            backward_passes: int) -> None:
+        """`append` without the dict: the recorder's per-iteration call (every optimizer step of the job)."""
+        columns = self._columns
+        columns["start_s"].append(start_s)
+        columns["end_s"].append(end_s)
+        columns["data_wait_s"].append(data_wait_s or 0.0)
+        columns["epoch"].append(epoch)
+        columns["samples"].append(samples or 0)
+        columns["batches"].append(batches)
+        columns["backward_passes"].append(backward_passes)
+
     def __len__(self) -> int:
         return len(self._columns["end_s"])
 

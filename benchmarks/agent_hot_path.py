@@ -1,0 +1,224 @@
+"""What the profiler's agent costs on each event of a training step, timed inside a job it profiles.
+
+Side-by-side whole runs (`client_scripts.py`'s pairs) see the agent through a shared host's wander (±10 % on
+the 2-core VM) and through fixed costs (trainwise's own start-up, the record's write). This benchmark times the
+agent's per-event work directly: a gradient-accumulation loop (the shapes of tests/scripts/clients/
+grad_accumulation.py: 16-sample batches, a 64-256-2 MLP, AdamW, four micro-batches per step) runs under
+`trainwise profile --full`; after its first epoch, inside the same process, each hot path is timed with the
+agent's hook in place and with it taken out, alternately, the minimum of many repeats of many calls (the least
+disturbed time, as `timeit` advises): a batch request through the DataLoader interceptor chain, a model call
+with the recorder's forward pre-hook, a backward pass through the backward interceptor, an optimizer step with
+the global step post-hook (the iteration's end). Their sum per micro-batch, against the plain micro-batch's
+time, is the agent's share of a step at this granularity, measured warm: in a running job the agent's code
+also loses cache lines to the job's data, which no microbenchmark sees (py-spy, when installed, samples the
+real loop for that: `--sample-seconds`).
+
+Writes benchmarks/results/agent_hot_path.json; `summary`: per-event microseconds, `agent_us_per_micro_batch`,
+`plain_micro_batch_us`, `agent_share_warm`, and (with py-spy) `agent_share_sampled`.
+Run: .venv/bin/python benchmarks/agent_hot_path.py [--repeats 30] [--sample-seconds 20]; many short timings,
+not a few long ones: on a shared host the least disturbed of many ~20-ms windows is the one that tells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from trainwise._io import atomic_write_text
+from _machine import machine
+
+RESULTS = Path(__file__).parent / "results"
+
+# The job: timed in its own process under the agent; it prints one JSON line.
+CHILD = r'''
+import itertools, json, sys, time, timeit
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+repeats, samples = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+torch.set_num_threads(1)
+x = torch.randn(samples, 64)
+y = (x[:, :2].sum(1) > 0).long()
+loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+def epoch():
+    model.train()
+    for step, (xb, yb) in enumerate(loader):
+        (torch.nn.functional.cross_entropy(model(xb), yb) / 4).backward()
+        if (step + 1) % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+epoch()  # the first iteration's tracing hooks come and go here
+from torch.optim import optimizer as optimizer_module
+from trainwise.agent.torch_patch import process_patch
+from trainwise.profile import _child
+
+recorder, patch = _child._recorder, process_patch()
+if "sample" in sys.argv[3:]:
+    print("ready", flush=True)
+    deadline = time.time() + float(sys.argv[4])
+    while time.time() < deadline:
+        epoch()
+    sys.exit(0)
+xb, yb = next(iter(loader))
+z = torch.zeros((), requires_grad=True)
+step_hooks = dict(optimizer_module._global_optimizer_post_hooks)
+model_hook = {"handle": recorder._model_forward_hook}
+
+def agent_off(point):
+    if point == "next" or point == "backward":
+        patch._chains[point] = patch._originals[point]
+    elif point == "step":
+        optimizer_module._global_optimizer_post_hooks.clear()
+    elif point == "forward" and model_hook["handle"] is not None:
+        model_hook["handle"].remove()
+
+def agent_on(point):
+    if point == "next" or point == "backward":
+        patch._compose(point)
+    elif point == "step":
+        optimizer_module._global_optimizer_post_hooks.update(step_hooks)
+    elif point == "forward" and model_hook["handle"] is not None:
+        model_hook["handle"] = recorder._model_forward_hook = model.register_forward_pre_hook(recorder._model_called)
+
+def requests():
+    # a pass with an optimizer step in it: the agent's path for a training pass (a pass without one is timed
+    # as possible validation, a dearer path a training loop does not take)
+    it = iter(loader)
+    next(it)
+    optimizer.step()
+    t0 = time.perf_counter()
+    for _ in itertools.islice(it, 500):
+        pass
+    return (time.perf_counter() - t0) / 500 * 1e6
+
+calls = {"next": (requests, None), "forward": (lambda: model(xb), 1000),
+         "backward": (lambda: torch.autograd.backward(z * 1.0), 1000), "step": (optimizer.step, 500)}
+best = {(p, side): float("inf") for p in calls for side in ("agent", "plain")}
+for _ in range(repeats):
+    for point, (fn, number) in calls.items():
+        for side in ("agent", "plain"):
+            if side == "plain":
+                agent_off(point)
+            try:
+                if number is None:
+                    us = fn()
+                else:
+                    us = timeit.timeit(fn, number=number) / number * 1e6
+            finally:
+                if side == "plain":
+                    agent_on(point)
+            best[(point, side)] = min(best[(point, side)], us)
+for point in calls:
+    agent_off(point)
+micro = []
+for _ in range(3):
+    t0 = time.perf_counter(); epoch(); micro.append((time.perf_counter() - t0) / len(loader) * 1e6)
+print(json.dumps({"best_us": {f"{p}|{s}": round(v, 3) for (p, s), v in best.items()},
+                  "plain_micro_batch_us": round(min(micro), 2), "torch": torch.__version__}), flush=True)
+'''
+
+
+def run_child(args: list[str], workdir: Path) -> subprocess.Popen:
+    script = workdir / "hot_path_job.py"
+    script.write_text(CHILD, encoding="utf-8")
+    return subprocess.Popen([sys.executable, "-c", "from trainwise.cli import run; run()", "profile", "--full", "--no-host-noise",
+                             "-o", str(workdir / "profile.json"), "--", sys.executable, str(script), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def timed(repeats: int, samples: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="trainwise-hot-path-") as tmp:
+        proc = run_child([str(repeats), str(samples)], Path(tmp))
+        out, err = proc.communicate(timeout=1800)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"error: the timed job failed (exit {proc.returncode}): {err.strip().splitlines()[-1:]}")
+    return json.loads(lines[-1])
+
+
+def sampled_share(seconds: float, samples: int) -> dict | None:
+    """py-spy's share of the running loop's samples whose innermost trainwise frame is the agent's own work
+    (not a call into what it wraps: the DataLoader, autograd, the optimizer)."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="trainwise-hot-path-") as tmp:
+        proc = run_child(["1", str(samples), "sample", str(seconds + 15)], Path(tmp))
+        deadline = time.time() + 120
+        while time.time() < deadline and "ready" not in (proc.stdout.readline() or "ready"):
+            pass
+        import psutil
+
+        jobs = [c for c in psutil.Process(proc.pid).children(recursive=True) if "hot_path_job.py" in " ".join(c.cmdline())]
+        if not jobs:
+            proc.kill()
+            sys.exit("error: the sampled job did not start under the profiler")
+        pid = str(jobs[0].pid)
+        raw = Path(tmp) / "spy.txt"
+        subprocess.run([spy, "record", "--pid", pid, "--rate", "250", "--duration", str(int(seconds)),
+                        "--format", "raw", "-o", str(raw)], capture_output=True, check=True)
+        proc.wait(timeout=120)
+        lines = raw.read_text(encoding="utf-8").splitlines()
+    wrapped = ("torch/autograd/__init__.py", "dataloader.py", "torch/optim/")
+    total, own = 0, Counter()
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        frames = stack.split(";")
+        ours = [i for i, f in enumerate(frames) if "trainwise/" in f]
+        if not ours:
+            continue
+        after = frames[ours[-1] + 1] if ours[-1] + 1 < len(frames) else ""
+        if not any(w in after for w in wrapped):
+            own[frames[ours[-1]].split(" (")[0]] += int(count)
+    return {"samples": total, "agent_share_sampled": round(sum(own.values()) / total, 4) if total else None,
+            "by_function": {k: round(v / total, 4) for k, v in own.most_common(10)}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=30, help="alternating timings per hot path (the minimum is kept)")
+    ap.add_argument("--samples", type=int, default=80_000, help="the job's dataset size (5,000 micro-batches)")
+    ap.add_argument("--sample-seconds", type=float, default=20.0, help="py-spy sampling of the running loop (0: off)")
+    ap.add_argument("--results", type=Path, default=RESULTS / "agent_hot_path.json", help="where to write the JSON")
+    args = ap.parse_args()
+    if not 1 <= args.repeats <= 200 or not 1_600 <= args.samples <= 2_000_000 or not 0 <= args.sample_seconds <= 120:
+        sys.exit("error: --repeats must be in [1, 200], --samples in [1600, 2000000], --sample-seconds in [0, 120]")
+    started = time.time()
+    result = timed(args.repeats, args.samples)
+    best = result["best_us"]
+    per_event = {p: round(best[f"{p}|agent"] - best[f"{p}|plain"], 3) for p in ("next", "forward", "backward", "step")}
+    # per micro-batch: one batch request, one model call, one backward; an optimizer step every fourth
+    per_micro = per_event["next"] + per_event["forward"] + per_event["backward"] + per_event["step"] / 4
+    summary = {"agent_us_per_event": per_event, "agent_us_per_micro_batch": round(per_micro, 3),
+               "plain_micro_batch_us": result["plain_micro_batch_us"],
+               "agent_share_warm": round(per_micro / result["plain_micro_batch_us"], 4),
+               "method": "minimum over alternating repeats, agent hook in place vs taken out, inside one job "
+                         "under `trainwise profile --full`; warm (hot caches)"}
+    spy = sampled_share(args.sample_seconds, args.samples) if args.sample_seconds > 0 else None
+    if spy is not None:
+        summary["agent_share_sampled"] = spy["agent_share_sampled"]
+    summary["machine"] = machine(torch_in_job=result["torch"])
+    out = {"benchmark": "agent_hot_path", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "summary": summary, "timings_us": best, "py_spy": spy, "wall_s": round(time.time() - started, 1)}
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.results, json.dumps(out, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
