@@ -85,10 +85,13 @@ def test_the_workload_trace_adds_no_iteration_and_no_backward(tmp_path):
     assert profile.characterisation is not None
     assert profile.dataset.iterations_per_epoch == 12 and [e.iterations for e in profile.epochs] == [12, 2]
     assert [it.backward_passes for it in profile.iterations] == [1] * 14
-    # and the written profile of a loop that counts no samples reads back
+    # no DataLoader counts its samples: the traced input's batch dimension does (16 sequences of a
+    # sequence-first LSTM batch), the profile says so, and the written profile reads back
+    assert profile.dataset.global_batch_size == profile.characterisation.per_device_batch == 16
+    assert any("the batch dimension of the model's traced input" in note for note in profile.notes)
     path = tmp_path / "p.json"
     path.write_text(profile.model_dump_json())
-    assert load_profile(path).dataset.global_batch_size == 0
+    assert load_profile(path).dataset.global_batch_size == 16
 
 
 @pytest.mark.long

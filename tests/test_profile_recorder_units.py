@@ -330,3 +330,41 @@ def test_one_short_closure_step_does_not_end_the_converging_phase(recorder):
     recorder.model = {}
     recorder.iterations = steps([6] * 7)
     assert not recorder._closure_capped()  # no closure optimizer
+
+
+def _one_open_epoch(recorder):
+    recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": None, "iterations": 0, "truncated": False,
+                        "batches_per_epoch": None}]
+
+
+def test_a_loop_without_epochs_that_ends_by_itself_is_its_own_whole_run(recorder):
+    # e.g. "train until the loss is small": no DataLoader, no validation, the script exits during the profile
+    _one_open_epoch(recorder)
+    t = train_steps(recorder, 0.0, 7)
+    recorder._close_run_without_loader()
+    assert recorder.epochs[0]["end_s"] == t and recorder.epochs[0]["batches_per_epoch"] == 7
+    assert recorder.loaders["train"]["batches_per_pass"] == 7
+    assert recorder.script_epochs["epochs"] == 1 and "ran to its end" in recorder.script_epochs["source"]
+    assert any("7 iterations are the whole training" in note for note in recorder.notes)
+
+
+def test_the_scripts_own_epoch_count_splits_a_run_without_boundaries_or_leaves_it_unknown(recorder):
+    _one_open_epoch(recorder)
+    recorder.script_epochs = {"epochs": 3, "source": "the script's argparse argument epochs=3"}
+    train_steps(recorder, 0.0, 12)
+    recorder._close_run_without_loader()
+    assert recorder.loaders["train"]["batches_per_pass"] == 4 and recorder.script_epochs["epochs"] == 3
+    other = _child.Recorder({"out_path": recorder.out_path + ".b", "mode": "full"})
+    _one_open_epoch(other)
+    other.script_epochs = {"epochs": 5, "source": "the script's argparse argument epochs=5"}
+    train_steps(other, 0.0, 12)  # 12 iterations are not 5 equal epochs: the epoch length stays unknown
+    other._close_run_without_loader()
+    assert "train" not in other.loaders and other.epochs[0]["end_s"] is None
+
+
+def test_a_run_with_a_training_dataloader_or_a_closed_epoch_is_left_as_recorded(recorder):
+    _one_open_epoch(recorder)
+    recorder.current_train_state = object()
+    train_steps(recorder, 0.0, 3)
+    recorder._close_run_without_loader()
+    assert "train" not in recorder.loaders and recorder.epochs[0]["end_s"] is None

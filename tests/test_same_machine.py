@@ -372,3 +372,30 @@ def test_validation_every_n_steps_seen_in_the_sampled_epoch_is_counted_per_epoch
     assert "4 passes per epoch, 12 in all" in predict_total(profile, 3).note
     # without the mid-epoch passes: one pass per epoch, at its end
     assert validation_passes_per_epoch(make([0.01] * 25, batches_per_epoch=40, val_batch_s=[0.02] * 3), 40) == (1, None)
+
+
+def _without_a_dataloader(raw: dict) -> dict:
+    for it in raw["iterations"]:
+        it["samples"], it["batches"] = 0, 0
+    raw["loaders"] = {}
+    for epoch in raw["epochs"]:
+        epoch["batches_per_epoch"] = None
+    return raw
+
+
+def test_a_loop_without_a_dataloader_takes_its_batch_from_the_traced_input_and_says_so():
+    raw = _without_a_dataloader(raw_profile([0.1] * 30))
+    raw["characterisation"] = None
+    profile = profile_from_raw(raw, command=["python", "t.py"], process_wall_s=10.0, exit_code=0)
+    assert profile.dataset.global_batch_size == 0  # nothing says it
+    with pytest.raises(TrainwiseError, match="trains without a DataLoader and showed no epoch boundary"):
+        predict_total(profile, epochs=2)
+    raw = _without_a_dataloader(raw_profile([0.1] * 30))
+    raw["characterisation"] = {"model": "Linear", "per_device_batch": 32, "precision": "fp32", "optimizer": "none",
+                               "inputs": ["32x4:float32"], "records": [], "parameters": 5, "trainable_parameters": 5,
+                               "parameter_tensors": 2, "parameter_bytes": 20, "gradient_bytes": 20,
+                               "optimizer_state_bytes": 0, "activation_bytes": 0, "amp_weight_copy_bytes": 0,
+                               "peak_temporary_bytes": 0}
+    profile = profile_from_raw(raw, command=["python", "t.py"], process_wall_s=10.0, exit_code=0)
+    assert profile.dataset.global_batch_size == 32
+    assert any("the batch dimension of the model's traced input" in note for note in profile.notes)

@@ -48,6 +48,9 @@ def iterations_per_epoch_of(profile: Profile, override: int | None = None) -> in
         return override
     n_it = profile.dataset.iterations_per_epoch
     if n_it is None:
+        if not any(it.batches for it in profile.iterations):
+            raise TrainwiseError("the profile does not know the iterations per epoch (the script trains without a "
+                                 "DataLoader and showed no epoch boundary): pass --iterations-per-epoch N")
         raise TrainwiseError("the profile does not know the iterations per epoch (the training loader has no length): "
                              "pass --iterations-per-epoch N")
     return n_it

@@ -102,12 +102,14 @@ class WorkloadCapture:
             from trainwise.agent.trace.step import trace_training_step
 
             optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
+            # No optimizer object, iterations from autograd: a hand-written update, p -= lr * grad (SGD's traffic)
+            fallback = "sgd" if self._autograd_noted else "sgd_momentum"
             name = self.config.get("workload") or type(model).__name__
             # The reason a trace fails is the profile's note, not a warning in the middle of the job's output.
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 char = trace_training_step(model, self._model_inputs, precision=self._model_precision,
-                                           optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else "sgd_momentum",
+                                           optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else fallback,
                                            model_name=name, memory_format=self._model_memory_format)
             if char is None:
                 why = next((str(w.message).removeprefix("trainwise: workload characterisation skipped: ")

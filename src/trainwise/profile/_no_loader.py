@@ -42,6 +42,31 @@ class LoopsWithoutLoader:
                               "parameters (a loop that updates its parameters by hand)")
         self.end_iteration()
 
+    def _close_run_without_loader(self) -> None:
+        """The script ended by itself, and its training showed no epoch boundary (no DataLoader, no validation
+        region): what ran is the whole training, measured, so its iterations make the run's epochs (one, or
+        the script's own count when it divides them) and predict reproduces the run instead of asking for an
+        epoch length nobody can give (a loop that trains until a loss is small has none)."""
+        if (self.finished or self.framework is not None or self.explicit_steps or self.current_train_state is not None
+                or "train" in self.loaders or len(self.epochs) != 1 or self.epochs[0]["end_s"] is not None
+                or not self.iterations):
+            return
+        epoch, iterations = self.epochs[0], int(self.epochs[0]["iterations"])
+        planned = self.planned_epochs or 1
+        if iterations <= 0 or iterations % planned:
+            return  # the script's count does not divide what ran: the epoch length stays unknown
+        per_epoch = iterations // planned
+        epoch["end_s"] = self.iterations[-1]["end_s"]
+        epoch["batches_per_epoch"] = per_epoch
+        self.loaders["train"] = {"batches_per_pass": per_epoch, "dataset_size": None, "drop_last": False,
+                                 "num_workers": 0}
+        if self.script_epochs is None:
+            self.script_epochs = {"epochs": 1, "source": f"the script ran to its end during the profile: "
+                                                         f"{iterations} iterations, no epoch boundary"}
+        self.notes.append(f"no training DataLoader and no epoch boundary: the script ran to its end during the profile, "
+                          f"so its {iterations} iterations are the whole training ({planned} epoch(s) of {per_epoch}), "
+                          f"measured here")
+
     def _watch_model_calls(self, first_start_s: float) -> None:
         """After the first iteration: the model's calls show validation regions (and, without a training
         DataLoader, epoch boundaries), one forward pre-hook on the model alone."""

@@ -194,6 +194,8 @@ class RecordOutput:
                               "its end-of-training code ran on a model trained for a few iterations; pass --epochs so "
                               "that trainwise stops after timing validation, or profile a run with more epochs")
         if not self.finished:
+            if self.exit_mid_training is None:
+                self._close_run_without_loader()
             self._characterise()
             self._count_state_zeros()
             self.write()

@@ -305,6 +305,13 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
     batches_per_iteration = statistics.median([it.batches for it in with_batches]) if with_batches else 1.0
     samples = [it.samples for it in iterations if it.samples > 0]
     global_batch = int(statistics.median(samples)) if samples else 0
+    notes = list(raw.get("notes", []))
+    traced_batch = (raw.get("characterisation") or {}).get("per_device_batch")
+    if not global_batch and not with_batches and isinstance(traced_batch, int) and traced_batch > 0:
+        # No DataLoader counted the samples: the batch dimension of the model's traced input says it.
+        global_batch = traced_batch
+        notes.append(f"samples per iteration: {traced_batch}, the batch dimension of the model's traced input (no "
+                     f"DataLoader counted them; a loop that feeds the model several inputs per step does more)")
     val_batch = None
     if validations and validations[0].batches_timed and validations[0].samples > 0:  # 0: no DataLoader counted them
         val_batch = round(validations[0].samples / validations[0].batches_timed)
@@ -326,7 +333,7 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         iterations=iterations, validations=validations, epochs=epochs, dataset=dataset,
         memory=Memory(**raw["memory"]), model=ModelShape(**raw["model"]) if raw["model"] else ModelShape(),
         steady_state=steady_state_of(iterations, raw["stop_reason"], raw.get("stability") or {}),
-        full_run=full_run, notes=list(raw.get("notes", [])),
+        full_run=full_run, notes=notes,
         script_epochs=ScriptEpochs(**raw["script_epochs"]) if raw.get("script_epochs") else None,
         characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
         level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
