@@ -277,6 +277,20 @@ def test_checkpoints_saved_during_sampling_leave_the_users_file_untouched(tmp_pa
     assert checkpoint.read_bytes() != b"the user's real checkpoint"
 
 
+@pytest.mark.long
+def test_a_checkpoint_the_script_copies_by_itself_exists_where_it_was_saved(tmp_path):
+    # pytorch/examples' ImageNet script saves checkpoint.pth.tar, then shutil.copyfile()s it to model_best.pth.tar:
+    # a save redirected to a scratch file would make that copy fail (the script crashed under the profiler)
+    checkpoint, best = tmp_path / "checkpoint.pth.tar", tmp_path / "model_best.pth.tar"
+    profile = run_profile(script("mlp_train.py", "--epochs", "50", "--checkpoint-file", str(checkpoint),
+                                 "--best-file", str(best)),
+                          ProfileOptions(min_iterations=12, max_iterations=12, validation_batches=3, epoch2_iterations=2),
+                          quiet=True)
+    assert profile.stop_reason == "sampled" and len(profile.iterations) == 14
+    assert not checkpoint.exists() and best.exists()  # the profile's own save removed, the script's copy kept
+    assert any("no such file existed" in note and "copies the script made of it stay" in note for note in profile.notes)
+
+
 # Unit-tested with synthetic recorder state (tests/test_profile_recorder_units.py); end to end with the long tests.
 @pytest.mark.long
 def test_sampling_that_ends_in_the_last_epoch_does_not_save_the_model(tmp_path):

@@ -1,5 +1,6 @@
 """A plain PyTorch training script, unmodified: the profiler must see it from outside."""
 import argparse
+import shutil
 import pathlib
 
 import torch
@@ -19,6 +20,7 @@ parser.add_argument("--save-file", default="", help="torch.save the model here a
 parser.add_argument("--checkpoint-file", default="", help="torch.save a checkpoint here every --checkpoint-every steps, "
                     "and read it back")
 parser.add_argument("--checkpoint-every", type=int, default=5)
+parser.add_argument("--best-file", default="", help="shutil.copyfile each checkpoint here (pytorch/examples' ImageNet way)")
 parser.add_argument("--denormal-file", default="", help="write whether denormal floats are flushed to zero here")
 parser.add_argument("--plain-validation", action="store_true",
                     help="validate without model.eval() or torch.no_grad(): just the loss over the validation loader")
@@ -73,6 +75,8 @@ for epoch in range(args.passes or args.epochs or 3):
         if args.checkpoint_file and (step + 1) % args.checkpoint_every == 0:
             torch.save({"step": step, "model": model.state_dict()}, args.checkpoint_file)
             assert torch.load(args.checkpoint_file)["step"] == step
+            if args.best_file:
+                shutil.copyfile(args.checkpoint_file, args.best_file)
         if args.validate_every and (step + 1) % args.validate_every == 0 and step + 1 < len(train):
             validate()
             model.train()

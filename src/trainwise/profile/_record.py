@@ -25,19 +25,27 @@ class RecordOutput:
     """Methods of trainwise.profile._child.Recorder; they use its state."""
 
     def scratch_path(self, path: str | os.PathLike) -> str:
-        """Where a sampled profile writes the script's save to `path`: a hidden file beside it."""
+        """Where a sampled profile writes the script's save to `path`: a hidden file beside it when `path`
+        holds a file already (the user's checkpoint stays untouched), else `path` itself, removed at the end:
+        a script that reads its save back by other means than torch.load (`shutil.copyfile(checkpoint,
+        best)`, as pytorch/examples' ImageNet script does) finds it there."""
         target = os.path.abspath(os.fspath(path))
         scratch = self.scratch_saves.get(target)
         if scratch is None:
             directory, name = os.path.split(target)
-            scratch = os.path.join(directory, f".{name}.trainwise-profile-{os.getpid()}")
+            fresh = not os.path.lexists(target)
+            scratch = target if fresh else os.path.join(directory, f".{name}.trainwise-profile-{os.getpid()}")
             self.scratch_saves[target] = scratch
             # Listed for the runner too, which removes them if this process is killed first.
             with open(self.out_path + ".scratch", "a") as listing:
                 listing.write(scratch + "\n")
-            self.notes.append(f"the script saved {os.fspath(path)} during sampling: written to a scratch file beside "
-                              "it instead and removed at the end, so the file itself is untouched (the save's time "
-                              "counts in its iteration as usual)")
+            if fresh:
+                self.notes.append(f"the script saved {os.fspath(path)} during sampling: no such file existed, so it "
+                                  "was written there and removed at the end (copies the script made of it stay)")
+            else:
+                self.notes.append(f"the script saved {os.fspath(path)} during sampling: written to a scratch file "
+                                  "beside it instead and removed at the end, so the file itself is untouched (the "
+                                  "save's time counts in its iteration as usual)")
         return scratch
 
     def _remove_scratch_saves(self) -> None:
