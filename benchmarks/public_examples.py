@@ -5,9 +5,12 @@ The scripts that train offline on a CPU in minutes:
 - `word_language_model/main.py`: an LSTM language model updated by hand (no torch.optim, no DataLoader),
   validation by model.eval() + no_grad, the whole model pickled with torch.save after an improving epoch;
 - `dcgan/main.py --dataset fake`: two models, two Adam optimizers, a DataLoader with two workers, images and
-  both models saved every epoch, the epoch count in --niter.
+  both models saved every epoch, the epoch count in --niter;
+- `mnist/main.py --epochs 3`: the CNN of the PyTorch tutorials, Adadelta with a StepLR schedule, a test pass
+  under no_grad after every epoch; this machine cannot download MNIST, so it runs beside MNIST-format files of
+  synthetic digits (same shapes, same step).
 (time_sequence_prediction's LBFGS takes minutes per step on a 2-core CPU and its torch.load needs
-weights_only=False on torch >= 2.6; mnist, vae and the others download their data.)
+weights_only=False on torch >= 2.6; vae and the others download their data.)
 For each: `trainwise profile` with the defaults (the epoch count read from the script's flag), the same-machine
 prediction of the whole run, then the plain run (`python main.py ARGS` in the script's folder, no trainwise),
 whose launch → exit wall time is the truth. Nothing is fitted to these runs.
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -47,9 +52,37 @@ def dcgan(folder: Path, size: float, scratch: str) -> list[str]:
             "--manualSeed", "1"]
 
 
-EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan}
+def mnist(folder: Path, size: float, scratch: str) -> list[str]:
+    # The script reads ../data/MNIST and this machine cannot download it: it runs from a copy of its folder in
+    # the scratch directory beside MNIST-format files of synthetic digits (the checkout stays untouched)
+    run_dir = Path(scratch) / "mnist"
+    run_dir.mkdir()
+    shutil.copy(folder / "main.py", run_dir / "main.py")
+    write_mnist_like(Path(scratch) / "data" / "MNIST" / "raw")
+    return ["main.py", "--epochs", str(max(1, round(3 * size)))]
+
+
+def write_mnist_like(raw: Path, seed: int = 0) -> None:
+    """MNIST's four idx files (60,000 + 10,000 28x28 images and labels): a bar whose position is the label, on
+    noise. The step's time depends on the shapes, not the pixels."""
+    import numpy as np
+
+    raw.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", 60_000), ("t10k", 10_000)):
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        images = (rng.random((n, 28, 28)) * 60).astype(np.uint8)
+        for digit in range(10):
+            images[labels == digit, 4 + 2 * digit: 10 + 2 * digit, 6:22] = 255
+        (raw / f"{split}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        (raw / f"{split}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
+
+
+EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist}
 REQUIRED = {"word_language_model": ["main.py", "data/wikitext-2/train.txt", "data/wikitext-2/valid.txt",
-                                    "data/wikitext-2/test.txt"], "dcgan": ["main.py"]}
+                                    "data/wikitext-2/test.txt"], "dcgan": ["main.py"], "mnist": ["main.py"]}
+# examples run from a copy of their folder in the scratch directory (they read data from a fixed relative path)
+RUN_IN_SCRATCH = {"mnist"}
 
 
 def measure(name: str, examples: Path, size: float) -> dict:
@@ -57,7 +90,8 @@ def measure(name: str, examples: Path, size: float) -> dict:
         argv = [sys.executable, *EXAMPLES[name](examples / name, size, scratch)]
         row: dict = {"example": name, "command": argv[1:], "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         # the scripts read and write relative to their folder, as their READMEs run them
-        return profile_then_run(row, argv, ProfileOptions(), name, cwd=examples / name)
+        cwd = Path(scratch) / name if name in RUN_IN_SCRATCH else examples / name
+        return profile_then_run(row, argv, ProfileOptions(), name, cwd=cwd)
 
 
 def main() -> None:
@@ -76,7 +110,9 @@ def main() -> None:
     if not 0 < args.size <= 20:
         sys.exit("error: --size must be in (0, 20]")
     started = time.time()
-    rows = []
+    # with --only, the other examples' rows are kept from the current results
+    previous = json.loads(args.results.read_text(encoding="utf-8")) if args.only and args.results.is_file() else {}
+    rows = [r for r in previous.get("rows", []) if r.get("example") not in names]
     for name in names:
         print(f"{name} ...", flush=True)
         row = measure(name, args.examples.resolve(), args.size)
@@ -88,9 +124,12 @@ def main() -> None:
                                 check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = None  # not a git checkout: say which commit in --note
+    commit = commit or previous.get("examples_commit")
     result = {"benchmark": "public_examples", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "summary": summary, "rows": rows, "size": args.size, "examples_commit": commit,
-              "benchmark_wall_s": time.time() - started, "run_notes": args.note}
+              "benchmark_wall_s": time.time() - started,
+              "run_notes": args.note + (f" | kept rows: {previous['run_notes']}" if previous.get("run_notes") and
+                                        any(r.get("example") not in names for r in rows) else "")}
     args.results.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.results, json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
