@@ -341,7 +341,7 @@ def test_a_loop_without_epochs_that_ends_by_itself_is_its_own_whole_run(recorder
     # e.g. "train until the loss is small": no DataLoader, no validation, the script exits during the profile
     _one_open_epoch(recorder)
     t = train_steps(recorder, 0.0, 7)
-    recorder._close_run_without_loader()
+    recorder._close_whole_run()
     assert recorder.epochs[0]["end_s"] == t and recorder.epochs[0]["batches_per_epoch"] == 7
     assert recorder.loaders["train"]["batches_per_pass"] == 7
     assert recorder.script_epochs["epochs"] == 1 and "ran to its end" in recorder.script_epochs["source"]
@@ -352,19 +352,42 @@ def test_the_scripts_own_epoch_count_splits_a_run_without_boundaries_or_leaves_i
     _one_open_epoch(recorder)
     recorder.script_epochs = {"epochs": 3, "source": "the script's argparse argument epochs=3"}
     train_steps(recorder, 0.0, 12)
-    recorder._close_run_without_loader()
+    recorder._close_whole_run()
     assert recorder.loaders["train"]["batches_per_pass"] == 4 and recorder.script_epochs["epochs"] == 3
     other = _child.Recorder({"out_path": recorder.out_path + ".b", "mode": "full"})
     _one_open_epoch(other)
     other.script_epochs = {"epochs": 5, "source": "the script's argparse argument epochs=5"}
     train_steps(other, 0.0, 12)  # 12 iterations are not 5 equal epochs: the epoch length stays unknown
-    other._close_run_without_loader()
+    other._close_whole_run()
     assert "train" not in other.loaders and other.epochs[0]["end_s"] is None
 
 
-def test_a_run_with_a_training_dataloader_or_a_closed_epoch_is_left_as_recorded(recorder):
+def test_a_loader_the_script_stopped_iterating_by_itself_does_not_set_the_epoch(recorder):
+    # a script that takes one batch (next(iter(loader))) and steps on it 400 times, its --epochs counting
+    # something else than passes over the loader: 12 loader batches x 200 "epochs" is not the run
     _one_open_epoch(recorder)
     recorder.current_train_state = object()
+    recorder.loaders["train"] = {"batches_per_pass": 12, "dataset_size": 60_000, "drop_last": False, "num_workers": 0}
+    recorder.script_epochs = {"epochs": 200, "source": "the script's argparse argument epochs=200"}
+    train_steps(recorder, 0.0, 400)
+    assert recorder._close_whole_run()
+    assert recorder.loaders["train"]["batches_per_pass"] == 2 and recorder.loaders["train"]["dataset_size"] == 60_000
+    assert any("never ended (the script stopped iterating it by itself)" in note for note in recorder.notes)
+
+
+def test_an_epoch_that_ended_is_left_as_recorded(recorder):
+    _one_open_epoch(recorder)
     train_steps(recorder, 0.0, 3)
-    recorder._close_run_without_loader()
-    assert "train" not in recorder.loaders and recorder.epochs[0]["end_s"] is None
+    recorder.epochs[0]["truncated"] = True  # sampling ended the pass (or the loader was exhausted: end_s set)
+    assert not recorder._close_whole_run() and "train" not in recorder.loaders
+    recorder.epochs[0]["truncated"], recorder.epochs[0]["end_s"] = False, 3.0
+    assert not recorder._close_whole_run() and "train" not in recorder.loaders
+
+
+def test_training_after_the_last_iteration_keeps_the_run_open(recorder):
+    # pytorch/examples' Forward-Forward script trains layer 0 with its optimizer, then layer 1 with another: the
+    # second's steps end no iteration, so the iterations do not hold the whole training
+    _one_open_epoch(recorder)
+    train_steps(recorder, 0.0, 20)
+    recorder.iter_backwards = 20
+    assert not recorder._close_whole_run() and recorder.epochs[0]["end_s"] is None

@@ -42,30 +42,40 @@ class LoopsWithoutLoader:
                               "parameters (a loop that updates its parameters by hand)")
         self.end_iteration()
 
-    def _close_run_without_loader(self) -> None:
-        """The script ended by itself, and its training showed no epoch boundary (no DataLoader, no validation
-        region): what ran is the whole training, measured, so its iterations make the run's epochs (one, or
-        the script's own count when it divides them) and predict reproduces the run instead of asking for an
-        epoch length nobody can give (a loop that trains until a loss is small has none)."""
-        if (self.finished or self.framework is not None or self.explicit_steps or self.current_train_state is not None
-                or "train" in self.loaders or len(self.epochs) != 1 or self.epochs[0]["end_s"] is not None
-                or not self.iterations):
-            return
+    def _close_whole_run(self) -> bool:
+        """The script ended by itself and its training showed no epoch boundary: no DataLoader pass ended (none
+        was iterated, or the script stopped iterating its loader by itself: `next(iter(loader))` once, a `break`
+        at a step count) and no validation region came. What ran is then the whole training, measured, so its
+        iterations make the run's epochs (one, or the script's own count when it divides them) and predict gives
+        back the run instead of multiplying a loader's length or asking for an epoch length the script does not
+        have (a loop that trains until a loss is small, a loop that breaks at a step count). True when it did."""
+        if self.finished or self.framework is not None or self.explicit_steps:
+            return False
+        self._settle_undecided()  # a pass begun after training (`next(iter(test_loader))`) is no epoch
+        # Backward passes after the last iteration: training went on outside it (a second optimizer stepping
+        # alone, as a layer-by-layer fit does), so what the iterations hold is not the whole training.
+        if (len(self.epochs) != 1 or self.epochs[0]["end_s"] is not None or self.epochs[0]["truncated"]
+                or not self.iterations or self.iter_backwards):
+            return False
         epoch, iterations = self.epochs[0], int(self.epochs[0]["iterations"])
         planned = self.planned_epochs or 1
         if iterations <= 0 or iterations % planned:
-            return  # the script's count does not divide what ran: the epoch length stays unknown
+            return False  # the script's count does not divide what ran: the epoch length stays unknown
         per_epoch = iterations // planned
+        loader = self.loaders.get("train")
+        batches_per_iteration = max(1, self._most_batches_per_iteration)
         epoch["end_s"] = self.iterations[-1]["end_s"]
-        epoch["batches_per_epoch"] = per_epoch
-        self.loaders["train"] = {"batches_per_pass": per_epoch, "dataset_size": None, "drop_last": False,
-                                 "num_workers": 0}
+        epoch["batches_per_epoch"] = per_epoch * batches_per_iteration
+        self.loaders["train"] = {**(loader or {"dataset_size": None, "drop_last": False, "num_workers": 0}),
+                                 "batches_per_pass": per_epoch * batches_per_iteration}
         if self.script_epochs is None:
             self.script_epochs = {"epochs": 1, "source": f"the script ran to its end during the profile: "
                                                          f"{iterations} iterations, no epoch boundary"}
-        self.notes.append(f"no training DataLoader and no epoch boundary: the script ran to its end during the profile, "
-                          f"so its {iterations} iterations are the whole training ({planned} epoch(s) of {per_epoch}), "
-                          f"measured here")
+        how = ("its training DataLoader pass never ended (the script stopped iterating it by itself)" if loader
+               else "no training DataLoader and no validation region")
+        self.notes.append(f"{how}: the script ran to its end during the profile, so its {iterations} iterations are "
+                          f"the whole training ({planned} epoch(s) of {per_epoch}), measured here")
+        return True
 
     def _watch_model_calls(self, first_start_s: float) -> None:
         """After the first iteration: the model's calls show validation regions (and, without a training

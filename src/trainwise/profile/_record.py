@@ -191,7 +191,9 @@ class RecordOutput:
         self.exit_mid_training = f"the script called {call} after {len(self.iterations)} iterations, {' and '.join(where)}"
 
     def on_process_exit(self) -> None:
-        if not self.finished and self.exit_mid_training is not None:
+        if not self.finished and self.exit_mid_training is None and self._close_whole_run():
+            pass  # the whole training ran during the profile (stop_reason stays script_exited)
+        elif not self.finished and self.exit_mid_training is not None:
             self.stop_reason = "script_exited_mid_training"
             self.notes.append(f"{self.exit_mid_training}: the profile holds what ran until then")
         elif not self.finished and self.sampled and self.epoch1_truncated:
@@ -202,8 +204,6 @@ class RecordOutput:
                               "its end-of-training code ran on a model trained for a few iterations; pass --epochs so "
                               "that trainwise stops after timing validation, or profile a run with more epochs")
         if not self.finished:
-            if self.exit_mid_training is None:
-                self._close_run_without_loader()
             self._characterise()
             self._count_state_zeros()
             self.write()
