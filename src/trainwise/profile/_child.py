@@ -265,11 +265,6 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.iter_batches = 0
         self.iter_backwards = 0
 
-    def _on_optimizer_step(self, optimizer) -> None:
-        if self.explicit_steps or self.paused:
-            return
-        self._boundary(optimizer)
-
     def _boundary(self, optimizer) -> None:
         if self.explicit_steps or self.paused:
             return

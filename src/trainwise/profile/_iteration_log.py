@@ -32,24 +32,20 @@ class IterationLog:
         self._columns.update({name: array("q") for name in INT_FIELDS})
 
     def append(self, record: dict[str, Any]) -> None:
-        columns = self._columns
-        columns["start_s"].append(record["start_s"])
-        columns["end_s"].append(record["end_s"])
-        columns["data_wait_s"].append(record.get("data_wait_s") or 0.0)
-        for name in INT_FIELDS:  # a count not kept (None) is stored as 0, which readers treat alike
-            columns[name].append(record.get(name) or 0)
+        # a count not kept (None) is stored as 0, which readers treat alike
+        self.add(record["start_s"], record["end_s"], record.get("data_wait_s"), *(record.get(n) for n in INT_FIELDS))
 
-    def add(self, start_s: float, end_s: float, data_wait_s: float, epoch: int, samples: int, batches: int,
-            backward_passes: int) -> None:
+    def add(self, start_s: float, end_s: float, data_wait_s: float | None, epoch: int | None, samples: int | None,
+            batches: int | None, backward_passes: int | None) -> None:
         """`append` without the dict: the recorder's per-iteration call (every optimizer step of the job)."""
         columns = self._columns
         columns["start_s"].append(start_s)
         columns["end_s"].append(end_s)
         columns["data_wait_s"].append(data_wait_s or 0.0)
-        columns["epoch"].append(epoch)
+        columns["epoch"].append(epoch or 0)
         columns["samples"].append(samples or 0)
-        columns["batches"].append(batches)
-        columns["backward_passes"].append(backward_passes)
+        columns["batches"].append(batches or 0)
+        columns["backward_passes"].append(backward_passes or 0)
 
     def __len__(self) -> int:
         return len(self._columns["end_s"])

@@ -13,6 +13,11 @@ from trainwise.agent.events import ModelForward
 from trainwise.agent.regions import ValidationRegion
 
 
+def _tensor_pass(batches: int) -> dict:
+    """A pass over tensors described as a DataLoader's pass is (`loaders` entries): its length alone is known."""
+    return {"batches_per_pass": batches, "dataset_size": None, "drop_last": False, "num_workers": 0}
+
+
 class LoopsWithoutLoader:
     """Methods of trainwise.profile._child.Recorder; they use its state."""
 
@@ -66,8 +71,7 @@ class LoopsWithoutLoader:
         batches_per_iteration = max(1, self._most_batches_per_iteration)
         epoch["end_s"] = self.iterations[-1]["end_s"]
         epoch["batches_per_epoch"] = per_epoch * batches_per_iteration
-        self.loaders["train"] = {**(loader or {"dataset_size": None, "drop_last": False, "num_workers": 0}),
-                                 "batches_per_pass": per_epoch * batches_per_iteration}
+        self.loaders["train"] = {**(loader or _tensor_pass(0)), "batches_per_pass": per_epoch * batches_per_iteration}
         if self.script_epochs is None:
             self.script_epochs = {"epochs": 1, "source": f"the script ran to its end during the profile: "
                                                          f"{iterations} iterations, no epoch boundary"}
@@ -130,8 +134,7 @@ class LoopsWithoutLoader:
             epoch["end_s"] = region.start_s
             epoch["batches_per_epoch"] = epoch["iterations"]
             if "train" not in self.loaders:
-                self.loaders["train"] = {"batches_per_pass": epoch["iterations"], "dataset_size": None,
-                                         "drop_last": False, "num_workers": 0}
+                self.loaders["train"] = _tensor_pass(epoch["iterations"])
                 self.notes.append(f"no training DataLoader: an epoch is the training between two validation regions "
                                   f"(model.eval() or torch.no_grad() calls of the model); epoch 1 had "
                                   f"{epoch['iterations']} iterations")
@@ -180,8 +183,7 @@ class LoopsWithoutLoader:
         record["end_s"] = region.end_s
         record["batches_total"] = len(region.batch_starts_s)
         if "val" not in self.loaders:
-            self.loaders["val"] = {"batches_per_pass": len(region.batch_starts_s), "dataset_size": None,
-                                   "drop_last": False, "num_workers": 0}
+            self.loaders["val"] = _tensor_pass(len(region.batch_starts_s))
         if self.current_train_state is None:
             self.epochs.append({"index": len(self.epochs), "start_s": region.end_s, "end_s": None, "iterations": 0,
                                 "truncated": False, "batches_per_epoch": None})

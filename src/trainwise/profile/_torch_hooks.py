@@ -26,7 +26,7 @@ def on_event(recorder: Any, event: Event) -> None:
     kind = type(event)
     if kind is OptimizerStep:
         if not event.in_scaler_step:  # GradScaler.step's own event follows
-            recorder._boundary(event.optimizer)  # (what _on_optimizer_step does, one call fewer every step)
+            recorder._boundary(event.optimizer)
     elif kind is TrainModeSet:
         recorder.eval_mode = not event.training
     elif kind is ModuleBuilt:
