@@ -167,3 +167,36 @@ def test_a_killed_full_run_reports_what_it_recorded(tmp_path, monkeypatch):
     assert profile.exit_code == -signal.SIGKILL and profile.stop_reason == "interrupted"
     assert len(profile.iterations) >= 1 and profile.full_run is not None
     assert any("killed by signal 9" in note for note in profile.notes)
+
+
+@pytest.mark.long
+def test_training_in_spawned_worker_processes_is_profiled_in_the_first_to_train():
+    # mnist_hogwild's shape: the parent only parses, builds and joins; the workers train (trainwise.profile._ownership)
+    started = time.monotonic()
+    sampled = run_profile(client("spawned_workers.py", "--epochs", "200", "--batches", "400"),
+                          ProfileOptions(min_iterations=20, averaging_seconds=0, **QUICK), quiet=True)
+    assert sampled.stop_reason == "sampled" and sampled.dataset.iterations_per_epoch == 400
+    assert sampled.script_epochs.epochs == 200 and "process that started this one" in sampled.script_epochs.source
+    assert any("process the script started" in note for note in sampled.notes)
+    assert any("other processes still ran" in note for note in sampled.notes)
+    assert time.monotonic() - started < 60  # not the 200 epochs the other worker would have trained
+    full = run_profile(client("spawned_workers.py", "--epochs", "2", "--batches", "50"), ProfileOptions(mode="full", **QUICK),
+                       quiet=True)
+    assert len(full.iterations) == 100 and full.full_run.epochs_completed == 2 and full.exit_code == 0
+
+
+@pytest.mark.long
+def test_a_ddp_job_under_torchrun_is_profiled_in_its_first_rank_to_train(tmp_path):
+    # torchrun imports torch and trains nothing; its workers are new interpreters: one owns the profile, and the
+    # job (torchrun, the other rank, blocked in its all-reduce) is ended once that rank's record is written
+    torchrun = Path(sys.executable).with_name("torchrun")
+    argv = [str(torchrun), "--nproc_per_node", "2", str(SCRIPTS / "ddp_train.py"), "--out", str(tmp_path / "w.pt"),
+            "--epochs", "100", "--samples", "4096"]
+    started = time.monotonic()
+    profile = run_profile(argv, ProfileOptions(averaging_seconds=0, **QUICK), quiet=True)
+    assert profile.stop_reason == "sampled" and profile.dataset.iterations_per_epoch == 256  # 4096 / (8 x 2 ranks)
+    assert profile.script_epochs.epochs == 100 and profile.exit_code == 0
+    assert any("process the script started" in note for note in profile.notes)
+    assert time.monotonic() - started < 60 and not (tmp_path / "w.pt").exists()
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert leftovers == []

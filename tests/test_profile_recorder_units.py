@@ -385,9 +385,34 @@ def test_an_epoch_that_ended_is_left_as_recorded(recorder):
 
 
 def test_training_after_the_last_iteration_keeps_the_run_open(recorder):
-    # pytorch/examples' Forward-Forward script trains layer 0 with its optimizer, then layer 1 with another: the
-    # second's steps end no iteration, so the iterations do not hold the whole training
+    # backward passes after the last iteration that no step ended (a second optimizer that stepped once, gradients
+    # taken for a saliency map): the iterations may not hold the whole training
     _one_open_epoch(recorder)
     train_steps(recorder, 0.0, 20)
     recorder.iter_backwards = 20
     assert not recorder._close_whole_run() and recorder.epochs[0]["end_s"] is None
+
+
+def test_a_second_optimizer_stepping_alone_takes_over_the_iterations(recorder):
+    # Forward-Forward: layer 0's optimizer steps 5 times, then layer 1's 5 times; a GAN's two alternate and the
+    # first to step keeps delimiting iterations
+    import torch
+
+    recorder._torch = torch
+    first, second = (torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))]) for _ in range(2))
+    _one_open_epoch(recorder)
+    for optimizer in [first] * 5 + [second] * 5:
+        recorder._boundary(optimizer)
+    assert len(recorder.iterations) == 9 and recorder.primary_optimizer_id == id(second)
+    assert any("stepped alone from iteration 6" in note for note in recorder.notes)
+    assert recorder._close_whole_run() and recorder.loaders["train"]["batches_per_pass"] == 9
+    gan = _child.Recorder({"out_path": recorder.out_path + ".gan", "mode": "full"})
+    gan._torch = torch
+    for optimizer in [first, second] * 6:
+        gan._boundary(optimizer)
+    assert len(gan.iterations) == 6 and gan.primary_optimizer_id == id(first)
+    critic = _child.Recorder({"out_path": recorder.out_path + ".critic", "mode": "full"})
+    critic._torch = torch
+    for optimizer in ([first] * 5 + [second]) * 3:  # a WGAN: 5 critic steps per generator step
+        critic._boundary(optimizer)
+    assert len(critic.iterations) == 15 and critic.primary_optimizer_id == id(first)

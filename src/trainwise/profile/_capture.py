@@ -69,13 +69,15 @@ class WorkloadCapture:
     def _probe_level(self, where: str) -> None:
         """Time the host-noise probe here, between two iterations (observer time): the host's level
         beside the sampled steps."""
-        if not self.level_probe_s or self._model_on_gpu():
+        if not self.level_probe_s or not self.level_probe_socket or self._model_on_gpu():
             return
         started = time.perf_counter()
         try:
-            from trainwise.profile.host_noise import probe_level_s
+            # Probed by the launcher, in its own process: the probe's allocations and thread setting must not
+            # change this job's allocator state (trainwise.profile.level_service says how they did).
+            from trainwise.profile.level_service import remote_probe_level_s
 
-            level_s = probe_level_s(self.level_probe_s)
+            level_s = remote_probe_level_s(self.level_probe_socket, self.level_probe_s)
             self.level_probes.append({"where": where, "after_iteration": len(self.iterations), "level_s": level_s})
         except Exception as exc:  # noqa: BLE001 - a diagnostic must never lose the profile
             self.notes.append(f"host level probe failed: {exc}")

@@ -42,6 +42,7 @@ from trainwise.profile import _torch_hooks
 from trainwise.profile._capture import WorkloadCapture
 from trainwise.profile._epochs_read import ScriptEpochs
 from trainwise.profile._no_loader import LoopsWithoutLoader
+from trainwise.profile._ownership import CONFIG_ENV, ProfileOwnership
 from trainwise.profile._passes import LoaderPasses, _LoaderState
 from trainwise.profile._record import RecordOutput
 from trainwise.profile._sampling import Sampling
@@ -51,8 +52,6 @@ from trainwise.profile._watchers import _watch_argparse, _watch_sys_exit
 from trainwise.profile._iteration_log import IterationLog
 from trainwise.profile._record import RAW_FORMAT_VERSION  # noqa: F401
 from trainwise.profile._watchers import _batch_length  # noqa: F401
-
-CONFIG_ENV = "TRAINWISE_PROFILE_CONFIG"
 
 _recorder: "Recorder | None" = None
 
@@ -67,12 +66,17 @@ def arm() -> None:
     if _recorder is not None:
         return
     config = json.loads(os.environ[CONFIG_ENV])
-    # Children of this process (DataLoader workers, subprocesses the script starts) must not record.
-    os.environ.pop(CONFIG_ENV, None)
     # The process's one torch patch (trainwise.agent.torch_patch): the recorder subscribes first, so that
     # `trainwise run`'s subscribers see an iteration the recorder has already closed.
     patch = process_patch()
     _recorder = Recorder(config, bus=patch.bus)
+    # New interpreters this process starts (spawned workers, subprocesses) arm under `trainwise profile`, where the
+    # first process to train owns the profile (trainwise.profile._ownership); otherwise they must not record.
+    child_config = _recorder.child_environment_config()
+    if child_config is None:
+        os.environ.pop(CONFIG_ENV, None)
+    else:
+        os.environ[CONFIG_ENV] = child_config
     patch.now = _recorder.now
     _torch_hooks.subscribe(_recorder, patch)
     patch.when_torch_imported(_recorder.install_torch_hooks)
@@ -88,7 +92,7 @@ class _FinishNow(Exception):
 
 
 class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording, ScriptEpochs,
-               RecordOutput):
+               RecordOutput, ProfileOwnership):
     """The profile's record of one training process: iterations, epochs, validation, the stop rule's
     verdict, and writing it. Its parts live in the mixins' modules (_passes, _no_loader, _capture,
     _state_zeros) and the torch patches in _torch_hooks."""
@@ -121,6 +125,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.script_epochs: dict[str, Any] | None = None
         self._script_epochs_from_framework = False
         self._script_epochs_rank: tuple = ()
+        self._init_ownership(config)
         self.budget_fraction = float(config.get("budget_fraction", 0.02))
         self._stop_settings = stop_rule.StopSettings(
             min_iterations=self.min_iterations, max_iterations=self.max_iterations, max_seconds=self.max_seconds,
@@ -158,6 +163,9 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.iter_batches = 0
         self.iter_backwards = 0
         self.primary_optimizer_id: int | None = None
+        # A secondary optimizer stepping with no primary step between (`_secondary_stepped_alone`)
+        self._alone_id: int | None = None
+        self._alone_steps = 0
         self.explicit_steps = False
         # Set by a trainwise.integrations callback (Keras, Lightning, HF Trainer): the framework's own
         # hooks then delimit iterations, epochs and validation, and the DataLoader, optimizer and
@@ -209,6 +217,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         # The host's speed level beside the sampled steps (host_noise.probe_level_s), before and after
         # them; its time, like the trace's, is in no iteration and not sampling time
         self.level_probe_s = float(config.get("level_probe_s", 0.0))
+        self.level_probe_socket = config.get("level_probe_socket")  # the launcher probes (level_service)
         self.level_probes: list[dict[str, Any]] = []
         self.level_probes_s = 0.0
         # A sampled profile's torch.save to a path writes a scratch file beside it instead (same
@@ -227,7 +236,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         # Sampled, stable, no DataLoader to end epoch 1 early: waiting for the epoch's end (a validation region)
         self._waiting_for_epoch_end = False
         # Only `trainwise profile` sets it: inside `trainwise run` the recorder never stops the job.
-        self.no_iteration_limit_s = float(config.get("no_iteration_limit_s") or 0.0)
+        # Not in a process the job started: its launched process may still be setting up the one that trains.
+        self.no_iteration_limit_s = 0.0 if self.spawned else float(config.get("no_iteration_limit_s") or 0.0)
         self._watchdog = NoIterationWatchdog(self.no_iteration_limit_s, self._iterations_seen_or_coming,
                                              self._on_no_iteration)
         # --full: the record is also written every so often, so that a killed run still reports what it recorded
@@ -278,7 +288,10 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
             # generator) are still the model's: gradients to all-reduce, state to checkpoint.
             if id(optimizer) not in self._described_optimizers:
                 self._describe_model(optimizer)
-            return
+            if not self._secondary_stepped_alone(optimizer):
+                return
+        elif self._alone_id is not None:
+            self._alone_id, self._alone_steps = None, 0
         last = self._last_batch_state
         # Only a pass still running, whose last batch was fetched with gradients enabled: a finished
         # (or abandoned, no_grad) validation pass before a DataLoader-less training step stays validation.
@@ -286,6 +299,22 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
                 and last.record is not None and last.record["end_s"] is None):
             self._reclassify_as_training(last)
         self.end_iteration()
+
+    def _secondary_stepped_alone(self, optimizer) -> bool:
+        """A secondary optimizer that steps twice with no step of the primary between takes over: its steps end
+        the iterations from now on (a layer-by-layer fit such as Hinton's Forward-Forward trains layer 0 with
+        one optimizer, then layer 1 with another). A GAN's optimizers alternate and never hand over."""
+        if self._alone_id != id(optimizer):
+            self._alone_id, self._alone_steps = id(optimizer), 0
+        self._alone_steps += 1
+        if self._alone_steps < 2:
+            return False
+        self._alone_id, self._alone_steps = None, 0
+        self.primary_optimizer_id = id(optimizer)
+        self.notes.append(f"a second optimizer ({type(optimizer).__name__}) stepped alone from iteration "
+                          f"{len(self.iterations) + 1}: its steps end the iterations from there (training "
+                          f"one part of the model after another)")
+        return True
 
     def end_iteration(self, samples: int | None = None) -> None:
         """Close the current iteration at this instant (used by hooks and the explicit API)."""
@@ -316,6 +345,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self._reset_iteration()
         self.bus.emit(IterationEnd(end_s, count - 1, "explicit" if self.explicit_steps else "hooks"))
         if count == 1:
+            if not self._claim_profile():
+                return  # another process of the job trains and owns the profile
             self._watch_model_calls(start_s)
         if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, 200 * self._snapshot_cost_s):
             self._write_snapshot(end_s)

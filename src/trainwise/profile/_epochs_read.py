@@ -28,6 +28,7 @@ class ScriptEpochs:
             return
         self.script_epochs = {"epochs": value, "source": source}
         self._script_epochs_rank = tuple(rank)
+        self._pass_script_epochs_on()
 
     def note_not_epoch_bound(self, limit: str) -> None:
         """The framework's loop ends on something else than an epoch count (a step or time limit, none at

@@ -24,7 +24,7 @@ class LoopsWithoutLoader:
     # ---- loops without a DataLoader or an optimizer (trainwise.agent) -------------------------------
     def _iterations_seen_or_coming(self) -> bool:
         return (bool(self.iterations) or self.finished or self.framework is not None or self.explicit_steps
-                or self._backward_iterations.backwards_without_step > 0)
+                or self._backward_iterations.backwards_without_step > 0 or self._another_process_owns())
 
     def _on_no_iteration(self) -> None:
         with self._lock:
@@ -57,8 +57,8 @@ class LoopsWithoutLoader:
         if self.finished or self.framework is not None or self.explicit_steps:
             return False
         self._settle_undecided()  # a pass begun after training (`next(iter(test_loader))`) is no epoch
-        # Backward passes after the last iteration: training went on outside it (a second optimizer stepping
-        # alone, as a layer-by-layer fit does), so what the iterations hold is not the whole training.
+        # Backward passes after the last iteration: training went on outside it (an optimizer that stepped once
+        # after the last iteration), so what the iterations hold may not be the whole training.
         if (len(self.epochs) != 1 or self.epochs[0]["end_s"] is not None or self.epochs[0]["truncated"]
                 or not self.iterations or self.iter_backwards):
             return False

@@ -174,6 +174,7 @@ class RecordOutput:
         sys.stderr.flush()
         # End now, skipping the rest of the script: its end-of-training code (saving a model,
         # writing results) must not run on a model that was trained for a few iterations only.
+        self._wait_for_the_launcher()
         os._exit(0)
 
     def on_sys_exit(self, status: Any, call: str = "sys.exit") -> None:
@@ -191,6 +192,9 @@ class RecordOutput:
         self.exit_mid_training = f"the script called {call} after {len(self.iterations)} iterations, {' and '.join(where)}"
 
     def on_process_exit(self) -> None:
+        if not self._writes_a_record():  # another process of the job owns the profile
+            self._remove_scratch_saves()
+            return
         if not self.finished and self.exit_mid_training is None and self._close_whole_run():
             pass  # the whole training ran during the profile (stop_reason stays script_exited)
         elif not self.finished and self.exit_mid_training is not None:

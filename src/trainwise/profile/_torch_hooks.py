@@ -112,7 +112,7 @@ def loader_next(recorder: Any, proceed: Any, iterator: Any) -> Any:
 
 
 def save(recorder: Any, proceed: Any, obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-    if recorder.sampled and isinstance(f, (str, os.PathLike)):
+    if recorder.sampled and not recorder.paused and isinstance(f, (str, os.PathLike)):
         if recorder.epoch1_truncated and recorder.framework is None and not recorder.epoch2_still_to_come():
             # Sampling has stopped and no later epoch is to be timed: this is the script's
             # end-of-training save of a model trained a few iterations. End the profile here.

@@ -19,7 +19,8 @@ from trainwise.allocator import launch_environment
 from trainwise._proc import ProcessJob, Stopped, signals_end_the_job
 from trainwise.errors import TrainwiseError
 from trainwise.profile import host_noise
-from trainwise.profile._child import CONFIG_ENV
+from trainwise.profile._ownership import CONFIG_ENV, owner_pid
+from trainwise.profile.level_service import LevelProbeService
 from trainwise.profile._iteration_log import with_iteration_rows
 from trainwise.profile.schema import Profile, profile_from_raw
 
@@ -196,18 +197,44 @@ def _remove_scratch_saves(raw_path: Path) -> None:
             Path(line).unlink(missing_ok=True)
 
 
+def _wait(process: subprocess.Popen, raw_path: Path, options: ProfileOptions, job: ProcessJob,
+          poll_s: float = 0.2) -> tuple[int, bool]:
+    """The launched process's exit code, and whether the job was ended early because a process it started (the one
+    that trained: trainwise.profile._ownership) wrote a sampled profile's record while the launched process still
+    waited for it or for its peers (the owner then waits to be ended: its peers must not fail at a collective
+    first). Raises subprocess.TimeoutExpired past --timeout."""
+    deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
+    while True:
+        wait_s = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
+        try:
+            return process.wait(timeout=wait_s), False
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+        owner = owner_pid(raw_path) if options.mode == "sampled" else None
+        if owner not in (None, process.pid) and raw_path.exists():
+            # SIGKILL, as the owner's own os._exit: nothing of the job is left to save, and a SIGTERM makes
+            # torchrun or a rank whose peer is gone print tracebacks over the profile
+            job.signal(signal.SIGKILL)
+            process.wait()
+            return 0, True
+
+
 def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), *, workload: str | None = None,
                 quiet: bool = False) -> Profile:
     """Run `command` with the recorder armed and return its Profile (nothing is written to disk)."""
     options.validate()
     argv = resolve_command(command)
     # SIGTERM or Ctrl-C to trainwise: the job's processes ended, the scratch saves and this folder removed
-    with signals_end_the_job(), tempfile.TemporaryDirectory(prefix="trainwise-profile-") as workdir:
+    with (signals_end_the_job(), tempfile.TemporaryDirectory(prefix="trainwise-profile-") as workdir,
+          LevelProbeService(workdir) as level_service):
         raw_path = Path(workdir) / "raw.json"
         config = asdict(options)
+        config["level_probe_socket"] = level_service.path
         config.pop("timeout_s")
         config["out_path"] = str(raw_path)
         config["workload"] = workload
+        config["delegate"] = True  # a process the script starts may be the one that trains (trainwise.profile._ownership)
         env = denormals.launch_environment(launch_environment(os.environ, tune=options.tune_allocator),
                                            flush=options.flush_denormal)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")] if p)
@@ -222,8 +249,9 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         except OSError as exc:
             raise TrainwiseError(f"cannot start {argv[0]!r}: {exc.strerror}; check the command") from None
         job.started(process.pid)
+        ended_with_owner = False
         try:
-            exit_code = process.wait(timeout=options.timeout_s)
+            exit_code, ended_with_owner = _wait(process, raw_path, options, job)
         except subprocess.TimeoutExpired:
             _kill_group(process)
             raise TrainwiseError(
@@ -270,6 +298,9 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
         killed_note = (f"the job {how} after {len(raw['iterations'])} iterations; this profile holds what was recorded "
                        f"until {raw.get('recorded_until_s', 0.0):.1f} s after launch (written every few seconds)")
     profile = profile_from_raw(raw, command=list(command), process_wall_s=process_wall, exit_code=exit_code, workload=workload)
+    if ended_with_owner:
+        killed_note = ("the process that trained finished its profile while the job's other processes still ran "
+                       "(the launched process waiting for it, its peers): they were ended then")
     if killed_note is not None:
         profile = profile.model_copy(update={"notes": profile.notes + [killed_note]})
     return attach_host_noise(profile) if options.host_noise else profile
