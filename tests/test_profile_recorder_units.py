@@ -403,9 +403,12 @@ def test_a_second_optimizer_stepping_alone_takes_over_the_iterations(recorder):
     _one_open_epoch(recorder)
     for optimizer in [first] * 5 + [second] * 5:
         recorder._boundary(optimizer)
-    assert len(recorder.iterations) == 9 and recorder.primary_optimizer_id == id(second)
+    assert len(recorder.iterations) == 10 and recorder.primary_optimizer_id == id(second)
+    # the takeover's first step alone ended an iteration, the next one starting there
+    assert recorder.iterations[6]["start_s"] == recorder.iterations[5]["end_s"] > recorder.iterations[5]["start_s"]
     assert any("stepped alone from iteration 6" in note for note in recorder.notes)
-    assert recorder._close_whole_run() and recorder.loaders["train"]["batches_per_pass"] == 9
+    recorder.script_epochs = {"epochs": 5, "source": "the script's argparse argument epochs=5"}
+    assert recorder._close_whole_run() and recorder.loaders["train"]["batches_per_pass"] == 2
     gan = _child.Recorder({"out_path": recorder.out_path + ".gan", "mode": "full"})
     gan._torch = torch
     for optimizer in [first, second] * 6:

@@ -166,6 +166,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         # A secondary optimizer stepping with no primary step between (`_secondary_stepped_alone`)
         self._alone_id: int | None = None
         self._alone_steps = 0
+        self._alone_first_end_s = 0.0
         self.explicit_steps = False
         # Set by a trainwise.integrations callback (Keras, Lightning, HF Trainer): the framework's own
         # hooks then delimit iterations, epochs and validation, and the DataLoader, optimizer and
@@ -306,6 +307,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         one optimizer, then layer 1 with another). A GAN's optimizers alternate and never hand over."""
         if self._alone_id != id(optimizer):
             self._alone_id, self._alone_steps = id(optimizer), 0
+            self._alone_first_end_s = time.perf_counter() - self.perf0 + self.offset_s
         self._alone_steps += 1
         if self._alone_steps < 2:
             return False
@@ -314,16 +316,18 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.notes.append(f"a second optimizer ({type(optimizer).__name__}) stepped alone from iteration "
                           f"{len(self.iterations) + 1}: its steps end the iterations from there (training "
                           f"one part of the model after another)")
+        self.end_iteration(at_s=self._alone_first_end_s)  # its first step alone ended an iteration too
         return True
 
-    def end_iteration(self, samples: int | None = None) -> None:
-        """Close the current iteration at this instant (used by hooks and the explicit API)."""
+    def end_iteration(self, samples: int | None = None, at_s: float | None = None) -> None:
+        """Close the current iteration at this instant, or at `at_s` (an optimizer step seen to end one only
+        later), the next one then starting there (used by hooks and the explicit API)."""
         torch = self._torch
         # is_initialized first: it is a flag, is_available asks the driver (every iteration of a CPU job)
         if self.sync_cuda and torch is not None and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # CUDA is asynchronous: the boundary is when the GPU is done
         # Every optimizer step of the job runs this: `now()` inlined, the iteration count read once.
-        end_s = time.perf_counter() - self.perf0 + self.offset_s
+        end_s = time.perf_counter() - self.perf0 + self.offset_s if at_s is None else at_s
         iterations, epochs = self.iterations, self.epochs
         start_s = self.iter_start
         if start_s is None:
@@ -364,6 +368,9 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
             self._check_stop(epoch)
         # The next iteration starts after trainwise's own bookkeeping, which an uninstrumented run
         # does not have; its time is kept apart as observer time.
+        if at_s is not None:
+            self.iter_start = at_s
+            return
         resumed_s = time.perf_counter() - self.perf0 + self.offset_s
         self.observer_s += resumed_s - end_s
         self.iter_start = resumed_s
