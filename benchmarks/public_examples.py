@@ -9,6 +9,11 @@ The scripts that train offline on a CPU in minutes:
 - `mnist/main.py --epochs 3`: the CNN of the PyTorch tutorials, Adadelta with a StepLR schedule, a test pass
   under no_grad after every epoch; this machine cannot download MNIST, so it runs beside MNIST-format files of
   synthetic digits (same shapes, same step).
+With `--nanogpt DIR` (a checkout of github.com/karpathy/nanoGPT), also its `train.py` as its README runs it on a
+CPU (`config/train_shakespeare_char.py --device=cpu --compile=False ... --max_iters=2000`): settings as
+module-level globals set by its configurator, batches drawn from a memory map (no DataLoader), the loss estimated
+every 250 iterations, a checkpoint when it improves, the run bound by `max_iters`, not epochs; the scripts and
+config are copied to a scratch folder beside synthetic characters in shakespeare_char's format (vocabulary 65).
 (time_sequence_prediction's LBFGS takes minutes per step on a 2-core CPU and its torch.load needs
 weights_only=False on torch >= 2.6; vae and the others download their data.)
 For each: `trainwise profile` with the defaults (the epoch count read from the script's flag), the same-machine
@@ -17,7 +22,8 @@ whose launch → exit wall time is the truth. Nothing is fitted to these runs.
 
 Writes benchmarks/results/public_examples.json; `summary`: profiled_fraction, median_abs_error, max_abs_error,
 profiling_cost_fraction (median).
-Run: .venv/bin/python benchmarks/public_examples.py --examples PATH/TO/examples [--size 1.0] [--only NAME ...]
+Run: .venv/bin/python benchmarks/public_examples.py --examples PATH/TO/examples [--nanogpt PATH/TO/nanoGPT] [--size 1.0]
+[--only NAME ...]
 """
 
 from __future__ import annotations
@@ -78,35 +84,74 @@ def write_mnist_like(raw: Path, seed: int = 0) -> None:
         (raw / f"{split}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
 
 
-EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist}
+def nanogpt(folder: Path, size: float, scratch: str) -> list[str]:
+    # Runs from a copy (it writes out-shakespeare-char/ and reads data/shakespeare_char/ relative to its folder)
+    run_dir = Path(scratch) / "nanogpt"
+    shutil.copytree(folder, run_dir, ignore=shutil.ignore_patterns(".git", "assets", "*.ipynb"))
+    write_characters_like(run_dir / "data" / "shakespeare_char")
+    iterations = max(250, round(2000 * size / 250) * 250)
+    # its README's command for a CPU ("I only have a macbook")
+    return ["train.py", "config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+            "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
+            f"--max_iters={iterations}", f"--lr_decay_iters={iterations}", "--dropout=0.0"]
+
+
+def write_characters_like(folder: Path, seed: int = 0) -> None:
+    """shakespeare_char's prepare.py output (train.bin, val.bin: uint16 token ids; meta.pkl: the vocabulary), its
+    sizes and its 65 characters, the tokens drawn at random (the step's time depends on the shapes)."""
+    import pickle
+
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    chars = sorted(set("\n !$&',-.3:;?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"))
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", 1_003_854), ("val", 111_540)):
+        rng.integers(0, len(chars), n).astype(np.uint16).tofile(folder / f"{split}.bin")
+    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": {c: i for i, c in enumerate(chars)}}
+    (folder / "meta.pkl").write_bytes(pickle.dumps(meta))
+
+
+EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist, "nanogpt": nanogpt}
 REQUIRED = {"word_language_model": ["main.py", "data/wikitext-2/train.txt", "data/wikitext-2/valid.txt",
-                                    "data/wikitext-2/test.txt"], "dcgan": ["main.py"], "mnist": ["main.py"]}
+                                    "data/wikitext-2/test.txt"], "dcgan": ["main.py"], "mnist": ["main.py"],
+            "nanogpt": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"]}
+PYTORCH_EXAMPLES = ("word_language_model", "dcgan", "mnist")
 # examples run from a copy of their folder in the scratch directory (they read data from a fixed relative path)
-RUN_IN_SCRATCH = {"mnist"}
+RUN_IN_SCRATCH = {"mnist", "nanogpt"}
 
 
-def measure(name: str, examples: Path, size: float) -> dict:
+def measure(name: str, folder: Path, size: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="trainwise-examples-") as scratch:
-        argv = [sys.executable, *EXAMPLES[name](examples / name, size, scratch)]
+        argv = [sys.executable, *EXAMPLES[name](folder, size, scratch)]
         row: dict = {"example": name, "command": argv[1:], "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         # the scripts read and write relative to their folder, as their READMEs run them
-        cwd = Path(scratch) / name if name in RUN_IN_SCRATCH else examples / name
+        cwd = Path(scratch) / name if name in RUN_IN_SCRATCH else folder
         return profile_then_run(row, argv, ProfileOptions(), name, cwd=cwd)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--examples", type=Path, required=True, help="a checkout of github.com/pytorch/examples")
+    parser.add_argument("--examples", type=Path, help="a checkout of github.com/pytorch/examples")
+    parser.add_argument("--nanogpt", type=Path, help="a checkout of github.com/karpathy/nanoGPT")
     parser.add_argument("--size", type=float, default=1.0, help="multiplies each script's epoch count")
     parser.add_argument("--only", nargs="*", choices=sorted(EXAMPLES), help="these examples only")
     parser.add_argument("--note", default="", help="a sentence kept in the results (how and where it ran)")
     parser.add_argument("--results", type=Path, default=RESULTS / "public_examples.json", help="where to write the JSON")
     args = parser.parse_args()
-    names = args.only or list(EXAMPLES)
-    missing = [f"{n}/{f}" for n in names for f in REQUIRED[n] if not (args.examples / n / f).is_file()]
+    if args.examples is None and args.nanogpt is None:
+        sys.exit("error: no scripts to run: give --examples (pytorch/examples) and/or --nanogpt (karpathy/nanoGPT)")
+    folders = {name: args.examples / name for name in PYTORCH_EXAMPLES if args.examples is not None}
+    if args.nanogpt is not None:
+        folders["nanogpt"] = args.nanogpt
+    names = args.only or list(folders)
+    if not set(names) <= set(folders):
+        sys.exit(f"error: --only {' '.join(sorted(set(names) - set(folders)))} needs its checkout: give "
+                 + ("--nanogpt" if "nanogpt" in names and "nanogpt" not in folders else "--examples"))
+    missing = [f"{folders[n]}/{f}" for n in names for f in REQUIRED[n] if not (folders[n] / f).is_file()]
     if missing:
-        sys.exit(f"error: {args.examples} lacks {', '.join(missing)}: give --examples a checkout of "
-                 "github.com/pytorch/examples (with its wikitext-2 data)")
+        sys.exit(f"error: {', '.join(missing)} missing: give --examples a checkout of github.com/pytorch/examples "
+                 "(with its wikitext-2 data), --nanogpt one of github.com/karpathy/nanoGPT")
     if not 0 < args.size <= 20:
         sys.exit("error: --size must be in (0, 20]")
     started = time.time()
@@ -115,24 +160,29 @@ def main() -> None:
     rows = [r for r in previous.get("rows", []) if r.get("example") not in names]
     for name in names:
         print(f"{name} ...", flush=True)
-        row = measure(name, args.examples.resolve(), args.size)
+        row = measure(name, folders[name].resolve(), args.size)
         rows.append(row)
         print_row(row)
     summary = {**accuracy_summary(rows), "examples": len(rows)}
-    try:
-        commit = subprocess.run(["git", "-C", str(args.examples), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None  # not a git checkout: say which commit in --note
-    commit = commit or previous.get("examples_commit")
+    commit = (_commit(args.examples) if args.examples else None) or previous.get("examples_commit")
+    nanogpt_commit = (_commit(args.nanogpt) if args.nanogpt else None) or previous.get("nanogpt_commit")
     result = {"benchmark": "public_examples", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "summary": summary, "rows": rows, "size": args.size, "examples_commit": commit,
+              "nanogpt_commit": nanogpt_commit,
               "benchmark_wall_s": time.time() - started,
               "run_notes": args.note + (f" | kept rows: {previous['run_notes']}" if previous.get("run_notes") and
                                         any(r.get("example") not in names for r in rows) else "")}
     args.results.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.results, json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
+
+
+def _commit(checkout: Path) -> str | None:
+    try:
+        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None  # not a git checkout: say which commit in --note
 
 
 if __name__ == "__main__":

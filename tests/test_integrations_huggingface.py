@@ -272,3 +272,6 @@ def test_a_run_bound_by_steps_or_a_fraction_of_an_epoch_holds_no_epoch_count(tmp
     Trainer(model=_model(), args=args, train_dataset=Tokens(64, 0), callbacks=[callback]).train()
     assert callback.session.recorder.script_epochs is None
     assert any(note.startswith("no epoch count read: ") for note in callback.profile.notes)
+    # a step limit is kept as the run's optimizer steps (predict turns them into epochs)
+    steps = callback.profile.script_iterations
+    assert (steps.iterations if steps else None) == limits.get("max_steps")

@@ -218,3 +218,6 @@ def test_the_scripts_epochs_are_the_loops_epoch_limit_only(limits, expected):
     assert (script_epochs or {}).get("epochs") == expected
     if expected is None:
         assert any(note.startswith("no epoch count read: ") for note in callback.profile.notes)
+    # a step limit that ends the run first is kept as its optimizer steps
+    steps = callback.profile.script_iterations
+    assert (steps.iterations if steps else None) == (30 if limits.get("max_steps") == 30 else None)

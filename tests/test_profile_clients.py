@@ -200,3 +200,19 @@ def test_a_ddp_job_under_torchrun_is_profiled_in_its_first_rank_to_train(tmp_pat
     assert time.monotonic() - started < 60 and not (tmp_path / "w.pt").exists()
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
+
+
+@pytest.mark.long
+def test_a_step_budget_set_by_module_level_settings_gives_the_runs_epochs():
+    """nanoGPT's shape: `--max_iters=600` sets a global; validation every 50 iterations makes the epochs."""
+    from trainwise.predict.epochs import decide_epochs
+
+    profile = run_profile(client("step_budget_lm.py", "--max_iters=600"),
+                          ProfileOptions(min_iterations=6, max_iterations=30, min_profile_seconds=0, epoch2_iterations=2,
+                                         **QUICK), quiet=True)
+    assert profile.script_iterations.iterations == 600
+    assert profile.script_iterations.source == "the script's module-level max_iters = 600"
+    assert profile.dataset.iterations_per_epoch == 50 and profile.script_epochs is None
+    decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
+                             profiles=[("p", profile)], what="epochs")
+    assert decision.headline == 12

@@ -77,8 +77,9 @@ class IntegrationSink(Protocol):
     def epochs(self, epochs: Any, source: str) -> None:
         """The loop's own epoch count and where it was read (it wins over an argparse reading)."""
 
-    def not_epoch_bound(self, reason: str) -> None:
-        """The loop ends on something other than an epoch count (a step or time limit)."""
+    def not_epoch_bound(self, reason: str, *, steps: int | None = None) -> None:
+        """The loop ends on something other than an epoch count (a step or time limit); `steps`: its
+        optimizer-step budget, when a step limit ends it."""
 
     def epoch_begin(self) -> None:
         """An epoch starts (its first batch is requested next)."""

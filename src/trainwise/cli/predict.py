@@ -59,9 +59,12 @@ def predict(
     loaded = [(path, load_profile(path)) for path in profiles]
     decision = decide_epochs(epochs=epochs, epoch_options=options, epoch_options_given=given(ctx, "epoch_options"),
                              profiles=[(str(path), prof) for path, prof in loaded],
-                             epochs_from=load_profile(epochs_from) if epochs_from is not None else None, what="epochs")
+                             epochs_from=load_profile(epochs_from) if epochs_from is not None else None, what="epochs",
+                             iterations_per_epoch=iterations_per_epoch)
     if decision.says:
         console.print(decision.says)
+    if iterations_per_epoch is None:
+        iterations_per_epoch = decision.iterations_per_epoch  # a step budget spread over the epochs it begins
     epoch_list = decision.counts
     from trainwise.plan.bounds import check_predict_request  # before any prediction: 10^8 devices, 10^12 epochs
     check_predict_request(count=count, epochs=epoch_list, profiles=[prof for _, prof in loaded])

@@ -237,6 +237,15 @@ class ScriptEpochs(_Model):
     source: str = Field(description="where it was read, e.g. \"the script's argparse argument epochs=30\"")
 
 
+class ScriptIterations(_Model):
+    """The optimizer steps the profiled script trains for, when its loop is bound by a step budget rather
+    than an epoch count (`--max_steps`, nanoGPT's `max_iters`, HF `TrainingArguments(max_steps=)`):
+    `predict` and `plan` turn it into epochs of the profile's iterations per epoch."""
+
+    iterations: int = Field(ge=1)
+    source: str = Field(description="where it was read, e.g. \"the script's module-level max_iters = 2000\"")
+
+
 class FullRun(_Model):
     """Recorded only with `--full`: the real totals the prediction is judged against."""
 
@@ -275,6 +284,7 @@ class Profile(_Model):
     host_noise: HostNoise | None = None
     # None when the script's epoch count could not be read (or in profiles made before trainwise read it)
     script_epochs: ScriptEpochs | None = None
+    script_iterations: ScriptIterations | None = None
     # The host's speed level beside the sampled steps (sampled profiles on CPU; empty otherwise, or when
     # --level-probe-seconds 0): with host_noise's mean level, the estimator's level correction
     level_probes: list[LevelProbe] = []

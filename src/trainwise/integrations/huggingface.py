@@ -98,7 +98,7 @@ class ProfilingCallback(TrainerCallback):
             f"transformers {transformers.__version__}, gradient_accumulation_steps={args.gradient_accumulation_steps}")
         sink = self.session
         if args.max_steps and args.max_steps > 0:  # max_steps replaces num_train_epochs: not an epoch count
-            sink.not_epoch_bound(f"Hugging Face TrainingArguments(max_steps={args.max_steps})")
+            sink.not_epoch_bound(f"Hugging Face TrainingArguments(max_steps={args.max_steps})", steps=args.max_steps)
         elif whole_epochs(args.num_train_epochs) is None:
             sink.not_epoch_bound(f"Hugging Face TrainingArguments(num_train_epochs={args.num_train_epochs:g}), "
                                  "a fraction of an epoch")

@@ -119,14 +119,16 @@ class ProfilingCallback(pl.Callback):
             duration = next(duration for duration in durations if duration is not None)
             return sink.not_epoch_bound(f"Lightning's time limit (Trainer(max_time=...) or a Timer: {duration:g} s)")
         if max_epochs in (None, -1) or not isinstance(max_epochs, int) or max_epochs < 1:
-            return sink.not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps})" if max_steps not in (None, -1)
-                                                 else "Lightning's Trainer(max_epochs=-1): no epoch limit")
+            if max_steps not in (None, -1):
+                return sink.not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps})", steps=max_steps)
+            return sink.not_epoch_bound("Lightning's Trainer(max_epochs=-1): no epoch limit")
         if max_steps not in (None, -1):
             batches = _finite(trainer.num_training_batches)
             accumulate = max(1, int(trainer.accumulate_grad_batches or 1))
             # optimizer steps per epoch (an epoch's last, partial accumulation steps too)
             if batches is None or max_steps < max_epochs * -(-batches // accumulate):
-                return sink.not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps}), before max_epochs={max_epochs}")
+                return sink.not_epoch_bound(f"Lightning's Trainer(max_steps={max_steps}), before max_epochs={max_epochs}",
+                                            steps=max_steps)
         script = sink.script_epochs
         if max_epochs == 1000 and not (script and script["epochs"] == 1000):
             return sink.not_epoch_bound("no limit given to Lightning's Trainer (its default max_epochs=1000)")

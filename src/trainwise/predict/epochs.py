@@ -8,12 +8,16 @@ In order, the first that applies decides:
 2. the training command's own flag (`plan save -- python train.py --epochs 3`);
 3. `--epochs-from FULL.json` (predict): the epochs a complete run with early stopping needed;
 4. without --epoch-options, the count every profiled script sets for itself (or, when `plan` profiles a
-   reference workload here, the count that workload trains);
+   reference workload here, the count that workload trains); a script bound by a step budget
+   (`--max_steps`, nanoGPT's `max_iters`) trains that many optimizer steps: the epochs they make of the
+   profile's iterations per epoch, when that is a whole number (within 2 %), and when it ends the run
+   before the script's epoch count does;
 5. the --epoch-options: each tabulated (predict), the largest the headline (plan).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +25,8 @@ from trainwise.core.profile import Profile
 from trainwise.errors import TrainwiseError
 
 DEFAULT_EPOCH_OPTIONS = (5, 10, 20)  # the table of Malta's methodology 2 when no count is known
+# A step budget counts as whole epochs when rounding moves the run by at most this share of its steps.
+WHOLE_EPOCHS_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,8 @@ class EpochDecision:
     headline: int | None
     options: tuple[int, ...]
     says: str | None = None
+    # predict only: a step budget that is no whole number of epochs, spread over `headline` epochs of this many
+    iterations_per_epoch: int | None = None
 
     @property
     def counts(self) -> list[int]:
@@ -45,13 +53,13 @@ def _epochs(count: int) -> str:
 def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_options_given: bool,
                   profiles: Sequence[tuple[str, Profile]] = (), command: Sequence[str] | None = None,
                   epochs_from: Profile | None = None, workload_epochs: int | None = None,
-                  what: str = "headline") -> EpochDecision:
+                  what: str = "headline", iterations_per_epoch: int | None = None) -> EpochDecision:
     """The epoch count(s) of one `predict` or `plan` (see the module's docstring for the order).
 
     `profiles`: (where it was read, profile) of each profile the command predicts from (their scripts'
     own counts); `command`: the
     training command a saved plan will launch; `what`: how the line names the count ("epochs" for
-    predict, "headline" for plan)."""
+    predict, "headline" for plan); `iterations_per_epoch`: predict's --iterations-per-epoch."""
     from trainwise.profile.schema import script_epochs_disagreement, script_epochs_of
     from trainwise.profile.script_epochs import epochs_in_command
 
@@ -94,6 +102,10 @@ def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_opt
                                                        "trains; --epochs N plans another")
     if not epoch_options_given and profiles:
         own = script_epochs_of([profile for _, profile in profiles])
+        budget = _step_budget([profile for _, profile in profiles], own.epochs if own else None, iterations_per_epoch,
+                              what)
+        if budget is not None:
+            return EpochDecision(budget[0], options, budget[1], budget[2])
         if own is not None:
             if what == "headline":
                 says = f"headline: {_epochs(own.epochs)}, set by the script itself ({own.source}); --epochs N plans another"
@@ -108,3 +120,42 @@ def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_opt
             return EpochDecision(None, options, f"epochs: {shown} (--epoch-options); {why}: pass --epochs N")
     return EpochDecision(None, options)
 
+
+
+def _step_budget(profiles: Sequence[Profile], own_epochs: int | None, iterations_per_epoch: int | None,
+                 what: str) -> tuple[int | None, str, int | None] | None:
+    """(epochs or None, the line saying why, iterations per epoch when predict spreads the steps over whole
+    epochs) from the step budget every profiled script sets (`max_steps`, `max_iters`); None when there is none,
+    or the script's epoch count ends the run first."""
+    from trainwise.profile.schema import script_iterations_of
+
+    budget = script_iterations_of(profiles)
+    if budget is None:
+        return None
+    per_epoch = {iterations_per_epoch or p.dataset.iterations_per_epoch for p in profiles}
+    if None in per_epoch or len(per_epoch) != 1:
+        if own_epochs is not None:
+            return None
+        return None, (f"{what}: the script trains {budget.iterations:,} optimizer steps ({budget.source}), but the "
+                      "profile does not know one epoch's iterations" + (" (the profiles differ)" if len(per_epoch) > 1
+                                                                       else "") + ": pass --epochs N"), None
+    (n_it,) = per_epoch
+    if own_epochs is not None and own_epochs * n_it <= budget.iterations:
+        return None  # the epoch count ends the run before the step budget does
+    epochs = budget.iterations / n_it
+    whole = max(1, round(epochs))
+    of = f"{budget.iterations:,} optimizer steps ({budget.source}) over {n_it:,} iterations an epoch"
+    if abs(whole * n_it - budget.iterations) <= WHOLE_EPOCHS_TOLERANCE * budget.iterations:
+        rounded = "" if whole * n_it == budget.iterations else f", {whole * n_it:,} steps"
+        again = "--epochs N plans another" if what == "headline" else "--epochs N or --epoch-options predict others"
+        return whole, f"{what}: {_epochs(whole)}{rounded}, the script's {of}; {again}", None
+    if what == "epochs":
+        # Spread over the epochs it starts: the same steps, each epoch's start and end-of-epoch work counted
+        # once per epoch begun (the last one partial: its end-of-epoch validation may not run).
+        begun = math.ceil(epochs)
+        spread = round(budget.iterations / begun)
+        return begun, (f"epochs: the script trains {of}, {epochs:.2f} epochs: predicted as {begun} epochs of {spread:,} "
+                       f"iterations ({begun * spread:,} steps; one epoch start and end per epoch begun, the last one "
+                       "partial); --epochs N predicts others"), spread
+    return None, (f"{what}: the script trains {of}, {epochs:.2f} epochs, not a whole number: pass --epochs "
+                  f"{int(epochs) + 1} for an upper bound, or --epochs {max(1, int(epochs))} for a lower one"), None

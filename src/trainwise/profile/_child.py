@@ -125,6 +125,10 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.script_epochs: dict[str, Any] | None = None
         self._script_epochs_from_framework = False
         self._script_epochs_rank: tuple = ()
+        # ... and the optimizer steps it trains for, when a step budget bounds its loop ({"iterations", "source"})
+        self.script_iterations: dict[str, Any] | None = None
+        self._script_iterations_from_framework = False
+        self._script_iterations_rank: tuple = ()
         self._init_ownership(config)
         self.budget_fraction = float(config.get("budget_fraction", 0.02))
         self._stop_settings = stop_rule.StopSettings(
@@ -351,6 +355,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         if count == 1:
             if not self._claim_profile():
                 return  # another process of the job trains and owns the profile
+            self.read_module_settings()
             self._watch_model_calls(start_s)
         if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, 200 * self._snapshot_cost_s):
             self._write_snapshot(end_s)

@@ -132,6 +132,7 @@ class RecordOutput:
             "characterisation": self.characterisation,
             "optimizer_state_zeros": self.optimizer_state_zeros,
             "script_epochs": self.script_epochs,
+            "script_iterations": self.script_iterations,
             # (a subscriber of the agent's bus that failed and was dropped says so here)
             "notes": self.notes + [note for note in self.bus.notes if note not in self.notes],
         }

@@ -67,6 +67,11 @@ def _watch_argparse(recorder: Any) -> None:
             if found is not None:
                 epochs, source, rank = found
                 recorder.note_script_epochs(epochs, source, rank=rank)
+            steps = script_epochs_source.argparse_reading(
+                parser, namespace, args[0] if args else kwargs.get("args"),
+                caller_file=frame.f_code.co_filename if frame is not None else "", argv=sys.argv[1:], iterations=True)
+            if steps is not None:
+                recorder.note_script_iterations(steps[0], steps[1], rank=steps[2])
         except Exception:  # noqa: BLE001 - reading the arguments must never break the script
             pass
         return namespace, extras

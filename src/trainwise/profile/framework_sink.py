@@ -142,8 +142,10 @@ class FrameworkSession:
     def epochs(self, epochs: Any, source: str) -> None:
         self.recorder.note_script_epochs(epochs, source, framework=True)
 
-    def not_epoch_bound(self, reason: str) -> None:
-        self.recorder.note_not_epoch_bound(reason)
+    def not_epoch_bound(self, reason: str, *, steps: int | None = None) -> None:
+        self.recorder.note_not_epoch_bound(reason, steps=steps)
+        if steps is not None:
+            self.recorder.note_script_iterations(steps, reason, framework=True)
 
     def checkpoint_save(self, path: str | None) -> None:
         self.recorder.bus.emit(CheckpointSave(self.recorder.now(), path))

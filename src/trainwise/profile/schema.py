@@ -21,7 +21,8 @@ from trainwise.core import stats
 from trainwise.core.host_noise import HostNoise  # noqa: F401 - re-exported
 from trainwise.core.profile import (PROFILE_SCHEMA_VERSION, DatasetShape, Environment,  # noqa: F401 - re-exported
                                     Epoch, FullRun, InitBreakdown, Iteration, LevelProbe, Measurement, Memory,
-                                    ModelShape, OptimizerStateZeros, Profile, ScriptEpochs, SteadyState,
+                                    ModelShape, OptimizerStateZeros, Profile, ScriptEpochs, ScriptIterations,
+                                    SteadyState,
                                     ValidationPass, _Model)
 from trainwise.core.workload import WorkloadCharacterisation  # noqa: F401 - re-exported
 from trainwise.errors import TrainwiseError
@@ -33,6 +34,15 @@ def script_epochs_of(profiles: Sequence[Profile]) -> ScriptEpochs | None:
     differ (a batch-size sweep of one script agrees)."""
     found = {p.script_epochs.epochs: p.script_epochs for p in profiles if p.script_epochs is not None}
     if len(found) != 1 or any(p.script_epochs is None for p in profiles):
+        return None
+    return next(iter(found.values()))
+
+
+def script_iterations_of(profiles: Sequence[Profile]) -> ScriptIterations | None:
+    """The step budget every profile's script sets for itself (as script_epochs_of); None when one sets none
+    or they differ."""
+    found = {p.script_iterations.iterations: p.script_iterations for p in profiles if p.script_iterations is not None}
+    if len(found) != 1 or any(p.script_iterations is None for p in profiles):
         return None
     return next(iter(found.values()))
 
@@ -335,6 +345,7 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         steady_state=steady_state_of(iterations, raw["stop_reason"], raw.get("stability") or {}),
         full_run=full_run, notes=notes,
         script_epochs=ScriptEpochs(**raw["script_epochs"]) if raw.get("script_epochs") else None,
+        script_iterations=ScriptIterations(**raw["script_iterations"]) if raw.get("script_iterations") else None,
         characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
         level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
     )

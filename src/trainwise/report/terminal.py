@@ -54,6 +54,10 @@ def profile_table(profile: Profile) -> Table:
                       f"{profile.script_epochs.source}: predict and plan use it unless given --epochs")
     elif unbound := next((note for note in profile.notes if note.startswith("no epoch count read: ")), None):
         table.add_row("epochs (the script's)", "not read", unbound.removeprefix("no epoch count read: "))
+    if profile.script_iterations is not None:
+        table.add_row("optimizer steps (the script's)", f"{profile.script_iterations.iterations:,}",
+                      f"{profile.script_iterations.source}: predict and plan turn it into epochs of "
+                      f"{d.iterations_per_epoch or '?'} iterations")
     table.add_row("parameters", f"{profile.model.parameters:,}", f"gradients {profile.model.gradient_bytes / 1e6:.1f} MB")
     table.add_row("peak RSS", f"{profile.memory.peak_rss_bytes / 2**20:.0f} MiB",
                   "" if profile.memory.peak_device_bytes is None else f"device peak {profile.memory.peak_device_bytes / 2**20:.0f} MiB")
