@@ -36,6 +36,7 @@ from pathlib import Path
 
 from trainwise._io import atomic_write_text
 from trainwise.errors import TrainwiseError
+from trainwise.predict.epochs import decide_epochs
 from trainwise.predict.same_machine import predict_total, relative_error
 from trainwise.profile.runner import ProfileOptions, run_profile
 from _machine import machine
@@ -88,20 +89,26 @@ def profile_then_run(row: dict, argv: list[str], options: ProfileOptions, worklo
         return row
     finally:
         os.chdir(here)
-    epochs = profile.script_epochs.epochs if profile.script_epochs else None
+    # the epochs predict would take (the script's own count, or its step budget over the profile's epoch length)
+    decision = decide_epochs(epochs=None, epoch_options=(), epoch_options_given=False, profiles=[("profile", profile)],
+                             what="epochs")
+    epochs, per_epoch = decision.headline, decision.iterations_per_epoch
     row.update(profiled=True, profile_stop=profile.stop_reason, profiled_iterations=len(profile.iterations),
                steady_iteration_s=profile.steady_state.iteration.mean_s, init_s=profile.init.total_s,
                profile_wall_s=profile.process_wall_s, epochs_read=epochs,
                epochs_source=profile.script_epochs.source if profile.script_epochs else None,
+               steps_read=profile.script_iterations.iterations if profile.script_iterations else None,
+               steps_source=profile.script_iterations.source if profile.script_iterations else None,
+               epochs_decision=decision.says,
                iterations_per_epoch=profile.dataset.iterations_per_epoch,
                validation_passes_seen=len(profile.validations), optimizer=profile.model.optimizer, notes=profile.notes)
     predicted_s = uncorrected_s = None
     try:
         if epochs:
-            prediction = predict_total(profile, epochs)
+            prediction = predict_total(profile, epochs, iterations_per_epoch=per_epoch)
             predicted_s = prediction.total_s
             # the same profile without the host-level correction (`trainwise host-noise`): does it help here?
-            uncorrected_s = predict_total(profile, epochs, level_correction=False).total_s
+            uncorrected_s = predict_total(profile, epochs, iterations_per_epoch=per_epoch, level_correction=False).total_s
             row.update(prediction_breakdown_s=prediction.breakdown_s, prediction_note=prediction.note,
                        host_noise_measured=profile.host_noise is not None,
                        predicted_low_s=prediction.low_s, predicted_high_s=prediction.high_s)

@@ -14,6 +14,11 @@ CPU (`config/train_shakespeare_char.py --device=cpu --compile=False ... --max_it
 module-level globals set by its configurator, batches drawn from a memory map (no DataLoader), the loss estimated
 every 250 iterations, a checkpoint when it improves, the run bound by `max_iters`, not epochs; the scripts and
 config are copied to a scratch folder beside synthetic characters in shakespeare_char's format (vocabulary 65).
+With `--mingpt DIR` (a checkout of github.com/karpathy/minGPT), also `projects/chargpt/chargpt.py` (gpt-micro,
+batch 32, `--trainer.max_iters=1500`): its Trainer draws batches from a DataLoader over an endless sampler (10^10
+samples: an "epoch" of 312 million steps), the step budget is `config.trainer.max_iters`, and every 500 steps it
+samples 500 characters under no_grad and saves the model; run from a copy beside the `mingpt` package (its README
+installs it with `pip install -e .`), with random characters in place of tiny Shakespeare.
 (time_sequence_prediction's LBFGS takes minutes per step on a 2-core CPU and its torch.load needs
 weights_only=False on torch >= 2.6; vae and the others download their data.)
 For each: `trainwise profile` with the defaults (the epoch count read from the script's flag), the same-machine
@@ -22,7 +27,8 @@ whose launch → exit wall time is the truth. Nothing is fitted to these runs.
 
 Writes benchmarks/results/public_examples.json; `summary`: profiled_fraction, median_abs_error, max_abs_error,
 profiling_cost_fraction (median).
-Run: .venv/bin/python benchmarks/public_examples.py --examples PATH/TO/examples [--nanogpt PATH/TO/nanoGPT] [--size 1.0]
+Run: .venv/bin/python benchmarks/public_examples.py --examples PATH/TO/examples [--nanogpt PATH/TO/nanoGPT]
+[--mingpt PATH/TO/minGPT] [--size 1.0]
 [--only NAME ...]
 """
 
@@ -112,13 +118,28 @@ def write_characters_like(folder: Path, seed: int = 0) -> None:
     (folder / "meta.pkl").write_bytes(pickle.dumps(meta))
 
 
-EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist, "nanogpt": nanogpt}
+def mingpt(folder: Path, size: float, scratch: str) -> list[str]:
+    run_dir = Path(scratch) / "mingpt"
+    shutil.copytree(folder / "mingpt", run_dir / "mingpt")
+    shutil.copy(folder / "projects" / "chargpt" / "chargpt.py", run_dir / "chargpt.py")
+    import random
+
+    chars = "\n !$&',-.3:;?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    generator = random.Random(0)
+    (run_dir / "input.txt").write_text("".join(generator.choice(chars) for _ in range(1_115_394)))
+    return ["chargpt.py", f"--trainer.max_iters={max(100, round(1500 * size))}", "--model.model_type=gpt-micro",
+            "--trainer.batch_size=32"]
+
+
+EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist, "nanogpt": nanogpt,
+            "mingpt": mingpt}
 REQUIRED = {"word_language_model": ["main.py", "data/wikitext-2/train.txt", "data/wikitext-2/valid.txt",
                                     "data/wikitext-2/test.txt"], "dcgan": ["main.py"], "mnist": ["main.py"],
-            "nanogpt": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"]}
+            "nanogpt": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"],
+            "mingpt": ["mingpt/trainer.py", "mingpt/model.py", "projects/chargpt/chargpt.py"]}
 PYTORCH_EXAMPLES = ("word_language_model", "dcgan", "mnist")
 # examples run from a copy of their folder in the scratch directory (they read data from a fixed relative path)
-RUN_IN_SCRATCH = {"mnist", "nanogpt"}
+RUN_IN_SCRATCH = {"mnist", "nanogpt", "mingpt"}
 
 
 def measure(name: str, folder: Path, size: float) -> dict:
@@ -134,20 +155,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--examples", type=Path, help="a checkout of github.com/pytorch/examples")
     parser.add_argument("--nanogpt", type=Path, help="a checkout of github.com/karpathy/nanoGPT")
+    parser.add_argument("--mingpt", type=Path, help="a checkout of github.com/karpathy/minGPT")
     parser.add_argument("--size", type=float, default=1.0, help="multiplies each script's epoch count")
     parser.add_argument("--only", nargs="*", choices=sorted(EXAMPLES), help="these examples only")
     parser.add_argument("--note", default="", help="a sentence kept in the results (how and where it ran)")
     parser.add_argument("--results", type=Path, default=RESULTS / "public_examples.json", help="where to write the JSON")
     args = parser.parse_args()
-    if args.examples is None and args.nanogpt is None:
-        sys.exit("error: no scripts to run: give --examples (pytorch/examples) and/or --nanogpt (karpathy/nanoGPT)")
+    if args.examples is None and args.nanogpt is None and args.mingpt is None:
+        sys.exit("error: no scripts to run: give --examples (pytorch/examples) and/or --nanogpt (karpathy/nanoGPT), "
+                 "--mingpt (karpathy/minGPT)")
     folders = {name: args.examples / name for name in PYTORCH_EXAMPLES if args.examples is not None}
-    if args.nanogpt is not None:
-        folders["nanogpt"] = args.nanogpt
+    for name in ("nanogpt", "mingpt"):
+        if getattr(args, name) is not None:
+            folders[name] = getattr(args, name)
     names = args.only or list(folders)
     if not set(names) <= set(folders):
-        sys.exit(f"error: --only {' '.join(sorted(set(names) - set(folders)))} needs its checkout: give "
-                 + ("--nanogpt" if "nanogpt" in names and "nanogpt" not in folders else "--examples"))
+        lacking = sorted(set(names) - set(folders))
+        sys.exit(f"error: --only {' '.join(lacking)} needs its checkout: give "
+                 + " ".join(f"--{name}" if name in ("nanogpt", "mingpt") else "--examples" for name in lacking))
     missing = [f"{folders[n]}/{f}" for n in names for f in REQUIRED[n] if not (folders[n] / f).is_file()]
     if missing:
         sys.exit(f"error: {', '.join(missing)} missing: give --examples a checkout of github.com/pytorch/examples "
@@ -166,9 +191,10 @@ def main() -> None:
     summary = {**accuracy_summary(rows), "examples": len(rows)}
     commit = (_commit(args.examples) if args.examples else None) or previous.get("examples_commit")
     nanogpt_commit = (_commit(args.nanogpt) if args.nanogpt else None) or previous.get("nanogpt_commit")
+    mingpt_commit = (_commit(args.mingpt) if args.mingpt else None) or previous.get("mingpt_commit")
     result = {"benchmark": "public_examples", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "summary": summary, "rows": rows, "size": args.size, "examples_commit": commit,
-              "nanogpt_commit": nanogpt_commit,
+              "nanogpt_commit": nanogpt_commit, "mingpt_commit": mingpt_commit,
               "benchmark_wall_s": time.time() - started,
               "run_notes": args.note + (f" | kept rows: {previous['run_notes']}" if previous.get("run_notes") and
                                         any(r.get("example") not in names for r in rows) else "")}

@@ -22,7 +22,7 @@ def test_public_examples_without_a_checkout_names_what_is_missing(tmp_path):
     assert "word_language_model/main.py" in out.stderr and "dcgan/main.py" in out.stderr and "missing" in out.stderr
     assert not (tmp_path / "r.json").exists()
     out = run("public_examples.py", "--results", str(tmp_path / "r.json"))
-    assert out.returncode != 0 and "give --examples (pytorch/examples) and/or --nanogpt" in out.stderr
+    assert out.returncode != 0 and "give --examples (pytorch/examples) and/or --nanogpt" in out.stderr and "--mingpt" in out.stderr
     out = run("public_examples.py", "--nanogpt", str(tmp_path), "--only", "mnist", "--results", str(tmp_path / "r.json"))
     assert out.returncode != 0 and "--only mnist needs its checkout: give --examples" in out.stderr
     out = run("public_examples.py", "--nanogpt", str(tmp_path), "--results", str(tmp_path / "r.json"))

@@ -216,3 +216,21 @@ def test_a_step_budget_set_by_module_level_settings_gives_the_runs_epochs():
     decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
                              profiles=[("p", profile)], what="epochs")
     assert decision.headline == 12
+
+
+@pytest.mark.long
+def test_a_step_budget_without_validation_is_one_epoch_after_a_tenth_of_it():
+    """No DataLoader and no validation region: the profile stops waiting for an epoch end after a tenth of
+    the script's 600 steps, the steps being the run (before: it waited --max-epoch-wait or the whole run)."""
+    from trainwise.predict.epochs import decide_epochs
+
+    profile = run_profile(client("step_budget_lm.py", "--max_iters=600", "--eval_interval=100000"),
+                          ProfileOptions(min_iterations=6, max_iterations=30, min_profile_seconds=0, epoch2_iterations=2,
+                                         **QUICK), quiet=True)
+    assert profile.stop_reason == "sampled" and 60 <= len(profile.iterations) <= 62
+    assert profile.dataset.iterations_per_epoch == 600 and not profile.validations
+    assert any("600 optimizer steps (the script's module-level max_iters = 600) are taken as one epoch" in note
+               for note in profile.notes)
+    decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
+                             profiles=[("p", profile)], what="epochs")
+    assert decision.headline == 1

@@ -107,7 +107,7 @@ def test_a_step_budget_makes_whole_epochs_of_the_profiles_epoch_length():
     assert _decide(_profile(250, steps=2010)).headline == 8  # 0.5 % off: whole epochs, said so
     assert "2,000 steps" in _decide(_profile(250, steps=2010)).says
     short = _decide(_profile(250, steps=100))  # 0.4 epochs: one epoch of the 100 steps
-    assert (short.headline, short.iterations_per_epoch) == (1, 100) and "0.40 epochs: predicted as 1 epochs" in short.says
+    assert (short.headline, short.iterations_per_epoch) == (1, 100) and "0.40 epochs: predicted as 1 epoch of 100 iterations" in short.says
     odd = _decide(_profile(1000, steps=2500))  # 2.5 epochs: spread over the 3 it begins
     assert (odd.headline, odd.iterations_per_epoch, odd.counts) == (3, 833, [3])
     assert "2.50 epochs: predicted as 3 epochs of 833 iterations (2,499 steps" in odd.says
@@ -146,3 +146,52 @@ def test_predict_takes_the_step_budget(tmp_path, capsys):
     assert main(["predict", str(whole), "--epochs", "3", "--json", str(tmp_path / "w.json")]) == 0
     (longer,) = json.loads((tmp_path / "w.json").read_text())
     assert longer["predicted_s"] > row["predicted_s"] > longer["predicted_s"] * 2 / 3
+
+
+class _Node:
+    """A config node of the user's own code (minGPT's CfgNode keeps its settings as attributes)."""
+
+    def __init__(self, **settings):
+        self.__dict__.update(settings)
+
+
+def test_settings_kept_by_a_config_object_the_script_holds():
+    import torch
+
+    config = _Node(system=_Node(seed=3407), trainer=_Node(max_iters=5000, batch_size=64), model=_Node(n_layer=6))
+    assert globals_reading({"config": config, "os": types}) == (
+        None, (5000, "the script's config.trainer.max_iters = 5000"))
+    assert globals_reading({"args": argparse.Namespace(epochs=12)}) == ((12, "the script's args.epochs = 12"), None)
+    # the shallowest wins: a module-level setting over a config's
+    assert globals_reading({"max_iters": 300, "config": config})[1] == (300, "the script's module-level max_iters = 300")
+    # two holders that disagree at one depth: not one budget to trust
+    assert globals_reading({"a": _Node(max_steps=10), "b": _Node(max_steps=20)}) == (None, None)
+    # deeper than two attributes, an installed package's object, a large dict: not looked into
+    assert globals_reading({"c": _Node(d=_Node(e=_Node(max_steps=7)))}) == (None, None)
+    layer = torch.nn.Linear(2, 2)
+    layer.max_steps = 40
+    assert globals_reading({"layer": layer}) == (None, None)
+    vocabulary = {f"w{i}": i for i in range(5000)} | {"num_epochs": 3}
+    assert globals_reading({"vocabulary": vocabulary}) == (None, None)
+    assert globals_reading({"settings": {"num_epochs": 3}}) == ((3, "the script's settings.num_epochs = 3"), None)
+    cycle = _Node()
+    cycle.me = cycle
+    cycle.num_steps = 9
+    assert globals_reading({"cycle": cycle})[1] == (9, "the script's cycle.num_steps = 9")
+
+
+def test_the_cost_budget_knows_a_run_from_its_step_budget():
+    from trainwise.agent import stop_rule
+
+    times = [0.1] * 20
+    steps_only = stop_rule.BudgetInputs(planned_epochs=None, batches_per_epoch=312_500_000, batches_per_iteration=1.0,
+                                        init_s=2.0, now_s=5.0, planned_iterations=1500)
+    assert stop_rule.run_known(steps_only)
+    assert stop_rule.predicted_full_run_s(times, steps_only) == pytest.approx(2.0 + 150.0)
+    # epochs and steps: whichever ends the run first
+    both = stop_rule.BudgetInputs(planned_epochs=2, batches_per_epoch=400, batches_per_iteration=2.0, init_s=2.0, now_s=5.0,
+                                  planned_iterations=1500)
+    assert stop_rule.predicted_full_run_s(times, both) == pytest.approx(2.0 + 0.1 * 400)
+    neither = stop_rule.BudgetInputs(planned_epochs=None, batches_per_epoch=400, batches_per_iteration=1.0, init_s=2.0,
+                                     now_s=5.0)
+    assert not stop_rule.run_known(neither) and stop_rule.predicted_full_run_s(times, neither) is None

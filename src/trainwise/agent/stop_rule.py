@@ -45,6 +45,7 @@ class BudgetInputs:
     batches_per_iteration: float
     init_s: float  # launch → first iteration start
     now_s: float  # launch → now: the profile's cost so far
+    planned_iterations: int | None = None  # the script's step budget (`max_steps`), when it has one
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,17 @@ class StopDecision:
 
 
 def run_known(budget: BudgetInputs | None) -> bool:
-    """The planned run's length in iterations is known (its epochs and batches per epoch)."""
-    return budget is not None and bool(budget.planned_epochs) and bool(budget.batches_per_epoch)
+    """The planned run's length in iterations is known (its epochs and batches per epoch, or its step budget)."""
+    return budget is not None and (bool(budget.planned_iterations)
+                                   or (bool(budget.planned_epochs) and bool(budget.batches_per_epoch)))
+
+
+def planned_iterations(budget: BudgetInputs) -> float:
+    """The planned run's iterations: its epochs' or its step budget, whichever ends it first."""
+    counts = [float(budget.planned_iterations)] if budget.planned_iterations else []
+    if budget.planned_epochs and budget.batches_per_epoch:
+        counts.append(budget.batches_per_epoch / max(1.0, budget.batches_per_iteration) * float(budget.planned_epochs))
+    return min(counts)
 
 
 def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> float | None:
@@ -72,8 +82,7 @@ def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> floa
     warmup = stats.detect_warmup(times_s)
     steady = list(times_s[warmup:]) or list(times_s[-1:])
     mean_s = sum(steady) / len(steady)
-    iterations_per_epoch = budget.batches_per_epoch / max(1.0, budget.batches_per_iteration)
-    return budget.init_s + mean_s * iterations_per_epoch * float(budget.planned_epochs)
+    return budget.init_s + mean_s * planned_iterations(budget)
 
 
 def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInputs, settings: StopSettings) -> bool:

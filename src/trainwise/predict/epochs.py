@@ -154,7 +154,8 @@ def _step_budget(profiles: Sequence[Profile], own_epochs: int | None, iterations
         # once per epoch begun (the last one partial: its end-of-epoch validation may not run).
         begun = math.ceil(epochs)
         spread = round(budget.iterations / begun)
-        return begun, (f"epochs: the script trains {of}, {epochs:.2f} epochs: predicted as {begun} epochs of {spread:,} "
+        share = f"{epochs:.2f} epochs" if epochs >= 0.01 else "a small part of one epoch"
+        return begun, (f"epochs: the script trains {of}, {share}: predicted as {_epochs(begun)} of {spread:,} "
                        f"iterations ({begun * spread:,} steps; one epoch start and end per epoch begun, the last one "
                        "partial); --epochs N predicts others"), spread
     return None, (f"{what}: the script trains {of}, {epochs:.2f} epochs, not a whole number: pass --epochs "

@@ -81,6 +81,23 @@ class LoopsWithoutLoader:
                           f"the whole training ({planned} epoch(s) of {per_epoch}), measured here")
         return True
 
+    def _take_step_budget_as_epoch(self) -> None:
+        """No epoch boundary came within the profile's budget, but the script's step budget says how long the run
+        is: its steps are taken as one epoch (validation, if the script runs any later, not timed), and sampling
+        ends here."""
+        steps = int(self.script_iterations["iterations"])
+        batches = steps * max(1, self._most_batches_per_iteration)
+        epoch = self.epochs[-1]
+        epoch.update(end_s=self.iterations[-1]["end_s"], truncated=True, batches_per_epoch=batches)
+        self.loaders["train"] = {**(self.loaders.get("train") or _tensor_pass(0)), "batches_per_pass": batches}
+        self._waiting_for_epoch_end = False
+        self.epoch1_truncated = True
+        self._truncated_epoch = epoch["index"]
+        self.notes.append(f"no epoch boundary (a validation region) within the profile's share of the run: the script's "
+                          f"{steps:,} optimizer steps ({self.script_iterations['source']}) are taken as one epoch; "
+                          "validation it may run later is not timed")
+        self._finish("sampled")
+
     def _watch_model_calls(self, first_start_s: float) -> None:
         """After the first iteration: the model's calls show validation regions (and, without a training
         DataLoader, epoch boundaries), one forward pre-hook on the model alone."""

@@ -7,11 +7,18 @@ from __future__ import annotations
 from trainwise.agent import stop_rule
 
 
+# A loop without a DataLoader that shows no epoch boundary within this share of its step budget is taken as one epoch
+STEP_BUDGET_WAIT_SHARE = 0.1
+
+
 class Sampling:
     """Methods of trainwise.profile._child.Recorder; they use its state."""
 
     def _check_stop(self, epoch: int) -> None:
         if self._waiting_for_epoch_end:
+            if self._step_budget_wait_over():
+                self._take_step_budget_as_epoch()
+                return
             waited_s = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
             if waited_s >= max(self.max_seconds, self.max_epoch_wait_s):
                 self.notes.append(f"no end of epoch seen within --max-epoch-wait {self.max_epoch_wait_s:g} s "
@@ -73,15 +80,36 @@ class Sampling:
         return stop_rule.BudgetInputs(
             planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch"),
             batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,
-            init_s=self.marks["first_iteration_start"], now_s=self.now())
+            init_s=self.marks["first_iteration_start"], now_s=self.now(),
+            planned_iterations=None if self.epochs_hint or not self.script_iterations else self.script_iterations["iterations"])
 
     def epoch2_still_to_come(self) -> bool:
         """Sampling stopped in an epoch that may not be the last, and the first iterations of the next
         one (its start cost: workers restarting, a slow first iteration) are still to be timed."""
         planned = self.planned_epochs
         last_epoch = planned is not None and self._truncated_epoch >= planned - 1
+        last_epoch = last_epoch or self._step_budget_ends_this_epoch()
         return (self.epoch1_truncated and self.epoch2_iterations > 0 and not last_epoch
                 and self._later_epoch_iterations < self.epoch2_iterations)
+
+    def _step_budget_wait_over(self) -> bool:
+        """Waiting for a loop without a DataLoader to end its epoch (a validation region) has gone on for a tenth of
+        the script's step budget: a loop that validates does so more often (nanoGPT: every 250 of 5,000 steps), so
+        the run is taken as known without an epoch boundary."""
+        if self.epochs_hint or not self.script_iterations:
+            return False
+        return len(self.iterations) >= STEP_BUDGET_WAIT_SHARE * self.script_iterations["iterations"]
+
+    def _step_budget_ends_this_epoch(self) -> bool:
+        """The script's step budget ends the run within the epoch sampling stopped in (minGPT's endless sampler:
+        an epoch of 10^10 samples, 1,500 steps): there is no next epoch whose start to time."""
+        budget = None if self.epochs_hint or not self.script_iterations else self.script_iterations["iterations"]
+        per_epoch = self.epochs[0].get("batches_per_epoch") if self.epochs else None
+        if not budget or not per_epoch:
+            return False
+        batches = self.iterations.column_sum("batches")
+        iterations_per_epoch = per_epoch / max(1.0, batches / len(self.iterations) if self.iterations else 1.0)
+        return budget <= (self._truncated_epoch + 1) * iterations_per_epoch
 
     def _mark_train_truncation(self) -> None:
         # The active training iterator ends its epoch at its next request.

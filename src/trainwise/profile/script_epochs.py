@@ -12,8 +12,11 @@ iteration budget instead. Standard library only: the profile child imports this 
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import sysconfig
+import types
 from typing import Any, Sequence
 
 # Argument names (argparse dests) that mean "train for this many epochs" in common scripts, the
@@ -52,32 +55,82 @@ def argument_epochs(value: Any) -> int | None:
     return whole_epochs(value)
 
 
-def _lowercase_names(values: dict) -> dict[str, Any]:
-    """`values` keyed by lower-case name; of names equal but for case (`EPOCHS`, `epochs`), the first."""
-    found: dict[str, Any] = {}
-    for name, value in values.items():
-        if isinstance(name, str):
-            found.setdefault(name.lower(), (name, value))
-    return found
+SETTINGS_DEPTH = 2  # minGPT's `config.trainer.max_iters`: the script's globals, their attributes, and theirs
+_MAX_SETTINGS_HOLDERS = 500  # objects looked into, at most: reading must stay instant
+_MAX_SETTINGS_NAMES = 1000  # a dict larger than this is data (a vocabulary), not settings
+
+
+def _settings_of(value: Any) -> dict | None:
+    """The names a settings holder keeps (a dict, an argparse or simple namespace, an object of a class of the
+    user's own code: a config node), read from its `__dict__` (no property runs); None for anything else
+    (modules, classes, functions, tensors, models and every other object of an installed package)."""
+    if isinstance(value, dict):
+        return value if len(value) <= _MAX_SETTINGS_NAMES else None
+    if isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType)):
+        return None
+    if isinstance(value, (argparse.Namespace, types.SimpleNamespace)):
+        return vars(value)
+    owner = sys.modules.get(getattr(type(value), "__module__", "") or "")
+    filename = getattr(owner, "__file__", None) or ""
+    if owner is None or (filename and is_library_file(filename)) or (not filename and owner.__name__ != "__main__"):
+        return None
+    attributes = getattr(value, "__dict__", None)
+    return attributes if isinstance(attributes, dict) and len(attributes) <= _MAX_SETTINGS_NAMES else None
+
+
+def _settings_levels(module_globals: dict):
+    """[(path, names)] per depth, shallowest first: the globals, then the holders they keep (`config.`), ..."""
+    level, seen, looked = [("", module_globals)], {id(module_globals)}, 0
+    for _ in range(SETTINGS_DEPTH + 1):
+        yield level
+        deeper = []
+        for path, names in level:
+            for name, value in list(names.items()):
+                if not isinstance(name, str) or name.startswith("_") or id(value) in seen:
+                    continue
+                inner = _settings_of(value)
+                if inner is None:
+                    continue
+                seen.add(id(value))
+                looked += 1
+                if looked > _MAX_SETTINGS_HOLDERS:
+                    return
+                deeper.append((f"{path}{name}.", inner))
+        level = deeper
+
+
+def _setting(level: list, candidates: Sequence[str]) -> tuple[int, str] | None | bool:
+    """The first of `candidates` (any case) set to a plain whole number in this level's holders: (value, source);
+    False when holders disagree (two configs, two budgets: not one to trust); None when none is set."""
+    wanted = {name.lower(): rank for rank, name in enumerate(candidates)}
+    found = []
+    for path, names in level:
+        for name, value in list(names.items()):
+            if not isinstance(name, str) or name.lower() not in wanted or type(value) not in (int, float):
+                continue
+            if (count := whole_epochs(value)) is not None:
+                where = "module-level " if not path else ""
+                found.append((wanted[name.lower()], count, f"the script's {where}{path}{name} = {count}"))
+    if not found:
+        return None
+    if len({count for _, count, _ in found}) > 1:
+        return False
+    _, count, source = min(found)
+    return count, source
 
 
 def globals_reading(module_globals: dict) -> tuple[tuple[int, str] | None, tuple[int, str] | None]:
-    """((epochs, source), (iterations, source)) from a script's module-level settings, each None when
-    absent: `EPOCHS = 10`, `num_epochs = 5`, nanoGPT's `max_iters` (after its configurator applied the
-    command line's `--max_iters=2000`). Only plain whole numbers count (not a bool, a list, a tensor)."""
-    names = _lowercase_names(module_globals)
-
-    def first(candidates: Sequence[str]) -> tuple[int, str] | None:
-        for candidate in candidates:
-            entry = names.get(candidate.lower())
-            if entry is None or type(entry[1]) not in (int, float):
-                continue
-            value = whole_epochs(entry[1])
-            if value is not None:
-                return value, f"the script's module-level {entry[0]} = {value}"
-        return None
-
-    return first(EPOCH_ARGUMENT_NAMES), first(ITERATION_ARGUMENT_NAMES)
+    """((epochs, source), (iterations, source)) from a script's settings, each None when absent: module-level
+    (`EPOCHS = 10`, nanoGPT's `max_iters` after its configurator applied `--max_iters=2000`), or kept by a
+    settings object it holds (minGPT's `config.trainer.max_iters`, an argparse `args.epochs`), the shallowest
+    first. Only plain whole numbers count (not a bool, a list, a tensor); holders that disagree at one depth
+    give nothing."""
+    readings: list = [None, None]
+    for level in _settings_levels(module_globals):
+        for kind, candidates in enumerate((EPOCH_ARGUMENT_NAMES, ITERATION_ARGUMENT_NAMES)):
+            if readings[kind] is None:
+                readings[kind] = _setting(level, candidates)
+    return tuple(reading or None for reading in readings)  # type: ignore[return-value]
 
 
 def epochs_in_namespace(namespace: Any, parser: Any = None) -> tuple[int, str] | None:
