@@ -176,7 +176,8 @@ def main() -> None:
     missing = [f"{folders[n]}/{f}" for n in names for f in REQUIRED[n] if not (folders[n] / f).is_file()]
     if missing:
         sys.exit(f"error: {', '.join(missing)} missing: give --examples a checkout of github.com/pytorch/examples "
-                 "(with its wikitext-2 data), --nanogpt one of github.com/karpathy/nanoGPT")
+                 "(with its wikitext-2 data), --nanogpt one of github.com/karpathy/nanoGPT, --mingpt one of "
+                 "github.com/karpathy/minGPT")
     if not 0 < args.size <= 20:
         sys.exit("error: --size must be in (0, 20]")
     started = time.time()
