@@ -183,6 +183,10 @@ def test_training_in_spawned_worker_processes_is_profiled_in_the_first_to_train(
     full = run_profile(client("spawned_workers.py", "--epochs", "2", "--batches", "50"), ProfileOptions(mode="full", **QUICK),
                        quiet=True)
     assert len(full.iterations) == 100 and full.full_run.epochs_completed == 2 and full.exit_code == 0
+    # forked workers end with os._exit (no atexit): the owner writes its record as multiprocessing ends it
+    forked = run_profile(client("spawned_workers.py", "--epochs", "2", "--batches", "50", "--start-method", "fork"),
+                         ProfileOptions(mode="full", **QUICK), quiet=True)
+    assert len(forked.iterations) == 100 and forked.full_run.epochs_completed == 2 and forked.stop_reason != "interrupted"
 
 
 @pytest.mark.long
@@ -234,3 +238,14 @@ def test_a_step_budget_without_validation_is_one_epoch_after_a_tenth_of_it():
     decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
                              profiles=[("p", profile)], what="epochs")
     assert decision.headline == 1
+
+
+@pytest.mark.long
+def test_a_smoke_test_subprocess_that_trains_briefly_gives_the_profile_up():
+    """Its 3 steps owned the profile and, at its exit, would have been the profile (the launcher ending the job):
+    a process the script started that ends before sampling could finish gives ownership up."""
+    profile = run_profile(client("smoke_test_first.py", "--epochs", "50", "--batches", "300"),
+                          ProfileOptions(min_iterations=20, averaging_seconds=0, **QUICK), quiet=True)
+    assert profile.stop_reason == "sampled" and profile.dataset.iterations_per_epoch == 300
+    assert profile.script_epochs.epochs == 50 and len(profile.iterations) >= 20
+    assert not any("process the script started" in note for note in profile.notes)

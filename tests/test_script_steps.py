@@ -195,3 +195,15 @@ def test_the_cost_budget_knows_a_run_from_its_step_budget():
     neither = stop_rule.BudgetInputs(planned_epochs=None, batches_per_epoch=400, batches_per_iteration=1.0, init_s=2.0,
                                      now_s=5.0)
     assert not stop_rule.run_known(neither) and stop_rule.predicted_full_run_s(times, neither) is None
+
+
+def test_a_saved_plans_command_sets_its_own_step_budget():
+    from trainwise.profile.script_epochs import epochs_in_command
+
+    assert epochs_in_command(["python", "train.py", "--max_iters=4000"], steps=True) == (4000, "--max_iters")
+    assert epochs_in_command(["python", "train.py", "--max-steps", "90", "--epochs", "3"], steps=True) == (90, "--max-steps")
+    assert epochs_in_command(["python", "train.py", "--max_iters=4000"]) is None
+    decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
+                             profiles=[("p", _profile(250, steps=2000))], command=["python", "train.py", "--max_iters=4000"])
+    assert decision.headline == 16
+    assert "4,000 optimizer steps (the training command's --max_iters 4000) over 250 iterations" in decision.says

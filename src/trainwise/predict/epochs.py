@@ -102,8 +102,9 @@ def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_opt
                                                        "trains; --epochs N plans another")
     if not epoch_options_given and profiles:
         own = script_epochs_of([profile for _, profile in profiles])
+        command_steps = epochs_in_command(command, steps=True) if command else None
         budget = _step_budget([profile for _, profile in profiles], own.epochs if own else None, iterations_per_epoch,
-                              what)
+                              what, command_steps)
         if budget is not None:
             return EpochDecision(budget[0], options, budget[1], budget[2])
         if own is not None:
@@ -123,13 +124,18 @@ def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_opt
 
 
 def _step_budget(profiles: Sequence[Profile], own_epochs: int | None, iterations_per_epoch: int | None,
-                 what: str) -> tuple[int | None, str, int | None] | None:
+                 what: str, command_steps: tuple[int, str] | None = None) -> tuple[int | None, str, int | None] | None:
     """(epochs or None, the line saying why, iterations per epoch when predict spreads the steps over whole
     epochs) from the step budget every profiled script sets (`max_steps`, `max_iters`); None when there is none,
-    or the script's epoch count ends the run first."""
+    or the script's epoch count ends the run first. `command_steps`: a saved plan's training command's own
+    step flag (`--max_iters=4000`), which wins over what the profiled command set."""
+    from trainwise.core.profile import ScriptIterations
     from trainwise.profile.schema import script_iterations_of
 
     budget = script_iterations_of(profiles)
+    if command_steps is not None:
+        budget = ScriptIterations(iterations=command_steps[0],
+                                  source=f"the training command's {command_steps[1]} {command_steps[0]}")
     if budget is None:
         return None
     per_epoch = {iterations_per_epoch or p.dataset.iterations_per_epoch for p in profiles}

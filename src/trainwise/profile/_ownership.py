@@ -73,6 +73,8 @@ class ProfileOwnership:
         """At the first iteration: own the profile, or stand by when another process of the job owns it."""
         if not self.delegate or claim(self.out_path):
             self.owner = True
+            if os.getpid() != self._armed_pid:
+                self._write_at_forked_exit()
             if self.spawned or os.getpid() != self._armed_pid:
                 self.notes.append("training ran in a process the script started (torch.multiprocessing, torchrun's "
                                   "workers or a subprocess): this profile is the first of them to train; processes "
@@ -81,6 +83,38 @@ class ProfileOwnership:
         # Another process trains too and owns the profile: nothing more is recorded or written here.
         self.paused = self.finished = True
         return False
+
+    def _write_at_forked_exit(self) -> None:
+        """A forked process (multiprocessing's `fork` start) ends with os._exit, which runs no atexit handler:
+        the record is written when multiprocessing finishes the process instead (its exit function, called
+        once the target returned), as the launched process writes at exit."""
+        import multiprocessing.util as mp_util
+
+        original = mp_util._exit_function
+        recorder = self
+
+        def exit_function(*args, **kwargs):
+            try:
+                recorder.on_process_exit()
+            except Exception:  # noqa: BLE001 - the job's own exit must go on
+                pass
+            return original(*args, **kwargs)
+
+        mp_util._exit_function = exit_function
+
+    def _release_if_brief(self) -> bool:
+        """A process the script started that owns the profile but ends having trained less than sampling needs (a
+        smoke test of a few steps before the real training) gives it up, writing nothing: the next process to
+        train owns it. True when it did."""
+        if not (self.delegate and self.owner and self.sampled and not self.finished
+                and (self.spawned or os.getpid() != self._armed_pid) and len(self.iterations) < self.min_iterations):
+            return False
+        try:
+            os.remove(owner_path(self.out_path))
+        except OSError:
+            pass
+        self.owner = False
+        return True
 
     def _another_process_owns(self) -> bool:
         return self.delegate and not self.owner and owner_pid(self.out_path) not in (None, os.getpid())

@@ -193,7 +193,7 @@ class RecordOutput:
         self.exit_mid_training = f"the script called {call} after {len(self.iterations)} iterations, {' and '.join(where)}"
 
     def on_process_exit(self) -> None:
-        if not self._writes_a_record():  # another process of the job owns the profile
+        if self._release_if_brief() or not self._writes_a_record():  # another process of the job owns the profile
             self._remove_scratch_saves()
             return
         if not self.finished and self.exit_mid_training is None and self._close_whole_run():

@@ -31,6 +31,8 @@ ITERATION_ARGUMENT_NAMES = ("max_iters", "max_steps", "max_iterations", "num_ite
                             "num_train_steps", "num_training_steps", "training_steps", "train_iters")
 _FLAGS = {f"--{name}": name for name in EPOCH_ARGUMENT_NAMES} | {
     f"--{name.replace('_', '-')}": name for name in EPOCH_ARGUMENT_NAMES}
+_STEP_FLAGS = {f"--{name}": name for name in ITERATION_ARGUMENT_NAMES} | {
+    f"--{name.replace('_', '-')}": name for name in ITERATION_ARGUMENT_NAMES}
 
 
 def whole_epochs(value: Any) -> int | None:
@@ -198,14 +200,15 @@ def argparse_reading(parser: Any, namespace: Any, args: Sequence[str] | None, *,
     return epochs, source, (command_line, not library, given)
 
 
-def epochs_in_command(command: Sequence[str]) -> tuple[int, str] | None:
+def epochs_in_command(command: Sequence[str], *, steps: bool = False) -> tuple[int, str] | None:
     """(epochs, flag) from a command line's `--epochs N` / `--epochs=N` (and the other names above); the
-    last one given, as argparse takes it."""
+    last one given, as argparse takes it. With `steps`, the step budget's flags (`--max_iters=2000`)."""
     words = list(command)
+    flags = _STEP_FLAGS if steps else _FLAGS
     found = None
     for i, word in enumerate(words):
         flag, sep, inline = word.partition("=")
-        if flag not in _FLAGS:
+        if flag not in flags:
             continue
         text = inline if sep else (words[i + 1] if i + 1 < len(words) else "")
         epochs = argument_epochs(text)

@@ -1,5 +1,6 @@
 """Training in processes the script starts, as pytorch/examples' mnist_hogwild does: the parent parses its
-arguments and builds a shared model, torch.multiprocessing starts --processes workers (spawn), each trains
+arguments and builds a shared model, torch.multiprocessing starts --processes workers (--start-method: spawn, or
+fork as mnist_hogwild on Linux), each trains
 --epochs passes of its own DataLoader with its own optimizer, the parent joins them and evaluates."""
 
 import argparse
@@ -27,8 +28,9 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batches", type=int, default=400)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--start-method", default="spawn", choices=("spawn", "fork"))
     args = parser.parse_args()
-    mp.set_start_method("spawn", force=True)
+    mp.set_start_method(args.start_method, force=True)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     model.share_memory()
     workers = [mp.Process(target=train, args=(rank, args.epochs, args.batches, model)) for rank in range(args.processes)]
