@@ -122,7 +122,6 @@ def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_opt
     return EpochDecision(None, options)
 
 
-
 def _step_budget(profiles: Sequence[Profile], own_epochs: int | None, iterations_per_epoch: int | None,
                  what: str, command_steps: tuple[int, str] | None = None) -> tuple[int | None, str, int | None] | None:
     """(epochs or None, the line saying why, iterations per epoch when predict spreads the steps over whole
