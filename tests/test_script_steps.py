@@ -207,3 +207,14 @@ def test_a_saved_plans_command_sets_its_own_step_budget():
                              profiles=[("p", _profile(250, steps=2000))], command=["python", "train.py", "--max_iters=4000"])
     assert decision.headline == 16
     assert "4,000 optimizer steps (the training command's --max_iters 4000) over 250 iterations" in decision.says
+
+
+def test_an_endless_sampler_without_a_step_budget_is_pointed_out():
+    from trainwise.predict.same_machine import trainwise_estimate
+
+    endless = _profile(312_500_000)
+    note = trainwise_estimate(endless, 1).note
+    assert "an epoch of 312,500,000 iterations" in note and "--epochs 1 --iterations-per-epoch STEPS" in note
+    assert "endless sampler" not in trainwise_estimate(endless, 1, iterations_per_epoch=1500).note
+    assert "endless sampler" not in trainwise_estimate(_profile(312_500_000, steps=1500), 1).note
+    assert "endless sampler" not in trainwise_estimate(_profile(250), 1).note

@@ -41,6 +41,10 @@ class Prediction:
         return (self.high_s - self.low_s) / 2 / self.total_s if self.total_s > 0 else 0.0
 
 
+# An epoch this long is a sampler drawing "forever" (10^10 samples), not a pass over data a run completes
+ENDLESS_EPOCH_ITERATIONS = 10_000_000
+
+
 def iterations_per_epoch_of(profile: Profile, override: int | None = None) -> int:
     if override is not None:
         if override <= 0:
@@ -316,6 +320,10 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     init_s = profile.init.total_s
     total = init_s + iterations_s + epoch_start_s + between_s + validation_s
     notes = [] if loaders else ["no validation pass observed: validation time not included"]
+    if iterations_per_epoch is None and n_it >= ENDLESS_EPOCH_ITERATIONS and profile.script_iterations is None:
+        notes.append(f"an epoch of {n_it:,} iterations, the training DataLoader's length (an endless sampler, as minGPT's "
+                     "10^10 samples?): a loop that stops at a step count it does not read (`max_steps`, `max_iters`) "
+                     "trains far less; pass --epochs 1 --iterations-per-epoch STEPS")
     level = host_level_correction(profile) if level_correction else None
     level_correction_s = 0.0
     if level is not None:
