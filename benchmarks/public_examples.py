@@ -90,6 +90,10 @@ def write_mnist_like(raw: Path, seed: int = 0) -> None:
         (raw / f"{split}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
 
 
+# tiny Shakespeare's 65 characters, which nanoGPT's and minGPT's character models train on
+SHAKESPEARE_CHARACTERS = "\n !$&',-.3:;?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
 def nanogpt(folder: Path, size: float, scratch: str) -> list[str]:
     # Runs from a copy (it writes out-shakespeare-char/ and reads data/shakespeare_char/ relative to its folder)
     run_dir = Path(scratch) / "nanogpt"
@@ -110,7 +114,7 @@ def write_characters_like(folder: Path, seed: int = 0) -> None:
     import numpy as np
 
     folder.mkdir(parents=True, exist_ok=True)
-    chars = sorted(set("\n !$&',-.3:;?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"))
+    chars = sorted(set(SHAKESPEARE_CHARACTERS))
     rng = np.random.default_rng(seed)
     for split, n in (("train", 1_003_854), ("val", 111_540)):
         rng.integers(0, len(chars), n).astype(np.uint16).tofile(folder / f"{split}.bin")
@@ -124,9 +128,8 @@ def mingpt(folder: Path, size: float, scratch: str) -> list[str]:
     shutil.copy(folder / "projects" / "chargpt" / "chargpt.py", run_dir / "chargpt.py")
     import random
 
-    chars = "\n !$&',-.3:;?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
     generator = random.Random(0)
-    (run_dir / "input.txt").write_text("".join(generator.choice(chars) for _ in range(1_115_394)))
+    (run_dir / "input.txt").write_text("".join(generator.choice(SHAKESPEARE_CHARACTERS) for _ in range(1_115_394)))
     return ["chargpt.py", f"--trainer.max_iters={max(100, round(1500 * size))}", "--model.model_type=gpt-micro",
             "--trainer.batch_size=32"]
 

@@ -68,7 +68,7 @@ def run_known(budget: BudgetInputs | None) -> bool:
                                    or (bool(budget.planned_epochs) and bool(budget.batches_per_epoch)))
 
 
-def planned_iterations(budget: BudgetInputs) -> float:
+def run_iterations(budget: BudgetInputs) -> float:
     """The planned run's iterations: its epochs' or its step budget, whichever ends it first."""
     counts = [float(budget.planned_iterations)] if budget.planned_iterations else []
     if budget.planned_epochs and budget.batches_per_epoch:
@@ -82,7 +82,7 @@ def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> floa
     warmup = stats.detect_warmup(times_s)
     steady = list(times_s[warmup:]) or list(times_s[-1:])
     mean_s = sum(steady) / len(steady)
-    return budget.init_s + mean_s * planned_iterations(budget)
+    return budget.init_s + mean_s * run_iterations(budget)
 
 
 def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInputs, settings: StopSettings) -> bool:

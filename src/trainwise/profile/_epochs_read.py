@@ -72,6 +72,13 @@ class ScriptEpochs:
             self.notes.append(note)
 
     @property
+    def planned_steps(self) -> int | None:
+        """The full run's optimizer steps when the script's step budget bounds it (not when --epochs is given)."""
+        if self.epochs_hint or not self.script_iterations:
+            return None
+        return int(self.script_iterations["iterations"])
+
+    @property
     def planned_epochs(self) -> int | None:
         """The full run's epochs: --epochs when given, else the script's own count."""
         if self.epochs_hint:

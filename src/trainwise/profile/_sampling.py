@@ -81,7 +81,7 @@ class Sampling:
             planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch"),
             batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,
             init_s=self.marks["first_iteration_start"], now_s=self.now(),
-            planned_iterations=None if self.epochs_hint or not self.script_iterations else self.script_iterations["iterations"])
+            planned_iterations=self.planned_steps)
 
     def epoch2_still_to_come(self) -> bool:
         """Sampling stopped in an epoch that may not be the last, and the first iterations of the next
@@ -96,20 +96,17 @@ class Sampling:
         """Waiting for a loop without a DataLoader to end its epoch (a validation region) has gone on for a tenth of
         the script's step budget: a loop that validates does so more often (nanoGPT: every 250 of 5,000 steps), so
         the run is taken as known without an epoch boundary."""
-        if self.epochs_hint or not self.script_iterations:
-            return False
-        return len(self.iterations) >= STEP_BUDGET_WAIT_SHARE * self.script_iterations["iterations"]
+        steps = self.planned_steps
+        return steps is not None and len(self.iterations) >= STEP_BUDGET_WAIT_SHARE * steps
 
     def _step_budget_ends_this_epoch(self) -> bool:
         """The script's step budget ends the run within the epoch sampling stopped in (minGPT's endless sampler:
         an epoch of 10^10 samples, 1,500 steps): there is no next epoch whose start to time."""
-        budget = None if self.epochs_hint or not self.script_iterations else self.script_iterations["iterations"]
-        per_epoch = self.epochs[0].get("batches_per_epoch") if self.epochs else None
-        if not budget or not per_epoch:
+        budget = self._budget_inputs() if self.planned_steps else None
+        if budget is None or not budget.batches_per_epoch:
             return False
-        batches = self.iterations.column_sum("batches")
-        iterations_per_epoch = per_epoch / max(1.0, batches / len(self.iterations) if self.iterations else 1.0)
-        return budget <= (self._truncated_epoch + 1) * iterations_per_epoch
+        iterations_per_epoch = budget.batches_per_epoch / max(1.0, budget.batches_per_iteration)
+        return budget.planned_iterations <= (self._truncated_epoch + 1) * iterations_per_epoch
 
     def _mark_train_truncation(self) -> None:
         # The active training iterator ends its epoch at its next request.

@@ -61,15 +61,14 @@ def _watch_argparse(recorder: Any) -> None:
             frame = sys._getframe(1)
             while frame is not None and os.path.normcase(os.path.abspath(frame.f_code.co_filename)) in skipped:
                 frame = frame.f_back
-            found = script_epochs_source.argparse_reading(
-                parser, namespace, args[0] if args else kwargs.get("args"),
-                caller_file=frame.f_code.co_filename if frame is not None else "", argv=sys.argv[1:])
+            parsed = args[0] if args else kwargs.get("args")
+            caller = frame.f_code.co_filename if frame is not None else ""
+            found = script_epochs_source.argparse_reading(parser, namespace, parsed, caller_file=caller, argv=sys.argv[1:])
             if found is not None:
                 epochs, source, rank = found
                 recorder.note_script_epochs(epochs, source, rank=rank)
-            steps = script_epochs_source.argparse_reading(
-                parser, namespace, args[0] if args else kwargs.get("args"),
-                caller_file=frame.f_code.co_filename if frame is not None else "", argv=sys.argv[1:], iterations=True)
+            steps = script_epochs_source.argparse_reading(parser, namespace, parsed, caller_file=caller, argv=sys.argv[1:],
+                                                          iterations=True)
             if steps is not None:
                 recorder.note_script_iterations(steps[0], steps[1], rank=steps[2])
         except Exception:  # noqa: BLE001 - reading the arguments must never break the script
