@@ -64,6 +64,18 @@ def command(name: str, scale: float, workdir: str) -> list[str]:
     return [sys.executable, *args]
 
 
+def code_commit() -> str | None:
+    """The checkout's commit (with "+changes" when its tree differs from it), or None outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("+changes" if changed else "")
+
+
 def plain_run_s(argv: list[str], cwd: str | Path | None = None, preexec_fn=None) -> float:
     started = time.time()
     subprocess.run(argv, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=preexec_fn)
@@ -410,6 +422,7 @@ def main() -> None:
     for name in [] if args.overhead_only or parallel_accuracy_run else names:
         print(f"{name} ...", flush=True)
         row = measure(name, args.scale, ProfileOptions(flush_denormal=args.flush_denormals))
+        row.update(run_note=args.note, commit=code_commit())  # rows of several runs share one file
         rows.append(row)
         print_row(row)
     if args.accuracy_only:

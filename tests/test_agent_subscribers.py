@@ -150,6 +150,42 @@ def test_the_cost_budget_never_lets_sampling_cross_its_share():
     assert sum(times) <= share_s < sum(times) + 2 * 0.006
 
 
+def test_the_cost_budget_stops_before_the_check_that_would_cross_it():
+    # Checks thin out as the sample grows (every 5 % more iterations): with 500 iterations of 1 ms to the next
+    # check, the stop is taken now, 0.5 s before the cap, not at that check, 0.5 s past it.
+    settings = stop_rule.StopSettings(min_iterations=10, validation_batches=0, epoch2_iterations=0,
+                                      max_iterations=50_000, target_relative_ci=1e-9)  # the budget decides
+    times = [0.0009, 0.0011] * 5_000
+    cap_s = (1 - stop_rule.BUDGET_MARGIN) * 0.02 * (5.0 + 0.001 * 750_000)  # 14.345 s of a 755-s run
+    budget = stop_rule.BudgetInputs(planned_epochs=1, batches_per_epoch=750_000, batches_per_iteration=1.0,
+                                    init_s=5.0, now_s=cap_s - 0.3)
+    assert not stop_rule.over_budget(times, 10.0, budget, settings)
+    assert stop_rule.over_budget(times, 10.0, budget, settings, iterations_to_check=500)
+    assert stop_rule.decide(times, 10.0, settings, budget, iterations_to_check=500).reason == "cost_budget"
+
+
+def test_the_budget_keeps_back_the_next_epochs_start_and_the_closing_probe():
+    # A loader whose workers take 0.4 s to start before each epoch: that start, measured on the way in, is
+    # spent again when epoch 2's first iterations are timed, and so is the level probe after the sample
+    settings = stop_rule.StopSettings(validation_batches=0, epoch2_iterations=5)
+    times = [0.001] * 10_000
+    cap_s = (1 - stop_rule.BUDGET_MARGIN) * 0.02 * (5.0 + 0.001 * 750_000)
+
+    def budget(epochs: int | None, now_s: float, steps: int | None = None) -> stop_rule.BudgetInputs:
+        return stop_rule.BudgetInputs(planned_epochs=epochs, batches_per_epoch=750_000 // (epochs or 1),
+                                      batches_per_iteration=1.0, init_s=5.0, now_s=now_s, planned_iterations=steps,
+                                      epoch_start_s=0.401, probe_after_s=0.1)
+
+    assert stop_rule.over_budget(times, 10.0, budget(5, cap_s - 0.45), settings)  # 0.4 + 0.1 + 5 ms kept back
+    assert not stop_rule.over_budget(times, 10.0, budget(5, cap_s - 0.52), settings)
+    # one epoch, or a step budget that ends within this one: no next epoch to time, only the probe is kept back
+    assert not stop_rule.over_budget(times, 10.0, budget(1, cap_s - 0.45), settings)
+    assert stop_rule.over_budget(times, 10.0, budget(1, cap_s - 0.1), settings)
+    assert not stop_rule.over_budget(times, 10.0, budget(None, cap_s - 0.45, steps=740_000), settings)
+    assert stop_rule.next_epoch_timed(budget(None, 1.0, steps=900_000), settings)
+    assert not stop_rule.next_epoch_timed(budget(5, 1.0), stop_rule.StopSettings(epoch2_iterations=0))
+
+
 def test_steps_that_ran_every_closure_evaluation_allowed_are_no_reason_to_stop():
     # LBFGS steps at max_iter have not converged: steady times do not stop sampling, the caps still do
     settings = stop_rule.StopSettings(min_iterations=20, max_seconds=60.0)

@@ -46,6 +46,10 @@ class BudgetInputs:
     init_s: float  # launch → first iteration start
     now_s: float  # launch → now: the profile's cost so far
     planned_iterations: int | None = None  # the script's step budget (`max_steps`), when it has one
+    # Spent again after sampling stops, measured on the way in: the loader's start to its first step's end (workers
+    # starting, the first batch) for the next epoch's start, and the level probe after the sampled steps.
+    epoch_start_s: float = 0.0
+    probe_after_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -85,26 +89,42 @@ def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> floa
     return budget.init_s + mean_s * run_iterations(budget)
 
 
-def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInputs, settings: StopSettings) -> bool:
+def next_epoch_timed(budget: BudgetInputs, settings: StopSettings) -> bool:
+    """After sampling stops, the next epoch's first iterations are timed (its start cost): there is a next epoch,
+    by the planned epochs and by the step budget."""
+    if settings.epoch2_iterations <= 0 or (budget.planned_epochs is not None and budget.planned_epochs <= 1):
+        return False
+    if budget.planned_iterations and budget.batches_per_epoch:
+        return budget.planned_iterations > budget.batches_per_epoch / max(1.0, budget.batches_per_iteration)
+    return True
+
+
+def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInputs, settings: StopSettings,
+                iterations_to_check: int = 1) -> bool:
     """With the planned epoch count known, the profile should cost at most `budget_fraction` of the
     predicted full run. Start-up the profile cannot avoid (the interpreter, the imports, the script's
     set-up: seconds) may alone exceed that share of a run of a few minutes; sampling then still gets
     SAMPLING_SHARE of the budget in sampled iterations instead of stopping at the first check: on a
     16-core host, 4-minute runs were cut at 25 iterations that way, all in their warm-up
-    (benchmarks/results/same_machine_prediction_h200host.json)."""
+    (benchmarks/results/same_machine_prediction_h200host.json).
+    `iterations_to_check`: iterations until the stop is next decided (the checks thin out as the sample grows): it
+    stops before the check that would cross the cap, not after it."""
     predicted_s = predicted_full_run_s(times_s, budget)
     if predicted_s is None:
         return False
     warmup = stats.detect_warmup(times_s)
     steady = list(times_s[warmup:]) or list(times_s[-1:])
     mean_s = sum(steady) / len(steady)
-    # What is still to come: the validation batches (about half an iteration each: no backward) and
-    # the epoch-2 iterations.
-    reserve_s = (0.5 * settings.validation_batches + settings.epoch2_iterations) * mean_s
+    # What is still to come: the validation batches (about half an iteration each: no backward), the level probe,
+    # and the next epoch's start and first iterations (a 0.4-s worker start spent again after 14 s of sampling put
+    # five 12-minute profiles at 2.0-2.1 % of a 2 % budget, 2026-11-28).
+    reserve_s = 0.5 * settings.validation_batches * mean_s + budget.probe_after_s
+    if next_epoch_timed(budget, settings):
+        reserve_s += max(0.0, budget.epoch_start_s - mean_s) + settings.epoch2_iterations * mean_s
     cap_s = (1.0 - BUDGET_MARGIN) * settings.budget_fraction * predicted_s
     # Stop *before* the iteration that would cross the cap, not after it: the decision is taken at a
     # boundary, and one more iteration is spent whenever sampling goes on.
-    next_s = next_iteration_s(times_s)
+    next_s = next_iteration_s(times_s) * max(1, iterations_to_check)
     return (budget.now_s + next_s + reserve_s >= cap_s
             and sampling_s + next_s + reserve_s >= SAMPLING_SHARE * cap_s)
 
@@ -120,13 +140,13 @@ def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW
 
 
 def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,
-           budget: BudgetInputs | None = None, closure_capped: bool = False) -> StopDecision:
+           budget: BudgetInputs | None = None, closure_capped: bool = False, iterations_to_check: int = 1) -> StopDecision:
     """Stop now? `sampling_s`: seconds of sampled iterations (observer time excluded).
     `closure_capped`: the latest steps of a closure optimizer (LBFGS) ran as many closure evaluations as
     it allows: they have not converged, later steps may run far fewer, so steady times are no reason to
     stop, and neither is the cost budget (its estimate of the run is made of those capped steps: 6x too
     long for an LBFGS loop that converges after 54 of 2,400 steps); the caps (--iterations,
-    --max-seconds) still are."""
+    --max-seconds) still are. `iterations_to_check`: as for `over_budget`."""
     n = len(times_s)
     # With the planned run known, a steady verdict waits for `averaging_seconds` of steps: a host's speed wanders
     # over tens of seconds (a few seconds of steady steps see one level of it) and the cost budget, not the
@@ -145,7 +165,8 @@ def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,
     elif sampling_s >= settings.max_seconds:
         reason = "time_budget"
     elif (budget is not None and not closure_capped and n >= settings.min_iterations
-          and sampling_s >= settings.min_budget_seconds and over_budget(times_s, sampling_s, budget, settings)):
+          and sampling_s >= settings.min_budget_seconds
+          and over_budget(times_s, sampling_s, budget, settings, iterations_to_check)):
         reason = "cost_budget"
     return StopDecision(reason, verdict.stable, verdict.warmup_iterations, verdict.relative_ci95_halfwidth,
                         verdict.relative_drift)

@@ -45,7 +45,7 @@ class Sampling:
         self._next_check = n + max(1, n // 20)
         times = self.iterations.walls()
         decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs(),
-                                    closure_capped=self._closure_capped())
+                                    closure_capped=self._closure_capped(), iterations_to_check=self._next_check - n)
         if decision.reason is None:
             return
         self.stability = decision.as_record(n)
@@ -81,7 +81,14 @@ class Sampling:
             planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch"),
             batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,
             init_s=self.marks["first_iteration_start"], now_s=self.now(),
-            planned_iterations=self.planned_steps)
+            planned_iterations=self.planned_steps, epoch_start_s=self._epoch_start_s(),
+            probe_after_s=self.level_probe_s if self.level_probe_socket and self.level_probes else 0.0)
+
+    def _epoch_start_s(self) -> float:
+        """The first epoch's start to its first step's end: what the next epoch's start costs again."""
+        if not self.iterations or not self.epochs or self.epochs[0].get("start_s") is None:
+            return 0.0
+        return max(0.0, self.iterations.end_times()[0] - self.epochs[0]["start_s"])
 
     def epoch2_still_to_come(self) -> bool:
         """Sampling stopped in an epoch that may not be the last, and the first iterations of the next
