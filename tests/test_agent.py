@@ -261,7 +261,7 @@ def test_start_up_that_exceeds_the_budget_alone_does_not_cut_sampling_to_the_min
 def test_the_budget_aims_under_its_cap_by_the_margin():
     # A planned run of 1000 iterations of 10 ms after 0.02 s of start-up: 10.02 s; a 2 % budget is
     # 0.2004 s, aimed at 0.95 × 0.2004 = 0.19038 s (the full run it divides by is a prediction itself).
-    settings = stop_rule.StopSettings(budget_fraction=0.02, validation_batches=0, epoch2_iterations=0)
+    settings = stop_rule.StopSettings(budget_fraction=0.02, validation_batches=0, epoch2_iterations=0, end_reserve_s=0.0)
     # It stops before the iteration (10 ms) that would cross that aim.
     times = [0.01] * 20
     for now_s, over in ((0.180, False), (0.1825, True)):

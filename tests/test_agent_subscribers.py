@@ -176,14 +176,31 @@ def test_the_budget_keeps_back_the_next_epochs_start_and_the_closing_probe():
                                       batches_per_iteration=1.0, init_s=5.0, now_s=now_s, planned_iterations=steps,
                                       epoch_start_s=0.401, probe_after_s=0.1)
 
-    assert stop_rule.over_budget(times, 10.0, budget(5, cap_s - 0.45), settings)  # 0.4 + 0.1 + 5 ms kept back
-    assert not stop_rule.over_budget(times, 10.0, budget(5, cap_s - 0.52), settings)
-    # one epoch, or a step budget that ends within this one: no next epoch to time, only the probe is kept back
+    # kept back: 0.4-s start + 5 ms of epoch 2 + 0.1-s probe + the profile's end (0.25 s), and the next step
+    assert stop_rule.over_budget(times, 10.0, budget(5, cap_s - 0.75), settings)
+    assert not stop_rule.over_budget(times, 10.0, budget(5, cap_s - 0.77), settings)
+    # one epoch, or a step budget that ends within this one: no next epoch to time, the probe and the end are kept back
     assert not stop_rule.over_budget(times, 10.0, budget(1, cap_s - 0.45), settings)
-    assert stop_rule.over_budget(times, 10.0, budget(1, cap_s - 0.1), settings)
-    assert not stop_rule.over_budget(times, 10.0, budget(None, cap_s - 0.45, steps=740_000), settings)
+    assert stop_rule.over_budget(times, 10.0, budget(1, cap_s - 0.34), settings)
+    assert not stop_rule.over_budget(times, 10.0, budget(None, cap_s - 0.7, steps=740_000), settings)
     assert stop_rule.next_epoch_timed(budget(None, 1.0, steps=900_000), settings)
     assert not stop_rule.next_epoch_timed(budget(5, 1.0), stop_rule.StopSettings(epoch2_iterations=0))
+
+
+def test_the_next_epochs_start_is_measured_by_the_first_batchs_wait_not_the_first_steps_compute():
+    from types import SimpleNamespace
+
+    from trainwise.profile._iteration_log import IterationLog
+    from trainwise.profile._sampling import Sampling
+
+    log = IterationLog()
+    # the loader started at 6.55 s; its first batch took 0.41 s (workers starting); the first step's compute, 2.5 s
+    # (a GPU job's autotuning or compilation), is not spent again at the next epoch's start
+    log.add(6.55, 9.46, 0.41, 0, 32, 1, 1)
+    log.add(9.46, 9.461, 0.0002, 0, 32, 1, 1)
+    recorder = SimpleNamespace(iterations=log, epochs=[{"index": 0, "start_s": 6.55}])
+    assert Sampling._epoch_start_s(recorder) == pytest.approx(0.41)
+    assert Sampling._epoch_start_s(SimpleNamespace(iterations=IterationLog(), epochs=[])) == 0.0
 
 
 def test_steps_that_ran_every_closure_evaluation_allowed_are_no_reason_to_stop():

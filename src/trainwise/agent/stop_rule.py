@@ -18,6 +18,9 @@ BUDGET_MARGIN = 0.05
 # iterations may use even when start-up alone has spent the whole budget (a run of a few minutes). Half:
 # a 10-minute run whose start-up takes under half its budget (6 s) still costs at most the budget.
 SAMPLING_SHARE = 0.5
+# The profile's end after its last timed step: the record written, the process ended, the launcher ending the job's
+# helper processes (DataLoader workers): 0.07-0.31 s in five profile-only runs of the client loops (2026-11-28).
+END_RESERVE_S = 0.25
 # Iterations the next one's time is predicted from (their median).
 NEXT_ITERATION_WINDOW = 5
 
@@ -35,6 +38,7 @@ class StopSettings:
     budget_fraction: float = 0.02
     validation_batches: int = 10
     epoch2_iterations: int = 5
+    end_reserve_s: float = END_RESERVE_S
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,8 @@ class BudgetInputs:
     init_s: float  # launch → first iteration start
     now_s: float  # launch → now: the profile's cost so far
     planned_iterations: int | None = None  # the script's step budget (`max_steps`), when it has one
-    # Spent again after sampling stops, measured on the way in: the loader's start to its first step's end (workers
-    # starting, the first batch) for the next epoch's start, and the level probe after the sampled steps.
+    # Spent again after sampling stops, measured on the way in: the loader's start to its first batch (workers
+    # starting, the first fetch) for the next epoch's start, and the level probe after the sampled steps.
     epoch_start_s: float = 0.0
     probe_after_s: float = 0.0
 
@@ -116,16 +120,17 @@ def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInput
     steady = list(times_s[warmup:]) or list(times_s[-1:])
     mean_s = sum(steady) / len(steady)
     # What is still to come: the validation batches (about half an iteration each: no backward), the level probe,
-    # and the next epoch's start and first iterations (a 0.4-s worker start spent again after 14 s of sampling put
+    # the profile's end, and the next epoch's start and first iterations (a 0.4-s worker start spent again after 14 s of sampling put
     # five 12-minute profiles at 2.0-2.1 % of a 2 % budget, 2026-11-28).
     reserve_s = 0.5 * settings.validation_batches * mean_s + budget.probe_after_s
     if next_epoch_timed(budget, settings):
-        reserve_s += max(0.0, budget.epoch_start_s - mean_s) + settings.epoch2_iterations * mean_s
+        reserve_s += budget.epoch_start_s + settings.epoch2_iterations * mean_s
     cap_s = (1.0 - BUDGET_MARGIN) * settings.budget_fraction * predicted_s
     # Stop *before* the iteration that would cross the cap, not after it: the decision is taken at a
     # boundary, and one more iteration is spent whenever sampling goes on.
     next_s = next_iteration_s(times_s) * max(1, iterations_to_check)
-    return (budget.now_s + next_s + reserve_s >= cap_s
+    # (the end is a fixed cost, as the start-up is: it does not shorten sampling's own share)
+    return (budget.now_s + next_s + reserve_s + settings.end_reserve_s >= cap_s
             and sampling_s + next_s + reserve_s >= SAMPLING_SHARE * cap_s)
 
 

@@ -85,10 +85,12 @@ class Sampling:
             probe_after_s=self.level_probe_s if self.level_probe_socket and self.level_probes else 0.0)
 
     def _epoch_start_s(self) -> float:
-        """The first epoch's start to its first step's end: what the next epoch's start costs again."""
+        """The first epoch's start to its first batch (workers starting, the first fetch): what the next epoch's start
+        costs again. Not the first step's compute: a GPU job's first step (autotuning, compilation) is not repeated."""
         if not self.iterations or not self.epochs or self.epochs[0].get("start_s") is None:
             return 0.0
-        return max(0.0, self.iterations.end_times()[0] - self.epochs[0]["start_s"])
+        first = self.iterations[0]
+        return max(0.0, first["start_s"] - self.epochs[0]["start_s"]) + first["data_wait_s"]
 
     def epoch2_still_to_come(self) -> bool:
         """Sampling stopped in an epoch that may not be the last, and the first iterations of the next
