@@ -120,8 +120,8 @@ def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInput
     steady = list(times_s[warmup:]) or list(times_s[-1:])
     mean_s = sum(steady) / len(steady)
     # What is still to come: the validation batches (about half an iteration each: no backward), the level probe,
-    # the profile's end, and the next epoch's start and first iterations (a 0.4-s worker start spent again after 14 s of sampling put
-    # five 12-minute profiles at 2.0-2.1 % of a 2 % budget, 2026-11-28).
+    # and the next epoch's start and first iterations (a 0.4-s worker start spent again after 14 s of sampling put
+    # five 12-minute profiles at 2.0-2.1 % of a 2 % budget, 2026-11-28); the profile's end is kept back below.
     reserve_s = 0.5 * settings.validation_batches * mean_s + budget.probe_after_s
     if next_epoch_timed(budget, settings):
         reserve_s += budget.epoch_start_s + settings.epoch2_iterations * mean_s
@@ -144,8 +144,8 @@ def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW
     return recent[middle] if len(recent) % 2 else 0.5 * (recent[middle - 1] + recent[middle])
 
 
-def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings,
-           budget: BudgetInputs | None = None, closure_capped: bool = False, iterations_to_check: int = 1) -> StopDecision:
+def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings, budget: BudgetInputs | None = None,
+           closure_capped: bool = False, iterations_to_check: int = 1) -> StopDecision:
     """Stop now? `sampling_s`: seconds of sampled iterations (observer time excluded).
     `closure_capped`: the latest steps of a closure optimizer (LBFGS) ran as many closure evaluations as
     it allows: they have not converged, later steps may run far fewer, so steady times are no reason to
