@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,17 @@ def machine(**extra: Any) -> dict[str, Any]:
             "torch_version": torch_version, "torch_threads": torch_threads, "gpu": gpu,
             "python": platform.python_version(), "platform": platform.platform(),
             "load_average": [round(x, 2) for x in os.getloadavg()], **extra}
+
+
+def git_commit(checkout: Path, short: bool = False, mark_changes: bool = False) -> str | None:
+    """The checkout's commit (`mark_changes`: with "+changes" when tracked files differ from it), or None when it is
+    not a git checkout (say which commit in the run's --note then)."""
+    try:
+        commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", *(["--short"] if short else []), "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        changed = mark_changes and subprocess.run(
+            ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+            text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return (commit + ("+changes" if changed else "")) or None

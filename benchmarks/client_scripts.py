@@ -39,7 +39,7 @@ from trainwise.errors import TrainwiseError
 from trainwise.predict.epochs import decide_epochs
 from trainwise.predict.same_machine import predict_total, relative_error
 from trainwise.profile.runner import ProfileOptions, run_profile
-from _machine import machine
+from _machine import git_commit, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = ROOT / "tests" / "scripts" / "clients"
@@ -62,18 +62,6 @@ def command(name: str, scale: float, workdir: str) -> list[str]:
     if name == "checkpoint_every_epoch":
         args += ["--checkpoint", str(Path(workdir) / "model_epoch.pth")]
     return [sys.executable, *args]
-
-
-def code_commit() -> str | None:
-    """The checkout's commit (with "+changes" when its tree differs from it), or None outside git."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                                 text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return commit + ("+changes" if changed else "")
 
 
 def plain_run_s(argv: list[str], cwd: str | Path | None = None, preexec_fn=None) -> float:
@@ -422,7 +410,7 @@ def main() -> None:
     for name in [] if args.overhead_only or parallel_accuracy_run else names:
         print(f"{name} ...", flush=True)
         row = measure(name, args.scale, ProfileOptions(flush_denormal=args.flush_denormals))
-        row.update(run_note=args.note, commit=code_commit())  # rows of several runs share one file
+        row.update(run_note=args.note, commit=git_commit(ROOT, short=True, mark_changes=True))  # rows of several runs share one file
         rows.append(row)
         print_row(row)
     if args.accuracy_only:

@@ -38,7 +38,6 @@ import argparse
 import json
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ from pathlib import Path
 
 from trainwise._io import atomic_write_text
 from trainwise.profile.runner import ProfileOptions
-from _machine import machine
+from _machine import git_commit, machine
 from client_scripts import accuracy_summary, print_row, profile_then_run
 
 RESULTS = Path(__file__).parent / "results"
@@ -193,9 +192,9 @@ def main() -> None:
         rows.append(row)
         print_row(row)
     summary = {**accuracy_summary(rows), "examples": len(rows)}
-    commit = (_commit(args.examples) if args.examples else None) or previous.get("examples_commit")
-    nanogpt_commit = (_commit(args.nanogpt) if args.nanogpt else None) or previous.get("nanogpt_commit")
-    mingpt_commit = (_commit(args.mingpt) if args.mingpt else None) or previous.get("mingpt_commit")
+    commit = (git_commit(args.examples) if args.examples else None) or previous.get("examples_commit")
+    nanogpt_commit = (git_commit(args.nanogpt) if args.nanogpt else None) or previous.get("nanogpt_commit")
+    mingpt_commit = (git_commit(args.mingpt) if args.mingpt else None) or previous.get("mingpt_commit")
     result = {"benchmark": "public_examples", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "summary": summary, "rows": rows, "size": args.size, "examples_commit": commit,
               "nanogpt_commit": nanogpt_commit, "mingpt_commit": mingpt_commit,
@@ -205,14 +204,6 @@ def main() -> None:
     args.results.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.results, json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
-
-
-def _commit(checkout: Path) -> str | None:
-    try:
-        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None  # not a git checkout: say which commit in --note
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ class BudgetInputs:
     # starting, the first fetch) for the next epoch's start, and the level probe after the sampled steps.
     epoch_start_s: float = 0.0
     probe_after_s: float = 0.0
+    epoch: int = 0  # the epoch being sampled (0-based)
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,29 @@ def run_known(budget: BudgetInputs | None) -> bool:
                                    or (bool(budget.planned_epochs) and bool(budget.batches_per_epoch)))
 
 
+def iterations_per_epoch(budget: BudgetInputs) -> float | None:
+    """Optimizer steps per epoch (with gradient accumulation an iteration consumes several batches)."""
+    return budget.batches_per_epoch / max(1.0, budget.batches_per_iteration) if budget.batches_per_epoch else None
+
+
 def run_iterations(budget: BudgetInputs) -> float:
     """The planned run's iterations: its epochs' or its step budget, whichever ends it first."""
     counts = [float(budget.planned_iterations)] if budget.planned_iterations else []
-    if budget.planned_epochs and budget.batches_per_epoch:
-        counts.append(budget.batches_per_epoch / max(1.0, budget.batches_per_iteration) * float(budget.planned_epochs))
+    per_epoch = iterations_per_epoch(budget)
+    if budget.planned_epochs and per_epoch:
+        counts.append(per_epoch * float(budget.planned_epochs))
     return min(counts)
+
+
+def run_goes_past(budget: BudgetInputs, epoch: int) -> bool:
+    """The planned run goes on past epoch `epoch` (0-based), by its planned epochs and by its step budget (minGPT's
+    endless sampler: an epoch of 10^10 samples, a run of 1,500 steps, ends inside its first)."""
+    if budget.planned_epochs is not None and epoch >= budget.planned_epochs - 1:
+        return False
+    per_epoch = iterations_per_epoch(budget)
+    if budget.planned_iterations and per_epoch:
+        return budget.planned_iterations > (epoch + 1) * per_epoch
+    return True
 
 
 def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> float | None:
@@ -94,13 +112,9 @@ def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> floa
 
 
 def next_epoch_timed(budget: BudgetInputs, settings: StopSettings) -> bool:
-    """After sampling stops, the next epoch's first iterations are timed (its start cost): there is a next epoch,
-    by the planned epochs and by the step budget."""
-    if settings.epoch2_iterations <= 0 or (budget.planned_epochs is not None and budget.planned_epochs <= 1):
-        return False
-    if budget.planned_iterations and budget.batches_per_epoch:
-        return budget.planned_iterations > budget.batches_per_epoch / max(1.0, budget.batches_per_iteration)
-    return True
+    """After sampling stops, the next epoch's first iterations are timed (its start cost): the run goes on past
+    the epoch being sampled."""
+    return settings.epoch2_iterations > 0 and run_goes_past(budget, budget.epoch)
 
 
 def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInputs, settings: StopSettings,

@@ -44,7 +44,7 @@ class Sampling:
             return
         self._next_check = n + max(1, n // 20)
         times = self.iterations.walls()
-        decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs(),
+        decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs(epoch),
                                     closure_capped=self._closure_capped(), iterations_to_check=self._next_check - n)
         if decision.reason is None:
             return
@@ -72,7 +72,7 @@ class Sampling:
         recent = sorted(it.get("backward_passes") or 0 for it in self.iterations[-last:])
         return cap is not None and len(recent) == last and recent[last // 2] >= cap
 
-    def _budget_inputs(self) -> stop_rule.BudgetInputs | None:
+    def _budget_inputs(self, epoch: int = 0) -> stop_rule.BudgetInputs | None:
         if not self.epochs:
             return None
         # An iteration is one optimizer step: with gradient accumulation it consumes several batches.
@@ -82,7 +82,7 @@ class Sampling:
             batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,
             init_s=self.marks["first_iteration_start"], now_s=self.now(),
             planned_iterations=self.planned_steps, epoch_start_s=self._epoch_start_s(),
-            probe_after_s=self.level_probe_s if self.level_probe_socket and self.level_probes else 0.0)
+            probe_after_s=self.level_probe_s if self.level_probe_socket and self.level_probes else 0.0, epoch=epoch)
 
     def _epoch_start_s(self) -> float:
         """The first epoch's start to its first batch (workers starting, the first fetch): what the next epoch's start
@@ -95,9 +95,10 @@ class Sampling:
     def epoch2_still_to_come(self) -> bool:
         """Sampling stopped in an epoch that may not be the last, and the first iterations of the next
         one (its start cost: workers restarting, a slow first iteration) are still to be timed."""
+        budget = self._budget_inputs(self._truncated_epoch)
         planned = self.planned_epochs
-        last_epoch = planned is not None and self._truncated_epoch >= planned - 1
-        last_epoch = last_epoch or self._step_budget_ends_this_epoch()
+        last_epoch = (not stop_rule.run_goes_past(budget, self._truncated_epoch) if budget is not None
+                      else planned is not None and self._truncated_epoch >= planned - 1)
         return (self.epoch1_truncated and self.epoch2_iterations > 0 and not last_epoch
                 and self._later_epoch_iterations < self.epoch2_iterations)
 
@@ -107,15 +108,6 @@ class Sampling:
         the run is taken as known without an epoch boundary."""
         steps = self.planned_steps
         return steps is not None and len(self.iterations) >= STEP_BUDGET_WAIT_SHARE * steps
-
-    def _step_budget_ends_this_epoch(self) -> bool:
-        """The script's step budget ends the run within the epoch sampling stopped in (minGPT's endless sampler:
-        an epoch of 10^10 samples, 1,500 steps): there is no next epoch whose start to time."""
-        budget = self._budget_inputs() if self.planned_steps else None
-        if budget is None or not budget.batches_per_epoch:
-            return False
-        iterations_per_epoch = budget.batches_per_epoch / max(1.0, budget.batches_per_iteration)
-        return budget.planned_iterations <= (self._truncated_epoch + 1) * iterations_per_epoch
 
     def _mark_train_truncation(self) -> None:
         # The active training iterator ends its epoch at its next request.
