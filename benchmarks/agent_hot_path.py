@@ -7,13 +7,15 @@ grad_accumulation.py: 16-sample batches, a 64-256-2 MLP, AdamW, four micro-batch
 `trainwise profile --full`; after its first epoch, inside the same process, each hot path is timed with the
 agent's hook in place and with it taken out, alternately, the minimum of many repeats of many calls (the least
 disturbed time, as `timeit` advises): a batch request through the DataLoader interceptor chain, a model call
-with the recorder's forward pre-hook, a backward pass through the backward interceptor, an optimizer step with
+inside a training pass (the recorder's forward pre-hook is off there) and outside one (on: between passes, and
+every call of a loop without a training DataLoader), a backward pass through the backward interceptor, an optimizer step with
 the global step post-hook (the iteration's end). Their sum per micro-batch, against the plain micro-batch's
 time, is the agent's share of a step at this granularity, measured warm: in a running job the agent's code
 also loses cache lines to the job's data, which no microbenchmark sees (py-spy, when installed, samples the
 real loop for that: `--sample-seconds`).
 
 Writes benchmarks/results/agent_hot_path.json; `summary`: per-event microseconds, `agent_us_per_micro_batch`,
+`agent_share_warm_hooked_model_calls` (the same step with every model call hooked),
 `plain_micro_batch_us`, `agent_share_warm`, and (with py-spy) `agent_share_sampled`.
 Run: .venv/bin/python benchmarks/agent_hot_path.py [--repeats 30] [--sample-seconds 20]; many short timings,
 not a few long ones: on a shared host the least disturbed of many ~20-ms windows is the one that tells.
@@ -75,23 +77,37 @@ if "sample" in sys.argv[3:]:
 xb, yb = next(iter(loader))
 z = torch.zeros((), requires_grad=True)
 step_hooks = dict(optimizer_module._global_optimizer_post_hooks)
-model_hook = {"handle": recorder._model_forward_hook}
 
 def agent_off(point):
     if point == "next" or point == "backward":
         patch._chains[point] = patch._originals[point]
     elif point == "step":
         optimizer_module._global_optimizer_post_hooks.clear()
-    elif point == "forward" and model_hook["handle"] is not None:
-        model_hook["handle"].remove()
 
 def agent_on(point):
     if point == "next" or point == "backward":
         patch._compose(point)
     elif point == "step":
         optimizer_module._global_optimizer_post_hooks.update(step_hooks)
-    elif point == "forward" and model_hook["handle"] is not None:
-        model_hook["handle"] = recorder._model_forward_hook = model.register_forward_pre_hook(recorder._model_called)
+
+def model_calls(in_pass, plain):
+    # The model's calls in the agent's state inside a training pass after its first step (the loop's
+    # micro-batches: the recorder's hook is off there) or outside one (between passes; a loop without a
+    # training DataLoader: the hook is on); `plain` takes off whatever hook the agent has on the model.
+    if in_pass:
+        it = iter(loader)
+        next(it)
+        optimizer.step()
+    else:
+        getattr(recorder, "_unpark_model_hook", lambda: None)()  # as at a pass's end (an older agent: always on)
+    handle = recorder._model_forward_hook
+    if plain and handle is not None:
+        handle.remove()
+    try:
+        return timeit.timeit(lambda: model(xb), number=1000) / 1000 * 1e6
+    finally:
+        if plain and handle is not None:
+            recorder._model_forward_hook = model.register_forward_pre_hook(recorder._model_called)
 
 def requests():
     # a pass with an optimizer step in it: the agent's path for a training pass (a pass without one is timed
@@ -104,7 +120,8 @@ def requests():
         pass
     return (time.perf_counter() - t0) / 500 * 1e6
 
-calls = {"next": (requests, None), "forward": (lambda: model(xb), 1000),
+calls = {"next": (requests, None), "forward": (lambda plain: model_calls(True, plain), "plain"),
+         "forward_outside_pass": (lambda plain: model_calls(False, plain), "plain"),
          "backward": (lambda: torch.autograd.backward(z * 1.0), 1000), "step": (optimizer.step, 500)}
 best = {(p, side): float("inf") for p in calls for side in ("agent", "plain")}
 for _ in range(repeats):
@@ -113,7 +130,9 @@ for _ in range(repeats):
             if side == "plain":
                 agent_off(point)
             try:
-                if number is None:
+                if number == "plain":
+                    us = fn(side == "plain")
+                elif number is None:
                     us = fn()
                 else:
                     us = timeit.timeit(fn, number=number) / number * 1e6
@@ -200,12 +219,16 @@ def main() -> int:
     started = time.time()
     result = timed(args.repeats, args.samples)
     best = result["best_us"]
-    per_event = {p: round(best[f"{p}|agent"] - best[f"{p}|plain"], 3) for p in ("next", "forward", "backward", "step")}
-    # per micro-batch: one batch request, one model call, one backward; an optimizer step every fourth
+    points = ("next", "forward", "forward_outside_pass", "backward", "step")
+    per_event = {p: round(best[f"{p}|agent"] - best[f"{p}|plain"], 3) for p in points}
+    # per micro-batch: one batch request, one model call (inside the training pass), one backward; an
+    # optimizer step every fourth. The same step without a training DataLoader: its model calls are hooked.
     per_micro = per_event["next"] + per_event["forward"] + per_event["backward"] + per_event["step"] / 4
+    hooked = per_micro - per_event["forward"] + per_event["forward_outside_pass"]
     summary = {"agent_us_per_event": per_event, "agent_us_per_micro_batch": round(per_micro, 3),
                "plain_micro_batch_us": result["plain_micro_batch_us"],
                "agent_share_warm": round(per_micro / result["plain_micro_batch_us"], 4),
+               "agent_share_warm_hooked_model_calls": round(hooked / result["plain_micro_batch_us"], 4),
                "method": "minimum over alternating repeats, agent hook in place vs taken out, inside one job "
                          "under `trainwise profile --full`; warm (hot caches)"}
     spy = sampled_share(args.sample_seconds, args.samples) if args.sample_seconds > 0 else None

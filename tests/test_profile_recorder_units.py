@@ -419,3 +419,67 @@ def test_a_second_optimizer_stepping_alone_takes_over_the_iterations(recorder):
     for optimizer in ([first] * 5 + [second]) * 3:  # a WGAN: 5 critic steps per generator step
         critic._boundary(optimizer)
     assert len(critic.iterations) == 15 and critic.primary_optimizer_id == id(first)
+
+
+def _hooked_model_and_optimizer(recorder):
+    import weakref
+
+    import torch
+
+    recorder._torch = torch
+    model = torch.nn.Linear(4, 2)
+    recorder._model_ref = weakref.ref(model)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def test_the_models_hook_is_off_inside_a_training_pass_and_back_for_validation_over_tensors(recorder):
+    """A hooked model call costs ~2 µs, a share of a sub-millisecond step: inside a training DataLoader pass,
+    where the model's calls decide nothing, the hook comes off after the pass's first iteration; when the pass
+    ends it is back, so that validation over tensors after the pass is still seen, and a new pass's first
+    iteration takes it off again."""
+    import time
+
+    import torch
+
+    model, optimizer = _hooked_model_and_optimizer(recorder)
+    train = FakeLoader(8)
+    state = run_pass(recorder, train, optimizer, batches=1)
+    assert recorder._model_hook_parked and len(model._forward_pre_hooks) == 0
+    for _ in range(3):  # the pass goes on: nothing put back
+        recorder._on_batch(None, state, time.perf_counter(), time.perf_counter(), torch.zeros(16, 4))
+        recorder._boundary(optimizer)
+    assert len(model._forward_pre_hooks) == 0
+    recorder._on_exhausted(None, state, time.perf_counter())
+    assert not recorder._model_hook_parked and len(model._forward_pre_hooks) == 1
+    model.eval()
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.zeros(2, 4))
+    model.train()
+    model(torch.zeros(2, 4))  # training resumes: the region ends
+    assert [v["batches_total"] for v in recorder.validations] == [3]
+    run_pass(recorder, train, optimizer, batches=2)
+    assert recorder._model_hook_parked and len(model._forward_pre_hooks) == 0
+    assert [e["iterations"] for e in recorder.epochs] == [4, 2]
+
+
+def test_the_models_hook_stays_on_in_a_pass_that_may_be_validation_or_once_torch_compile_ran(recorder, monkeypatch):
+    """An undecided pass (no optimizer step yet) may still turn out to be validation; and once torch.compile has
+    compiled a frame, adding or removing a module hook would recompile the model: the hook is left on."""
+    import sys
+    import time
+    import types
+
+    import torch
+
+    model, optimizer = _hooked_model_and_optimizer(recorder)
+    train = FakeLoader(8)
+    run_pass(recorder, train, optimizer)  # epoch 1: the hook goes on at its first iteration, off at its second
+    state = run_pass(recorder, train, batches=2)  # epoch 2 begins: hook back on, no step yet
+    assert state.undecided and len(model._forward_pre_hooks) == 1
+    compiled = types.SimpleNamespace(counters={"frames": {"total": 1}, "stats": {}})
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", compiled)
+    recorder._boundary(optimizer)
+    recorder._on_batch(None, state, time.perf_counter(), time.perf_counter(), torch.zeros(16, 4))
+    recorder._boundary(optimizer)
+    assert not state.undecided and not recorder._model_hook_parked and len(model._forward_pre_hooks) == 1

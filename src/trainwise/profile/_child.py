@@ -234,12 +234,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.bus = bus if bus is not None else EventBus()
         self._backward_iterations = self.bus.subscribe(BackwardIterations(self._on_autograd_iteration))
         self._regions = self.bus.subscribe(EvalRegions(self._on_region_start, self._on_region_end))
-        self._model_forward_hook = None
-        self._model_called = None
-        self._dataloader_validation = False
-        self._autograd_noted = False
-        # Sampled, stable, no DataLoader to end epoch 1 early: waiting for the epoch's end (a validation region)
-        self._waiting_for_epoch_end = False
+        self._init_loops_without_loader()
         # Only `trainwise profile` sets it: inside `trainwise run` the recorder never stops the job.
         # Not in a process the job started: its launched process may still be setting up the one that trains.
         self.no_iteration_limit_s = 0.0 if self.spawned else float(config.get("no_iteration_limit_s") or 0.0)
@@ -357,6 +352,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
                 return  # another process of the job trains and owns the profile
             self.read_module_settings()
             self._watch_model_calls(start_s)
+        if self._model_forward_hook is not None and self.current_train_state is not None:
+            self._park_model_hook()
         if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, 200 * self._snapshot_cost_s):
             self._write_snapshot(end_s)
         if count in ZERO_COUNT_STEPS and self._optimizer_ref is not None and not self._zero_tracking_failed:

@@ -58,6 +58,7 @@ class LoaderPasses:
         # (undecided): a validation loop without eval() or no_grad looks the same until then, over a
         # loader training never iterates and over the training loader alike (_settle_undecided).
         validation = (not torch.is_grad_enabled()) or self.eval_mode
+        self._unpark_model_hook()  # a pass begins: the model's calls may be validation again
         self._loader_counter += 1
         state = _LoaderState("val" if validation else "train", self._loader_counter)
         state.loader = getattr(iterator, "_trainwise_loader", None)
@@ -185,6 +186,7 @@ class LoaderPasses:
                 self.epochs[-1]["end_s"] = end_s
             self.iter_start = None
             self._reset_iteration()
+            self._unpark_model_hook()
         elif state.record is not None:
             state.record["end_s"] = end_s
             self._exclude_from_iteration(state.record)
@@ -198,6 +200,7 @@ class LoaderPasses:
                 self.epochs[-1]["truncated"] = True
             self.iter_start = None
             self._reset_iteration()
+            self._unpark_model_hook()
         elif state.record is not None:
             state.record["end_s"] = now
             state.record["truncated"] = True

@@ -53,7 +53,8 @@ class Sampling:
         self.epoch1_truncated = True
         self._truncated_epoch = epoch
         if self.current_train_state is None:
-            if self._model_forward_hook is not None and self.framework is None and not self.explicit_steps:
+            if ((self._model_forward_hook is not None or self._model_hook_parked) and self.framework is None
+                    and not self.explicit_steps):
                 # No DataLoader to end early: sampling goes on, unrecorded by the stop rule, to the end of
                 # this epoch (the model's next validation region), bounded by --max-seconds.
                 self.epoch1_truncated = False
