@@ -4,6 +4,8 @@ handling, DDP and Hivemind communication timing, and the public integration sink
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ast
 import json
 import math
@@ -185,6 +187,23 @@ def test_the_budget_keeps_back_the_next_epochs_start_and_the_closing_probe():
     assert not stop_rule.over_budget(times, 10.0, budget(None, cap_s - 0.7, steps=740_000), settings)
     assert stop_rule.next_epoch_timed(budget(None, 1.0, steps=900_000), settings)
     assert not stop_rule.next_epoch_timed(budget(5, 1.0), stop_rule.StopSettings(epoch2_iterations=0))
+
+
+def test_waiting_out_an_epoch_without_a_dataloader_is_kept_to_the_cost_budget():
+    # a hand-written loop of 25,000 5-ms steps an epoch, four epochs, stopped 200 steps in: waiting out the other
+    # 24,800 (124 s) to time the validation after the epoch would cost a quarter of the run, its budget 2 %
+    settings = stop_rule.StopSettings(validation_batches=10, epoch2_iterations=5)
+    times = [0.005] * 200
+    budget = stop_rule.BudgetInputs(planned_epochs=4, batches_per_epoch=25_000, batches_per_iteration=1.0,
+                                    init_s=2.0, now_s=3.5, probe_after_s=0.1)
+    wait_s, over_s = stop_rule.epoch_end_too_dear(times, budget, settings, 24_800)
+    assert wait_s == pytest.approx(124.0 + 0.025 + 0.1 + 0.025) and over_s == pytest.approx(3.5 + wait_s + 0.25 - 9.538)
+    # an epoch of 1,000 steps of a 400-epoch run: the wait (4 s) fits the budget (0.95 x 2 % of 2,002 s)
+    assert stop_rule.epoch_end_too_dear(times, replace(budget, planned_epochs=400, batches_per_epoch=1_000),
+                                        settings, 800) is None
+    # a wait shorter than min_budget_seconds is always allowed (a test's few-second run); no planned run, no budget
+    assert stop_rule.epoch_end_too_dear(times, budget, replace(settings, min_budget_seconds=200.0), 24_800) is None
+    assert stop_rule.epoch_end_too_dear(times, replace(budget, planned_epochs=None), settings, 24_800) is None
 
 
 def test_the_next_epochs_start_is_measured_by_the_first_batchs_wait_not_the_first_steps_compute():

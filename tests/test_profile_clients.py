@@ -49,6 +49,17 @@ def test_manual_sgd_without_optimizer_or_dataloader_is_profiled_with_its_epochs_
 
 
 @pytest.mark.long
+def test_an_epoch_without_a_dataloader_too_long_to_wait_out_is_read_from_the_loop_instead():
+    # 4 epochs of 4,000 steps: waiting out epoch 1 for its end (the validation after it) would cost a quarter of the
+    # run, its budget 2 %; the loop's range gives the epoch's length, and the profile stops within its budget
+    sampled = run_profile(client("manual_sgd_lm.py", "--epochs", "4", "--batches", "4000"), ProfileOptions(**QUICK),
+                          quiet=True)
+    assert sampled.stop_reason == "sampled" and sampled.dataset.iterations_per_epoch == 4000
+    assert len(sampled.iterations) < 2000 and sampled.validations == []
+    assert any("read from the training loop's range" in note and "not timed" in note for note in sampled.notes)
+
+
+@pytest.mark.long
 def test_a_script_that_pickles_its_whole_model_saves_a_model_without_the_recorder(tmp_path):
     saved = tmp_path / "model.pt"
     full = run_profile(client("manual_sgd_lm.py", "--epochs", "2", "--batches", "12", "--save", str(saved)),

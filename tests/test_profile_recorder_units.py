@@ -483,3 +483,27 @@ def test_the_models_hook_stays_on_in_a_pass_that_may_be_validation_or_once_torch
     recorder._on_batch(None, state, time.perf_counter(), time.perf_counter(), torch.zeros(16, 4))
     recorder._boundary(optimizer)
     assert not state.undecided and not recorder._model_hook_parked and len(model._forward_pre_hooks) == 1
+
+
+def test_a_loop_without_a_dataloader_whose_length_was_read_stops_within_its_budget(tmp_path, monkeypatch):
+    """The loop's length read from its source (trainwise.profile._loop_length): when waiting out the epoch to time
+    the validation after it would exceed the cost budget, the epoch is taken at that length and sampling ends;
+    when the wait fits, the profile waits for the epoch's end as before."""
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "sampled", "epochs_hint": 4})
+    finished = []
+    monkeypatch.setattr(recorder, "_finish", lambda reason: finished.append(reason))
+    recorder.marks["first_iteration_start"] = recorder.now() - 1.0
+    recorder.epochs = [{"index": 0, "start_s": 0.0, "end_s": None, "iterations": 0, "truncated": False,
+                        "batches_per_epoch": None}]
+    for _ in range(200):
+        recorder.iterations.add(0.0, 0.005, 0.0, 0, 16, 0, 1)
+    recorder.epochs[0]["iterations"] = 200
+    recorder.epochs_hint = 400  # epochs of 1,000 steps: the other 800 (4 s) fit 2 % of a 2,000-s run
+    recorder._loop_passes = (1_000, "the training loop's range (lm.py:44: range(1000))")
+    assert not recorder._loop_epoch_too_dear(0) and finished == []
+    recorder.epochs_hint = 4  # epochs of 25,000: the other 24,800 (124 s) do not fit 2 % of a 500-s run
+    recorder._loop_passes = (25_000, "the training loop's range (lm.py:44: range(25000))")
+    assert recorder._loop_epoch_too_dear(0) and finished == ["sampled"]
+    assert recorder.epochs[0]["truncated"] and recorder.epochs[0]["batches_per_epoch"] == 25_000
+    assert recorder.loaders["train"]["batches_per_pass"] == 25_000 and recorder.epoch1_truncated
+    assert "validation (if the script runs any after the epoch) is not timed" in recorder.notes[-1]

@@ -105,10 +105,7 @@ def run_goes_past(budget: BudgetInputs, epoch: int) -> bool:
 def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> float | None:
     if not run_known(budget) or not times_s:
         return None
-    warmup = stats.detect_warmup(times_s)
-    steady = list(times_s[warmup:]) or list(times_s[-1:])
-    mean_s = sum(steady) / len(steady)
-    return budget.init_s + mean_s * run_iterations(budget)
+    return budget.init_s + _steady_mean_s(times_s) * run_iterations(budget)
 
 
 def next_epoch_timed(budget: BudgetInputs, settings: StopSettings) -> bool:
@@ -130,15 +127,7 @@ def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInput
     predicted_s = predicted_full_run_s(times_s, budget)
     if predicted_s is None:
         return False
-    warmup = stats.detect_warmup(times_s)
-    steady = list(times_s[warmup:]) or list(times_s[-1:])
-    mean_s = sum(steady) / len(steady)
-    # What is still to come: the validation batches (about half an iteration each: no backward), the level probe,
-    # and the next epoch's start and first iterations (a 0.4-s worker start spent again after 14 s of sampling put
-    # five 12-minute profiles at 2.0-2.1 % of a 2 % budget, 2026-11-28); the profile's end is kept back below.
-    reserve_s = 0.5 * settings.validation_batches * mean_s + budget.probe_after_s
-    if next_epoch_timed(budget, settings):
-        reserve_s += budget.epoch_start_s + settings.epoch2_iterations * mean_s
+    reserve_s = _after_sampling_s(times_s, budget, settings)
     cap_s = (1.0 - BUDGET_MARGIN) * settings.budget_fraction * predicted_s
     # Stop *before* the iteration that would cross the cap, not after it: the decision is taken at a
     # boundary, and one more iteration is spent whenever sampling goes on.
@@ -146,6 +135,37 @@ def over_budget(times_s: Sequence[float], sampling_s: float, budget: BudgetInput
     # (the end is a fixed cost, as the start-up is: it does not shorten sampling's own share)
     return (budget.now_s + next_s + reserve_s + settings.end_reserve_s >= cap_s
             and sampling_s + next_s + reserve_s >= SAMPLING_SHARE * cap_s)
+
+
+def _steady_mean_s(times_s: Sequence[float]) -> float:
+    steady = list(times_s[stats.detect_warmup(times_s):]) or list(times_s[-1:])
+    return sum(steady) / len(steady)
+
+
+def _after_sampling_s(times_s: Sequence[float], budget: BudgetInputs, settings: StopSettings) -> float:
+    """What is still to come once sampling stops: the validation batches (about half an iteration each: no
+    backward), the level probe, and the next epoch's start and first iterations (a 0.4-s worker start spent again
+    after 14 s of sampling put five 12-minute profiles at 2.0-2.1 % of a 2 % budget, 2026-11-28)."""
+    mean_s = _steady_mean_s(times_s)
+    reserve_s = 0.5 * settings.validation_batches * mean_s + budget.probe_after_s
+    if next_epoch_timed(budget, settings):
+        reserve_s += budget.epoch_start_s + settings.epoch2_iterations * mean_s
+    return reserve_s
+
+
+def epoch_end_too_dear(times_s: Sequence[float], budget: BudgetInputs, settings: StopSettings,
+                       iterations_left: int) -> tuple[float, float] | None:
+    """A loop without a DataLoader cannot end its epoch early: (the wait, how far past the cap it takes the profile)
+    when waiting out the epoch's `iterations_left` iterations to time the validation after it does not fit the cost
+    budget; None when it fits, when it is shorter than `min_budget_seconds` (as sampling, a wait that short is
+    always allowed: a test's few-second run), or when the planned run's length, and so the budget, is unknown."""
+    predicted_s = predicted_full_run_s(times_s, budget)
+    if predicted_s is None:
+        return None
+    wait_s = iterations_left * _steady_mean_s(times_s) + _after_sampling_s(times_s, budget, settings)
+    over_s = (budget.now_s + wait_s + settings.end_reserve_s
+              - (1.0 - BUDGET_MARGIN) * settings.budget_fraction * predicted_s)
+    return (wait_s, over_s) if over_s > 0 and wait_s > settings.min_budget_seconds else None
 
 
 def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW) -> float:

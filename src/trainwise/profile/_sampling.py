@@ -38,6 +38,8 @@ class Sampling:
         elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
         if n < self.min_iterations and elapsed < self.max_seconds:
             return
+        if self.current_train_state is None and not self._loop_passes_read:
+            self._read_loop_passes()
         # The stability test costs O(n log n): run it on a geometric schedule (about every 5 % more
         # iterations) so that its cost per iteration stays negligible even for millisecond iterations.
         if n < self._next_check and n < self.max_iterations and elapsed < self.max_seconds:
@@ -56,7 +58,10 @@ class Sampling:
             if ((self._model_forward_hook is not None or self._model_hook_parked) and self.framework is None
                     and not self.explicit_steps):
                 # No DataLoader to end early: sampling goes on, unrecorded by the stop rule, to the end of
-                # this epoch (the model's next validation region), bounded by --max-seconds.
+                # this epoch (the model's next validation region), bounded by --max-epoch-wait, unless the
+                # loop's length read from its source says that waiting would exceed the cost budget.
+                if self._loop_passes is not None and self._loop_epoch_too_dear(epoch):
+                    return
                 self.epoch1_truncated = False
                 self._waiting_for_epoch_end = True
                 return
@@ -79,7 +84,8 @@ class Sampling:
         # An iteration is one optimizer step: with gradient accumulation it consumes several batches.
         batches = self.iterations.column_sum("batches")
         return stop_rule.BudgetInputs(
-            planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch"),
+            planned_epochs=self.planned_epochs, batches_per_epoch=self.epochs[0].get("batches_per_epoch") or (
+                self._loop_passes[0] if self._loop_passes is not None and self.current_train_state is None else None),
             batches_per_iteration=max(1.0, batches / len(self.iterations)) if self.iterations else 1.0,
             init_s=self.marks["first_iteration_start"], now_s=self.now(),
             planned_iterations=self.planned_steps, epoch_start_s=self._epoch_start_s(),
