@@ -196,8 +196,8 @@ def test_waiting_out_an_epoch_without_a_dataloader_is_kept_to_the_cost_budget():
     times = [0.005] * 200
     budget = stop_rule.BudgetInputs(planned_epochs=4, batches_per_epoch=25_000, batches_per_iteration=1.0,
                                     init_s=2.0, now_s=3.5, probe_after_s=0.1)
-    wait_s, over_s = stop_rule.epoch_end_too_dear(times, budget, settings, 24_800)
-    assert wait_s == pytest.approx(124.0 + 0.025 + 0.1 + 0.025) and over_s == pytest.approx(3.5 + wait_s + 0.25 - 9.538)
+    wait_s, needed = stop_rule.epoch_end_too_dear(times, budget, settings, 24_800)
+    assert wait_s == pytest.approx(124.0 + 0.025 + 0.1 + 0.025) and needed == pytest.approx((3.5 + wait_s + 0.25) / 476.9)
     # an epoch of 1,000 steps of a 400-epoch run: the wait (4 s) fits the budget (0.95 x 2 % of 2,002 s)
     assert stop_rule.epoch_end_too_dear(times, replace(budget, planned_epochs=400, batches_per_epoch=1_000),
                                         settings, 800) is None

@@ -155,17 +155,17 @@ def _after_sampling_s(times_s: Sequence[float], budget: BudgetInputs, settings: 
 
 def epoch_end_too_dear(times_s: Sequence[float], budget: BudgetInputs, settings: StopSettings,
                        iterations_left: int) -> tuple[float, float] | None:
-    """A loop without a DataLoader cannot end its epoch early: (the wait, how far past the cap it takes the profile)
-    when waiting out the epoch's `iterations_left` iterations to time the validation after it does not fit the cost
-    budget; None when it fits, when it is shorter than `min_budget_seconds` (as sampling, a wait that short is
-    always allowed: a test's few-second run), or when the planned run's length, and so the budget, is unknown."""
+    """A loop without a DataLoader cannot end its epoch early: (the wait, the budget fraction the profile would need
+    to include it) when waiting out the epoch's `iterations_left` iterations to time the validation after it does
+    not fit the cost budget; None when it fits, when it is shorter than `min_budget_seconds` (as sampling, a wait
+    that short is always allowed: a test's few-second run), or when the planned run's length, and so the budget, is
+    unknown."""
     predicted_s = predicted_full_run_s(times_s, budget)
     if predicted_s is None:
         return None
     wait_s = iterations_left * _steady_mean_s(times_s) + _after_sampling_s(times_s, budget, settings)
-    over_s = (budget.now_s + wait_s + settings.end_reserve_s
-              - (1.0 - BUDGET_MARGIN) * settings.budget_fraction * predicted_s)
-    return (wait_s, over_s) if over_s > 0 and wait_s > settings.min_budget_seconds else None
+    needed = (budget.now_s + wait_s + settings.end_reserve_s) / ((1.0 - BUDGET_MARGIN) * predicted_s)
+    return (wait_s, needed) if needed > settings.budget_fraction and wait_s > settings.min_budget_seconds else None
 
 
 def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW) -> float:

@@ -6,6 +6,7 @@ seconds, and the --full record written every few seconds for a run that is kille
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -151,11 +152,12 @@ class LoopsWithoutLoader:
             if budget is not None else None
         if dear is None:
             return False
-        wait_s, over_s = dear
+        wait_s, needed = dear
         self._take_as_epoch(passes, f"no DataLoader: {passes:,} iterations an epoch, read from {source}; waiting out "
                                     f"the epoch's other {left:,} (~{wait_s:.0f} s) to time the validation after it "
-                                    f"would take the profile {over_s:.0f} s past its --budget, so validation (if the "
-                                    "script runs any after the epoch) is not timed: a larger --budget times it")
+                                    f"would cost {needed:.0%} of the predicted run, past --budget "
+                                    f"{self.budget_fraction:g}, so validation (if the script runs any after the "
+                                    f"epoch) is not timed: --budget {math.ceil(needed * 100) / 100:g} times it")
         return True
 
     def _watch_model_calls(self, first_start_s: float) -> None:

@@ -38,7 +38,8 @@ class Sampling:
         elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
         if n < self.min_iterations and elapsed < self.max_seconds:
             return
-        if self.current_train_state is None and not self._loop_passes_read:
+        if (self.current_train_state is None and not self._loop_passes_read and self.framework is None
+                and not self.explicit_steps):
             self._read_loop_passes()
         # The stability test costs O(n log n): run it on a geometric schedule (about every 5 % more
         # iterations) so that its cost per iteration stays negligible even for millisecond iterations.
