@@ -198,9 +198,14 @@ def test_waiting_out_an_epoch_without_a_dataloader_is_kept_to_the_cost_budget():
                                     init_s=2.0, now_s=3.5, probe_after_s=0.1)
     wait_s, needed = stop_rule.epoch_end_too_dear(times, budget, settings, 24_800)
     assert wait_s == pytest.approx(124.0 + 0.025 + 0.1 + 0.025) and needed == pytest.approx((3.5 + wait_s + 0.25) / 476.9)
-    # an epoch of 1,000 steps of a 400-epoch run: the wait (4 s) fits the budget (0.95 x 2 % of 2,002 s)
+    # an epoch of 1,000 steps of a 400-epoch run: the wait (4 s) fits the budget (0.95 x 2 % of 2,002 s); an epoch
+    # of a 20-epoch run (6 % of it) is waited out too: past the budget, within the tenth a profile waits for an
+    # epoch's end; one of a 5-epoch run (23 %) is not
     assert stop_rule.epoch_end_too_dear(times, replace(budget, planned_epochs=400, batches_per_epoch=1_000),
                                         settings, 800) is None
+    twenty = replace(budget, planned_epochs=20, batches_per_epoch=5_000)
+    assert stop_rule.epoch_end_too_dear(times, twenty, settings, 4_800) is None
+    assert stop_rule.epoch_end_too_dear(times, replace(twenty, planned_epochs=5), settings, 4_800) is not None
     # a wait shorter than min_budget_seconds is always allowed (a test's few-second run); no planned run, no budget
     assert stop_rule.epoch_end_too_dear(times, budget, replace(settings, min_budget_seconds=200.0), 24_800) is None
     assert stop_rule.epoch_end_too_dear(times, replace(budget, planned_epochs=None), settings, 24_800) is None

@@ -21,6 +21,11 @@ SAMPLING_SHARE = 0.5
 # The profile's end after its last timed step: the record written, the process ended, the launcher ending the job's
 # helper processes (DataLoader workers): 0.07-0.31 s in five profile-only runs of the client loops (2026-11-28).
 END_RESERVE_S = 0.25
+# A loop without a DataLoader cannot be made to end its epoch: the profile may wait this share of the predicted run
+# (or its --budget, if larger) for the epoch's end, to time the validation after it; beyond it the epoch is taken
+# as known without its end. A tenth: nanoGPT validates every 250 of its 5,000 steps (5 %), and a 40-epoch word
+# language model's epoch is 2.5 % of its run.
+EPOCH_WAIT_SHARE = 0.1
 # Iterations the next one's time is predicted from (their median).
 NEXT_ITERATION_WINDOW = 5
 
@@ -156,16 +161,17 @@ def _after_sampling_s(times_s: Sequence[float], budget: BudgetInputs, settings: 
 def epoch_end_too_dear(times_s: Sequence[float], budget: BudgetInputs, settings: StopSettings,
                        iterations_left: int) -> tuple[float, float] | None:
     """A loop without a DataLoader cannot end its epoch early: (the wait, the budget fraction the profile would need
-    to include it) when waiting out the epoch's `iterations_left` iterations to time the validation after it does
-    not fit the cost budget; None when it fits, when it is shorter than `min_budget_seconds` (as sampling, a wait
-    that short is always allowed: a test's few-second run), or when the planned run's length, and so the budget, is
-    unknown."""
+    to include it) when waiting out the epoch's `iterations_left` iterations to time the validation after it would
+    take the profile past EPOCH_WAIT_SHARE of the predicted run and past its budget; None when it fits, when it is
+    shorter than `min_budget_seconds` (as sampling, a wait that short is always allowed: a test's few-second run),
+    or when the planned run's length, and so the budget, is unknown."""
     predicted_s = predicted_full_run_s(times_s, budget)
     if predicted_s is None:
         return None
     wait_s = iterations_left * _steady_mean_s(times_s) + _after_sampling_s(times_s, budget, settings)
     needed = (budget.now_s + wait_s + settings.end_reserve_s) / ((1.0 - BUDGET_MARGIN) * predicted_s)
-    return (wait_s, needed) if needed > settings.budget_fraction and wait_s > settings.min_budget_seconds else None
+    allowed = max(settings.budget_fraction, EPOCH_WAIT_SHARE)
+    return (wait_s, needed) if needed > allowed and wait_s > settings.min_budget_seconds else None
 
 
 def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW) -> float:

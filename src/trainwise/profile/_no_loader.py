@@ -155,9 +155,10 @@ class LoopsWithoutLoader:
         wait_s, needed = dear
         self._take_as_epoch(passes, f"no DataLoader: {passes:,} iterations an epoch, read from {source}; waiting out "
                                     f"the epoch's other {left:,} (~{wait_s:.0f} s) to time the validation after it "
-                                    f"would cost {needed:.0%} of the predicted run, past --budget "
-                                    f"{self.budget_fraction:g}, so validation (if the script runs any after the "
-                                    f"epoch) is not timed: --budget {math.ceil(needed * 100) / 100:g} times it")
+                                    f"would cost {needed:.0%} of the predicted run, past the "
+                                    f"{stop_rule.EPOCH_WAIT_SHARE:.0%} a profile waits for an epoch's end and past "
+                                    f"--budget {self.budget_fraction:g}, so validation (if the script runs any after "
+                                    f"the epoch) is not timed: --budget {math.ceil(needed * 100) / 100:g} times it")
         return True
 
     def _watch_model_calls(self, first_start_s: float) -> None:

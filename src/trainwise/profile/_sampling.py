@@ -8,7 +8,8 @@ from trainwise.agent import stop_rule
 
 
 # A loop without a DataLoader that shows no epoch boundary within this share of its step budget is taken as one epoch
-STEP_BUDGET_WAIT_SHARE = 0.1
+# (the share a profile waits for an epoch boundary it cannot cause)
+STEP_BUDGET_WAIT_SHARE = stop_rule.EPOCH_WAIT_SHARE
 
 
 class Sampling:
