@@ -122,7 +122,8 @@ def test_agent_hot_path_times_each_hook_inside_a_profiled_job(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "r.json").read_text())["summary"]
-    assert set(summary["agent_us_per_event"]) == {"next", "forward", "backward", "step"}
+    assert set(summary["agent_us_per_event"]) == {"next", "forward", "forward_outside_pass", "backward", "step"}
     assert summary["plain_micro_batch_us"] > 0 and summary["machine"]["torch_in_job"]
+    assert summary["agent_share_warm_hooked_model_calls"] is not None
     # the optimizer step's hook closes an iteration: measurably above nothing, far below a step
     assert 0.1 < summary["agent_us_per_event"]["step"] < 1000
