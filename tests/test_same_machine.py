@@ -147,6 +147,16 @@ def test_a_profile_of_a_loop_without_a_dataloader_reads_back(tmp_path):
     assert load_profile(path).dataset.global_batch_size == 0
 
 
+def test_a_profile_that_ended_inside_epoch_1_says_validation_after_it_was_not_seen():
+    # a loop without a DataLoader whose epoch was too long to wait out: its profile is epoch 1 alone, truncated
+    ended_inside = trainwise_estimate(make([0.5] * 30), epochs=4)
+    assert "ended inside epoch 1, before any validation after it" in ended_inside.note
+    # a profile that went on into epoch 2 and saw no validation between: the script has none
+    went_on = trainwise_estimate(make([0.5] * 30, epoch2=[0.5] * 4), epochs=4)
+    assert "no validation pass observed: validation time not included" in went_on.note
+    assert "ended inside epoch 1" not in went_on.note
+
+
 def test_between_epoch_gap_is_counted_once_per_epoch_boundary():
     profile = make([1.0] * 20, init_s=0.0, val_batch_s=[0.1] * 4, val_total=4, epoch2=[1.0] * 3, gap_s=2.0)
     p = trainwise_estimate(profile, epochs=4)

@@ -305,6 +305,15 @@ def closure_still_capped(profile: Profile) -> tuple[float, int] | None:
     return float(statistics.median(counts)), cap
 
 
+def _no_validation_note(profile: Profile) -> str:
+    """A profile that ended inside epoch 1 (a loop without a DataLoader whose epoch was too long to wait out) has not
+    seen whatever validation follows the epoch: it says so, not that the script has none."""
+    if profile.stop_reason == "sampled" and len(profile.epochs) == 1 and profile.epochs[0].truncated:
+        return ("no validation pass observed: the profile ended inside epoch 1, before any validation after it (its "
+                "notes say why, and what times it): validation time not included")
+    return "no validation pass observed: validation time not included"
+
+
 def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int | None = None,
                        level_correction: bool = True) -> Prediction:
     _check_epochs(epochs)
@@ -319,7 +328,7 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     validation_s = sum(v.total_s(epochs) for v in loaders)
     init_s = profile.init.total_s
     total = init_s + iterations_s + epoch_start_s + between_s + validation_s
-    notes = [] if loaders else ["no validation pass observed: validation time not included"]
+    notes = [] if loaders else [_no_validation_note(profile)]
     if iterations_per_epoch is None and n_it >= ENDLESS_EPOCH_ITERATIONS and profile.script_iterations is None:
         notes.append(f"an epoch of {n_it:,} iterations, the training DataLoader's length (an endless sampler, as minGPT's "
                      "10^10 samples?): a loop that stops at a step count it does not read (`max_steps`, `max_iters`) "
