@@ -4,7 +4,9 @@ Sources (per-kernel calibration data only; end-to-end step times never enter thi
 - NeuSight's public artifact (Lee et al., "Forecasting GPU Performance for Deep Learning Training and
   Inference", ASPLOS 2025; github.com/sitar-lab/NeuSight, MIT licence): the kernels it collected with
   PyTorch 2.1 (fp32, CUDA events) on P4, P100, T4, V100 and A100 under
-  scripts/asplos/data/dataset/train/collect/<op>/p2.1.0/<GPU>.csv;
+  scripts/asplos/data/dataset/train/collect/<op>/p2.1.0/<GPU>.csv, and its per-kernel test set
+  (scripts/asplos/data/dataset/test/{bmm,linear,elem,ln,softmax}.csv: the operator shapes of the models it evaluates,
+  on those GPUs and the L4, H100 and A100 80GB PCIe; source `neusight-test`);
 - trainwise's own H100 microbenchmarks (benchmarks/results/gpu_microbench_h100.json);
 - any benchmarks/results/kernel_sweep_*.csv written by benchmarks/kernel_sweep.py on a lent GPU.
 
@@ -27,10 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "trainwise" / "predict" / "data" / "kernel_latency.csv"
 COLLECT = "scripts/asplos/data/dataset/train/collect"
+TEST = "scripts/asplos/data/dataset/test"
+TEST_FILES = ("bmm", "linear", "elem", "ln", "softmax")  # test/vec.csv (= habitat.csv) is elem, ln and softmax again
 # NeuSight device names -> trainwise catalog names
 GPU_NAMES = {"Tesla P4": "P4", "Tesla P100-PCIE-16GB": "P100", "Tesla T4": "T4",
              "Tesla V100-PCIE-32GB": "V100-PCIe-32GB", "NVIDIA A100-PCIE-40GB": "A100-PCIe",
-             "NVIDIA A100 80GB PCIe": "A100-80GB-PCIe"}
+             "NVIDIA A100 80GB PCIe": "A100-80GB-PCIe", "NVIDIA L4": "L4", "NVIDIA H100 80GB HBM3": "H100"}
 GEMM_OPS = ("bmm", "linear")
 VEC_OPS = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "powu", "relu", "gelu", "tanh", "softmax", "ln")
 COLUMNS = ("source", "gpu", "op", "dtype", "dims", "latency_us")
@@ -68,6 +72,27 @@ class Repo:
                               capture_output=True, text=True, check=True).stdout
 
 
+def _neusight_row(op: str, r: dict, gpu: str, source: str) -> dict | None:
+    """One NeuSight CSV record as a kernel_latency.csv row (None when a field is missing or the latency is not
+    positive)."""
+    try:
+        latency_ms = float(r["Latency"])
+        if op in GEMM_OPS:  # NeuSight: A[b, m, n] x W[n, k]; n is the reduction
+            b, m, n, k = (int(r[c]) for c in ("B", "M", "N", "K"))
+            dims = (b, m, k, n) if op == "bmm" else (1, b * m, k, n)  # batch, M, N(out), K(reduction)
+        elif op == "conv":
+            dims = tuple(int(r[c]) for c in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
+                                              "Input_Size", "Stride", "Padding"))
+        else:
+            dims = (int(r["B"]), int(r["H"]))
+    except (KeyError, ValueError):
+        return None
+    if not latency_ms > 0:
+        return None
+    return {"source": source, "gpu": gpu, "op": "mm" if op == "linear" else op, "dtype": "fp32",
+            "dims": "x".join(map(str, dims)), "latency_us": f"{latency_ms * 1e3:.4g}"}
+
+
 def neusight_rows(repo: Repo, cap: int, rng: random.Random) -> list[dict]:
     rows: list[dict] = []
     for op in (*GEMM_OPS, "conv", *VEC_OPS):
@@ -80,25 +105,32 @@ def neusight_rows(repo: Repo, cap: int, rng: random.Random) -> list[dict]:
             rng.shuffle(records)
             kept = 0
             for r in records:
-                try:
-                    latency_ms = float(r["Latency"])
-                    if op in GEMM_OPS:  # NeuSight: A[b, m, n] x W[n, k]; n is the reduction
-                        b, m, n, k = (int(r[c]) for c in ("B", "M", "N", "K"))
-                        dims = (b, m, k, n) if op == "bmm" else (1, b * m, k, n)  # batch, M, N(out), K(reduction)
-                    elif op == "conv":
-                        dims = tuple(int(r[c]) for c in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
-                                                          "Input_Size", "Stride", "Padding"))
-                    else:
-                        dims = (int(r["B"]), int(r["H"]))
-                except (KeyError, ValueError):
+                row = _neusight_row(op, r, gpu, "neusight")
+                if row is None:
                     continue
-                if not latency_ms > 0:
-                    continue
-                rows.append({"source": "neusight", "gpu": gpu, "op": "mm" if op == "linear" else op, "dtype": "fp32",
-                             "dims": "x".join(map(str, dims)), "latency_us": f"{latency_ms * 1e3:.4g}"})
+                rows.append(row)
                 kept += 1
                 if kept >= cap:
                     break
+    return rows
+
+
+def neusight_test_rows(repo: Repo, cap: int, rng: random.Random) -> list[dict]:
+    """NeuSight's per-kernel test set (TEST_FILES): the same collection (PyTorch 2.1, fp32, one call between CUDA
+    events) at the operator shapes of the models it evaluates, on its five training GPUs and on the L4, H100 and
+    A100 80GB PCIe. Per-kernel data like the rest; source `neusight-test`, so an evaluation can leave it out."""
+    rows: list[dict] = []
+    for name in TEST_FILES:
+        by_key: dict[tuple[str, str], list[dict]] = {}
+        for r in csv.DictReader(io.StringIO(repo.read(f"{TEST}/{name}.csv"))):
+            gpu = GPU_NAMES.get(r.get("Device", ""))
+            op = r.get("OPName", "")
+            if gpu is not None and (op in GEMM_OPS or op in VEC_OPS):
+                by_key.setdefault((op, gpu), []).append(r)
+        for (op, gpu), records in sorted(by_key.items()):
+            rng.shuffle(records)
+            kept = [row for row in (_neusight_row(op, r, gpu, "neusight-test") for r in records) if row][:cap]
+            rows += kept
     return rows
 
 
@@ -154,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = neusight_rows(repo, args.cap, rng)
     rows += own_microbench_rows(ROOT / "benchmarks" / "results" / "gpu_microbench_h100.json")
     rows += sweep_rows(ROOT / "benchmarks" / "results")
+    rows += neusight_test_rows(repo, args.cap, random.Random(1))  # appended: the rows above stay as they were
     buf = io.StringIO()
     buf.write(f"# NeuSight kernels: github.com/sitar-lab/NeuSight@{commit} (MIT licence); see README.md\n")
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")

@@ -7,15 +7,17 @@ GPU with peak P (for the kernel's dtype and tensor-core eligibility) and memory 
 
 where f is a gradient-boosted regression (scikit-learn) of log(t_measured / t_roofline) on the kernel's
 shape features (tiles of a 128x128 output tile, waves of tiles over the SMs, the tail wave's and tile
-padding's utilisation, arithmetic intensity, sizes) and the GPU's specs (SMs, peak per SM as a clock
-proxy, bandwidth, machine balance, TDP per peak FLOP/s: a power-capped part cannot hold its boost clock).
+padding's utilisation, arithmetic intensity, sizes) and, where the selection split prefers it
+(`FEATURE_SETS`), the GPU's specs (SMs, peak per SM as a clock proxy, bandwidth, machine balance, TDP per peak
+FLOP/s: a power-capped part cannot hold its boost clock).
 Predicting utilisation bounded by the roofline from tile/wave features is the method of NeuSight
 (Lee et al., "Forecasting GPU Performance for Deep Learning Training and Inference", ASPLOS 2025); the
 wave quantisation is Habitat's (Yu et al., "Habitat: A Runtime-Based Computational Performance Predictor
 for Deep Learning Training", USENIX ATC 2021). This is an independent implementation.
 
-Training data (`data/kernel_latency.csv`): NeuSight's published per-kernel latencies (P4, P100, T4, V100,
-A100; fp32, each less its host dispatch gap: `kernel_fit.dispatch_gaps`), trainwise's own H100 microbenchmarks and
+Training data (`data/kernel_latency.csv`): NeuSight's published per-kernel latencies (its grid on the P4, P100, T4,
+V100, A100, its test set's model-sized kernels on those and the L4, H100, A100 80GB; fp32, each less its host dispatch
+gap: `kernel_fit.dispatch_gaps`), trainwise's own H100 microbenchmarks and
 its H100/H200 kernel sweeps (less the rows that timed the host: `kernel_fit.host_bound`); end-to-end step times
 never enter it. The trained
 regressor is packaged as JSON trees (`data/kernel_model.json`) and evaluated with numpy; rebuild it with
@@ -57,6 +59,12 @@ FEATURES = ("class", "inputs", "transcendental", "tensor_core", "log_flops", "lo
             "log2_tiles", "log2_waves", "tail_utilisation", "pad_utilisation", "log2_elements", "log2_elem_waves",
             "kernel_size", "sms", "peak_per_sm_gflops", "log_peak", "log_bandwidth", "balance", "tdp_per_tflops",
             "bandwidth_per_sm")
+# The GPU's specs as tree inputs. Without them the GPU still enters through the roofline (its peak for the kernel's
+# dtype, its bandwidth: `log_t_*_us`, `tensor_core`) and its SM count (tiles, waves, tail); the tools/train_kernel_model.py
+# selection split decides between the two sets (`FEATURE_SETS`), held-out GPU family by family.
+GPU_SPEC_FEATURES = ("sms", "peak_per_sm_gflops", "log_peak", "log_bandwidth", "balance", "tdp_per_tflops",
+                     "bandwidth_per_sm")
+FEATURE_SETS = {"kernel+gpu": FEATURES, "kernel": tuple(f for f in FEATURES if f not in GPU_SPEC_FEATURES)}
 
 
 @dataclass(frozen=True)
@@ -307,14 +315,18 @@ class TreeEnsemble:
 
 
 def ensemble_to_json(model: Any, meta: dict) -> dict:
-    """A fitted sklearn HistGradientBoostingRegressor as the packaged artifact's JSON (its trees' split features,
-    thresholds, children and leaf values; the leaf values already carry the learning rate). The trees are read
+    """A fitted sklearn HistGradientBoostingRegressor (or a `kernel_fit.FittedModel` around one) as the packaged
+    artifact's JSON (its trees' split features as indices into `FEATURES`, thresholds, children and leaf values; the
+    leaf values already carry the learning rate). The trees are read
     from the fitted model's predictors; tests/test_kernel_model.py checks the JSON reproduces `model.predict`."""
+    columns = getattr(model, "columns", None)  # a `kernel_fit.FittedModel` fitted on some of FEATURES' columns
+    model = getattr(model, "regressor", model)
+    column = (lambda f: int(columns[f])) if columns is not None else int  # the JSON indexes the whole feature vector
     trees = []
     for (predictor,) in model._predictors:
         nodes = predictor.nodes
         leaf = nodes["is_leaf"].astype(bool)
-        trees.append({"feature": [-1 if lf else int(f) for lf, f in zip(leaf, nodes["feature_idx"])],
+        trees.append({"feature": [-1 if lf else column(f) for lf, f in zip(leaf, nodes["feature_idx"])],
                       "threshold": [float(v) for v in nodes["num_threshold"]],
                       "left": [int(v) for v in nodes["left"]], "right": [int(v) for v in nodes["right"]],
                       "value": [float(f"{v:.7g}") for v in nodes["value"]]})
