@@ -55,7 +55,7 @@ published up to 1.56x apart by different software stacks.
 
 Per-operator core (`core`, `kernel_core.CORES`): "roofline" is the rule above for every operator; "kernel" replaces it, for
 every operator whose regime the kernel data covers on two or more GPU families, by the learned kernel model
-(`kernel_model`: NeuSight-style utilisation below the roofline from tile/wave and GPU-spec features), and lists
+(`kernel_model`: NeuSight-style utilisation below the roofline from tile/wave features), and lists
 the operators left to the rule (`roofline_fallback_ops`, band widened by their time share).
 
 The efficiencies e_compute/e_memory, the per-accelerator and per-generation multipliers and the
