@@ -46,11 +46,19 @@ def build_app(names: Collection[str] | None = None) -> typer.Typer:
             continue
         if kind == "group":
             app.add_typer(_load(target), name=name)
-        elif settings:
-            app.command(name, context_settings=settings)(_load(target))
         else:
-            app.command(name)(_load(target))
+            function = _load(target)
+            app.command(name, context_settings=settings, short_help=short_help(function))(function)
     return app
+
+
+def short_help(function: Any) -> str | None:
+    """The first paragraph of a command's docstring on one line: Typer's rich listing of the commands keeps a
+    docstring's line breaks, so a sentence wrapped in the source would break mid-line in `trainwise --help`."""
+    import inspect
+
+    doc = inspect.getdoc(function)
+    return " ".join(doc.split("\n\n")[0].split()) if doc else None
 
 
 def command_word(args: list[str]) -> str | None:
