@@ -10,7 +10,7 @@
    sample — the one the leave-one-model-out predictions pick?
 4. The full fit (written to src/trainwise/predict/data/device_model_params.json, with error bands
    from the leave-one-model-out residuals) is checked on data/validation.csv, rows never fitted:
-   NVIDIA DeepLearningExamples' 8-GPU rows and seed 003's multi-GPU rows.
+   NVIDIA DeepLearningExamples' 8-GPU rows and the multi-GPU rows of Erben et al. (VLDB 2024).
 5. The seeds' ratios (Künas P100/V100/TPU, Malta MNIST K80/V100) predicted leave-one-model-out.
 6. Noise floor: the same (model, accelerator, precision) published by two sources.
 7. Speed: characterising ResNet-50 at batch 256 on meta, predicting all catalog accelerators.

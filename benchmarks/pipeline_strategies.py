@@ -1,4 +1,4 @@
-"""Input-pipeline strategies (PRESTO, DIGEST §3) on the four reference pipelines, measured here.
+"""Input-pipeline strategies (PRESTO: Erben et al., SIGMOD 2022) on the four reference pipelines, measured here.
 
 For each reference pipeline (CV, NLP, audio, NILM; data generated here in real encodings) every
 strategy of the grid below is profiled twice: on a 10 % sample (evenly spaced; p and s extrapolated)
@@ -128,7 +128,7 @@ CALIBRATION = {"cv": (120, 6.2), "nlp": (400, 6.52), "audio": (120, 5.52), "nilm
 SIDE_BY_SIDE_S_PER_ROUND = 10.0  # naive CV epoch (~5 s) + the best strategy's 1 s window + start-up
 CALIBRATION_SOURCE = "calibration runs of this grid (2026-11-22, one core, load average 2-6)"
 FALLBACK_S_PER_STRATEGY_PER_SAMPLE = 0.05  # a pipeline never measured (order of magnitude only)
-SMALL_SAMPLE_MB = 0.08  # the seed's threshold for "small samples" (DIGEST §3)
+SMALL_SAMPLE_MB = 0.08  # PRESTO's threshold for "small samples" (Erben et al., SIGMOD 2022)
 warnings.filterwarnings("ignore", message=".*worker processes in total.*")  # 2 workers on a 1-CPU affinity is allowed
 
 
@@ -241,7 +241,7 @@ def _small_scale_worse(points: list[dict], key: str) -> tuple[bool | None, str]:
 
 
 def findings(name: str, rows: list[dict], usable_cores: int) -> list[dict]:
-    """The seed's qualitative findings (DIGEST §3) checked on the full-dataset table of one pipeline."""
+    """PRESTO's qualitative findings (Erben et al., SIGMOD 2022) checked on the full-dataset table of one pipeline."""
     recs = [{**row, "s": Strategy.parse(row["strategy"])} for row in rows]
     t = {r["strategy"]: r["throughput_sps"] for r in recs}
     by = {r["strategy"]: r for r in recs}

@@ -204,7 +204,7 @@ def test_seed_aws_feb_2021(seed, instance_type, accelerator, count, price):
     offering = seed.get("aws", instance_type)
     assert (offering.accelerator, offering.accelerator_count, offering.price_per_hour) == (accelerator, count, price)
     assert offering.price_date == "2021-02"
-    assert "002" in offering.source and "Table 3.1" in offering.source
+    assert "Malta 2021" in offering.source and "Table 3.1" in offering.source
 
 
 def test_seed_tpu_and_local_cluster(seed):
@@ -216,7 +216,7 @@ def test_seed_tpu_and_local_cluster(seed):
     for name in ("local-cluster-p100", "local-cluster-v100"):
         local = seed.get("on-premise", name)
         assert local.price_per_hour == 2.85 and local.kind == "on_premise"
-    # break-even speedup TPUv3-8 vs the local cluster (DIGEST §2): 8.00 / 2.85 = 2.807
+    # break-even speedup TPUv3-8 vs the local cluster (Künas 2023): 8.00 / 2.85 = 2.807
     assert v3.price_per_hour / seed.get("on-premise", "local-cluster-p100").price_per_hour == pytest.approx(2.807, abs=5e-4)
 
 

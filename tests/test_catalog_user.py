@@ -68,7 +68,7 @@ def _no_user_import(tmp_path, monkeypatch):
 
 
 def test_on_premise_formula_reproduces_the_seed():
-    # DIGEST §2 / seed 000 Table 4.1: 25,000 $ / (1 x 365 x 24 h) = 2.8539 -> 2.85 $/h
+    # Künas 2023 (thesis) Table 4.1: 25,000 $ / (1 x 365 x 24 h) = 2.8539 -> 2.85 $/h
     assert on_premise_price_per_hour(25_000, lifetime_years=1) == 2.85
     assert on_premise_price_per_hour(25_000, lifetime_hours=8760, round_cents=False) == pytest.approx(2.853881, abs=1e-6)
     # power is paid while running, capex is spread over the used hours, then the node share

@@ -66,7 +66,7 @@ def test_convnext_large_batch_64_traces_on_meta_without_allocating():
     char = characterise_named("convnext_large", 64, "amp_fp16")
     grown = psutil.Process(os.getpid()).memory_info().rss - rss
     assert char.trace_device == "meta"
-    assert char.parameters == pytest.approx(197.8e6, rel=0.005)  # seed 003 Table 2: ConvNextLarge 197.8M
+    assert char.parameters == pytest.approx(197.8e6, rel=0.005)  # Erben et al. (VLDB 2024) Table 2: ConvNextLarge 197.8M
     assert char.activation_bytes > 5 * 2**30  # gigabytes of activations, modelled ...
     assert grown < 400 * 2**20  # ... but nothing of that size allocated
     assert char.total_flops("forward") / 64 == pytest.approx(2 * 34.4e9, rel=0.03)
@@ -89,7 +89,7 @@ def test_amp_changes_dtypes_activations_and_adds_weight_copies():
 
 
 def test_hf_configs_match_published_parameter_counts():
-    # seed 003 Table 2: RoBERTaBase 124.7M, RoBERTaLarge 355.4M, RoBERTaXLM 560.1M
+    # Erben et al. (VLDB 2024) Table 2: RoBERTaBase 124.7M, RoBERTaLarge 355.4M, RoBERTaXLM 560.1M
     for name, params in (("hf:roberta-base", 124.7e6), ("hf:roberta-large", 355.4e6), ("hf:xlm-roberta-large", 560.1e6)):
         char = characterise_named(name, 1, "fp32", 16)
         assert char.parameters == pytest.approx(params, rel=0.005), name

@@ -1,4 +1,4 @@
-"""Data-parallel model: the seed's published arithmetic (DIGEST §4), DDP and Hivemind properties,
+"""Data-parallel model: Erben et al.'s published arithmetic (VLDB 2024), DDP and Hivemind properties,
 topology and egress."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def peers(rates, site=HERE):
 
 
 @pytest.mark.parametrize("usd_per_hour, samples_per_s, printed", [
-    (6.30, 413, 4.24),          # DGX-2 spot (seed 003 §1, Figure 1)
+    (6.30, 413, 4.24),          # DGX-2 spot (Erben et al. 2024 §1, Figure 1)
     (0.18, 80, 0.62),           # 1×T4 spot
     (0.60, 185, 0.90),          # 1×A10 (LambdaLabs)
     (8 * 0.60, 621, 2.15),      # 8×A10
@@ -67,7 +67,7 @@ def test_doubling_the_tbs_doubles_granularity():
 
 
 def test_matchmaking_minimum_of_five_seconds():
-    # TBS reached in 1 s: the round waits for the 5 s matchmaking (seed 003 §3, RN18 at 8K)
+    # TBS reached in 1 s: the round waits for the 5 s matchmaking (Erben et al. 2024 §3, RN18 at 8K)
     fast = dp.predict_hivemind(peers([500, 500]), 1000, 1000, network=same_zone_network(1e10))
     assert fast.calc_s == pytest.approx(1.0)
     assert fast.matchmaking_wait_s == pytest.approx(4.0)
@@ -209,7 +209,7 @@ def gc_sites(**counts: int) -> list[Site]:
 
 
 @pytest.mark.parametrize("model, params, n, measured_a, geo, measured_geo", [
-    # seed 003 §4 (T4 on GC, TBS 32K): the A (one zone) throughput, and the B/C experiment's
+    # Erben et al. 2024 §4 (T4 on GC, TBS 32K): the A (one zone) throughput, and the B/C experiment's
     ("NLP", 560_100_000, 2, 211.4, {"us": 1, "eu": 1}, 177.3),                    # B-2
     ("NLP", 560_100_000, 8, 575.1, {"us": 4, "eu": 4}, 575.1 * (1 - 0.22)),       # B-8: 22 % slower than A-8
     ("NLP", 560_100_000, 8, 575.1, {"us": 2, "eu": 2, "asia": 2, "oce": 2}, 575.1 * (1 - 0.41)),  # C-8: 41 %
@@ -315,7 +315,7 @@ def test_hivemind_bandwidth_and_tbs_monotone(bandwidth, factor, rtt, n, rate, pa
 def test_doubling_peers_never_beats_the_bound(n, rate, params, bandwidth):
     """In one zone (latency aside) the NIC carries 2(N-1)/N of the model: communication does not
     shrink with more peers, so the model's speedup from doubling stays within (G + 1)/(G/2 + 1).
-    (With latency-dominated pairs it can shrink slightly: seed 003 §6 saw that with Hivemind too.)"""
+    (With latency-dominated pairs it can shrink slightly: Erben et al. 2024 §6 saw that with Hivemind too.)"""
     net = same_zone_network(bandwidth, 0.0)
     tbs = 65536
     before = dp.predict_hivemind(peers([rate] * n), params, tbs, network=net, peer_throughput_cap_bps=None)

@@ -103,7 +103,7 @@ def test_tensor_core_eligibility_by_dtype_and_alignment(catalog):
 
 
 def test_seed_4xT4_ddp_roberta_xlm_runs_out_of_memory(catalog):
-    # seed 003 §6: "the 4xT4 PyTorch DDP [...] The NLP experiments ran OOM" (RoBERTa-XLM, FP16)
+    # Erben et al. (VLDB 2024) §6: "the 4xT4 PyTorch DDP [...] The NLP experiments ran OOM" (RoBERTa-XLM, FP16)
     char = characterise_named("hf:xlm-roberta-large", 8, "amp_fp16", 512, optimizer="adam")
     t4 = dm.predict_iteration(char, catalog.accelerator("T4"), count=4)
     assert not t4.fits_memory

@@ -27,7 +27,7 @@ def test_malta_table_5_14_cost_of_the_methods():
     # The text says methodology 2 was "64% cheaper" than methodology 1: 1 - 2.62/7.27 = 64.0 %.
     assert 1 - sw.MALTA_TOTALS["methodology_2"] / sw.MALTA_TOTALS["methodology_1"] == pytest.approx(0.64, abs=0.005)
     # It also says "83.8% cheaper than the naive option"; the table's totals give 86.4 %: a source
-    # inconsistency, flagged (DIGEST: flag, do not reproduce).
+    # inconsistency, flagged (flag it, do not reproduce it).
     saving = 1 - sw.MALTA_TOTALS["methodology_2"] / sw.MALTA_TOTALS["none"]
     assert saving == pytest.approx(0.8636, abs=0.0005) and abs(saving - 0.838) > 0.02
     assert none["ratio"] == pytest.approx(19.21 / 2.6129)

@@ -1,6 +1,7 @@
 """Malta's runtime estimators (trainwise.predict.malta) against the dissertation's tables.
 
-Source: /work/shared/seeds/002_90b0b561c3468fa9.txt (digest: /work/shared/seeds/DIGEST.md §1).
+Source: E. M. Malta, *Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud*,
+MSc dissertation, UNICAMP, 2021.
 
 "Within the rounding of the printed inputs" is made precise with interval arithmetic: every
 printed number is kept as a string, and stands for the interval of half a unit of its last digit
@@ -19,7 +20,7 @@ Interpretations established here (see also the module docstring of trainwise.pre
 * Printed typos: Table 5.4 batch 2048 real time "241.7" is Table 5.5's estimate copied over;
   Tables 5.3/5.5 and the Table 5.4 error (1.99 %) give 248.5. Table 5.9 batch 256 real time
   "167.17" is the estimate copied over; both published errors (0.14 %, 7.07 %) give 167.40.
-* Table 5.4's error column divides by the real time, unlike every other table (the DIGEST's
+* Table 5.4's error column divides by the real time, unlike every other table (the
   |real - est| / est convention, implemented by malta_relative_error).
 * Table 5.3 is not reproducible with Eq. 5.3 and the stated validation times (see its test).
 * Table 5.9's validation times are not printed: they are implied by the with/without pairs.
@@ -264,7 +265,7 @@ def test_table_5_5_averaged_iterations_within_rounding(batch):
 def test_table_5_5_errors(batch):
     _init, _it1, _avg, real, est, err = TABLE_5_5[batch]
     _assert_error_reproduced(real, est, err)
-    if batch == 256:  # the DIGEST's worked example
+    if batch == 256:  # the dissertation's batch-256 example
         assert 100 * malta_relative_error(195.85, 151.7) == pytest.approx(29.10, abs=0.005)
 
 
@@ -378,7 +379,7 @@ def test_table_5_9_needs_60000_training_images(batch):
 
 
 def test_table_5_9_needs_init_time():
-    """T(Init) must be added (DIGEST): without the 23.2 s the batch 256 row is out of reach."""
+    """T(Init) must be added (the text and tables do; the printed Eq. 5.3 omits it): without the 23.2 s the batch 256 row is out of reach."""
     init, it1, it2, _with, without, _e1, _e2 = TABLE_5_9[256]
     interval = _interval(
         eq_5_4_total_s,

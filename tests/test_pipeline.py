@@ -373,7 +373,7 @@ def test_cached_strategies_are_timed_on_the_sample_repeated_to_the_full_epoch(tm
 
 def test_presto_objective_matches_the_digest_formula():
     p, s, t = [10.0, 0.0, 5.0], [300.0, 100.0, 200.0], [50.0, 10.0, 90.0]
-    # DIGEST §3: p' = 1 - minmax(p), s' = 1 - minmax(s), t' = minmax(t); score = w·(p', s', t')
+    # PRESTO (Erben et al., SIGMOD 2022): p' = 1 - minmax(p), s' = 1 - minmax(s), t' = minmax(t); score = w·(p', s', t')
     p_n, s_n, t_n = np.array([0.0, 1.0, 0.5]), np.array([0.0, 1.0, 0.5]), np.array([0.5, 0.0, 1.0])
     np.testing.assert_allclose(presto_scores(p, s, t), t_n)  # default weights (0, 0, 1)
     np.testing.assert_allclose(presto_scores(p, s, t, DEADLINE_WEIGHTS), p_n + t_n)

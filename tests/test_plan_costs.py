@@ -1,9 +1,10 @@
-"""The cost model against the seeds: every cost figure of DIGEST §2, the $/1M-samples checks of §4,
-the interruption rule of §4, Malta's methodology-2 cost tables (§1), billing rounding, the spot model.
+"""The cost model against the papers: every cost figure of Künas' thesis and Künas et al., the $/1M-samples
+checks and the interruption rule of Erben et al. (VLDB 2024), Malta's methodology-2 cost tables, billing rounding,
+the spot model.
 
-Sources: /work/shared/seeds/DIGEST.md; seeds 000 (Künas thesis §6.3, Table 6.1, Table 6.2), 001
-(Künas et al. §5.3, Table 1), 002 (Malta Tables 5.7/5.8, 5.10/5.11, 5.12/5.13), 003 (Erben paper B
-§1, §6, §7). "Within rounding" is interval arithmetic on the printed inputs: a printed number
+Sources: Künas, MSc thesis, UFRGS 2023 (§6.3, Table 6.1, Table 6.2); Künas et al., CLOSER 2023 (§5.3,
+Table 1); Malta, MSc dissertation, UNICAMP 2021 (Tables 5.7/5.8, 5.10/5.11, 5.12/5.13); Erben et al., VLDB 2024
+(§1, §6, §7). "Within rounding" is interval arithmetic on the printed inputs: a printed number
 stands for ± half a unit of its last digit, and a published result is reproduced when its own
 rounding interval meets the interval the formula gives.
 """
@@ -39,7 +40,7 @@ def _rounds_to(value: float, printed: str) -> bool:
     return lo - 1e-12 <= value <= hi + 1e-12
 
 
-# --------------------------------------------------------------------------- DIGEST §2
+# --------------------------------------------------------------------------- Künas' costs
 
 TPU_PRICE = 8.00          # TPUv3-8 on-demand $/h (000 Table 4.1, 001 Table 2)
 TPU_PREEMPTIBLE = 2.40    # "about 70 % less" (000 §6.3): 8.00 x 0.30
@@ -141,7 +142,7 @@ def test_known_source_inconsistencies_are_flagged_not_reproduced():
     assert len(metrics.SOURCE_INCONSISTENCIES) == 3
 
 
-# --------------------------------------------------------------------------- DIGEST §4
+# --------------------------------------------------------------------------- Erben et al.'s costs
 
 
 @pytest.mark.parametrize("price, sps, published", [
@@ -318,7 +319,7 @@ def test_seed_catalog_has_the_2021_prices():
 
 @pytest.mark.parametrize("name", list(TABLES))
 def test_methodology2_cost_tables_from_time_tables(name):
-    """Cost = time x price, each column normalised by its minimum (DIGEST §1): the published cost
+    """Cost = time x price, each column normalised by its minimum (Malta 2021): the published cost
     tables 5.8/5.11/5.13 follow from the published time tables 5.7/5.10/5.12 and the Feb-2021
     prices, cell by cell within rounding — except the one flagged typo."""
     times, published = TABLES[name]

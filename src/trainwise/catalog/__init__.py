@@ -3,7 +3,7 @@
     from trainwise.catalog import load_catalog, load_user_offerings
 
     catalog = load_catalog()                       # "current": user import if any, else the packaged snapshot
-    seed = load_catalog("seed-2021")               # the prices the seed documents used
+    seed = load_catalog("seed-2021")               # the prices the papers used (Malta; Künas; Erben et al.)
     mine = catalog.merged_with(load_user_offerings("lab.toml"))
     frame = mine.search(accelerator="V100", max_price=5)   # pandas DataFrame, cheapest first
     print(mine.caption)                            # name + snapshot date: show it in every report

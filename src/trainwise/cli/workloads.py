@@ -1,4 +1,4 @@
-"""`trainwise workloads`: the reference workloads of the seed documents."""
+"""`trainwise workloads`: the reference workloads of the papers trainwise builds on."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from trainwise.cli._app import console
 
 
 def list_workloads() -> None:
-    """List the reference workloads of the seed documents."""
+    """List the reference workloads of the papers trainwise builds on."""
     from rich.table import Table
 
     from trainwise.workloads import WORKLOADS

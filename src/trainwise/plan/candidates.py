@@ -61,7 +61,7 @@ def expand_markets(runtime: pd.DataFrame, offerings: pd.DataFrame, local_ids: se
 
 def price_provenance(offerings: pd.DataFrame, catalog: Catalog) -> pd.Series:
     """Where each price comes from, decided once per (catalog, price date): the packaged or imported
-    snapshot, the seed documents' prices, a user file, or trainwise's assumed local price."""
+    snapshot, the papers' prices (`seed-2021`), a user file, or trainwise's assumed local price."""
     names_ = offerings["catalog"].fillna("").to_numpy(dtype=object)
     dates = offerings["price_date"].fillna("undated").to_numpy(dtype=object)
     sources = offerings["source"].fillna("").to_numpy(dtype=object)

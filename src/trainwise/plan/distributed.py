@@ -497,7 +497,7 @@ def assumptions(options: DistributedOptions) -> list[str]:
         "data parallel: every row keeps the job's global batch, split over the workers (strong scaling); a split that "
         "does not divide evenly or leaves fewer than 8 samples per device is not ranked (the plan says how many); "
         "all-reduce in 25 MiB buckets overlapped with backward, ring or tree (the cheaper); intra-machine "
-        "links from the catalog's interconnect, between machines the seed-003 intra-cloud bandwidth",
+        "links from the catalog's interconnect, between machines the intra-cloud bandwidth Erben et al. (VLDB 2024) measured",
     ]
     if not options.hivemind and not options.node_counts and not options.groups:
         return ddp

@@ -1,8 +1,7 @@
 """Runtime estimators of Malta's dissertation, 'Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud' (UNICAMP 2021), as plain pure functions.
 
 Source: E. M. Malta, *Selecting Efficient Virtual Machines for Training Deep Learning Models on
-the Cloud*, MSc dissertation, UNICAMP, 2021 (``/work/shared/seeds/002_90b0b561c3468fa9.txt``;
-interpretations documented below). Every time is a float in seconds.
+the Cloud*, MSc dissertation, UNICAMP, 2021 (interpretations documented below). Every time is a float in seconds.
 
 Notation (dissertation, Chapter 5)::
 

@@ -87,6 +87,6 @@ def render_markdown(result: Any, *, top_n: int = 10, generated_at: str = "") -> 
                 _not_predicted(result.not_predicted), ""]
     out += ["## Assumptions", "", *[f"- {a}" for a in result.assumptions], ""]
     if result.inconsistencies:
-        out += ["## Known inconsistencies in the seed sources (flagged, not reproduced)", "",
+        out += ["## Known inconsistencies in the published sources (flagged, not reproduced)", "",
                 *[f"- {i}" for i in result.inconsistencies], ""]
     return "\n".join(out)

@@ -164,7 +164,7 @@ def print_plan(console: Console, result, top_n: int = 10) -> None:
     compact = console.width < WIDE_TERMINAL
     caption = result.catalog_caption
     if not compact:
-        caption += (f"\nspeedup: training time against {result.reference or 'the reference'} (the seed's definition); "
+        caption += (f"\nspeedup: training time against {result.reference or 'the reference'} (Künas' definition); "
                     "time also counts provisioning and data staging")
     notes: dict = {}
     console.print(plan_table(primary.head(top_n), f"Top {min(top_n, len(primary))} plans, {result.primary_epochs} epoch{'' if result.primary_epochs == 1 else 's'} — "

@@ -1,4 +1,4 @@
-"""Reference training workloads of the seed documents, as plain PyTorch training scripts.
+"""Reference training workloads of the papers trainwise builds on (Malta; Künas; Künas et al.), as plain PyTorch training scripts.
 
 Each workload is a module runnable as ``python -m trainwise.workloads.<name> [ARGS]`` and importable
 (``build_model()``, ``build_datasets(train_samples, val_samples, seed)``, ``build_optimizer(model, lr)``,
@@ -15,13 +15,13 @@ Importing this package does not import torch; the workload modules do.
 ``MEASURED_CPU_ITERATION_S`` (measured_cpu_iteration_s): steady-state seconds per training iteration
 (data loading + forward + backward + optimizer step; the median of the iterations after the
 warm-up ones) on this project's 2-core development CPU (torch 2.14.1, default 2 threads, num_workers=0),
-at the seed's default batch size and at half of it (2-core CPU; no GPU). The machine is shared, so
+at the paper's default batch size and at half of it (2-core CPU; no GPU). The machine is shared, so
 the figures are indicative (+-30 %); ``MEASURED_CPU_NOTES`` gives the spread seen and, per workload,
-what a full CPU run at the seed's size would take and how to size a 3-10 minute one (ResNet-50 and
-InceptionV3 at the seed's sizes are impractical on CPU: ~14 h and ~70 h).
+what a full CPU run at the paper's size would take and how to size a 3-10 minute one (ResNet-50 and
+InceptionV3 at the papers' sizes are impractical on CPU: ~14 h and ~70 h).
 
 =================  ==========  ===========  =============
-workload           seed batch  s/it (seed)  s/it (half)
+workload           batch       s/it         s/it (half)
 =================  ==========  ===========  =============
 mnist_cnn          256         0.41         0.18 (128)
 seismic_fcn        256         1.30         0.65 (128)
@@ -90,7 +90,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             module=f"{_PKG}.mnist_cnn",
             description="MNIST / Simple-CNN (Keras simple convnet: 2 conv + dense 128, dropout), Adadelta",
             seed_source=(
-                "002_90b0b561c3468fa9.txt (Malta 2021) §4.4 and §5.1 (architecture, Adadelta lr 0.001, "
+                "Malta 2021 §4.4 and §5.1 (architecture, Adadelta lr 0.001, "
                 "dropout), Table 5.1 (batch 256/512/1024/2048 -> 15/17/22/28 epochs), §5.4 (50,000 "
                 "train / 10,000 validation)"
             ),
@@ -144,7 +144,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             module=f"{_PKG}.seismic_fcn",
             description="Seismic diffraction-apex detection with a fully convolutional LeNet, momentum SGD",
             seed_source=(
-                "002_90b0b561c3468fa9.txt (Malta 2021) §4.1 (FCN LeNet, binary, 40,512/212 images of "
+                "Malta 2021 §4.1 (FCN LeNet, binary, 40,512/212 images of "
                 "64x64, momentum SGD lr 0.1 -> 0.01, dropout), Table 5.1 (batch 256/512/1024/2048 -> "
                 "13/14/14/16 epochs), Table 5.2 (measured p2.xlarge runs)"
             ),
@@ -162,11 +162,11 @@ WORKLOADS: dict[str, WorkloadSpec] = {
                 "momentum": 0.9,
                 "lr": 0.1,
                 "lr_final": 0.01,
-                "lr_schedule": "linear per epoch (seed: 'gradually decreased')",
+                "lr_schedule": "linear per epoch (Malta: 'gradually decreased')",
                 "dropout": 0.5,
                 "loss": "cross-entropy (2 classes)",
                 "architecture": "Conv20-5x5 ReLU MaxPool2, Conv50-5x5 ReLU MaxPool2, Conv500-13x13 ReLU "
-                "Dropout, Conv2-1x1 (Caffe LeNet widths; the seed gives none)",
+                "Dropout, Conv2-1x1 (Caffe LeNet widths; Malta gives none)",
                 "input_shape": (1, 64, 64),
                 "num_classes": 2,
                 "batch_sizes_studied": (256, 512, 1024, 2048),
@@ -178,7 +178,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             module=f"{_PKG}.resnet50_cifar10",
             description="CIFAR-10 / ResNet-50 (torchvision, random init), momentum SGD",
             seed_source=(
-                "002_90b0b561c3468fa9.txt (Malta 2021) §4.1 (ResNet-50, CIFAR-10 50,000/10,000, 10 "
+                "Malta 2021 §4.1 (ResNet-50, CIFAR-10 50,000/10,000, 10 "
                 "classes, momentum SGD lr 0.1 -> 0.002, random init), Table 4.3 (batch 256 -> 17,000 "
                 "iterations), Table 4.2 (measured runs)"
             ),
@@ -196,7 +196,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
                 "momentum": 0.9,
                 "lr": 0.1,
                 "lr_final": 0.002,
-                "lr_schedule": "linear per epoch (seed: 'gradually decreased')",
+                "lr_schedule": "linear per epoch (Malta: 'gradually decreased')",
                 "loss": "cross-entropy",
                 "architecture": "torchvision resnet50(num_classes=10, weights=None)",
                 "input_shape": (3, 32, 32),
@@ -215,9 +215,9 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             module=f"{_PKG}.inceptionv3_dr",
             description="IC-DR: InceptionV3 diabetic-retinopathy grading (5 classes, 256x256), Adam",
             seed_source=(
-                "000_b3fbe7dd09c0ac24.txt (Künas thesis) §4.3 and §4.3.1 (EyePACS 256x256, 5 classes, "
+                "Künas 2023 (thesis) §4.3 and §4.3.1 (EyePACS 256x256, 5 classes, "
                 "InceptionV3 + GAP + Dense1024 ReLU + Dense5, Adam lr 0.0014), §6.2.3 (28,000 train / "
-                "7,126 validation, batch 32, 25 epochs); 001_4833f8757cab39ce.txt (Künas et al.) §4 and §5.2"
+                "7,126 validation, batch 32, 25 epochs); Künas et al. 2023 §4 and §5.2"
             ),
             data_kind="synthetic",
             data_description=(
@@ -239,7 +239,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
                 "num_classes": 5,
                 "class_counts": (25_810, 2_443, 5_292, 873, 708),
                 "tpu_global_batch": 256,
-                "deviation": "seed starts from ImageNet weights (transfer learning); here random init, "
+                "deviation": "Künas starts from ImageNet weights (transfer learning); here random init, "
                 "same per-iteration compute",
             },
         ),
@@ -248,7 +248,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             module=f"{_PKG}.nn_twins_mlp",
             description="NN-TWINS: I/O access-pattern MLP (5-5-5-3), RMSProp",
             seed_source=(
-                "000_b3fbe7dd09c0ac24.txt (Künas thesis) §4.1 (5 metrics, 3 classes, ~39,000 rows), "
+                "Künas 2023 (thesis) §4.1 (5 metrics, 3 classes, ~39,000 rows), "
                 "§4.1.1 (architecture, Yeo-Johnson, RMSProp lr 0.001 momentum 0.9, categorical "
                 "cross-entropy), §6.2.1 (27,238 train / 11,674 test, batch 32, 50 epochs)"
             ),
@@ -280,7 +280,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             module=f"{_PKG}.rnn_sa_lstm",
             description="RNN-SA: LSTM sentiment analysis (embedding 128, LSTM 128, dense 128-64-1)",
             seed_source=(
-                "000_b3fbe7dd09c0ac24.txt (Künas thesis) §4.2 (IMDb, 300-word sequences), §4.2.1 "
+                "Künas 2023 (thesis) §4.2 (IMDb, 300-word sequences), §4.2.1 "
                 "(vocabulary 20,000, embedding 128, LSTM 128, dropout 0.2, dense 128/64/sigmoid), "
                 "§6.2.2 (36,000 train / 10,000 validation / 4,000 test, batch 1024, 5 epochs)"
             ),

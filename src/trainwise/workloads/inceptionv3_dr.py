@@ -1,7 +1,7 @@
-"""IC-DR: InceptionV3 diabetic-retinopathy classifier (Künas, seeds 000 and 001) on SYNTHETIC images.
+"""IC-DR: InceptionV3 diabetic-retinopathy classifier (Künas' thesis and Künas et al., 2023) on SYNTHETIC images.
 
-Seeds:
-  * 000_b3fbe7dd09c0ac24.txt §4.3 "Image classification" / 001_4833f8757cab39ce.txt §4 "Methodology": EyePACS
+Sources:
+  * Künas 2023 (thesis) §4.3 "Image classification" / Künas et al. 2023 §4 "Methodology": EyePACS
     fundus images, 5 classes (35,126 labelled images: 25,810 no DR, 2,443 mild, 5,292 moderate,
     873 severe, 708 proliferative), resized to 256x256; 28,000 training / 7,126 validation images.
   * 000 §4.3.1 "IC-DR Architecture" / 001 §4: Inception v3 body, then Global Average Pooling 2D,
@@ -138,7 +138,7 @@ def build_datasets(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
         "InceptionV3 diabetic-retinopathy classifier (5 grades, 256x256) trained with Adam, "
-        "per Künas (seeds 000, 001).",
+        "per Künas' thesis and Künas et al. (2023).",
         **DEFAULTS,
     )
     args = parse_args(parser, argv)

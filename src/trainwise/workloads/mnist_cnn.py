@@ -1,6 +1,6 @@
 """MNIST / Simple-CNN reference workload (Malta, 'Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud', 2021).
 
-Seed (002_90b0b561c3468fa9.txt):
+Source (Malta 2021):
   * §4.4 "Methodology's Validation": "the MNIST/Simple-CNN, which trains a simple two-layer CNN to
     classify images from the MNIST dataset".
   * §5.1 "Experimental Setup": "simple two-convolutional layer model ... Dropout regularization and the

@@ -1,6 +1,6 @@
 """NN-TWINS: I/O access-pattern MLP (Künas' MSc thesis, UFRGS 2023) on SYNTHETIC tabular data of the thesis' shape.
 
-Seed (000_b3fbe7dd09c0ac24.txt):
+Source (Künas 2023 (thesis)):
   * §4.1 "I/O Access Pattern Detector": ~39,000 observations of 5 metrics (request size minimum,
     average and maximum; number of file identifiers; average distance between consecutive requests
     to the same file), 3 classes (file-per-process contiguous, shared-file contiguous, shared-file

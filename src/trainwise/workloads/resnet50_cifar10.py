@@ -1,6 +1,6 @@
 """CIFAR-10 / ResNet-50 reference workload (Malta, 'Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud', 2021) on SYNTHETIC CIFAR-10-shaped data.
 
-Seed (002_90b0b561c3468fa9.txt):
+Source (Malta 2021):
   * §4.1 "Experimental Setup": "trains the ResNet-50 network to classify images from the CIFAR-10
     dataset ... The training dataset has 50,000 of these images, while the validation set has the
     10,000 remaining images. The dataset contains 10 classes ... This application also uses the

@@ -1,6 +1,6 @@
 """RNN-SA: LSTM sentiment analysis (Künas' MSc thesis, UFRGS 2023) on SYNTHETIC token sequences of the thesis' shape.
 
-Seed (000_b3fbe7dd09c0ac24.txt):
+Source (Künas 2023 (thesis)):
   * §4.2 "Text Classification": IMDb reviews (Maas et al. 2011), 50,000 balanced positive/negative;
     punctuation and stop words removed, lower-cased; "Sequences are limited to a fixed size (300
     words)"; 80 % / 20 % train/test split.

@@ -1,6 +1,6 @@
 """Seismic / FCN reference workload (Malta, 'Selecting Efficient Virtual Machines for Training Deep Learning Models on the Cloud', 2021) on SYNTHETIC seismic-like patches.
 
-Seed (002_90b0b561c3468fa9.txt):
+Source (Malta 2021):
   * §4.1 "Experimental Setup": "trains a Full Convolutional LeNet network (FCN) [LeCun 1998] to
     identify diffraction apexes on seismic images. This application is a binary classification
     problem. The training/validation dataset contains 40,512/212 images. These images have 64 x 64
