@@ -12,6 +12,7 @@ commands, so registering them costs nothing at start-up.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -221,7 +222,8 @@ def render_device_predictions(preds: list[Any], title: str, out: Console | None 
         if not p.fits_memory:
             mem = f"[red]OOM {mem}[/red]"
         table.add_row(p.accelerator, str(p.count), f"{p.iteration_s * 1000:,.1f} ms", f"{p.samples_per_s:,.1f}",
-                      p.provenance, mem, "; ".join(n for n in p.notes if not n.startswith("out of memory"))[:80])
+                      p.provenance, mem, textwrap.shorten("; ".join(n for n in p.notes if not n.startswith("out of memory")),
+                                                          120, placeholder=" …"))  # whole words; --json has them all
     out.print(table)
 
 
