@@ -42,7 +42,7 @@ SOURCE_FILES = {
 CAVEATS = [
     "GPU/TPU/Trainium offerings only, a subset of the public SkyPilot catalog (skypilot-org/skypilot-catalog) read on "
     "2026-11-21; the repository's license was not checked.",
-    "AWS has no p2 (K80) rows and GCP no K80: use catalog seed-2021 for the seeds' p2 prices; Azure NC still lists K80.",
+    "AWS has no p2 (K80) rows and GCP no K80: use catalog seed-2021 for the p2 prices Malta (2021) quotes; Azure NC still lists K80.",
     "Azure comes from catalog v6 (no v7 exists) and covers 9 US regions only.",
     "Some GCP accelerator prices look low next to list prices (e.g. H100 x8 33.61 $/h in us-central1-a) and were not "
     "cross-checked; H100-MEGA x8 is far above H100 x8.",

@@ -1,4 +1,4 @@
-"""Comparison metrics of the seeds, as pure functions (scalars or numpy arrays).
+"""Comparison metrics of the papers trainwise builds on (Künas; Malta; Erben et al.), as pure functions (scalars or numpy arrays).
 
 Künas' thesis and Künas et al.: cost per training = hours × $/h; cost efficiency of x against a
 reference = 1 − C_x / C_ref; break-even speedup = p_x / p_ref (x pays off when it is at least that
@@ -83,7 +83,7 @@ def methodology2_tables(times_s: Mapping[str, Mapping[int, float]], price_per_ho
 
 @dataclass(frozen=True)
 class Inconsistency:
-    """A number the seeds state that their own inputs contradict: flagged, never reproduced."""
+    """A number a paper states that its own inputs contradict: flagged, never reproduced."""
 
     where: str
     stated: str

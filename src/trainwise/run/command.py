@@ -100,7 +100,7 @@ def run_command(
     port: Annotated[int, typer.Option(help="Hivemind: the first local peer's DHT port (0: any)")] = 0,
     identity: Annotated[Optional[Path], typer.Option("--identity", help="Hivemind: private-key file for the first local peer (a fixed peer id others can dial with /p2p/<id>)")] = None,
     run_id: Annotated[str, typer.Option(help="Hivemind: run name shared by all peers")] = "trainwise",
-    matchmaking_time: Annotated[float, typer.Option(help="Hivemind: matchmaking time, seconds (the seed's 5 s minimum)")] = 5.0,
+    matchmaking_time: Annotated[float, typer.Option(help="Hivemind: matchmaking time, seconds (Erben et al.'s 5 s minimum)")] = 5.0,
     averaging_timeout: Annotated[float, typer.Option(help="Hivemind: averaging round timeout, seconds")] = 60.0,
     average_state_every: Annotated[int, typer.Option(help="Hivemind: average parameters with the group every N epochs (hivemind's default 1; each is a second matchmaking)")] = 1,
     checkpoint_dir: Annotated[Optional[str], typer.Option(help="Checkpoint here (local path or fsspec URL) and resume from the newest valid checkpoint")] = None,

@@ -30,7 +30,7 @@ def build_parser(
     val_samples: int,
     lr: float,
 ) -> argparse.ArgumentParser:
-    """The common CLI of every workload script, with the seed's values as defaults."""
+    """The common CLI of every workload script, with the papers' values as defaults."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--batch-size", type=int, default=batch_size,
                    help=f"training and validation batch size (seed default {batch_size})")

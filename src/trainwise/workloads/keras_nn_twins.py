@@ -1,4 +1,4 @@
-"""NN-TWINS in Keras 3: the seed's I/O access-pattern MLP as Künas wrote it (Keras), on the same
+"""NN-TWINS in Keras 3: the I/O access-pattern MLP as Künas wrote it (Keras), on the same
 SYNTHETIC TWINS-shaped data as `trainwise.workloads.nn_twins_mlp` (see there for the seed sections).
 
 Model (Künas' thesis §4.1.1): Dense(5, ReLU) -> Dense(5, ReLU) -> Dense(3, softmax), "normal" kernel

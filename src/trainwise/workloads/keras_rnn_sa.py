@@ -1,4 +1,4 @@
-"""RNN-SA in Keras 3: the seed's LSTM sentiment classifier as Künas wrote it (Keras), on the same
+"""RNN-SA in Keras 3: the LSTM sentiment classifier as Künas wrote it (Keras), on the same
 SYNTHETIC IMDb-shaped sequences as `trainwise.workloads.rnn_sa_lstm` (see there for the seed sections).
 
 Model (Künas' thesis §4.2.1): Embedding(20,000, 128) -> LSTM(128, dropout 0.2) -> Dense(128, ReLU) ->

@@ -8,7 +8,7 @@ Source (Malta 2021):
     Table 5.1: 15 / 17 / 22 / 28 epochs and 195 / 98 / 49 / 25 iterations per epoch.
   * §5.4: "validation dataset (10,000 samples) is 20% of the size of its training dataset (50,000)".
 
-The architecture is the Keras "simple convnet" MNIST example the seed's "Simple-CNN" refers to:
+The architecture is the Keras "simple convnet" MNIST example Malta's "Simple-CNN" refers to:
 Conv(32, 3x3, ReLU) -> Conv(64, 3x3, ReLU) -> MaxPool 2x2 -> Dropout 0.25 -> Dense 128 ReLU ->
 Dropout 0.5 -> Dense 10 (softmax folded into the cross-entropy loss). Adadelta uses Keras' constants
 (rho 0.95, epsilon 1e-7) with the seed's learning rate 0.001 (PyTorch's default would be 1.0).
