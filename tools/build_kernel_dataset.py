@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import itertools
 import json
 import random
 import subprocess
@@ -129,8 +130,7 @@ def neusight_test_rows(repo: Repo, cap: int, rng: random.Random) -> list[dict]:
                 by_key.setdefault((op, gpu), []).append(r)
         for (op, gpu), records in sorted(by_key.items()):
             rng.shuffle(records)
-            kept = [row for row in (_neusight_row(op, r, gpu, "neusight-test") for r in records) if row][:cap]
-            rows += kept
+            rows += itertools.islice(filter(None, (_neusight_row(op, r, gpu, "neusight-test") for r in records)), cap)
     return rows
 
 
