@@ -68,11 +68,11 @@ def test_trees_of_a_feature_subset_index_the_whole_feature_vector(dataset):
     model = kf.fit_ensemble(sub, {"n_estimators": 20, "max_depth": 3, "learning_rate": 0.2, "features": "kernel"})
     art = km.ensemble_to_json(model, {})
     used = {f for t in art["trees"] for f in t["feature"] if f >= 0}
-    assert used and not used & {km.FEATURES.index(f) for f in km.GPU_SPEC_FEATURES}
+    assert used and not used & {km.FEATURES.index(f) for f in km.GPU_SPEC_FEATURES + km.L2_FEATURES}
     ens = km.ensemble_from_json(art)
     np.testing.assert_allclose(ens.predict(sub.x[:500]), model.predict(sub.x[:500]), rtol=1e-4, atol=1e-4)
     shuffled = sub.x[:500].copy()
-    for f in km.GPU_SPEC_FEATURES:
+    for f in km.GPU_SPEC_FEATURES + km.L2_FEATURES:
         shuffled[:, km.FEATURES.index(f)] = np.random.default_rng(0).permutation(shuffled[:, km.FEATURES.index(f)])
     np.testing.assert_allclose(ens.predict(shuffled), ens.predict(sub.x[:500]))
 
@@ -121,6 +121,35 @@ def test_missing_specs_are_named():
     acc = load_catalog().accelerator("H100").model_copy(update={"cores": None, "tdp_w": None})
     with pytest.raises(TrainwiseError, match="lacks cores, tdp_w"):
         km.GpuSpec.of(acc)
+
+
+def test_a_model_reading_the_l2_or_clock_refuses_a_gpu_without_them(dataset):
+    """Clock and L2 are catalog columns (every NVIDIA GPU has both, with sources); a model whose feature set
+    reads them names the missing field for a GPU without them, and the kernel core then keeps the roofline
+    rule with that note; a model that does not read them predicts the same GPU."""
+    from trainwise.predict.kernel_core import apply_kernel_core
+    from trainwise.predict.characterise import characterise_named
+
+    catalog = load_catalog()
+    nvidia = [a for a in catalog.accelerators.values() if a.vendor == "NVIDIA"]
+    assert nvidia and all(a.boost_clock_mhz and a.l2_cache_mib and "boost clock and L2" in a.source for a in nvidia)
+    lanes = {a.name: a.fp32_tflops * 1e6 / (2 * a.cores * a.boost_clock_mhz) for a in nvidia if a.name != "B200"}
+    assert all(abs(v / round(v / 64) / 64 - 1) < 0.03 for v in lanes.values()), lanes  # 64, 128 or 192 FP32 lanes
+    bare = catalog.accelerator("L4").model_copy(update={"l2_cache_mib": None, "boost_clock_mhz": None})
+    sub = dataset.subset(np.arange(len(dataset.gpus)) % 40 == 0)
+    kernels = [km.kernel_from_dims("mm", "fp32", (1, 1024, 1024, 1024))]
+    for features, lacking in (("kernel+l2", "l2_cache_mib"), ("kernel+gpu", "boost_clock_mhz, l2_cache_mib")):
+        settings = {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.2, "features": features}
+        ens = km.ensemble_from_json(km.ensemble_to_json(kf.fit_ensemble(sub, settings),
+                                                        {"settings": settings, "coverage": km.regime_coverage(sub)}))
+        with pytest.raises(TrainwiseError, match=f"accelerator L4 lacks {lacking} in the catalog"):
+            km.predict_seconds(kernels, km.GpuSpec.of(bare), ens)
+        assert np.isfinite(km.predict_seconds(kernels, km.GpuSpec.of(catalog.accelerator("L4")), ens)).all()
+        char = characterise_named("resnet18", 8, "fp32")
+        per = np.ones(len(char.records))
+        core = apply_kernel_core(char, bare, "fp32", per, ens)
+        assert "lacks" in core.note and "roofline rule is used" in core.note and not core.class_s
+    assert np.isfinite(km.predict_seconds(kernels, km.GpuSpec.of(bare))).all()  # the packaged "kernel" set
 
 
 @pytest.fixture(scope="module")

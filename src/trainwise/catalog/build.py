@@ -32,6 +32,8 @@ DATA_DIR = Path(__file__).parent / "data"
 # GPUs the shared spec table lacks but the device model's kernel data ran on (PCIe A100/V100 parts),
 # in ACCELERATOR_COLUMNS with their datasheet sources; read at build time only.
 SUPPLEMENTARY_CSV = Path(__file__).parent / "supplementary_accelerators.csv"
+# Boost clock and L2 size of every NVIDIA GPU (the spec table has neither), with their sources; read at build time.
+CLOCKS_L2_CSV = Path(__file__).parent / "gpu_clocks_l2.csv"
 SNAPSHOT_DATE = "2026-11-21"  # the day the SkyPilot catalog files were read (shared/catalog/README.md)
 SOURCE_FILES = {
     "aws_vms.csv": ("catalogs/v7/aws/vms.csv", "001367d22a0033fac286a8c71aeac7109e431bcb"),
@@ -56,7 +58,7 @@ SPEC_FLOATS = {"memory_gib": "memory_gib", "memory_bw_gbs": "memory_bw_gbs", "fp
                "bf16_tensor_tflops": "bf16_tflops", "fp8_tensor_tflops": "fp8_tflops", "int8_tops": "int8_tops",
                "fp16_nontensor_tflops": "fp16_nontensor_tflops", "tdp_w": "tdp_w"}
 ACCELERATOR_COLUMNS = ["name", "spec_name", "vendor", "kind", "granularity", "architecture", "year",
-                       *SPEC_FLOATS.values(), "cores", "interconnect", "aliases", "notes", "source"]
+                       *SPEC_FLOATS.values(), "cores", "boost_clock_mhz", "l2_cache_mib", "interconnect", "aliases", "notes", "source"]
 
 
 def normalise_accelerators(spec_csv: Path) -> list[dict[str, Any]]:
@@ -87,6 +89,16 @@ def normalise_accelerators(spec_csv: Path) -> list[dict[str, Any]]:
             if row["name"] in out:
                 raise SystemExit(f"{SUPPLEMENTARY_CSV.name}: {row['name']!r} is already a canonical or derived name")
             out[row["name"]] = row
+    with CLOCKS_L2_CSV.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["name"] not in out:
+                raise SystemExit(f"{CLOCKS_L2_CSV.name}: {row['name']!r} is not an accelerator of the catalog")
+            record = out[row["name"]]
+            record.update(boost_clock_mhz=row["boost_clock_mhz"], l2_cache_mib=row["l2_cache_mib"],
+                          source=f"{record['source']}; boost clock and L2: {row['clock_source']}")
+    lacking = sorted(n for n, r in out.items() if r["vendor"] == "NVIDIA" and not r.get("boost_clock_mhz"))
+    if lacking:
+        raise SystemExit(f"{CLOCKS_L2_CSV.name} lacks the NVIDIA GPUs {', '.join(lacking)}")
     unused = sorted(set(by_name) - {v[0] for v in names.CANONICAL.values()})
     if unused:
         print(f"note: accelerators.csv rows without a canonical name: {', '.join(unused)}", file=sys.stderr)

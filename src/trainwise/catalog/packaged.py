@@ -17,7 +17,7 @@ from trainwise.catalog.model import OFFERING_COLUMNS, Accelerator
 from trainwise.errors import TrainwiseError
 
 _FLOATS = ("memory_gib", "memory_bw_gbs", "fp64_tflops", "fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops",
-           "fp8_tflops", "int8_tops", "fp16_nontensor_tflops", "tdp_w")
+           "fp8_tflops", "int8_tops", "fp16_nontensor_tflops", "tdp_w", "boost_clock_mhz", "l2_cache_mib")
 
 
 def _data_text(name: str) -> str:

@@ -133,6 +133,10 @@ class UserAccelerator(_Strict):
     fp8_tflops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
     int8_tops: float | None = Field(default=None, gt=0, le=MAX_SPEC)
     tdp_w: float | None = Field(default=None, gt=0, le=MAX_SPEC)
+    # what the per-operator kernel model reads besides the peaks (GPUs): SMs, boost clock, L2
+    cores: int | None = Field(default=None, gt=0, le=100_000)
+    boost_clock_mhz: float | None = Field(default=None, gt=0, le=10_000)
+    l2_cache_mib: float | None = Field(default=None, gt=0, le=MAX_SPEC)
     interconnect: str | None = None
     aliases: list[str] = []
     notes: str = ""

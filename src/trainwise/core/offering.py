@@ -40,6 +40,8 @@ class Accelerator(_Model):
     fp16_nontensor_tflops: float | None = None
     tdp_w: float | None = None
     cores: int | None = Field(default=None, description="SMs (NVIDIA), TensorCores (TPU), NeuronCores (Trainium) per unit")
+    boost_clock_mhz: float | None = Field(default=None, description="datasheet boost clock (NVIDIA GPUs)")
+    l2_cache_mib: float | None = Field(default=None, description="L2 cache per unit, MiB (NVIDIA GPUs)")
     interconnect: str | None = None
     aliases: tuple[str, ...] = ()
     spec_name: str = Field(description="the row of accelerators.csv the specs come from")

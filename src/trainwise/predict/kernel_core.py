@@ -47,7 +47,10 @@ def apply_kernel_core(char: WorkloadCharacterisation, acc: Any, precision: str, 
         return KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {}, f"{exc}; the roofline rule is used")
     idx, kernels, fallback = _record_kernels(char, precision)
     fallback = set(fallback)
-    seconds = km.predict_seconds(kernels, gpu, model)
+    try:
+        seconds = km.predict_seconds(kernels, gpu, model)
+    except TrainwiseError as exc:  # the model reads a spec this accelerator's catalog row lacks
+        return KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {}, f"{exc}; the roofline rule is used")
     class_s: dict[str, float] = {}
     fallback_class_s: dict[str, float] = {}
     covered = set()

@@ -8,8 +8,8 @@ GPU with peak P (for the kernel's dtype and tensor-core eligibility) and memory 
 where f is a gradient-boosted regression (scikit-learn) of log(t_measured / t_roofline) on the kernel's
 shape features (tiles of a 128x128 output tile, waves of tiles over the SMs, the tail wave's and tile
 padding's utilisation, arithmetic intensity, sizes) and, where the selection split prefers it
-(`FEATURE_SETS`), the GPU's specs (SMs, peak per SM as a clock proxy, bandwidth, machine balance, TDP per peak
-FLOP/s: a power-capped part cannot hold its boost clock).
+(`FEATURE_SETS`), the kernel's bytes against the GPU's L2 and the GPU's specs (SMs, peak per SM, bandwidth, machine
+balance, TDP per peak FLOP/s: a power-capped part cannot hold its boost clock; FP32 lanes per SM, boost clock, L2).
 Predicting utilisation bounded by the roofline from tile/wave features is the method of NeuSight
 (Lee et al., "Forecasting GPU Performance for Deep Learning Training and Inference", ASPLOS 2025); the
 wave quantisation is Habitat's (Yu et al., "Habitat: A Runtime-Based Computational Performance Predictor
@@ -41,7 +41,7 @@ DATA_DIR = Path(__file__).with_name("data")
 ARTIFACT_PATH = DATA_DIR / "kernel_model.json"
 DATASET_PATH = DATA_DIR / "kernel_latency.csv"
 # Bump when the feature vector or the artifact layout changes: an older artifact is refused.
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2
 REBUILD_COMMAND = ".venv/bin/python tools/train_kernel_model.py"
 
 TILE = 128
@@ -58,13 +58,21 @@ FEATURES = ("class", "inputs", "transcendental", "tensor_core", "log_flops", "lo
             "log_t_compute_us", "log_t_memory_us", "log_t_roofline_us", "log2_batch", "log2_m", "log2_n", "log2_k",
             "log2_tiles", "log2_waves", "tail_utilisation", "pad_utilisation", "log2_elements", "log2_elem_waves",
             "kernel_size", "sms", "peak_per_sm_gflops", "log_peak", "log_bandwidth", "balance", "tdp_per_tflops",
-            "bandwidth_per_sm")
+            "bandwidth_per_sm", "log2_bytes_per_l2", "fp32_lanes_per_sm", "clock_ghz", "log2_l2_mib")
 # The GPU's specs as tree inputs. Without them the GPU still enters through the roofline (its peak for the kernel's
 # dtype, its bandwidth: `log_t_*_us`, `tensor_core`) and its SM count (tiles, waves, tail); the tools/train_kernel_model.py
 # selection split decides between the two sets (`FEATURE_SETS`), held-out GPU family by family.
 GPU_SPEC_FEATURES = ("sms", "peak_per_sm_gflops", "log_peak", "log_bandwidth", "balance", "tdp_per_tflops",
-                     "bandwidth_per_sm")
-FEATURE_SETS = {"kernel+gpu": FEATURES, "kernel": tuple(f for f in FEATURES if f not in GPU_SPEC_FEATURES)}
+                     "bandwidth_per_sm", "fp32_lanes_per_sm", "clock_ghz", "log2_l2_mib")
+# The kernel's bytes against the GPU's L2 (a working set that stays in L2 is not bound by DRAM bandwidth: the L4's
+# 48 MB): a kernel-relative input like the waves, tried with and without (`FEATURE_SETS`).
+L2_FEATURES = ("log2_bytes_per_l2",)
+FEATURE_SETS = {"kernel+gpu": FEATURES,
+                "kernel+l2": tuple(f for f in FEATURES if f not in GPU_SPEC_FEATURES),
+                "kernel": tuple(f for f in FEATURES if f not in GPU_SPEC_FEATURES + L2_FEATURES)}
+# the catalog fields each input needs beyond the peaks, bandwidth, SMs and TDP every set reads
+FEATURE_CATALOG_FIELDS = {"log2_bytes_per_l2": ("l2_cache_mib",), "fp32_lanes_per_sm": ("boost_clock_mhz",),
+                          "clock_ghz": ("boost_clock_mhz",), "log2_l2_mib": ("l2_cache_mib",)}
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,8 @@ class GpuSpec:
     bf16: float | None
     bandwidth: float   # B/s
     tdp_w: float
+    clock_hz: float | None = None   # datasheet boost clock
+    l2_bytes: float | None = None
 
     @staticmethod
     def of(acc: Any) -> "GpuSpec":
@@ -125,8 +135,16 @@ class GpuSpec:
             raise TrainwiseError(f"accelerator {acc.name} lacks {', '.join(missing)} in the catalog: the kernel model "
                                  "needs them (add them to the accelerator's specs)")
         t = lambda v: (v or 0) * 1e12 or None  # noqa: E731
+        clock, l2 = getattr(acc, "boost_clock_mhz", None), getattr(acc, "l2_cache_mib", None)
         return GpuSpec(acc.name, int(acc.cores), acc.fp32_tflops * 1e12, t(acc.tf32_tflops), t(acc.fp16_tflops),
-                       t(acc.bf16_tflops), acc.memory_bw_gbs * 1e9, float(acc.tdp_w))
+                       t(acc.bf16_tflops), acc.memory_bw_gbs * 1e9, float(acc.tdp_w), clock * 1e6 if clock else None,
+                       l2 * 2**20 if l2 else None)
+
+    def gpu_columns(self) -> tuple[float, float, float]:
+        """(fp32 lanes per SM per clock, clock GHz, log2 L2 MiB); NaN where the catalog lacks the clock or L2."""
+        nan = float("nan")
+        lanes = self.fp32 / (2 * self.sms * self.clock_hz) if self.clock_hz else nan
+        return lanes, self.clock_hz / 1e9 if self.clock_hz else nan, math.log2(self.l2_bytes / 2**20) if self.l2_bytes else nan
 
     def peak(self, kernel: Kernel, conv_tf32: bool = True) -> tuple[float, bool]:
         """(FLOP/s, tensor cores) for `kernel`: fp16/bf16 GEMMs and convolutions on tensor cores, TF32 when asked
@@ -168,6 +186,7 @@ def features(kernel: Kernel, gpu: GpuSpec) -> tuple[list[float], float]:
         tail, pad, _log2(elements), math.log2(max(elem_waves, 1e-6)), float(kernel.kernel_size), float(gpu.sms),
         peak / gpu.sms / 1e9, math.log10(peak), math.log10(gpu.bandwidth), peak / gpu.bandwidth,
         gpu.tdp_w / (peak / 1e12), gpu.bandwidth / gpu.sms / 1e9,
+        math.log2(max(kernel.bytes, 1.0) / gpu.l2_bytes) if gpu.l2_bytes else float("nan"), *gpu.gpu_columns(),
     ]
     return x, roof
 
@@ -241,7 +260,8 @@ def features_matrix(a: KernelArrays, gpu: GpuSpec, conv_tf32: bool = True) -> tu
             us(t_c), us(t_m), us(roof), lg2(a.batch), lg2(a.m), lg2(a.n), lg2(a.k), lg2(tiles),
             np.log2(np.maximum(waves, 1e-6)), tail, pad, lg2(a.elements), np.log2(np.maximum(elem_waves, 1e-6)),
             a.kernel_size, ones * gpu.sms, peak / gpu.sms / 1e9, np.log10(peak), ones * math.log10(gpu.bandwidth),
-            peak / gpu.bandwidth, gpu.tdp_w / (peak / 1e12), ones * (gpu.bandwidth / gpu.sms / 1e9)]
+            peak / gpu.bandwidth, gpu.tdp_w / (peak / 1e12), ones * (gpu.bandwidth / gpu.sms / 1e9),
+            np.log2(b1 / gpu.l2_bytes) if gpu.l2_bytes else ones * np.nan, *(ones * v for v in gpu.gpu_columns())]
     return np.column_stack(cols), roof
 
 
@@ -382,6 +402,17 @@ def load_kernel_model(path: str | Path | None = None) -> TreeEnsemble:
                              f"`{REBUILD_COMMAND}`") from None
 
 
+def missing_catalog_fields(model: TreeEnsemble, x: Any) -> list[str]:
+    """The catalog fields behind the inputs the model reads that are missing (NaN) in the feature rows `x`."""
+    import numpy as np
+
+    used = FEATURE_SETS.get(model.meta.get("settings", {}).get("features", "kernel+gpu"), FEATURES)
+    if not len(x):
+        return []
+    return sorted({field for f in used if f in FEATURE_CATALOG_FIELDS and np.isnan(x[0, FEATURES.index(f)])
+                   for field in FEATURE_CATALOG_FIELDS[f]})
+
+
 def predict_seconds(kernels: "list[Kernel] | KernelArrays", gpu: GpuSpec, model: TreeEnsemble | None = None) -> Any:
     """Predicted seconds of each kernel on `gpu` (never faster than its roofline); NaN for a kernel whose regime
     the model's training data covers on fewer than MIN_FAMILIES GPU families (`regimes`): the caller falls back."""
@@ -392,6 +423,10 @@ def predict_seconds(kernels: "list[Kernel] | KernelArrays", gpu: GpuSpec, model:
         return np.zeros(0)
     model = model or load_kernel_model()
     x, roof = features_matrix(arrays, gpu)
+    lacking = missing_catalog_fields(model, x)
+    if lacking:
+        raise TrainwiseError(f"accelerator {gpu.name} lacks {', '.join(lacking)} in the catalog: the kernel model "
+                             "reads them (add them to the accelerator's specs)")
     coverage = model.meta.get("coverage", {})
     covered = np.array([len(coverage.get(r, ())) >= MIN_FAMILIES for r in regimes(x, arrays.dtype)], dtype=bool)
     out = np.full(len(roof), np.nan)
