@@ -85,7 +85,7 @@ def test_held_out_gpu_kernel_error_beats_roofline(dataset):
     train = dataset.subset(thin & (fam != "T4"))
     test = dataset.subset(fam == "T4")
     model = kf.fit_ensemble(train, {"n_estimators": 80, "max_depth": 5, "learning_rate": 0.15})
-    pred = test.roofline * np.exp(np.maximum(model.predict(test.x), 0))
+    pred = np.maximum(test.roofline, km.base_seconds(test.x) * np.exp(model.predict(test.x)))
     err = np.median(np.abs(pred / test.latency - 1))
     roof = np.median(np.abs(test.roofline / test.latency - 1))
     assert err < 0.35 and err < 0.6 * roof, (err, roof)
@@ -149,7 +149,10 @@ def test_a_model_reading_the_l2_or_clock_refuses_a_gpu_without_them(dataset):
         per = np.ones(len(char.records))
         core = apply_kernel_core(char, bare, "fp32", per, ens)
         assert "lacks" in core.note and "roofline rule is used" in core.note and not core.class_s
-    assert np.isfinite(km.predict_seconds(kernels, km.GpuSpec.of(bare))).all()  # the packaged "kernel" set
+    settings = {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.2, "features": "kernel"}
+    ens = km.ensemble_from_json(km.ensemble_to_json(kf.fit_ensemble(sub, settings),
+                                                    {"settings": settings, "coverage": km.regime_coverage(sub)}))
+    assert np.isfinite(km.predict_seconds(kernels, km.GpuSpec.of(bare), ens)).all()  # reads neither
 
 
 @pytest.fixture(scope="module")
@@ -367,3 +370,28 @@ def test_holdout_split_holds_h100_and_h200_out_together(monkeypatch):
     assert held["by_gpu"]["H100"]["rows"] == 120
     assert ["A100-PCIe", "T4"] in fitted_on
     assert all(not ({"H100", "H200"} & set(f)) or {"H100", "H200"} <= set(f) for f in fitted_on)
+
+
+def test_cuda_core_gemms_add_their_tiles_operand_traffic_to_the_base():
+    """A fp32 GEMM's base time is its FLOPs' time plus its tiles' operand traffic (`TILE`): on the L4 (30 TFLOPS,
+    300 GB/s) the traffic dominates, on the A100 it does not; a tensor-core GEMM and an elementwise kernel keep
+    the roofline; no prediction is below the plain roofline."""
+    catalog = load_catalog()
+    gemm = km.kernel_from_dims("mm", "fp32", (1, 4096, 4096, 4096))
+    for name, low, high in (("L4", 4.0, 5.0), ("A100-PCIe", 1.3, 1.6)):
+        gpu = km.GpuSpec.of(catalog.accelerator(name))
+        x, roof = km.features(gemm, gpu)
+        t_c = gemm.flops / gpu.fp32
+        assert roof == pytest.approx(max(t_c, gemm.bytes / gpu.bandwidth))
+        traffic = 4 * ((4096 // km.TILE) ** 2 * 2 * km.TILE * 4096 + 4096 * 4096)
+        assert km.tile_operand_bytes(gemm) == traffic
+        base = km.base_seconds(np.array([x]))[0]
+        assert base == pytest.approx(t_c + traffic / gpu.bandwidth, rel=1e-9)
+        assert low < base / t_c < high, (name, base / t_c)
+        others = (km.kernel_from_dims("mm", "bf16", (1, 4096, 4096, 4096)), km.kernel_from_dims("gelu", "fp32", (8192, 3072)))
+        for other in others:
+            xo, ro = km.features(other, gpu)
+            assert km.base_seconds(np.array([xo]))[0] == pytest.approx(ro, rel=1e-9)
+        kernels = [gemm, km.kernel_from_dims("mm", "fp32", (1, 64, 64, 64))]
+        t = km.predict_seconds(kernels, gpu)
+        assert np.all(t >= np.array([km.plain_roofline_s(k, gpu) for k in kernels]) * (1 - 1e-12))

@@ -1,6 +1,6 @@
 """Train the per-operator kernel model and write src/trainwise/predict/data/kernel_model.json.
 
-Settings (`kernel_fit.SETTINGS`: trees, and with or without the GPU's specs as inputs) are chosen on a
+Settings (`kernel_fit.SETTINGS`: trees, and which inputs: `kernel_model.FEATURE_SETS`) are chosen on a
 leave-one-GPU-family-out split of the per-kernel data only, by the mean |time-weighted error| per (held-out family,
 kernel class), the part of a kernel's error a training step keeps;
 the 80 % band per kernel class is the split-conformal quantile of the held-out families' time-weighted mean
