@@ -395,3 +395,28 @@ def test_cuda_core_gemms_add_their_tiles_operand_traffic_to_the_base():
         kernels = [gemm, km.kernel_from_dims("mm", "fp32", (1, 64, 64, 64))]
         t = km.predict_seconds(kernels, gpu)
         assert np.all(t >= np.array([km.plain_roofline_s(k, gpu) for k in kernels]) * (1 - 1e-12))
+
+
+def test_a_user_gpu_with_sms_clock_and_l2_gets_the_kernel_core(tmp_path):
+    """A GPU the catalog lacks, given in a user offerings file with its SMs, boost clock and L2, is priced by the
+    kernel model; the same GPU without its L2 keeps the roofline rule and the note names the missing field."""
+    from trainwise.catalog import load_user_offerings
+    from trainwise.predict.characterise import characterise_named
+
+    spec = ('name = "RTX3090"\nvendor = "NVIDIA"\nmemory_gib = 24\nfp32_tflops = 35.6\nfp16_tflops = 71\n'
+            'memory_bw_gbs = 936\ntdp_w = 350\ncores = 82\nboost_clock_mhz = 1695\n')
+    offering = ('[[offering]]\nname = "box"\nkind = "on_premise"\naccelerator = "RTX3090"\naccelerator_count = 1\n'
+                'capex_usd = 2000\nlifetime_years = 3\n')
+    char = characterise_named("resnet18", 32, "fp32")
+    notes = {}
+    for label, extra in (("with", "l2_cache_mib = 6\n"), ("without", "")):
+        path = tmp_path / f"{label}.toml"
+        path.write_text("[[accelerator]]\n" + spec + extra + "\n" + offering, encoding="utf-8")
+        acc = load_user_offerings(path).accelerator("RTX3090")
+        p = dm.predict_iteration(char, acc, 1, None, core="kernel")
+        notes[label] = " ".join(p.notes)
+        assert p.samples_per_s > 0
+    assert "lacks" not in notes["with"]
+    uses_l2 = any(f in km.FEATURE_CATALOG_FIELDS for f in km.FEATURE_SETS[km.load_kernel_model().meta["settings"]["features"]])
+    if uses_l2:  # the packaged model reads the L2
+        assert "lacks l2_cache_mib" in notes["without"] and "roofline rule is used" in notes["without"]
