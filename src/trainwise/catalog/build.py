@@ -96,7 +96,7 @@ def normalise_accelerators(spec_csv: Path) -> list[dict[str, Any]]:
             record = out[row["name"]]
             record.update(boost_clock_mhz=row["boost_clock_mhz"], l2_cache_mib=row["l2_cache_mib"],
                           source=f"{record['source']}; boost clock and L2: {row['clock_source']}")
-    lacking = sorted(n for n, r in out.items() if r["vendor"] == "NVIDIA" and not r.get("boost_clock_mhz"))
+    lacking = sorted(n for n, r in out.items() if r["vendor"].startswith("NVIDIA") and not r.get("boost_clock_mhz"))
     if lacking:
         raise SystemExit(f"{CLOCKS_L2_CSV.name} lacks the NVIDIA GPUs {', '.join(lacking)}")
     unused = sorted(set(by_name) - {v[0] for v in names.CANONICAL.values()})

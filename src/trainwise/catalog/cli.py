@@ -152,11 +152,13 @@ def accelerators(catalog_name: CatalogOpt = "current") -> None:
     catalog = _load(catalog_name, None)
     offered = catalog.offerings.groupby("accelerator")["cloud"].agg(lambda s: ", ".join(sorted(set(s))))
     table = Table(title="Accelerators", caption=f"{catalog.caption}; specs from accelerators.csv (vendor datasheets), dense peaks")
-    for column in ("name", "unit", "memory GiB", "GB/s", "fp32 TF", "tf32 TF", "fp16/bf16 TF", "fp8 TF", "offered on"):
+    for column in ("name", "unit", "memory GiB", "GB/s", "fp32 TF", "tf32 TF", "fp16/bf16 TF", "fp8 TF", "SMs",
+                   "L2 MiB", "offered on"):
         table.add_column(column, justify="left" if column in ("name", "unit", "offered on") else "right")
     for spec in sorted(catalog.accelerators.values(), key=lambda a: (a.kind, a.name)):
         half = max([v for v in (spec.fp16_tflops, spec.bf16_tflops) if v is not None], default=None)
+        sms = _num(spec.cores) if spec.kind == "gpu" else "-"  # TPU and Trainium cores are not SMs
         table.add_row(spec.name, spec.granularity.replace("_", " "), _num(spec.memory_gib), _num(spec.memory_bw_gbs),
-                      _num(spec.fp32_tflops), _num(spec.tf32_tflops), _num(half), _num(spec.fp8_tflops),
-                      offered.get(spec.name, "-"))
+                      _num(spec.fp32_tflops), _num(spec.tf32_tflops), _num(half), _num(spec.fp8_tflops), sms,
+                      _num(spec.l2_cache_mib), offered.get(spec.name, "-"))
     console.print(table)
