@@ -395,7 +395,7 @@ def test_cuda_core_gemms_add_their_tiles_operand_traffic_to_the_base():
             assert km.base_seconds(np.array([xo]))[0] == pytest.approx(ro, rel=1e-9)
         kernels = [gemm, km.kernel_from_dims("mm", "fp32", (1, 64, 64, 64))]
         t = km.predict_seconds(kernels, gpu)
-        assert np.all(t >= np.array([km.plain_roofline_s(k, gpu) for k in kernels]) * (1 - 1e-12))
+        assert np.all(t >= np.array([km.features(k, gpu)[1] for k in kernels]) * (1 - 1e-12))
 
 
 def test_a_user_gpu_with_sms_clock_and_l2_gets_the_kernel_core(tmp_path):

@@ -41,15 +41,11 @@ def apply_kernel_core(char: WorkloadCharacterisation, acc: Any, precision: str, 
     if getattr(acc, "kind", "") != "gpu":
         return KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {},
                           f"{acc.name} is not a GPU: the kernel model has no data for it, the roofline rule is used")
-    try:
-        gpu = km.GpuSpec.of(acc)
-    except TrainwiseError as exc:
-        return KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {}, f"{exc}; the roofline rule is used")
     idx, kernels, fallback = _record_kernels(char, precision)
     fallback = set(fallback)
-    try:
-        seconds = km.predict_seconds(kernels, gpu, model)
-    except TrainwiseError as exc:  # the model reads a spec this accelerator's catalog row lacks
+    try:  # an accelerator whose catalog row lacks a spec the model reads keeps the rule, and says which
+        seconds = km.predict_seconds(kernels, km.GpuSpec.of(acc), model)
+    except TrainwiseError as exc:
         return KernelCore(sorted({r.op for r in char.records}), float(per.sum()), {}, f"{exc}; the roofline rule is used")
     class_s: dict[str, float] = {}
     fallback_class_s: dict[str, float] = {}

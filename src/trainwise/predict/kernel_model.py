@@ -8,7 +8,7 @@ GPU with peak P (for the kernel's dtype and tensor-core eligibility) and memory 
 t_base is the roofline, except for a GEMM on CUDA cores, whose t_base adds its tiles' operand traffic to its FLOPs
 (`tile_operand_bytes`, `base_seconds`).
 
-where f is a gradient-boosted regression (scikit-learn) of log(t_measured / t_roofline) on the kernel's
+where f is a gradient-boosted regression (scikit-learn) of log(t_measured / t_base) on the kernel's
 shape features (tiles of a 128x128 output tile, waves of tiles over the SMs, the tail wave's and tile
 padding's utilisation, arithmetic intensity, sizes) and, where the selection split prefers it
 (`FEATURE_SETS`), the kernel's bytes against the GPU's L2 and the GPU's specs (SMs, peak per SM, bandwidth, machine
@@ -184,12 +184,6 @@ def tile_operand_bytes(kernel: Kernel) -> float:
     return size * (tiles * 2 * TILE * kernel.k + kernel.batch * kernel.m * kernel.n)
 
 
-def plain_roofline_s(kernel: Kernel, gpu: GpuSpec) -> float:
-    """max(FLOPs / peak, bytes / bandwidth): the roofline published predictors are compared against."""
-    peak, _ = gpu.peak(kernel)
-    return max(kernel.flops / peak, kernel.bytes / gpu.bandwidth, 1e-9)
-
-
 def base_seconds(x: Any) -> Any:
     """The model's base time of each feature row: the roofline, or for a GEMM on CUDA cores its compute time plus its
     tiles' operand traffic time (`TILE`); the prediction is max(roofline, base x exp(f))."""
@@ -203,7 +197,8 @@ def base_seconds(x: Any) -> Any:
 
 
 def features(kernel: Kernel, gpu: GpuSpec) -> tuple[list[float], float]:
-    """(feature vector in `FEATURES` order, roofline seconds) of `kernel` on `gpu`."""
+    """(feature vector in `FEATURES` order, roofline seconds: max(FLOPs / peak, bytes / bandwidth), no tile-level
+    term) of `kernel` on `gpu`."""
     peak, tensor = gpu.peak(kernel)
     t_c = kernel.flops / peak
     t_m = kernel.bytes / gpu.bandwidth
