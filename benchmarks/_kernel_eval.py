@@ -50,6 +50,9 @@ class HeldOutModels:
             keep = np.array([km.family(g) != fam for g in self.data.gpus])
             model = kf.fit_ensemble(self.data.subset(keep), self.settings)
             meta = {**self.bands(fam), "held_out": fam, "coverage": km.regime_coverage(self.data.subset(keep))}
+            if "regime_bias_by_family" in self.meta:  # the regimes left to the rule, chosen without this family
+                meta["rule_regimes"] = kf.rule_regimes(self.meta["regime_bias_by_family"],
+                                                       self.meta["fallback_regime_bias_by_family"], fam)
             ens = km.ensemble_from_json(km.ensemble_to_json(model, meta))
             self.cache[fam] = ens
             self.fit_seconds += time.perf_counter() - t0

@@ -184,7 +184,84 @@ def test_regimes_without_data_on_two_gpu_families_fall_back():
     t = km.predict_seconds([fp32, bf16], l4, model)
     assert np.isfinite(t[0]) and t[0] >= km.features(fp32, l4)[1]  # never faster than the roofline
     covered = model.meta["coverage"].get("gemm|tensor|16", [])
-    assert (len(covered) >= km.MIN_FAMILIES) == bool(np.isfinite(t[1]))
+    earned = "gemm|tensor|16" not in model.meta.get("rule_regimes", [])
+    assert (len(covered) >= km.MIN_FAMILIES and earned) == bool(np.isfinite(t[1]))
+
+
+def test_a_regime_the_model_did_not_earn_on_the_split_keeps_the_rule():
+    """`rule_regimes`: over the families both were scored on (the held-out one left out), the model keeps a regime
+    only with a smaller mean |systematic error| than the rule's; a tie keeps the rule. The packaged artifact's list
+    is that function of its own stored per-family errors, and predict_seconds leaves those regimes to the rule."""
+    model_bias = {"gemm|simt|32": {"A": 0.1, "B": -0.2, "C": 0.9}, "softmax": {"A": 0.3, "B": -0.3},
+                  "norm": {"A": 0.2}}
+    rule_bias = {"gemm|simt|32": {"A": 0.5, "B": 0.4, "C": 0.1}, "softmax": {"A": -0.3, "B": 0.3}}
+    assert kf.rule_regimes(model_bias, rule_bias) == ["gemm|simt|32", "softmax"]  # 1.2 >= 1.0; a tie
+    assert kf.rule_regimes(model_bias, rule_bias, held_out="C") == ["softmax"]  # without C: 0.3 < 0.9
+    packaged = km.load_kernel_model()
+    meta = packaged.meta
+    assert meta["rule_regimes"] == kf.rule_regimes(meta["regime_bias_by_family"], meta["fallback_regime_bias_by_family"])
+    assert "gemm|simt|32" not in meta["rule_regimes"]  # the CUDA-core GEMMs: model 0.27 against the rule's 0.53
+    h100 = km.GpuSpec.of(load_catalog().accelerator("H100"))
+    kernels = [km.kernel_from_dims("mm", "fp32", (1, 4096, 4096, 1024)), km.kernel_from_dims("softmax", "fp32", (4096, 1024))]
+    x, _ = km.features_matrix(km.KernelArrays.of(kernels), h100)
+    regimes = km.regimes(x, km.KernelArrays.of(kernels).dtype)
+    for to_rule in ([], [regimes[1]], regimes):
+        ens = km.ensemble_from_json(km.ensemble_to_json(kf.fit_ensemble(kf.load_dataset().subset(
+            np.arange(len(kf.load_dataset().gpus)) % 50 == 0), {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.3}),
+            {"coverage": meta["coverage"], "rule_regimes": to_rule}))
+        t = km.predict_seconds(kernels, h100, ens)
+        assert [r in to_rule for r in regimes] == list(np.isnan(t))
+
+
+def test_deepbench_workbooks_become_kernel_rows(tmp_path):
+    """tools/build_kernel_dataset.py --deepbench: GEMMs and square forward convolutions of the V100/T4 workbooks;
+    fp16 shapes the benchmark padded (not multiples of 8), non-square convolutions, text cells and sub-10-us
+    figures left out; fp16 convolutions (NHWC on tensor cores) as `convcl`."""
+    openpyxl = pytest.importorskip("openpyxl")
+    spec = importlib.util.spec_from_file_location("build_kernel_dataset", ROOT / "tools" / "build_kernel_dataset.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    gemm_head = ("Dense Matrix Multiplication", None, "M", "N", "K", "A Transpose", "B Transpose", None, "Time (msec)")
+    conv_head = ("Convolution",)
+    conv_cols = (None, None, "W", "H", "C", "N", "K ", "S", "R", "pad_w", "pad_h", "hs", "vs", "Forward (msec)")
+    sheets = {"Results FP32": [gemm_head, (None, "x", 1760, 16, 1760, "N", "N", None, 0.038),
+                               (None, "x", 35, 8457, 4096, "N", "N", None, 0.512),
+                               (None, "x", 512, 8, 500, "N", "N", None, 0.005),  # under 10 us: the launch rate
+                               conv_head, conv_cols,
+                               (None, "x", 56, 56, 64, 16, 128, 3, 3, 1, 1, 1, 1, 0.318),
+                               (None, "x", 700, 161, 1, 4, 32, 20, 5, 0, 0, 2, 2, 0.591),  # not square
+                               (None, "x", 28, 28, 3, 8, 64, 3, 3, 1, 1, 1, 1, "N/A*")],
+              "Results - FP16 ip, Mixed math": [gemm_head, (None, "x", 1760, 16, 1760, "N", "N", None, 0.02),
+                                                (None, "x", 35, 8457, 4096, "N", "N", None, 0.3),  # padded
+                                                conv_head, conv_cols,
+                                                (None, "x", 56, 56, 64, 16, 128, 3, 3, 1, 1, 1, 1, 0.1),
+                                                (None, "x", 56, 56, 3, 16, 128, 3, 3, 1, 1, 1, 1, 0.1)]}  # padded
+    folder = tmp_path / "DeepBench" / "results" / "train"
+    folder.mkdir(parents=True)
+    for name in ("DeepBench_NV_V100.xlsx", "DeepBench_NV_T4.xlsx"):
+        wb = openpyxl.Workbook()
+        wb.remove(wb.active)
+        for title, rows in sheets.items():
+            ws = wb.create_sheet(title)
+            for row in rows:
+                ws.append(list(row))
+        wb.save(folder / name)
+    rows = tool.deepbench_rows(tool.Repo(tmp_path / "DeepBench", None, probe="results"))
+    v100 = [(r["op"], r["dtype"], r["dims"], r["latency_us"]) for r in rows if r["gpu"] == "V100"]
+    assert v100 == [("mm", "fp32", "1x1760x16x1760", "38"), ("mm", "fp32", "1x35x8457x4096", "512"),
+                    ("conv", "fp32", "16x64x128x3x56x1x1", "318"), ("mm", "fp16", "1x1760x16x1760", "20"),
+                    ("convcl", "fp16", "16x64x128x3x56x1x1", "100")]
+    assert {r["gpu"] for r in rows} == {"V100", "T4"} and {r["source"] for r in rows} == {"deepbench"}
+
+
+def test_packaged_dataset_has_deepbench_tensor_core_gemms_on_two_more_families(dataset):
+    src = np.array(dataset.sources)
+    fams = {km.family(g) for g, s in zip(dataset.gpus, src) if s == "deepbench"}
+    assert fams == {"V100", "T4"}
+    assert set(km.load_kernel_model().meta["coverage"]["gemm|tensor|16"]) >= {"H100", "V100", "T4"}
+    readme = (km.DATA_DIR / "README.md").read_text(encoding="utf-8")
+    commit = km.DATASET_PATH.read_text(encoding="utf-8").splitlines()[1].split("@")[1].split()[0]
+    assert "baidu-research/DeepBench" in readme and commit in readme and "Apache" in readme
 
 
 def test_non_gpu_uses_the_roofline_with_a_note(convnext):

@@ -8,11 +8,14 @@ Sources (per-kernel calibration data only; end-to-end step times never enter thi
   (scripts/asplos/data/dataset/test/{bmm,linear,elem,ln,softmax}.csv: the operator shapes of the models it evaluates,
   on those GPUs and the L4, H100 and A100 80GB PCIe; source `neusight-test`);
 - trainwise's own H100 microbenchmarks (benchmarks/results/gpu_microbench_h100.json);
-- any benchmarks/results/kernel_sweep_*.csv written by benchmarks/kernel_sweep.py on a lent GPU.
+- any benchmarks/results/kernel_sweep_*.csv written by benchmarks/kernel_sweep.py on a lent GPU;
+- with --deepbench, Baidu's DeepBench training results (github.com/baidu-research/DeepBench, Apache-2.0 licence,
+  results/train/DeepBench_NV_{V100,T4}.xlsx: CUDA 10.1, cuDNN 7.6, 2019): cuBLAS GEMMs in fp32 and fp16 on tensor
+  cores, cuDNN forward convolutions in fp32 (NCHW) and fp16 (NHWC, on tensor cores); source `deepbench`.
 
 Each (operator, GPU) is subsampled deterministically to at most --cap rows so the packaged CSV stays small.
 Run: .venv/bin/python tools/build_kernel_dataset.py --neusight /path/to/NeuSight [--commit SHA]
-(the NeuSight checkout may be a bare git directory: files are read with `git show`).
+[--deepbench /path/to/DeepBench] (either checkout may be a bare git directory: files are read with `git show`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import csv
 import io
 import itertools
 import json
+import math
 import random
 import subprocess
 import sys
@@ -42,11 +46,11 @@ COLUMNS = ("source", "gpu", "op", "dtype", "dims", "latency_us")
 
 
 class Repo:
-    """Files of a NeuSight checkout: a work tree, or a bare git directory read with `git show`."""
+    """Files of a checkout (NeuSight's, DeepBench's): a work tree, or a bare git directory read with `git show`."""
 
-    def __init__(self, path: Path, commit: str | None):
+    def __init__(self, path: Path, commit: str | None, probe: str = COLLECT):
         self.path, self.commit = path, commit or "HEAD"
-        self.bare = not (path / COLLECT).exists()
+        self.bare = not (path / probe).exists()
 
     def head(self) -> str:
         git = ["git", "--git-dir", str(self.path)] if self.bare else ["git", "-C", str(self.path)]
@@ -67,10 +71,13 @@ class Repo:
         return sorted(out.splitlines())
 
     def read(self, rel: str) -> str:
+        return self.read_bytes(rel).decode("utf-8")
+
+    def read_bytes(self, rel: str) -> bytes:
         if not self.bare:
-            return (self.path / rel).read_text(encoding="utf-8")
+            return (self.path / rel).read_bytes()
         return subprocess.run(["git", "--git-dir", str(self.path), "show", f"{self.commit}:{rel}"],
-                              capture_output=True, text=True, check=True).stdout
+                              capture_output=True, check=True).stdout
 
 
 def _neusight_row(op: str, r: dict, gpu: str, source: str) -> dict | None:
@@ -170,15 +177,76 @@ def sweep_rows(folder: Path) -> list[dict]:
     return rows
 
 
+# DeepBench's training result workbooks with the catalog GPU each ran on (a DGX-1's V100 SXM2; a T4), and the two
+# sheets read: fp32, and fp16 inputs on tensor cores (cuBLAS CUBLAS_TENSOR_OP_MATH, cuDNN NHWC). The other NVIDIA
+# workbooks ran CUDA 8/9-era libraries (2017) or GPUs the catalog lacks (GTX 1080 Ti, Titan X/Xp, M40).
+DEEPBENCH_FILES = {"results/train/DeepBench_NV_V100.xlsx": "V100", "results/train/DeepBench_NV_T4.xlsx": "T4"}
+DEEPBENCH_SHEETS = {"Results FP32": "fp32", "Results - FP16 ip, Mixed math": "fp16"}
+# DeepBench times 300-400 back-to-back C++ calls with a wall clock and truncates the mean to whole microseconds: a
+# kernel shorter than the host's launch rate (a few us a call) times the launch, and a few-us figure carries a
+# quantisation of tens of per cent. Rows under this are left out.
+DEEPBENCH_MIN_US = 10.0
+
+
+def _number(v: object) -> float | None:
+    """A numeric cell as a float; None for an empty (NaN) or text cell ('N/A*')."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def deepbench_rows(repo: Repo) -> list[dict]:
+    """DeepBench's GEMMs and forward convolutions (square inputs and filters, equal strides and pads) on the V100
+    and T4, fp32 and fp16. fp16 shapes the benchmark padded for the tensor cores (a dimension not a multiple of 8)
+    are left out: the timed kernel is not the listed one. fp16 convolutions ran in NHWC: op `convcl`, like the
+    channels-last rows of benchmarks/kernel_sweep.py."""
+    import pandas as pd  # pandas.read_excel needs openpyxl (the [test] extra)
+
+    rows: list[dict] = []
+    for rel, gpu in DEEPBENCH_FILES.items():
+        sheets = pd.read_excel(io.BytesIO(repo.read_bytes(rel)), sheet_name=None, header=None)
+        for sheet, dtype in DEEPBENCH_SHEETS.items():
+            section = None
+            for rec in sheets[sheet].itertuples(index=False):
+                v = list(rec) + [None] * 24
+                if isinstance(v[0], str):
+                    section = v[0]
+                    continue
+                if section == "Dense Matrix Multiplication":
+                    m, n, k, t_ms = (_number(x) for x in (v[2], v[3], v[4], v[8]))
+                    if None in (m, n, k, t_ms) or (dtype == "fp16" and any(int(d) % 8 for d in (m, n, k))):
+                        continue
+                    op, dims = "mm", (1, int(m), int(n), int(k))
+                elif section == "Convolution":
+                    w, h, c, b, kout, s, r, pw, ph, sw, sh, t_ms = (_number(x) for x in v[2:14])
+                    if None in (w, h, c, b, kout, s, r, pw, ph, sw, sh, t_ms) or w != h or s != r or pw != ph \
+                            or sw != sh or (dtype == "fp16" and (int(c) % 8 or int(kout) % 8)):
+                        continue
+                    op = "convcl" if dtype == "fp16" else "conv"
+                    dims = (int(b), int(c), int(kout), int(s), int(w), int(sw), int(pw))
+                else:
+                    continue
+                if t_ms * 1e3 < DEEPBENCH_MIN_US:
+                    continue
+                rows.append({"source": "deepbench", "gpu": gpu, "op": op, "dtype": dtype,
+                             "dims": "x".join(map(str, dims)), "latency_us": f"{t_ms * 1e3:.4g}"})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--neusight", type=Path, required=True, help="NeuSight checkout or bare git directory")
     ap.add_argument("--commit", default=None, help="NeuSight commit to read (default HEAD)")
+    ap.add_argument("--deepbench", type=Path, default=None, help="DeepBench checkout or bare git directory")
+    ap.add_argument("--deepbench-commit", default=None, help="DeepBench commit to read (default HEAD)")
     ap.add_argument("--cap", type=int, default=900, help="rows kept per (operator, GPU)")
     ap.add_argument("--output", type=Path, default=OUT)
     args = ap.parse_args(argv)
     if not args.neusight.exists():
         print(f"error: {args.neusight} does not exist: clone github.com/sitar-lab/NeuSight first", file=sys.stderr)
+        return 2
+    if args.deepbench is not None and not args.deepbench.exists():
+        print(f"error: {args.deepbench} does not exist: clone github.com/baidu-research/DeepBench first", file=sys.stderr)
         return 2
     repo = Repo(args.neusight, args.commit)
     commit = repo.head()
@@ -187,8 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     rows += own_microbench_rows(ROOT / "benchmarks" / "results" / "gpu_microbench_h100.json")
     rows += sweep_rows(ROOT / "benchmarks" / "results")
     rows += neusight_test_rows(repo, args.cap, random.Random(1))  # appended: the rows above stay as they were
+    header = f"# NeuSight kernels: github.com/sitar-lab/NeuSight@{commit} (MIT licence); see README.md\n"
+    if args.deepbench is not None:
+        deepbench = Repo(args.deepbench, args.deepbench_commit, probe="results")
+        rows += deepbench_rows(deepbench)  # appended after the rest, like the test set
+        header += (f"# DeepBench kernels: github.com/baidu-research/DeepBench@{deepbench.head()} (Apache-2.0 licence);"
+                   " see README.md\n")
     buf = io.StringIO()
-    buf.write(f"# NeuSight kernels: github.com/sitar-lab/NeuSight@{commit} (MIT licence); see README.md\n")
+    buf.write(header)
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     w.writeheader()
     w.writerows(rows)

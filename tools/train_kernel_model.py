@@ -45,6 +45,8 @@ def build(exclude: list[str], output: Path, select: bool = True) -> dict:
     bias_by_family = {c: {f: round(x, 5) for f, x in v.items()} for c, v in held["class_bias_by_family"].items() if v}
     band = kf.bands_without(bias_by_family)  # from the values stored, so the artifact's meta checks against itself
     rule_bias = kr.rule_class_bias(data)
+    regime_bias = {r: {f: round(x, 5) for f, x in v.items()} for r, v in held["regime_bias_by_family"].items()}
+    rule_regime_bias = kr.rule_class_bias(data, by="regime")
     meta = {"settings": settings, "coverage": km.regime_coverage(data), "min_families": km.MIN_FAMILIES, "rows": len(data.gpus), "gpus": sorted(set(data.gpus)), "excluded": exclude,
             "kernel_holdout": {k: v for k, v in held.items() if not k.startswith("class_bias")}, "band80_by_class": band,
             "candidates": [{"settings": s, "mean_abs_class_bias": h["mean_abs_class_bias"],
@@ -52,6 +54,8 @@ def build(exclude: list[str], output: Path, select: bool = True) -> dict:
             "class_bias": {c: [round(x, 5) for x in v] for c, v in held["class_bias"].items()},
             "class_bias_by_family": bias_by_family,
             "fallback_band80_by_class": kf.bands_without(rule_bias), "fallback_class_bias_by_family": rule_bias,
+            "regime_bias_by_family": regime_bias, "fallback_regime_bias_by_family": rule_regime_bias,
+            "rule_regimes": kf.rule_regimes(regime_bias, rule_regime_bias),
             "dataset": str(km.DATASET_PATH.name), "fit_seconds": round(time.perf_counter() - t0, 1)}
     artifact = km.ensemble_to_json(model, meta)
     tmp = output.with_suffix(".tmp")

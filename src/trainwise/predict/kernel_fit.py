@@ -213,7 +213,7 @@ def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
     fams = sorted({family(g) for g in data.gpus})
     fam_of = np.array([family(g) for g in data.gpus])
     out: dict[str, Any] = {"by_gpu": {}, "class_bias": {c: [] for c in CLASSES},
-                           "class_bias_by_family": {c: {} for c in CLASSES}}
+                           "class_bias_by_family": {c: {} for c in CLASSES}, "regime_bias_by_family": {}}
     all_err, all_roof = [], []
     for fam in fams:
         test = fam_of == fam
@@ -234,6 +234,12 @@ def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
                               "roofline_median_abs_error": round(float(np.median(np.abs(roof_err))), 4)}
         all_err.append(np.abs(err))
         all_roof.append(np.abs(roof_err))
+        held_regimes = np.array(regimes(held.x, held.dtype_code))
+        for r in sorted(set(held_regimes)):
+            sel = held_regimes == r
+            if sel.sum() >= 20:
+                w = held.latency[sel]
+                out["regime_bias_by_family"].setdefault(r, {})[fam] = float(np.sum(w * np.log(pred[sel] / w)) / np.sum(w))
         cls = held.x[:, FEATURES.index("class")].astype(int)
         for ci, c in enumerate(CLASSES):
             sel = cls == ci
@@ -247,6 +253,21 @@ def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
     out["p90_abs_error"] = round(float(np.quantile(np.concatenate(all_err), 0.9)), 4)
     biases = [abs(b) for per_class in out["class_bias"].values() for b in per_class]
     out["mean_abs_class_bias"] = round(float(np.mean(biases)), 4) if biases else None  # what a step's sum keeps
+    return out
+
+
+def rule_regimes(model_bias: dict[str, dict[str, float]], rule_bias: dict[str, dict[str, float]],
+                 held_out: str | None = None) -> list[str]:
+    """Regimes the kernel model leaves to the roofline rule: those where, over the GPU families both were scored
+    on (every family but `held_out`), the model's mean |systematic error| on a family held out of its fit
+    (`model_bias`: {regime: {family: time-weighted mean log-residual}}) is not below the rule's on the same
+    family's kernels (`rule_bias`). The learned model has to earn a regime on the per-kernel split; a tie keeps the
+    rule, which has no per-kernel fit to overfit. None of it reads an end-to-end step time."""
+    out = []
+    for regime, per_family in sorted(model_bias.items()):
+        both = [f for f in per_family if f != held_out and f in rule_bias.get(regime, {})]
+        if both and (sum(abs(per_family[f]) for f in both) >= sum(abs(rule_bias[regime][f]) for f in both)):
+            out.append(regime)
     return out
 
 

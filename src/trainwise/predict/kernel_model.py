@@ -455,7 +455,9 @@ def missing_catalog_fields(model: TreeEnsemble, x: Any) -> list[str]:
 
 def predict_seconds(kernels: "list[Kernel] | KernelArrays", gpu: GpuSpec, model: TreeEnsemble | None = None) -> Any:
     """Predicted seconds of each kernel on `gpu` (never faster than its roofline); NaN for a kernel whose regime
-    the model's training data covers on fewer than MIN_FAMILIES GPU families (`regimes`): the caller falls back."""
+    the model's training data covers on fewer than MIN_FAMILIES GPU families (`regimes`), or where the model did
+    not beat the roofline rule on the per-kernel split (`meta["rule_regimes"]`, `kernel_fit.rule_regimes`): the
+    caller falls back to the rule."""
     import numpy as np
 
     arrays = kernels if isinstance(kernels, KernelArrays) else KernelArrays.of(kernels)
@@ -467,8 +469,9 @@ def predict_seconds(kernels: "list[Kernel] | KernelArrays", gpu: GpuSpec, model:
     if lacking:
         raise TrainwiseError(f"accelerator {gpu.name} lacks {', '.join(lacking)} in the catalog: the kernel model "
                              "reads them (add them to the accelerator's specs)")
-    coverage = model.meta.get("coverage", {})
-    covered = np.array([len(coverage.get(r, ())) >= MIN_FAMILIES for r in regimes(x, arrays.dtype)], dtype=bool)
+    coverage, to_rule = model.meta.get("coverage", {}), set(model.meta.get("rule_regimes", ()))
+    covered = np.array([len(coverage.get(r, ())) >= MIN_FAMILIES and r not in to_rule for r in regimes(x, arrays.dtype)],
+                       dtype=bool)
     out = np.full(len(roof), np.nan)
     if covered.any():
         out[covered] = np.maximum(roof[covered], base_seconds(x[covered]) * np.exp(model.predict(x[covered])))

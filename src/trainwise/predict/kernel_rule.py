@@ -78,11 +78,14 @@ def rule_seconds(kernels: list[Any], acc: Any, params: Any, tf32_conv: list[bool
     return out
 
 
-def rule_class_bias(data: Any, catalog: Any = None, params: Any = None) -> dict[str, dict[str, float]]:
+def rule_class_bias(data: Any, catalog: Any = None, params: Any = None, by: str = "class"
+                    ) -> dict[str, dict[str, float]]:
     """{kernel class: {GPU family: time-weighted mean log(rule / measured)}} over the per-kernel data `data` (a
     `kernel_fit.KernelDataset` loaded with its kernels), for every family with `MIN_CLASS_ROWS` kernels of the
-    class."""
+    class; `by="regime"` groups by `kernel_model.regimes` (class, tensor cores, operand width) instead."""
     import numpy as np
+
+    from trainwise.predict.kernel_model import regimes
 
     from trainwise.predict.device_params import load_params
     from trainwise.predict.kernel_fit import conv_tf32
@@ -102,10 +105,10 @@ def rule_class_bias(data: Any, catalog: Any = None, params: Any = None) -> dict[
         pred[idx] = rule_seconds([data.kernels[i] for i in idx], catalog.accelerator(g), params,
                                  [conv_tf32(sources[i]) for i in idx])
     fam = np.array([family(g) for g in data.gpus])
-    cls = np.array([OP_CLASS[op] for op in data.ops])
-    out: dict[str, dict[str, float]] = {c: {} for c in CLASSES}
+    cls = np.array([OP_CLASS[op] for op in data.ops] if by == "class" else regimes(data.x, data.dtype_code))
+    out: dict[str, dict[str, float]] = {c: {} for c in (CLASSES if by == "class" else sorted(set(cls)))}
     for f in sorted(set(fam)):
-        for c in CLASSES:
+        for c in out:
             sel = (fam == f) & (cls == c)
             if sel.sum() >= MIN_CLASS_ROWS:
                 w = data.latency[sel]
