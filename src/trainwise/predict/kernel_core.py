@@ -14,8 +14,8 @@ from trainwise.predict.device_params import DeviceModelParams
 CORES = ("kernel", "roofline")
 # The per-operator core: "kernel" = the learned kernel model (`kernel_model`) for every operator whose regime its
 # data covers, the roofline-with-efficiencies rule for the rest; "roofline" = the rule for every operator. The
-# default stays the rule: the kernel data (NeuSight's fp32 kernels on P4..A100, 40 H100 GEMMs) covers no
-# tensor-core regime on two GPU families yet, and AMP/TF32 training runs there (benchmarks/kernel_sweep.py grows it).
+# default stays the rule: AMP/TF32 training runs on tensor cores, where the kernel data (fp16 GEMMs on three
+# families, convolutions and TF32 on Hopper only) has not yet made the model beat the rule (`kernel_fit.rule_regimes`).
 DEFAULT_CORE = "roofline"
 
 
