@@ -93,3 +93,26 @@ def test_the_published_comparison_splits_the_gpus_neusight_trained_on_from_those
     assert new["gpus"] == ["H100", "L4"] and seen["gpus"] == ["A100-80GB-PCIe", "V100-PCIe-32GB"]
     assert new["NeuSight"]["trainwise_median_abs_error_same_rows"] == pytest.approx(0.03)
     assert seen["NeuSight"]["published_median_abs_error"] == pytest.approx(0.075)
+
+
+def test_a_held_out_family_never_chooses_which_regimes_the_model_keeps():
+    """The evaluation's model for a held-out family leaves to the rule the regimes `kernel_fit.rule_regimes` picks
+    from the other families' per-kernel errors: whatever the held-out family's own errors, the list is the same."""
+    import copy
+
+    import numpy as np
+
+    ev = load_benchmark("_kernel_eval")
+    data = kf.load_dataset()
+    held = ev.HeldOutModels(data=data.subset(np.arange(len(data.gpus)) % 40 == 0))
+    held.settings = {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.3, "features": "kernel"}
+    model_bias, rule_bias = held.meta["regime_bias_by_family"], held.meta["fallback_regime_bias_by_family"]
+    expected = kf.rule_regimes(model_bias, rule_bias, "T4")
+    assert held.without("T4").meta["rule_regimes"] == expected
+    held.meta = copy.deepcopy(held.meta)
+    for per_family in held.meta["regime_bias_by_family"].values():  # the model now hopeless on the T4
+        if "T4" in per_family:
+            per_family["T4"] = 9.0
+    assert kf.rule_regimes(held.meta["regime_bias_by_family"], rule_bias) != kf.rule_regimes(model_bias, rule_bias)
+    held.cache.clear()
+    assert held.without("T4").meta["rule_regimes"] == expected
