@@ -157,6 +157,25 @@ def test_a_profile_that_ended_inside_epoch_1_says_validation_after_it_was_not_se
     assert "ended inside epoch 1" not in went_on.note
 
 
+def test_what_a_script_does_after_training_counts_when_the_profile_saw_it():
+    """A profile that ran the script to its end measured its tail (a final test, a save, the exit): the prediction
+    adds it once, whatever the epochs; a sampled profile, which stopped the script, adds nothing."""
+    raw = raw_profile([0.5] * 30, init_s=3.0, batches_per_epoch=30)
+    raw["stop_reason"] = "script_exited"
+    raw["epochs"][0]["truncated"] = False
+    end = raw["epochs"][0]["end_s"]
+    whole = profile_from_raw(raw, command=["python", "t.py"], process_wall_s=end + 2.5, exit_code=0)
+    for epochs in (1, 4):
+        p = trainwise_estimate(whole, epochs=epochs)
+        assert p.breakdown_s["after_training_s"] == pytest.approx(2.5)
+        assert p.total_s == pytest.approx(3.0 + epochs * 30 * 0.5 + 2.5)
+        assert "after training, measured" in p.note
+    assert trainwise_estimate(whole, epochs=1).total_s == pytest.approx(whole.process_wall_s)
+    raw["stop_reason"] = "sampled"
+    sampled = profile_from_raw(raw, command=["python", "t.py"], process_wall_s=end + 2.5, exit_code=0)
+    assert trainwise_estimate(sampled, epochs=4).breakdown_s["after_training_s"] == 0.0
+
+
 def test_between_epoch_gap_is_counted_once_per_epoch_boundary():
     profile = make([1.0] * 20, init_s=0.0, val_batch_s=[0.1] * 4, val_total=4, epoch2=[1.0] * 3, gap_s=2.0)
     p = trainwise_estimate(profile, epochs=4)

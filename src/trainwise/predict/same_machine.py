@@ -16,6 +16,7 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 
+from trainwise.core.units import format_duration
 from trainwise.errors import TrainwiseError
 from trainwise.predict import malta, state_zeros
 from trainwise.profile.schema import HostNoise, Profile, steady_iterations
@@ -305,6 +306,18 @@ def closure_still_capped(profile: Profile) -> tuple[float, int] | None:
     return float(statistics.median(counts)), cap
 
 
+def after_training_s(profile: Profile) -> float:
+    """Seconds from the end of training (its last iteration, validation pass or epoch) to the process's exit, when
+    the script ran to its end during the profile: its final evaluation, saving and exit, measured. 0 for a profile
+    that stopped the script before its end, which never sees that time."""
+    if profile.stop_reason != "script_exited" or not profile.iterations or any(e.truncated for e in profile.epochs):
+        return 0.0
+    last = profile.iterations[-1]
+    ends = [last.start_s + last.wall_s, *(v.start_s + v.wall_s for v in profile.validations),
+            *(e.end_s for e in profile.epochs if e.end_s is not None)]
+    return max(0.0, profile.process_wall_s - max(ends))
+
+
 def _no_validation_note(profile: Profile) -> str:
     """A profile that ended inside epoch 1 (a loop without a DataLoader whose epoch was too long to wait out) has not
     seen whatever validation follows the epoch: it says so, not that the script has none."""
@@ -327,8 +340,12 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     loaders = validation_estimates(profile, n_it)
     validation_s = sum(v.total_s(epochs) for v in loaders)
     init_s = profile.init.total_s
-    total = init_s + iterations_s + epoch_start_s + between_s + validation_s
+    after_s = after_training_s(profile)
+    total = init_s + iterations_s + epoch_start_s + between_s + validation_s + after_s
     notes = [] if loaders else [_no_validation_note(profile)]
+    if after_s > 0:
+        notes.append(f"{format_duration(after_s)} after training, measured (the script ran to its end during the profile: "
+                     "what it does after its last step, a final test or save, and its exit)")
     if iterations_per_epoch is None and n_it >= ENDLESS_EPOCH_ITERATIONS and profile.script_iterations is None:
         notes.append(f"an epoch of {n_it:,} iterations, the training DataLoader's length (an endless sampler, as minGPT's "
                      "10^10 samples?): a loop that stops at a step count it does not read (`max_steps`, `max_iters`) "
@@ -375,7 +392,7 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
                      f"{cap}) when sampling stopped: if the optimisation converges, later steps run as few as one and "
                      f"the run is shorter, down to the band's low end; the estimate assumes it does not")
     breakdown = {"init_s": init_s, "iterations_s": iterations_s, "epoch_start_s": epoch_start_s,
-                 "between_epochs_s": between_s, "validation_s": validation_s}
+                 "between_epochs_s": between_s, "validation_s": validation_s, "after_training_s": after_s}
     if level is not None:
         breakdown["host_level_correction_s"] = level_correction_s  # the parts still add up to the total
     zeros = profile.optimizer_state_zeros
