@@ -8,7 +8,12 @@ The scripts that train offline on a CPU in minutes:
   both models saved every epoch, the epoch count in --niter;
 - `mnist/main.py --epochs 3`: the CNN of the PyTorch tutorials, Adadelta with a StepLR schedule, a test pass
   under no_grad after every epoch; this machine cannot download MNIST, so it runs beside MNIST-format files of
-  synthetic digits (same shapes, same step).
+  synthetic digits (same shapes, same step);
+- `mnist_hogwild/main.py --epochs 2`: Hogwild training, two processes the script spawns (torch.multiprocessing)
+  updating one shared model, each over its own DataLoader, then a test pass in the parent;
+- `mnist_forward_forward/main.py --epochs 300 --train_size 5000`: Hinton's forward-forward, one batch drawn once,
+  two layers trained one after the other, each by its own Adam for --epochs steps (the flag counts steps per
+  layer); both on synthetic digits like mnist.
 With `--nanogpt DIR` (a checkout of github.com/karpathy/nanoGPT), also its `train.py` as its README runs it on a
 CPU (`config/train_shakespeare_char.py --device=cpu --compile=False ... --max_iters=2000`): settings as
 module-level globals set by its configurator, batches drawn from a memory map (no DataLoader), the loss estimated
@@ -73,6 +78,29 @@ def mnist(folder: Path, size: float, scratch: str) -> list[str]:
     return ["main.py", "--epochs", str(max(1, round(3 * size)))]
 
 
+def mnist_hogwild(folder: Path, size: float, scratch: str) -> list[str]:
+    # Hogwild: the parent shares one model's memory with two processes it spawns (torch.multiprocessing), each
+    # training every epoch over its own DataLoader; the parent then tests. Reads ../data/MNIST, as mnist does.
+    run_dir = Path(scratch) / "mnist_hogwild"
+    run_dir.mkdir()
+    for name in ("main.py", "train.py"):
+        shutil.copy(folder / name, run_dir / name)
+    write_mnist_like(Path(scratch) / "data" / "MNIST" / "raw")
+    return ["main.py", "--epochs", str(max(1, round(2 * size))), "--num-processes", "2"]
+
+
+def mnist_forward_forward(folder: Path, size: float, scratch: str) -> list[str]:
+    # Hinton's forward-forward: one batch drawn once, each layer (an nn.Linear with its own Adam, kept in a plain
+    # list, so the net registers no parameters) trained alone for --epochs steps, one after the other; the script's
+    # own `train(x_pos, x_neg)` overrides nn.Module.train. Reads ./data/MNIST.
+    run_dir = Path(scratch) / "mnist_forward_forward"
+    run_dir.mkdir()
+    shutil.copy(folder / "main.py", run_dir / "main.py")
+    write_mnist_like(run_dir / "data" / "MNIST" / "raw")
+    return ["main.py", "--epochs", str(max(10, round(300 * size))), "--train_size", "5000", "--test_size", "2000",
+            "--log-interval", "100"]
+
+
 def write_mnist_like(raw: Path, seed: int = 0) -> None:
     """MNIST's four idx files (60,000 + 10,000 28x28 images and labels): a bar whose position is the label, on
     noise. The step's time depends on the shapes, not the pixels."""
@@ -134,14 +162,15 @@ def mingpt(folder: Path, size: float, scratch: str) -> list[str]:
 
 
 EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist, "nanogpt": nanogpt,
-            "mingpt": mingpt}
+            "mingpt": mingpt, "mnist_hogwild": mnist_hogwild, "mnist_forward_forward": mnist_forward_forward}
 REQUIRED = {"word_language_model": ["main.py", "data/wikitext-2/train.txt", "data/wikitext-2/valid.txt",
                                     "data/wikitext-2/test.txt"], "dcgan": ["main.py"], "mnist": ["main.py"],
             "nanogpt": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"],
-            "mingpt": ["mingpt/trainer.py", "mingpt/model.py", "projects/chargpt/chargpt.py"]}
-PYTORCH_EXAMPLES = ("word_language_model", "dcgan", "mnist")
+            "mingpt": ["mingpt/trainer.py", "mingpt/model.py", "projects/chargpt/chargpt.py"],
+            "mnist_hogwild": ["main.py", "train.py"], "mnist_forward_forward": ["main.py"]}
+PYTORCH_EXAMPLES = ("word_language_model", "dcgan", "mnist", "mnist_hogwild", "mnist_forward_forward")
 # examples run from a copy of their folder in the scratch directory (they read data from a fixed relative path)
-RUN_IN_SCRATCH = {"mnist", "nanogpt", "mingpt"}
+RUN_IN_SCRATCH = {"mnist", "nanogpt", "mingpt", "mnist_hogwild", "mnist_forward_forward"}
 
 
 def measure(name: str, folder: Path, size: float) -> dict:
