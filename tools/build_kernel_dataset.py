@@ -248,6 +248,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.deepbench is not None and not args.deepbench.exists():
         print(f"error: {args.deepbench} does not exist: clone github.com/baidu-research/DeepBench first", file=sys.stderr)
         return 2
+    if args.deepbench is not None:
+        try:
+            import openpyxl  # noqa: F401  (pandas.read_excel reads .xlsx with it)
+        except ImportError:
+            print("error: reading DeepBench's .xlsx workbooks needs openpyxl: pip install -e '.[test]'", file=sys.stderr)
+            return 2
+    try:
+        return _build(args)
+    except subprocess.CalledProcessError as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        print(f"error: git {' '.join(map(str, exc.cmd[-2:]))} failed ({err.strip()[:200]}): is that a checkout at "
+              "the right commit?", file=sys.stderr)
+    except OSError as exc:
+        print(f"error: {exc}: is that a checkout of the right repository?", file=sys.stderr)
+    except KeyError as exc:
+        print(f"error: a DeepBench workbook lacks the sheet {exc}: is that github.com/baidu-research/DeepBench?",
+              file=sys.stderr)
+    return 2
+
+
+def _build(args: argparse.Namespace) -> int:
     repo = Repo(args.neusight, args.commit)
     commit = repo.head()
     rng = random.Random(0)
