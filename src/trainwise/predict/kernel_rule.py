@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from trainwise.predict.accelerator_features import compute_multiplier
-from trainwise.predict.kernel_model import CLASSES, OP_CLASS, family
+from trainwise.predict.kernel_model import CLASSES, OP_CLASS, family, regimes
 from trainwise.predict.operator_time import op_features, param_arrays, time_of
 
 # each kernel class's stand-in in the rule: (trace category, ATen overload)
@@ -84,8 +84,6 @@ def rule_class_bias(data: Any, catalog: Any = None, params: Any = None, by: str 
     `kernel_fit.KernelDataset` loaded with its kernels), for every family with `MIN_CLASS_ROWS` kernels of the
     class; `by="regime"` groups by `kernel_model.regimes` (class, tensor cores, operand width) instead."""
     import numpy as np
-
-    from trainwise.predict.kernel_model import regimes
 
     from trainwise.predict.device_params import load_params
     from trainwise.predict.kernel_fit import conv_tf32
