@@ -14,7 +14,8 @@ CUDA graph would time the GPU instead; not done yet (it needs a lent GPU to test
 Writes benchmarks/results/kernel_sweep_<GPU>.csv in kernel_latency.csv's columns (source, gpu, op, dtype, dims,
 latency_us; dims as in tools/build_kernel_dataset.py) and benchmarks/results/kernel_sweep_<GPU>.json (summary,
 machine: GPU, driver, CUDA, torch). Rebuild the data and the model afterwards:
-    .venv/bin/python tools/build_kernel_dataset.py --neusight PATH && .venv/bin/python tools/train_kernel_model.py
+    .venv/bin/python tools/build_kernel_dataset.py --neusight PATH --deepbench PATH
+    .venv/bin/python tools/train_kernel_model.py
 Run on a GPU: .venv/bin/python benchmarks/kernel_sweep.py [--gpu H100] [--budget-s 420]
 Smoke test on CPU: .venv/bin/python benchmarks/kernel_sweep.py --dry-run --output-dir /tmp/sweep
 """
