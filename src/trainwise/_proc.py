@@ -107,6 +107,12 @@ def _stat_fields(pid: int) -> tuple[str, int, int, int, int] | None:
         return None
 
 
+def _exited(pids: list[int]) -> bool:
+    """Whether every one of `pids` is gone or a zombie. An exiting process drops its memory (and with it the
+    environment that marks it as the job's) before it becomes a zombie: membership alone ends too early."""
+    return all(fields is None or fields[0] in ("Z", "X") for fields in map(_stat_fields, pids))
+
+
 def _uptime_ticks() -> int | None:
     data = _read("/proc/uptime")
     try:
@@ -217,12 +223,12 @@ class ProcessJob:
             return []
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            if not self.members(cutoff):
+            if not self.members(cutoff) and _exited(left):
                 return left
             time.sleep(poll_s)
         self.signal(signal.SIGKILL, cutoff)
         deadline = time.monotonic() + 5.0
-        while self.members(cutoff) and time.monotonic() < deadline:
+        while (self.members(cutoff) or not _exited(left)) and time.monotonic() < deadline:
             time.sleep(poll_s)
         return left
 
