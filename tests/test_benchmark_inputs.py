@@ -117,7 +117,7 @@ def test_agent_hot_path_bounds_its_repeats_before_any_run(tmp_path):
 def test_agent_hot_path_times_each_hook_inside_a_profiled_job(tmp_path):
     import json
 
-    out = subprocess.run([sys.executable, str(BENCHMARKS / "agent_hot_path.py"), "--repeats", "6", "--samples", "1600",
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "agent_hot_path.py"), "--repeats", "30", "--samples", "1600",
                           "--sample-seconds", "0", "--results", str(tmp_path / "r.json")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
