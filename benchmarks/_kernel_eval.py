@@ -122,6 +122,77 @@ def neusight_band(workload: dict, gpu: km.GpuSpec, model: km.TreeEnsemble) -> fl
     return weighted / total if total else 0.25
 
 
+def _neusight_keys(workload: dict) -> list[tuple[str, str]]:
+    """(op, dims) of each non-MEM kernel of a NeuSight graph in `neusight_kernels` order, as data/kernel_latency.csv
+    spells them (a Linear's (rows, reduction, out) is the mm 1 x rows x out x reduction)."""
+    keys = []
+    for _phase, kind, dims, _m in workload["kernels"]:
+        if kind == "MEM":
+            continue
+        if kind == "Linear":
+            keys.append(("mm", f"1x{dims[0]}x{dims[2]}x{dims[1]}"))
+        elif kind == "BMM":
+            keys.append(("bmm", f"{dims[0]}x{dims[1]}x{dims[3]}x{dims[2]}"))
+        else:
+            op = kind[3:] if kind[3:] in km.OP_CLASS else "add"
+            keys.append((op, f"{int(dims[0])}x{int(dims[1])}"))
+    return keys
+
+
+def measured_kernels() -> dict[tuple[str, str, str], float]:
+    """(gpu, op, dims) -> seconds of every packaged per-kernel measurement (NeuSight's grid and test set first:
+    the other sources only fill shapes they lack)."""
+    import pandas as pd
+
+    df = pd.read_csv(km.DATASET_PATH, comment="#")
+    df = df[df["dtype"] == "fp32"].sort_values("source", key=lambda s: ~s.str.startswith("neusight"), kind="stable")
+    out: dict[tuple[str, str, str], float] = {}
+    for gpu, op, dims, us in zip(df["gpu"], df["op"], df["dims"], df["latency_us"]):
+        out.setdefault((gpu, op, dims), float(us) * 1e-6)
+    return out
+
+
+def own_kernel_ceiling(doc: dict, catalog: Any, held: HeldOutModels) -> dict[str, Any]:
+    """A diagnostic, in-sample on purpose: each NeuSight row priced with its own GPU's measured kernels wherever the
+    per-kernel data has the shape (NeuSight's per-kernel test set measured most of these models' GEMMs on every
+    row's GPU), the held-out model elsewhere. What a per-kernel predictor could reach at best if it were exact on
+    the kernels measured; it predicts nothing and scores nothing."""
+    measured = measured_kernels()
+    rows = []
+    for r in doc["rows"]:
+        acc = catalog.accelerator(r["gpu"])
+        gpu, wl = km.GpuSpec.of(acc), doc["workloads"][r["workload"]]
+        kernels, mult, mem_bytes = neusight_kernels(wl)
+        t = km.predict_seconds(kernels, gpu, held.without(acc.name))
+        t = np.where(np.isnan(t), [km.features(k, gpu)[1] for k in kernels], t)
+        own = np.array([measured.get((acc.name, op, dims), np.nan) for op, dims in _neusight_keys(wl)])
+        covered = ~np.isnan(own)
+        step_s = float(np.dot(np.where(covered, own, t), mult)) + mem_bytes / gpu.bandwidth
+        rows.append({"gpu": acc.name, "workload": r["workload"],
+                     "error_with_own_kernels": round(step_s * 1e3 / r["measured_ms"] - 1, 4),
+                     "time_share_measured": round(float(np.dot(np.where(covered, own, 0.0), mult)) / step_s, 3)})
+    return {"rows": rows, "by_gpu": {g: _summ([x["error_with_own_kernels"] for x in rows if x["gpu"] == g])
+                                     for g in sorted({x["gpu"] for x in rows})},
+            "note": "in-sample diagnostic: each row's own GPU's measured kernels where the per-kernel data has them"}
+
+
+def label_kernel_consistency(doc: dict) -> dict[str, Any]:
+    """Two NeuSight measurements of the same fp32 GEMM on the same GPU: its per-kernel test set (one nn.Linear
+    call timed alone, repeated) against the forward time of the same Linear node inside the model (the per-node
+    file beside each end-to-end label). Per GPU: the median ratio kernel / in-model and its 10-90 % range."""
+    measured = measured_kernels()
+    out: dict[str, Any] = {}
+    for gpu, by_workload in sorted(doc.get("label_linear_fw", {}).items()):
+        ratios = [measured[(gpu, "mm", f"1x{rows}x{n_out}x{red}")] * 1e3 / fw_ms
+                  for nodes in by_workload.values() for rows, red, n_out, fw_ms in nodes
+                  if (gpu, "mm", f"1x{rows}x{n_out}x{red}") in measured]
+        if ratios:
+            q = np.quantile(ratios, [0.1, 0.5, 0.9])
+            out[gpu] = {"nodes": len(ratios), "median_ratio": round(float(q[1]), 3),
+                        "p10_ratio": round(float(q[0]), 3), "p90_ratio": round(float(q[2]), 3)}
+    return out
+
+
 def _summ(errors: list[float]) -> dict[str, Any]:
     a = np.abs(np.array(errors))
     if not len(a):
@@ -175,6 +246,8 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
             "note": "the same leave-one-GPU-out, the kernel model fitted without NeuSight's per-kernel test set (the "
                     "operator shapes of the evaluated models, measured on other GPUs): what that data changes"},
         "best_choice": best_choice(all_rows, catalog),
+        "own_kernel_ceiling": own_kernel_ceiling(doc, catalog, held),
+        "label_vs_kernel_gemm": label_kernel_consistency(doc),
         "published_side_by_side": published_side_by_side(rows),
         "transfer": transfer_eval(catalog) if own else {"rows": []},
         "rows": rows, "own_rows": own_rows,

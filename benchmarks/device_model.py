@@ -191,6 +191,10 @@ def kernel_summary(ev: dict) -> dict:
         "logo_leave_one_model_out_median_abs_error": {m: v.get("median_abs_error") for m, v in ev["leave_one_model_out"].items()},
         "logo_without_neusight_test_kernels_median_abs_error": ev["logo_without_neusight_test_kernels"].get("median_abs_error"),
         "logo_without_neusight_test_kernels_p90_abs_error": ev["logo_without_neusight_test_kernels"].get("p90_abs_error"),
+        "logo_own_kernel_ceiling_median_abs_error_by_gpu": {
+            g: v.get("median_abs_error") for g, v in ev.get("own_kernel_ceiling", {}).get("by_gpu", {}).items()},
+        "neusight_kernel_vs_in_model_gemm_ratio_by_gpu": {
+            g: v["median_ratio"] for g, v in ev.get("label_vs_kernel_gemm", {}).items()},
         "kernel_model_settings": ev.get("settings"),
         "published_side_by_side": ev["published_side_by_side"],
         "published_anchors_mean_abs_error": PUBLISHED,

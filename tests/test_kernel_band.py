@@ -116,3 +116,32 @@ def test_a_held_out_family_never_chooses_which_regimes_the_model_keeps():
     assert kf.rule_regimes(held.meta["regime_bias_by_family"], rule_bias) != kf.rule_regimes(model_bias, rule_bias)
     held.cache.clear()
     assert held.without("T4").meta["rule_regimes"] == expected
+
+
+def test_neusight_in_model_linear_times_are_joined_to_the_graph_by_node_name():
+    """tools/build_neusight_e2e.py keeps a label node's forward time only where the traced graph says that node is
+    exactly one Linear kernel (its dims as the graph gives them)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "build_neusight_e2e", Path(__file__).resolve().parents[1] / "tools" / "build_neusight_e2e.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    graph = ("Name,FwOps\nq,\"[['Linear', (1024, 1024, 4096)]]\"\nsm,\"[['VECsoftmax', (8, 512)]]\"\n"
+             "two,\"[['Linear', (8, 8, 8)], ['VECadd', (8, 8)]]\"\nzero,\"[['Linear', (4, 4, 4)]]\"\n")
+    label = "Name,fw_latency\nq,0.7\nsm,0.2\ntwo,0.1\nzero,0\nmissing,1.0\n"
+    assert tool.label_linear_fw(label, graph) == [[1024, 1024, 4096, 0.7]]
+
+
+def test_kernel_vs_in_model_gemm_ratio_reads_the_same_shape_on_the_same_gpu(monkeypatch):
+    ev = load_benchmark("_kernel_eval")
+    measured = {("L4", "mm", "1x1024x4096x1024"): 1.5e-3, ("H100", "mm", "1x1024x4096x1024"): 1.0e-4,
+                ("L4", "mm", "1x2048x4096x1024"): 9.0}  # a shape no label node has
+    monkeypatch.setattr(ev, "measured_kernels", lambda: measured)
+    doc = {"label_linear_fw": {"L4": {"w": [[1024, 1024, 4096, 1.0], [1024, 1024, 4096, 0.5], [64, 64, 64, 1.0]]},
+                               "H100": {"w": [[1024, 1024, 4096, 0.1]]}, "V100-PCIe-32GB": {"w": [[8, 8, 8, 1.0]]}}}
+    out = ev.label_kernel_consistency(doc)
+    assert out["L4"]["nodes"] == 2 and out["L4"]["median_ratio"] == pytest.approx(2.25)
+    assert out["H100"]["median_ratio"] == pytest.approx(1.0)
+    assert "V100-PCIe-32GB" not in out  # no shape in common: no ratio

@@ -7,7 +7,11 @@ From NeuSight's artifact (github.com/sitar-lab/NeuSight, MIT licence; Lee et al.
   transformer layer; its forward, backward and gradient-accumulation kernels with their dimensions), which
   this script expands to the whole model (the layer's rows x the layer count);
 - scripts/asplos/summary/nvidia_train.csv: the published per-row errors of Roofline, Habitat, Li et al. and
-  NeuSight, quoted side by side in benchmarks/results/device_model.json.
+  NeuSight, quoted side by side in benchmarks/results/device_model.json;
+- scripts/asplos/label/<GPU>/<workload>.csv: NeuSight's per-node forward latencies on the same GPU; the nodes that
+  are one Linear kernel (joined by node name to the operator graph) become `label_linear_fw`, so the benchmark can
+  compare them with the same GEMM shapes in NeuSight's per-kernel test set (a consistency check of the two
+  measurements, never a fit).
 The benchmark never fits anything on these rows. Single-GPU NVIDIA rows only (data/tensor/pipeline-parallel and
 AMD rows are skipped: the catalog has no AMD Instinct rows).
 Run: .venv/bin/python tools/build_neusight_e2e.py --neusight /path/to/NeuSight
@@ -21,6 +25,7 @@ import csv
 import io
 import json
 import re
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -62,6 +67,17 @@ def graph_kernels(text: str, n_layer: int, model: str) -> list[list]:
     return [[p, k, list(d), m] for (p, k, d), m in sorted(agg.items())]
 
 
+def label_linear_fw(label_csv: str, graph_csv: str) -> list[list]:
+    """[rows, reduction, out, forward ms] of the label's nodes whose forward is exactly one Linear kernel."""
+    fw_ops = {r["Name"]: r["FwOps"] for r in csv.DictReader(io.StringIO(graph_csv))}
+    out = []
+    for r in csv.DictReader(io.StringIO(label_csv)):
+        ops = ast.literal_eval(fw_ops.get(r.get("Name", ""), "") or "[]")
+        if len(ops) == 1 and ops[0][0] == "Linear" and float(r["fw_latency"] or 0) > 0:
+            out.append([*(int(d) for d in ops[0][1]), round(float(r["fw_latency"]), 6)])
+    return out
+
+
 def eval_prod(shape: tuple) -> int:
     out = 1
     for d in shape:
@@ -80,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     label_files = repo.list_all("scripts/asplos/label")
     workloads: dict[str, dict] = {}
     rows = []
+    label_gemms: dict[str, dict[str, list]] = defaultdict(dict)
     for rel in label_files:
         m = re.match(r"scripts/asplos/label/([^/]+)/(([a-z0-9_]+)-train-(\d+)-(\d+))\.json$", rel)
         if not m or m.group(1) not in GPUS:
@@ -92,6 +109,16 @@ def main(argv: list[str] | None = None) -> int:
                                    "num_layer": int(label["num_layer"]),
                                    "kernels": graph_kernels(graph, int(label["num_layer"]), model)}
         rows.append({"gpu": GPUS[gpu_dir], "workload": workload, "measured_ms": float(label["e2e_latency"])})
+        per_node = rel[:-len(".json")] + ".csv"
+        try:  # some per-node files of the artifact are empty or not in the checkout: the check skips them
+            text = repo.read(per_node) if per_node in label_files else ""
+        except subprocess.CalledProcessError:
+            text = ""
+        if text.strip():
+            graph = repo.read(f"scripts/asplos/results/opgraph/{workload}.csv")
+            label_gemms[GPUS[gpu_dir]][workload] = label_linear_fw(text, graph)
+        else:
+            print(f"no per-node label for {GPUS[gpu_dir]} {workload}: left out of the consistency check")
     published: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     text = repo.read("scripts/asplos/summary/nvidia_train.csv").splitlines()
     i = 0
@@ -118,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"source": f"github.com/sitar-lab/NeuSight@{commit}", "licence": "MIT",
            "citation": "Lee et al., Forecasting GPU Performance for Deep Learning Training and Inference, ASPLOS 2025",
            "note": "evaluation data only: fp32 single-GPU training steps (forward + backward + gradient accumulation)",
-           "workloads": workloads, "rows": rows, "published_abs_error": published}
+           "workloads": workloads, "rows": rows, "published_abs_error": published, "label_linear_fw": label_gemms}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
