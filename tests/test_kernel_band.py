@@ -145,3 +145,37 @@ def test_kernel_vs_in_model_gemm_ratio_reads_the_same_shape_on_the_same_gpu(monk
     assert out["L4"]["nodes"] == 2 and out["L4"]["median_ratio"] == pytest.approx(2.25)
     assert out["H100"]["median_ratio"] == pytest.approx(1.0)
     assert "V100-PCIe-32GB" not in out  # no shape in common: no ratio
+
+
+def test_a_groups_systematic_error_weighs_each_kernel_by_its_time():
+    """A step keeps the time-weighted mean log-residual of its kernels: a 3-ms kernel right and a 1-ms kernel 2x
+    too slow leave log(2) / 4; a group under `min_rows` kernels has no value."""
+    import math
+
+    import numpy as np
+
+    out = kf.systematic_error(np.array([2.0, 3.0, 5.0]), np.array([1.0, 3.0, 4.0]), ["a", "a", "b"], min_rows=2)
+    assert out == {"a": pytest.approx(math.log(2) / 4)}
+
+
+def test_the_rule_prices_the_kernels_once_for_both_groupings():
+    """kernel_rule.rule_biases: by class and by regime from one pricing; a class's value is the time-weighted mean
+    of its regimes' (same kernels, same weights)."""
+    import numpy as np
+
+    data = kf.load_dataset()
+    fams = np.array([km.family(g) for g in data.gpus])
+    deepbench = np.array([s == "deepbench" for s in data.sources])  # its fp16 GEMMs: the tensor-core regime
+    data = data.subset(np.isin(fams, ["T4", "V100"]) & (deepbench | (np.arange(len(data.gpus)) % 20 == 0)))
+    by_class, by_regime = kr.rule_biases(data)
+    assert set(by_class["gemm"]) == {"T4", "V100"}
+    gemm_regimes = [r for r in by_regime if r.startswith("gemm")]
+    assert "gemm|simt|32" in gemm_regimes and "gemm|tensor|16" in gemm_regimes
+    fam = np.array([km.family(g) for g in data.gpus])
+    cls = np.array([km.OP_CLASS[op] for op in data.ops])
+    sel = (fam == "T4") & (cls == "gemm")
+    reg = np.array(km.regimes(data.x, data.dtype_code))[sel]
+    w = {r: data.latency[sel][reg == r].sum() for r in gemm_regimes}
+    assert all((reg == r).sum() >= kr.MIN_CLASS_ROWS for r in gemm_regimes)  # each regime has a T4 value
+    mixed = sum(w[r] * by_regime[r]["T4"] for r in gemm_regimes) / sum(w.values())
+    assert by_class["gemm"]["T4"] == pytest.approx(mixed, abs=1e-4)

@@ -44,9 +44,8 @@ def build(exclude: list[str], output: Path, select: bool = True) -> dict:
     model = kf.fit_ensemble(data, settings)
     bias_by_family = {c: {f: round(x, 5) for f, x in v.items()} for c, v in held["class_bias_by_family"].items() if v}
     band = kf.bands_without(bias_by_family)  # from the values stored, so the artifact's meta checks against itself
-    rule_bias = kr.rule_class_bias(data)
+    rule_bias, rule_regime_bias = kr.rule_biases(data)  # the rule prices every kernel once, grouped twice
     regime_bias = {r: {f: round(x, 5) for f, x in v.items()} for r, v in held["regime_bias_by_family"].items()}
-    rule_regime_bias = kr.rule_class_bias(data, by="regime")
     meta = {"settings": settings, "coverage": km.regime_coverage(data), "min_families": km.MIN_FAMILIES, "rows": len(data.gpus), "gpus": sorted(set(data.gpus)), "excluded": exclude,
             "kernel_holdout": {k: v for k, v in held.items() if not k.startswith("class_bias")}, "band80_by_class": band,
             "candidates": [{"settings": s, "mean_abs_class_bias": h["mean_abs_class_bias"],

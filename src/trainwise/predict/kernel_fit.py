@@ -204,6 +204,21 @@ def fit_ensemble(data: KernelDataset, settings: dict, seed: int = 0) -> FittedMo
     return FittedModel(model, columns)
 
 
+def systematic_error(predicted: Any, measured: Any, groups: Any, min_rows: int = 20) -> dict[str, float]:
+    """{group: time-weighted mean log(predicted / measured)} over the kernels of each group with `min_rows` kernels:
+    the part of a group's error a step keeps (its kernels' scatter averages out over the step's sum)."""
+    import numpy as np
+
+    groups = np.asarray(groups)
+    out = {}
+    for g in sorted(set(groups.tolist())):
+        sel = groups == g
+        if sel.sum() >= min_rows:
+            w = measured[sel]
+            out[g] = float(np.sum(w * np.log(predicted[sel] / w)) / np.sum(w))
+    return out
+
+
 def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
     """Leave-one-GPU-family-out on the kernel data: per family, median |relative error| of the model and of
     the plain roofline, and the time-weighted mean log-residual per kernel class (the systematic part that
@@ -234,20 +249,12 @@ def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
                               "roofline_median_abs_error": round(float(np.median(np.abs(roof_err))), 4)}
         all_err.append(np.abs(err))
         all_roof.append(np.abs(roof_err))
-        held_regimes = np.array(regimes(held.x, held.dtype_code))
-        for r in sorted(set(held_regimes)):
-            sel = held_regimes == r
-            if sel.sum() >= 20:
-                w = held.latency[sel]
-                out["regime_bias_by_family"].setdefault(r, {})[fam] = float(np.sum(w * np.log(pred[sel] / w)) / np.sum(w))
-        cls = held.x[:, FEATURES.index("class")].astype(int)
-        for ci, c in enumerate(CLASSES):
-            sel = cls == ci
-            if sel.sum() >= 20:
-                w = held.latency[sel]
-                bias = float(np.sum(w * np.log(pred[sel] / held.latency[sel])) / np.sum(w))
-                out["class_bias"][c].append(bias)
-                out["class_bias_by_family"][c][fam] = bias
+        for r, bias in systematic_error(pred, held.latency, regimes(held.x, held.dtype_code)).items():
+            out["regime_bias_by_family"].setdefault(r, {})[fam] = bias
+        held_classes = [CLASSES[i] for i in held.x[:, FEATURES.index("class")].astype(int)]
+        for c, bias in sorted(systematic_error(pred, held.latency, held_classes).items(), key=lambda kv: CLASSES.index(kv[0])):
+            out["class_bias"][c].append(bias)
+            out["class_bias_by_family"][c][fam] = bias
     out["median_abs_error"] = round(float(np.median(np.concatenate(all_err))), 4)
     out["roofline_median_abs_error"] = round(float(np.median(np.concatenate(all_roof))), 4)
     out["p90_abs_error"] = round(float(np.quantile(np.concatenate(all_err), 0.9)), 4)

@@ -78,15 +78,15 @@ def rule_seconds(kernels: list[Any], acc: Any, params: Any, tf32_conv: list[bool
     return out
 
 
-def rule_class_bias(data: Any, catalog: Any = None, params: Any = None, by: str = "class"
-                    ) -> dict[str, dict[str, float]]:
-    """{kernel class: {GPU family: time-weighted mean log(rule / measured)}} over the per-kernel data `data` (a
-    `kernel_fit.KernelDataset` loaded with its kernels), for every family with `MIN_CLASS_ROWS` kernels of the
-    class; `by="regime"` groups by `kernel_model.regimes` (class, tensor cores, operand width) instead."""
+def rule_biases(data: Any, catalog: Any = None, params: Any = None) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """The rule's systematic error on the per-kernel data `data` (a `kernel_fit.KernelDataset` loaded with its
+    kernels), grouped twice from one pricing: ({kernel class: {GPU family: time-weighted mean log(rule /
+    measured)}}, the same by `kernel_model.regimes` (class, tensor cores, operand width)); a family counts for a
+    group where it has `MIN_CLASS_ROWS` kernels of it."""
     import numpy as np
 
     from trainwise.predict.device_params import load_params
-    from trainwise.predict.kernel_fit import conv_tf32
+    from trainwise.predict.kernel_fit import conv_tf32, systematic_error
 
     if catalog is None:
         from trainwise.catalog import load_catalog
@@ -94,7 +94,7 @@ def rule_class_bias(data: Any, catalog: Any = None, params: Any = None, by: str 
         catalog = load_catalog()
     params = params or load_params()
     if data.kernels is None:
-        raise ValueError("rule_class_bias needs a dataset loaded with its kernels")
+        raise ValueError("rule_biases needs a dataset loaded with its kernels")
     pred = np.empty(len(data.gpus))
     gpus = np.array(data.gpus)
     sources = data.sources or [""] * len(data.gpus)
@@ -103,12 +103,12 @@ def rule_class_bias(data: Any, catalog: Any = None, params: Any = None, by: str 
         pred[idx] = rule_seconds([data.kernels[i] for i in idx], catalog.accelerator(g), params,
                                  [conv_tf32(sources[i]) for i in idx])
     fam = np.array([family(g) for g in data.gpus])
-    cls = np.array([OP_CLASS[op] for op in data.ops] if by == "class" else regimes(data.x, data.dtype_code))
-    out: dict[str, dict[str, float]] = {c: {} for c in (CLASSES if by == "class" else sorted(set(cls)))}
+    by_class = np.array([OP_CLASS[op] for op in data.ops])
+    by_regime = np.array(regimes(data.x, data.dtype_code))
+    out: tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]] = ({c: {} for c in CLASSES}, {})
     for f in sorted(set(fam)):
-        for c in out:
-            sel = (fam == f) & (cls == c)
-            if sel.sum() >= MIN_CLASS_ROWS:
-                w = data.latency[sel]
-                out[c][f] = round(float(np.sum(w * np.log(pred[sel] / w)) / np.sum(w)), 5)
-    return {c: v for c, v in out.items() if v}
+        sel = fam == f
+        for grouped, labels in zip(out, (by_class, by_regime)):
+            for c, bias in systematic_error(pred[sel], data.latency[sel], labels[sel], MIN_CLASS_ROWS).items():
+                grouped.setdefault(c, {})[f] = round(bias, 5)
+    return {c: v for c, v in out[0].items() if v}, dict(sorted(out[1].items()))
