@@ -1,8 +1,11 @@
 """The compatibility matrix, tested: trainwise's wheel on other torch/Python pairs than the lock's.
 
 The sdist and wheel are built once (`python -m build`) and checked for their package data; then, per pair,
-  1. a fresh venv with that Python gets `pip install <wheel> torch==V` (the core: the ranges resolve against
-     the package index here), and what that installed is checked against the list the core must not pull;
+  1. a fresh venv with that Python gets torch==V alone, and this checkout's trainwise (the lock's interpreter)
+     profiles jobs run by that venv's python (`trainwise profile -- VENV/bin/python train.py`: trainwise in its
+     own environment, the user's holding another Python and torch and nothing of trainwise's;
+     tests/test_profile_other_venv.py); then `pip install <wheel> torch==V` there (the core: the ranges resolve
+     against the package index here), and what that installed is checked against the list the core must not pull;
   2. `trainwise profile -o p.json -- python -m trainwise.workloads.mnist_cnn` then
      `trainwise plan --profile p.json` run there, from a folder outside the checkout (the smoke);
   3. the wheel's [test,workloads] extras are added and the agent/profile/predict tests run there
@@ -174,6 +177,19 @@ def step(code: int, seconds: float, tail: str, ok: bool = True, **extra) -> dict
     return {"ok": code == 0 and ok, "seconds": seconds, **extra, **({} if code == 0 else {"error": tail})}
 
 
+def zero_install(user_python: str) -> dict:
+    """tests/test_profile_other_venv.py with this interpreter (trainwise from this checkout's src/) profiling jobs
+    that `user_python` runs: another Python and torch, no trainwise dependency there."""
+    env = clean_env()
+    env["PYTHONPATH"] = str(ROOT / "src")
+    env["TRAINWISE_TEST_OTHER_TORCH_PYTHON"] = user_python
+    code, seconds, tail = run([sys.executable, "-m", "pytest", "-m", "long", "-p", "no:cacheprovider",
+                               "tests/test_profile_other_venv.py"], cwd=ROOT, env=env, timeout=STEP_TIMEOUT_S)
+    counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", tail)}
+    # the test skips itself without the variable: only a pass counts
+    return step(code, seconds, tail, ok=counts.get("passed", 0) >= 1 and not counts.get("skipped"), counts=counts)
+
+
 def venv_pair(name: str, wheel: Path, files: list[str], work: Path) -> dict:
     match = PAIR.match(name)
     if match is None:
@@ -193,6 +209,13 @@ def venv_pair(name: str, wheel: Path, files: list[str], work: Path) -> dict:
     if not steps["venv"]["ok"]:
         record["ok"] = False
         return record
+    # The user's environment before trainwise: their Python and torch alone, profiled from this checkout's
+    # environment (the agent imports only the standard library and torch there)
+    steps["torch_only"] = step(*run([vpy, "-m", "pip", "install", "--quiet", f"torch=={torch_version}"], env=env))
+    if not steps["torch_only"]["ok"]:
+        record["ok"] = False
+        return record
+    steps["zero_install"] = zero_install(vpy)
     # The core as a user installs it beside their torch: the wheel and that torch in one resolution.
     code, seconds, tail = run([vpy, "-m", "pip", "install", "--quiet", str(wheel), f"torch=={torch_version}"], env=env)
     installed = pip_list(vpy)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainwise.profile.runner import ProfileOptions, agent_package_parent, run_profile
+from trainwise.errors import TrainwiseError
+from trainwise.profile.runner import ProfileOptions, agent_package_parent, resolve_command, run_profile
 
 SCRIPTS = Path(__file__).parent / "scripts"
 # A Python whose environment holds another torch release and nothing of trainwise's (e.g. a venv with
@@ -22,6 +23,35 @@ def test_the_agent_path_holds_trainwise_alone(tmp_path):
     parent = Path(agent_package_parent(tmp_path))
     assert [p.name for p in parent.iterdir()] == ["trainwise"]
     assert (parent / "trainwise" / "profile" / "_child.py").is_file()
+
+
+def _fake_env(tmp_path: Path, version: str = "3.12") -> Path:
+    """PREFIX/bin/python: a stand-in interpreter that answers the version probe with `version`."""
+    python = tmp_path / "userenv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\necho {version}\n")
+    python.chmod(0o755)
+    return python
+
+
+def test_python_means_the_activated_environments_interpreter(tmp_path, monkeypatch):
+    """trainwise installed on its own (pipx/uv tool): `-- python train.py` in a shell with the user's venv
+    activated runs the job with that venv's interpreter, not trainwise's."""
+    python = _fake_env(tmp_path)
+    monkeypatch.setenv("PATH", f"{python.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("VIRTUAL_ENV", str(python.parent.parent))
+    assert resolve_command(["python", "train.py", "--epochs", "1"]) == [str(python), "train.py", "--epochs", "1"]
+    monkeypatch.delenv("VIRTUAL_ENV")  # nothing activated: the interpreter trainwise runs in
+    assert resolve_command(["python", "train.py"]) == [sys.executable, "train.py"]
+    monkeypatch.setenv("CONDA_PREFIX", str(python.parent.parent))
+    assert resolve_command(["python3", "train.py"])[0] == sys.executable  # the shell finds no python3 there
+
+
+def test_a_job_python_too_old_for_the_agent_is_refused_before_the_launch(tmp_path):
+    old = _fake_env(tmp_path, "3.9")
+    with pytest.raises(TrainwiseError, match=r"is Python 3\.9; .*needs Python 3\.10 or newer"):
+        resolve_command([str(old), "train.py"])
+    assert resolve_command([str(_fake_env(tmp_path / "new", "3.13")), "train.py"])[1] == "train.py"
 
 
 @pytest.mark.long

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -134,18 +135,56 @@ class ProfileOptions:
             raise TrainwiseError(f"--target-ci must be a fraction in (0, 1), e.g. 0.02 (got {self.target_relative_ci})")
 
 
+# The agent runs inside the job's interpreter: the oldest Python its code runs on (pyproject's requires-python)
+MIN_JOB_PYTHON = (3, 10)
+_INTERPRETER = re.compile(r"python(\d+(\.\d+)?)?$")
+
+
+def _activated_interpreter(name: str) -> str | None:
+    """`name` as the shell finds it, when that lies in an activated virtual or conda environment other than
+    trainwise's own (trainwise installed on its own, pipx- or uv-tool-style, profiling the user's environment)."""
+    found = shutil.which(name)
+    if found is None:
+        return None
+    env_dir = Path(found).absolute().parent.parent.resolve()  # PREFIX/bin/python; the binary may be a link out
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = os.environ.get(var)
+        if prefix and env_dir == Path(prefix).resolve() != Path(sys.prefix).resolve():
+            return found
+    return None
+
+
+def _check_job_python(interpreter: str) -> None:
+    """An interpreter that is not trainwise's own must be one the agent runs in: refused before the launch."""
+    try:
+        probe = subprocess.run([interpreter, "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30)
+        version = tuple(int(v) for v in probe.stdout.strip().split("."))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return  # not a Python that answers: the launch reports what it does
+    if len(version) == 2 and version < MIN_JOB_PYTHON:
+        need = ".".join(map(str, MIN_JOB_PYTHON))
+        raise TrainwiseError(f"{interpreter} is Python {version[0]}.{version[1]}; trainwise's agent runs inside the job "
+                             f"and needs Python {need} or newer: run the job with a Python {need}+ environment")
+
+
 def resolve_command(command: list[str]) -> list[str]:
-    """`python`/`python3` mean the interpreter trainwise itself runs in (the user's venv)."""
+    """`python`/`python3` mean the activated environment's interpreter when one is activated (a venv or conda
+    environment that is not trainwise's), else the interpreter trainwise itself runs in."""
     if not command:
         raise TrainwiseError("no training command given: use `trainwise profile -- python train.py ARGS`")
     first = command[0]
     if first in ("python", "python3", "python3.11"):
-        return [sys.executable, *command[1:]]
-    if first.endswith(".py") and Path(first).is_file() and not os.access(first, os.X_OK):
+        argv = [_activated_interpreter(first) or sys.executable, *command[1:]]
+    elif first.endswith(".py") and Path(first).is_file() and not os.access(first, os.X_OK):
         raise TrainwiseError(f"{first} is a Python script, not a command: start with python, e.g. `-- python {first}`")
-    if shutil.which(first) is None and not Path(first).exists():
+    elif shutil.which(first) is None and not Path(first).exists():
         raise TrainwiseError(f"command not found: {first!r}; give the full path or start with `python`")
-    return list(command)
+    else:
+        argv = list(command)
+    if argv[0] != sys.executable and _INTERPRETER.match(Path(argv[0]).name):
+        _check_job_python(argv[0])
+    return argv
 
 
 def expand_batch_sizes(command: list[str], batch_sizes: list[int]) -> list[tuple[int, list[str]]]:
