@@ -125,6 +125,29 @@ def test_a_missing_extra_is_one_line_naming_the_extra(monkeypatch):
     assert require("json").dumps([1]) == "[1]"
 
 
+def test_a_reference_workload_without_its_extra_is_refused_before_it_is_profiled(monkeypatch):
+    """`trainwise plan` after `pip install .` (no [workloads]): the default ResNet-50 needs torchvision; the plan
+    request says so in one line before any process starts (it was the job's traceback, hidden, and "exited before
+    its first iteration")."""
+    import importlib.util
+
+    from trainwise import workloads
+    from trainwise.plan.request import PlanRequest
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchvision" else real(name, *a))
+    with pytest.raises(MissingExtraError, match=r"^the resnet50_imagenet workload needs torchvision: pip install 'trainwise\[workloads\]'$"):
+        PlanRequest(workload="resnet50_imagenet")
+    with pytest.raises(MissingExtraError):
+        workloads.command_for("resnet50_cifar10")
+    assert workloads.command_for("mnist_cnn")[2] == "trainwise.workloads.mnist_cnn"  # needs no extra
+    PlanRequest(workload="resnet50_imagenet", profile_paths=(Path("p.json"),))  # a profile given: nothing to run
+    with pytest.raises(TrainwiseError, match=r"^--workload: unknown workload 'resnet5'"):
+        PlanRequest(workload="resnet5")
+    with pytest.raises(TrainwiseError, match=r"unknown objective 'fastes': did you mean fastest"):
+        PlanRequest(objective="fastes", profile_paths=(Path("p.json"),))
+
+
 def test_a_broken_install_is_one_line_naming_its_error_not_a_missing_extra(tmp_path, monkeypatch):
     (tmp_path / "brokenpkg").mkdir()
     (tmp_path / "brokenpkg" / "__init__.py").write_text("import no_such_module_inside_it\n")

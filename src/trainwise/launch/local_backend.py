@@ -30,6 +30,7 @@ from trainwise.launch.history import RunRecord, save_record
 from trainwise.launch.plan_document import PlanDocument
 from trainwise.launch.run_command import run_argv
 from trainwise.launch.safety import assert_no_secrets
+from trainwise.profile.runner import job_python
 
 # The CLI's console entry point, as `pip install` makes it (pyproject's `trainwise.cli:run`).
 TRAINWISE_CLI = (sys.executable, "-c", "from trainwise.cli import run; run()")
@@ -43,9 +44,10 @@ def run_command_available() -> bool:
 
 
 def local_command(command: list[str]) -> list[str]:
-    """`python …` runs with this interpreter here (the plan records a portable `python`)."""
+    """`python …` runs here with the interpreter `trainwise profile` would give it (the activated environment's,
+    else this one; the plan records a portable `python`)."""
     if command and command[0] in ("python", "python3"):
-        return [sys.executable, *command[1:]]
+        return [job_python(command[0]), *command[1:]]
     return list(command)
 
 

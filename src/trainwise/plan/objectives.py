@@ -174,16 +174,21 @@ def parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
-def make_objective(kind: str, *, weights: dict[str, float] | None = None, deadline_s: float | None = None,
-                   budget_usd: float | None = None) -> Objective:
-    """An Objective from CLI-like input, with one-line errors."""
-    from pydantic import ValidationError
-
+def check_objective_kind(kind: str) -> None:
+    """One line for an objective name that is not one (with the nearest names)."""
     from trainwise.catalog import names
 
     if kind not in OBJECTIVES:
         near = names.suggest(kind, list(OBJECTIVES))
         raise TrainwiseError(f"unknown objective {kind!r}: " + (f"did you mean {', '.join(near)}?" if near else f"use one of {', '.join(OBJECTIVES)}"))
+
+
+def make_objective(kind: str, *, weights: dict[str, float] | None = None, deadline_s: float | None = None,
+                   budget_usd: float | None = None) -> Objective:
+    """An Objective from CLI-like input, with one-line errors."""
+    from pydantic import ValidationError
+
+    check_objective_kind(kind)
     payload: dict = {"kind": kind, "deadline_s": deadline_s, "budget_usd": budget_usd}
     if weights is not None:
         payload["weights"] = weights

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from trainwise.errors import TrainwiseError
+from trainwise.plan.objectives import check_objective_kind
 from trainwise.plan.bounds import DEFAULT_NODE_COUNTS  # noqa: F401 - the import path code that plans uses
 from trainwise.predict.epochs import DEFAULT_EPOCH_OPTIONS
 
@@ -80,6 +81,14 @@ class PlanRequest(BaseModel):
                                      "--local-continent and --average-state-every rank distributed groups: drop --single-machine")
         if any(count < 1 for count in (*self.epoch_options, *self.node_counts)) or not self.epoch_options:
             raise TrainwiseError("--epoch-options and --node-counts must be positive whole numbers")
+        check_objective_kind(self.objective)  # before anything is profiled or printed
+        if not self.profile_paths:  # the reference workload will be profiled here: its extra must be installed
+            from trainwise.workloads import check_requirements
+
+            try:
+                check_requirements(self.workload)
+            except ValueError as exc:  # an unknown workload: its own one line (with the nearest names)
+                raise TrainwiseError(f"--workload: {exc}") from None
         return self
 
     @property

@@ -154,6 +154,11 @@ def _activated_interpreter(name: str) -> str | None:
     return None
 
 
+def job_python(name: str = "python") -> str:
+    """The interpreter `python` means for a job: the activated environment's, else trainwise's own."""
+    return _activated_interpreter(name) or sys.executable
+
+
 def _check_job_python(interpreter: str) -> None:
     """An interpreter that is not trainwise's own must be one the agent runs in: refused before the launch."""
     try:
@@ -175,7 +180,7 @@ def resolve_command(command: list[str]) -> list[str]:
         raise TrainwiseError("no training command given: use `trainwise profile -- python train.py ARGS`")
     first = command[0]
     if first in ("python", "python3", "python3.11"):
-        argv = [_activated_interpreter(first) or sys.executable, *command[1:]]
+        argv = [job_python(first), *command[1:]]
     elif first.endswith(".py") and Path(first).is_file() and not os.access(first, os.X_OK):
         raise TrainwiseError(f"{first} is a Python script, not a command: start with python, e.g. `-- python {first}`")
     elif shutil.which(first) is None and not Path(first).exists():

@@ -40,9 +40,12 @@ pick ``--train-samples`` / ``--epochs`` accordingly. Re-measure with
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from trainwise.optional import missing_extra
 
 __all__ = [
     "DEFAULT_WORKLOAD",
@@ -50,6 +53,7 @@ __all__ = [
     "MEASURED_CPU_NOTES",
     "WORKLOADS",
     "WorkloadSpec",
+    "check_requirements",
     "command_for",
     "get_workload",
     "workload_names",
@@ -73,6 +77,8 @@ class WorkloadSpec:
     default_train_samples: int
     default_val_samples: int
     hyperparameters: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    # optional modules the workload imports (an extra of trainwise): checked before its process starts
+    requires: tuple[str, ...] = ()
 
     @property
     def iterations_per_epoch(self) -> int:
@@ -121,6 +127,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         ),
         WorkloadSpec(
             name="resnet50_imagenet",
+            requires=("torchvision.models",),
             module=f"{_PKG}.resnet50_imagenet",
             description="ImageNet / ResNet-50, 90 epochs, momentum SGD (the default job of `trainwise plan`)",
             seed_source=(
@@ -175,6 +182,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         ),
         WorkloadSpec(
             name="resnet50_cifar10",
+            requires=("torchvision.models",),
             module=f"{_PKG}.resnet50_cifar10",
             description="CIFAR-10 / ResNet-50 (torchvision, random init), momentum SGD",
             seed_source=(
@@ -212,6 +220,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         ),
         WorkloadSpec(
             name="inceptionv3_dr",
+            requires=("torchvision.models",),
             module=f"{_PKG}.inceptionv3_dr",
             description="IC-DR: InceptionV3 diabetic-retinopathy grading (5 classes, 256x256), Adam",
             seed_source=(
@@ -245,6 +254,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         ),
         WorkloadSpec(
             name="nn_twins_mlp",
+            requires=("sklearn.preprocessing",),
             module=f"{_PKG}.nn_twins_mlp",
             description="NN-TWINS: I/O access-pattern MLP (5-5-5-3), RMSProp",
             seed_source=(
@@ -392,6 +402,15 @@ def get_workload(name: str) -> WorkloadSpec:
     raise ValueError(f"unknown workload {name!r}.{hint} Valid workloads: {valid}.")
 
 
+def check_requirements(name: str) -> None:
+    """The optional modules workload `name` imports are installed, or one line naming the extra: before its
+    process starts, not as a traceback inside the profiled job."""
+    spec = get_workload(name)
+    for module in spec.requires:
+        if importlib.util.find_spec(module.split(".", 1)[0]) is None:
+            raise missing_extra(module, f"the {spec.name} workload")
+
+
 def command_for(name: str, **overrides: Any) -> list[str]:
     """The command line that runs workload ``name`` with the current interpreter.
 
@@ -418,6 +437,7 @@ def command_for(name: str, **overrides: Any) -> list[str]:
             values[key] = value
         elif key in values:
             raise ValueError(f"{key} cannot be None")
+    check_requirements(spec.name)
     cmd = [sys.executable, "-m", spec.module]
     for key, option in options.items():
         if key in values:
