@@ -38,6 +38,8 @@ def test_python_means_the_activated_environments_interpreter(tmp_path, monkeypat
     """trainwise installed on its own (pipx/uv tool): `-- python train.py` in a shell with the user's venv
     activated runs the job with that venv's interpreter, not trainwise's."""
     python = _fake_env(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
     monkeypatch.setenv("PATH", f"{python.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("VIRTUAL_ENV", str(python.parent.parent))
     assert resolve_command(["python", "train.py", "--epochs", "1"]) == [str(python), "train.py", "--epochs", "1"]
@@ -47,11 +49,15 @@ def test_python_means_the_activated_environments_interpreter(tmp_path, monkeypat
     assert resolve_command(["python3", "train.py"])[0] == sys.executable  # the shell finds no python3 there
 
 
-def test_a_job_python_too_old_for_the_agent_is_refused_before_the_launch(tmp_path):
+def test_a_job_python_too_old_for_the_agent_is_refused_before_the_launch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
     old = _fake_env(tmp_path, "3.9")
     with pytest.raises(TrainwiseError, match=r"is Python 3\.9; .*needs Python 3\.10 or newer"):
         resolve_command([str(old), "train.py"])
     assert resolve_command([str(_fake_env(tmp_path / "new", "3.13")), "train.py"])[1] == "train.py"
+    with pytest.raises(TrainwiseError, match=r"^no such script: trian\.py \(looked in .*\): give its path$"):
+        resolve_command(["python", "trian.py"])  # before anything starts, not the job's traceback
 
 
 @pytest.mark.long

@@ -25,8 +25,10 @@ HIVEMIND_PORT = 31337
 NODE_RANK = ShellExpr('"${SKYPILOT_NODE_RANK}"')
 NUM_NODES = ShellExpr('"${SKYPILOT_NUM_NODES}"')
 HEAD_IP = ShellExpr('"${TRAINWISE_HEAD_IP}"')
-# Shell lines trainwise writes before the command (fixed text, no user input).
-HEAD_IP_LINE = 'TRAINWISE_HEAD_IP="$(echo "${SKYPILOT_NODE_IPS}" | head -n1)"'
+# Shell lines trainwise writes before the command (fixed text, no user input). The first line of the node list by
+# parameter expansion, not `echo | head -n1`: under pipefail, head exiting before echo's last write failed the
+# node's script with SIGPIPE (exit 141) now and then.
+HEAD_IP_LINE = 'TRAINWISE_HEAD_IP="${SKYPILOT_NODE_IPS%%$\'\\n\'*}"'
 # Hivemind across nodes: the head's first peer listens on a fixed port on every interface with an
 # identity (private key) written at launch time, so its peer id — which libp2p requires at the end
 # of a bootstrap address — is known before any node starts; the other nodes dial

@@ -187,8 +187,12 @@ def resolve_command(command: list[str]) -> list[str]:
         raise TrainwiseError(f"command not found: {first!r}; give the full path or start with `python`")
     else:
         argv = list(command)
-    if argv[0] != sys.executable and _INTERPRETER.match(Path(argv[0]).name):
-        _check_job_python(argv[0])
+    if argv[0] == sys.executable or _INTERPRETER.match(Path(argv[0]).name):
+        script = argv[1] if len(argv) > 1 else ""
+        if script.endswith(".py") and not Path(script).is_file():
+            raise TrainwiseError(f"no such script: {script} (looked in {Path.cwd()}): give its path")
+        if argv[0] != sys.executable:
+            _check_job_python(argv[0])
     return argv
 
 
