@@ -251,3 +251,24 @@ def test_output_files_get_the_usual_permissions(tmp_path):
     finally:
         os.umask(mask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not mkstemp's private 0600
+
+
+def test_predict_says_when_a_profile_is_the_slice_plan_profiles_and_writes_long_runs_in_whole_hours(capsys, tmp_path):
+    """`make run` leaves the ResNet-50 slice's profile (batch 3): `predict` on it times that slice trained in full on
+    this CPU (thousands of hours), and says so rather than letting it pass for the job `plan` ranked."""
+    from trainwise.core.units import format_duration
+    from trainwise.plan.synthetic import synthetic_profile
+
+    assert format_duration(7397.58 * 3600) == "7,398 h" and format_duration(36.5 * 3600) == "36.50 h"
+    profile = synthetic_profile(workload="resnet50_imagenet", batch_size=3, batches_per_epoch=427_056, iteration_s=0.8,
+                                val_batch_s=0.2, val_batches_total=16_667)
+    path = profile.model_copy(update={"notes": ["profiled on a slice (batch 3, 43 timed step(s)); the full-size step "
+                                                "(batch 256) is modelled"]}).save(tmp_path / "slice.json")
+    code, stdout, err = run_cli(capsys, "predict", str(path), "--epochs", "90")
+    assert code == 0, err
+    flat = " ".join(stdout.split())
+    assert "is the small slice `trainwise plan` profiles a reference workload on (batch 3)" in flat
+    assert "not the full-size job" in flat
+    plain = profile.save(tmp_path / "plain.json")  # an ordinary profile: no such warning
+    code, stdout, err = run_cli(capsys, "predict", str(plain), "--epochs", "90")
+    assert code == 0 and "small slice" not in " ".join(stdout.split()), err

@@ -89,6 +89,11 @@ def predict(
                     skipped.append(f"{name}: {exc}")
                     break
     console.print(prediction_table(rows))
+    for path, prof in loaded:
+        if any(str(n).startswith("profiled on a slice") for n in prof.notes):
+            console.print(f"[yellow]⚠ {path.name} is the small slice `trainwise plan` profiles a reference workload on "
+                          f"(batch {prof.dataset.global_batch_size}): this is that slice trained in full here, not the "
+                          "full-size job, whose time `trainwise plan` models[/yellow]")
     print_notes(console, rows)
     print_flips(console, rows)
     for line in sorted(set(skipped)):

@@ -10,4 +10,5 @@ def format_duration(seconds: float) -> str:
         return f"{seconds:.2f} s"
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
+    hours = seconds / 3600
+    return f"{hours:.2f} h" if hours < 100 else f"{hours:,.0f} h"  # "7,398 h", not "7397.58 h"
