@@ -272,3 +272,22 @@ def test_predict_says_when_a_profile_is_the_slice_plan_profiles_and_writes_long_
     plain = profile.save(tmp_path / "plain.json")  # an ordinary profile: no such warning
     code, stdout, err = run_cli(capsys, "predict", str(plain), "--epochs", "90")
     assert code == 0 and "small slice" not in " ".join(stdout.split()), err
+
+
+def test_the_profile_table_says_when_epoch_one_was_cut_short():
+    """The job prints its own `epoch 1 ... time=` for the epoch trainwise ended early: the table says so."""
+    from rich.console import Console
+
+    from trainwise.plan.synthetic import synthetic_profile
+    from trainwise.report.terminal import profile_table
+
+    profile = synthetic_profile(workload="mnist_cnn", batch_size=32, batches_per_epoch=400, iteration_s=0.004,
+                                val_batch_s=0.002, val_batches_total=50)
+    console = Console(width=400, record=True)
+    console.print(profile_table(profile))
+    text = " ".join(console.export_text().split())
+    assert "epoch 1 ended early after 30 iterations (a whole one: 400 batches)" in text
+    whole = profile.model_copy(update={"epochs": [e.model_copy(update={"truncated": False}) for e in profile.epochs]})
+    console = Console(width=400, record=True)
+    console.print(profile_table(whole))
+    assert "ended early" not in console.export_text()

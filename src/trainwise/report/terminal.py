@@ -77,7 +77,12 @@ def profile_table(profile: Profile) -> Table:
                       f"90th percentile over {sampled_steps_s(profile):.1f} s windows, {profile.host_noise.describe(profile.created_at)}")
     else:
         table.add_row("host speed wander", "not measured", "`trainwise host-noise` once on this host puts it in the band")
-    table.add_row("profiling stopped", s.stop_reason, f"stable after {s.stabilised_after} iterations" if s.stabilised_after else "")
+    stopped = [f"stable after {s.stabilised_after} iterations"] if s.stabilised_after else []
+    cut = next((e for e in profile.epochs if e.truncated and e.batches_per_epoch), None)
+    if cut is not None:  # the job's own "epoch 1 ... time=" line times only what ran
+        stopped.append(f"epoch {cut.index + 1} ended early after {cut.iterations} iterations (a whole one: "
+                       f"{cut.batches_per_epoch:,} batches); the job's own printout for it covers only those")
+    table.add_row("profiling stopped", s.stop_reason, "; ".join(stopped))
     table.add_row("profiling cost", format_duration(profile.process_wall_s), "launch → exit")
     return table
 
