@@ -75,7 +75,7 @@ def save_plan(result: Any, path: Path, *, catalog_name: str, passthrough: list[s
     p = document.prediction
     console.print(f"plan saved to [bold]{written}[/bold]: {document.offering.offering_id} "
                   f"({'spot' if document.offering.spot else 'on-demand'}), {document.nodes} node(s), engine "
-                  f"{document.engine}, predicted {p.training_s:,.0f} s training / {p.cost_usd:.4g} $ ({p.time_source})")
+                  f"{document.engine}, predicted {p.training_s:,.0f} s training / ${p.cost_usd:.4g}; time from: {p.time_source}")
     return written
 
 
