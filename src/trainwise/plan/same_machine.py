@@ -43,7 +43,8 @@ def profile_workload_quiet(name: str, console: Console, **overrides) -> Profile:
                       f"{spec.data_description}) on this machine…")
         return run_profile(command, ProfileOptions(), workload=spec.name, quiet=True)
     command = command_for(name, **{"batch_size": sliced["batch_size"], **overrides})
-    console.print(f"profiling [bold]{spec.name}[/bold] on a small slice here (batch {sliced['batch_size']}, a few steps); "
+    console.print(f"profiling [bold]{spec.name}[/bold] ({spec.data_kind} data) on a small slice here "
+                  f"(batch {sliced['batch_size']}, a few steps); "
                   f"planning the full-size job: batch {spec.default_batch_size}, {spec.default_train_samples:,} images, "
                   f"{spec.default_epochs} epochs")
     measured = run_profile(command, ProfileOptions(**sliced["options"]), workload=spec.name, quiet=True)
