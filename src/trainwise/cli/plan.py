@@ -61,7 +61,7 @@ def _ranking_options(
     dataset_gb: Annotated[Optional[float], typer.Option(help="Dataset size to stage to cloud machines, GB")] = None,
     pipeline: Annotated[Optional[Path], typer.Option("--pipeline", help="Stage what a pipeline strategy stores (JSON from `trainwise pipeline profile --json`) instead of --dataset-gb")] = None,
     pipeline_strategy: Annotated[Optional[str], typer.Option(help="With --pipeline: the strategy id (default: the one the pipeline profile selected)")] = None,
-    bandwidth_mbps: Annotated[Optional[float], typer.Option(help="Staging bandwidth, Mb/s (default: the 8.75 MB/s Künas measured)")] = None,
+    bandwidth_mbps: Annotated[Optional[float], typer.Option(help="Staging bandwidth, Mb/s (default: 70 Mb/s, the 8.75 MB/s Künas measured)")] = None,
     provisioning_minutes: Annotated[Optional[float], typer.Option(help="Provisioning/boot time of a cloud machine, one figure for all (default: per cloud and kind of machine, with sources in the report)")] = None,
     interruption_rate: Annotated[Optional[float], typer.Option(help="Spot interruptions per hour")] = None,
     interruption_frequency_30d: Annotated[Optional[float], typer.Option(help="AWS-style interruption frequency over 30 days, e.g. 0.05")] = None,
