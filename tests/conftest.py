@@ -38,3 +38,12 @@ def test_checkpoint_key(tmp_path_factory, monkeypatch):
         path.chmod(0o600)
     monkeypatch.delenv("TRAINWISE_CHECKPOINT_KEY", raising=False)
     monkeypatch.setenv("TRAINWISE_CHECKPOINT_KEY_FILE", str(path))
+
+
+@pytest.fixture(autouse=True)
+def no_other_activated_environment(monkeypatch):
+    """`python` in a test's job command is the interpreter running the tests, whatever venv or conda environment
+    the shell that started pytest has activated (`profile.runner.job_python` would take that one)."""
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.delenv("CONDA_DEFAULT_ENV", raising=False)

@@ -46,7 +46,13 @@ def test_python_means_the_activated_environments_interpreter(tmp_path, monkeypat
     monkeypatch.delenv("VIRTUAL_ENV")  # nothing activated: the interpreter trainwise runs in
     assert resolve_command(["python", "train.py"]) == [sys.executable, "train.py"]
     monkeypatch.setenv("CONDA_PREFIX", str(python.parent.parent))
+    monkeypatch.setenv("CONDA_DEFAULT_ENV", "base")  # conda's base, active in every shell unasked: not a choice
+    assert resolve_command(["python", "train.py"])[0] == sys.executable
+    monkeypatch.setenv("CONDA_DEFAULT_ENV", "myenv")
+    assert resolve_command(["python", "train.py"])[0] == str(python)
     assert resolve_command(["python3", "train.py"])[0] == sys.executable  # the shell finds no python3 there
+    # a reference workload runs where trainwise is installed
+    assert resolve_command(["python", "-m", "trainwise.workloads.mnist_cnn"])[0] == sys.executable
 
 
 def test_a_job_python_too_old_for_the_agent_is_refused_before_the_launch(tmp_path, monkeypatch):

@@ -47,7 +47,7 @@ def local_command(command: list[str]) -> list[str]:
     """`python …` runs here with the interpreter `trainwise profile` would give it (the activated environment's,
     else this one; the plan records a portable `python`)."""
     if command and command[0] in ("python", "python3"):
-        return [job_python(command[0]), *command[1:]]
+        return [job_python(command[0], command[1:]), *command[1:]]
     return list(command)
 
 

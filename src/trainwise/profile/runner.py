@@ -142,20 +142,26 @@ _INTERPRETER = re.compile(r"python(\d+(\.\d+)?)?$")
 
 def _activated_interpreter(name: str) -> str | None:
     """`name` as the shell finds it, when that lies in an activated virtual or conda environment other than
-    trainwise's own (trainwise installed on its own, pipx- or uv-tool-style, profiling the user's environment)."""
+    trainwise's own (trainwise installed on its own, pipx- or uv-tool-style, profiling the user's environment).
+    Conda's base environment, which conda activates in every shell unasked, does not count."""
     found = shutil.which(name)
     if found is None:
         return None
     env_dir = Path(found).absolute().parent.parent.resolve()  # PREFIX/bin/python; the binary may be a link out
-    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
-        prefix = os.environ.get(var)
+    prefixes = [os.environ.get("VIRTUAL_ENV")]
+    if os.environ.get("CONDA_DEFAULT_ENV", "base") != "base":
+        prefixes.append(os.environ.get("CONDA_PREFIX"))
+    for prefix in prefixes:
         if prefix and env_dir == Path(prefix).resolve() != Path(sys.prefix).resolve():
             return found
     return None
 
 
-def job_python(name: str = "python") -> str:
-    """The interpreter `python` means for a job: the activated environment's, else trainwise's own."""
+def job_python(name: str = "python", args: list[str] | tuple[str, ...] = ()) -> str:
+    """The interpreter `python` means for a job: the activated environment's, else trainwise's own; always
+    trainwise's own for `python -m trainwise.…` (a reference workload runs where trainwise is installed)."""
+    if len(args) >= 2 and args[0] == "-m" and args[1].split(".")[0] == "trainwise":
+        return sys.executable
     return _activated_interpreter(name) or sys.executable
 
 
@@ -180,7 +186,7 @@ def resolve_command(command: list[str]) -> list[str]:
         raise TrainwiseError("no training command given: use `trainwise profile -- python train.py ARGS`")
     first = command[0]
     if first in ("python", "python3", "python3.11"):
-        argv = [job_python(first), *command[1:]]
+        argv = [job_python(first, command[1:]), *command[1:]]
     elif first.endswith(".py") and Path(first).is_file() and not os.access(first, os.X_OK):
         raise TrainwiseError(f"{first} is a Python script, not a command: start with python, e.g. `-- python {first}`")
     elif shutil.which(first) is None and not Path(first).exists():
