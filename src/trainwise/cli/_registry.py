@@ -12,21 +12,22 @@ import typer
 # Commands that take the training command after `--` (and may see its options before it).
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
-# (name, "command" or "group", "module:attribute", context settings), in the order `--help` lists them.
+# (name, "command" or "group", "module:attribute", context settings), in the order `--help` lists them (Typer
+# lists the commands, then the groups): the flow first, profile -> predict -> plan -> run / launch.
 COMMANDS: tuple[tuple[str, str, str, dict[str, Any] | None], ...] = (
-    ("catalog", "group", "trainwise.catalog.cli:catalog_app", None),
-    ("device", "group", "trainwise.predict.cli:device_app", None),
-    ("validate", "command", "trainwise.predict.cli:validate_command", None),
-    ("launch", "command", "trainwise.launch.cli:launch_command", None),
-    ("sweep", "command", "trainwise.launch.cli:sweep_command", None),
-    ("net", "group", "trainwise.predict.net_cli:net_app", None),
-    ("pipeline", "group", "trainwise.pipeline.cli:pipeline_app", None),
-    ("run", "command", "trainwise.run.command:run_command", _PASSTHROUGH),
     ("profile", "command", "trainwise.cli.profile:profile", _PASSTHROUGH),
     ("predict", "command", "trainwise.cli.predict:predict", None),
-    ("plan", "group", "trainwise.cli.plan:plan_app", None),
-    ("workloads", "command", "trainwise.cli.workloads:list_workloads", None),
+    ("run", "command", "trainwise.run.command:run_command", _PASSTHROUGH),
+    ("launch", "command", "trainwise.launch.cli:launch_command", None),
+    ("sweep", "command", "trainwise.launch.cli:sweep_command", None),
     ("host-noise", "command", "trainwise.cli.host_noise:host_noise_command", None),
+    ("workloads", "command", "trainwise.cli.workloads:list_workloads", None),
+    ("validate", "command", "trainwise.predict.cli:validate_command", None),
+    ("plan", "group", "trainwise.cli.plan:plan_app", None),
+    ("catalog", "group", "trainwise.catalog.cli:catalog_app", None),
+    ("device", "group", "trainwise.predict.cli:device_app", None),
+    ("net", "group", "trainwise.predict.net_cli:net_app", None),
+    ("pipeline", "group", "trainwise.pipeline.cli:pipeline_app", None),
 )
 NAMES = frozenset(name for name, *_ in COMMANDS)
 
@@ -48,7 +49,10 @@ def build_app(names: Collection[str] | None = None) -> typer.Typer:
             app.add_typer(_load(target), name=name)
         else:
             function = _load(target)
-            app.command(name, context_settings=settings, short_help=short_help(function))(function)
+            # a command that runs a training command shows where it goes in its usage line
+            metavar = "[OPTIONS] -- COMMAND..." if settings is _PASSTHROUGH else "[OPTIONS]"
+            app.command(name, context_settings=settings, short_help=short_help(function),
+                        options_metavar=metavar)(function)
     return app
 
 
