@@ -264,10 +264,11 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
             table.add_row(str(run.epochs), f"{run.iterations_per_epoch:,}", format_duration(run.init_s),
                           format_duration(run.iterations_s), format_duration(run.validation_s),
                           format_duration(run.total_s), f"{format_duration(run.low_s)}–{format_duration(run.high_s)}")
-        out.print(table)
-        if not pred.fits_memory:
+        if not pred.fits_memory:  # said before the times, which are for a run that would not start
             out.print(f"[red]the model does not fit: needs ~{pred.memory_required_gib:.1f} GiB per device, "
-                      f"{pred.accelerator} has ~{pred.memory_available_gib:.1f} GiB usable — the run would fail[/red]")
+                      f"{pred.accelerator} has ~{pred.memory_available_gib:.1f} GiB usable — the run would fail; "
+                      "the times below assume it fitted[/red]")
+        out.print(table)
         payload.append({"profile": path.stem, "accelerator": pred.accelerator, "count": count,
                         "provenance": f"{pred.provenance} (device model from a measured profile)",
                         "iteration": pred.model_dump(mode="json"),
