@@ -83,3 +83,19 @@ def test_profiling_a_job_in_another_venv_with_another_torch():
                          ProfileOptions(mode="full", characterise=False, host_noise=False), quiet=True)
     assert len(manual.iterations) == 16 and manual.dataset.iterations_per_epoch == 8
     assert sys.executable != OTHER_PYTHON
+
+
+@pytest.mark.long
+@pytest.mark.skipif(not OTHER_PYTHON, reason="set TRAINWISE_TEST_OTHER_TORCH_PYTHON to a venv's python with another torch")
+def test_running_a_job_in_another_venv_with_checkpoints(tmp_path):
+    """`trainwise run -- /their/venv/bin/python train.py`: the run agent arms there from trainwise alone (none of
+    trainwise's own environment on the job's path) and writes its checkpoints."""
+    from trainwise.run.launcher import run_job
+    from trainwise.run.options import CheckpointOptions, RunOptions
+
+    result = run_job(RunOptions(checkpoint=CheckpointOptions(directory=str(tmp_path / "ck"), every_batches=10)),
+                     [OTHER_PYTHON, str(SCRIPTS / "mlp_train.py"), "--epochs", "1"], workdir=str(tmp_path / "work"))
+    assert result.exit_codes == [0]
+    assert result.checkpoint.written >= 3, result
+    # the job's path reached trainwise alone: the folder it appended holds nothing else
+    assert [p.name for p in (tmp_path / "work" / "agent-path").iterdir()] == ["trainwise"]

@@ -26,7 +26,7 @@ from trainwise.allocator import launch_environment
 from trainwise._proc import ProcessJob
 from trainwise.errors import TrainwiseError
 from trainwise.profile._iteration_log import with_iteration_rows
-from trainwise.profile.runner import PACKAGE_PARENT, resolve_command
+from trainwise.profile.runner import agent_package_parent, resolve_command
 from trainwise.run.options import INTERRUPTED_EXIT, RunOptions
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -43,7 +43,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _environment(config: dict[str, Any]) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")] if p)
-    env["TRAINWISE_PACKAGE_PARENT"] = str(PACKAGE_PARENT)
+    # another interpreter (the user's environment) reaches trainwise alone, not the packages of trainwise's
+    # own environment beside it, which would change what the job imports (as `trainwise profile` does)
+    env["TRAINWISE_PACKAGE_PARENT"] = agent_package_parent(config["workdir"])
     env[RUN_CONFIG_ENV] = json.dumps(config)
     return env
 
