@@ -71,27 +71,30 @@ class HeldOutModels:
         return out
 
 
-def neusight_kernels(workload: dict) -> tuple[list[km.Kernel], list[float], float]:
-    """(kernels, multiplicities, bytes moved by MEM ops) of one NeuSight operator graph."""
-    kernels, mult, mem_bytes = [], [], 0.0
+def _neusight_ops(workload: dict) -> tuple[list[tuple[str, tuple[int, ...], float]], float]:
+    """([(op, dims as data/kernel_latency.csv spells them, multiplicity)] of a NeuSight operator graph's kernels,
+    bytes moved by its MEM ops)."""
+    ops, mem_bytes = [], 0.0
     for _phase, kind, dims, m in workload["kernels"]:
         if kind == "MEM":  # views, copies, dropout masks: NeuSight prices them as bytes / bandwidth
             mem_bytes += 4.0 * dims[0] * m
-            continue
-        if kind == "Linear":
-            rows, red, out = dims
-            kernels.append(km.kernel_from_dims("mm", "fp32", (1, rows, out, red)))
+        elif kind == "Linear":  # (rows, reduction, out): the mm 1 x rows x out x reduction
+            ops.append(("mm", (1, dims[0], dims[2], dims[1]), float(m)))
         elif kind == "BMM":
             b, rows, red, out = dims
-            kernels.append(km.kernel_from_dims("bmm", "fp32", (b, rows, out, red)))
+            ops.append(("bmm", (b, rows, out, red), float(m)))
         elif kind.startswith("VEC"):
             op = kind[3:]
-            op = op if op in km.OP_CLASS else "add"
-            kernels.append(km.kernel_from_dims(op, "fp32", (int(dims[0]), int(dims[1]))))
+            ops.append((op if op in km.OP_CLASS else "add", (int(dims[0]), int(dims[1])), float(m)))
         else:
             raise ValueError(f"unknown NeuSight kernel kind {kind}")
-        mult.append(float(m))
-    return kernels, mult, mem_bytes
+    return ops, mem_bytes
+
+
+def neusight_kernels(workload: dict) -> tuple[list[km.Kernel], list[float], float]:
+    """(kernels, multiplicities, bytes moved by MEM ops) of one NeuSight operator graph."""
+    ops, mem_bytes = _neusight_ops(workload)
+    return [km.kernel_from_dims(op, "fp32", dims) for op, dims, _ in ops], [m for *_, m in ops], mem_bytes
 
 
 def predict_neusight(workload: dict, gpu: km.GpuSpec, model: km.TreeEnsemble) -> tuple[float, float]:
@@ -122,23 +125,6 @@ def neusight_band(workload: dict, gpu: km.GpuSpec, model: km.TreeEnsemble) -> fl
     return weighted / total if total else 0.25
 
 
-def _neusight_keys(workload: dict) -> list[tuple[str, str]]:
-    """(op, dims) of each non-MEM kernel of a NeuSight graph in `neusight_kernels` order, as data/kernel_latency.csv
-    spells them (a Linear's (rows, reduction, out) is the mm 1 x rows x out x reduction)."""
-    keys = []
-    for _phase, kind, dims, _m in workload["kernels"]:
-        if kind == "MEM":
-            continue
-        if kind == "Linear":
-            keys.append(("mm", f"1x{dims[0]}x{dims[2]}x{dims[1]}"))
-        elif kind == "BMM":
-            keys.append(("bmm", f"{dims[0]}x{dims[1]}x{dims[3]}x{dims[2]}"))
-        else:
-            op = kind[3:] if kind[3:] in km.OP_CLASS else "add"
-            keys.append((op, f"{int(dims[0])}x{int(dims[1])}"))
-    return keys
-
-
 def measured_kernels() -> dict[tuple[str, str, str], float]:
     """(gpu, op, dims) -> seconds of every packaged per-kernel measurement (NeuSight's grid and test set first:
     the other sources only fill shapes they lack)."""
@@ -152,12 +138,12 @@ def measured_kernels() -> dict[tuple[str, str, str], float]:
     return out
 
 
-def own_kernel_ceiling(doc: dict, catalog: Any, held: HeldOutModels) -> dict[str, Any]:
+def own_kernel_ceiling(doc: dict, catalog: Any, held: HeldOutModels,
+                       measured: dict[tuple[str, str, str], float]) -> dict[str, Any]:
     """A diagnostic, in-sample on purpose: each NeuSight row priced with its own GPU's measured kernels wherever the
     per-kernel data has the shape (NeuSight's per-kernel test set measured most of these models' GEMMs on every
     row's GPU), the held-out model elsewhere. What a per-kernel predictor could reach at best if it were exact on
-    the kernels measured; it predicts nothing and scores nothing."""
-    measured = measured_kernels()
+    the kernels measured; it predicts nothing and scores nothing. `measured`: `measured_kernels()`."""
     rows = []
     for r in doc["rows"]:
         acc = catalog.accelerator(r["gpu"])
@@ -165,7 +151,8 @@ def own_kernel_ceiling(doc: dict, catalog: Any, held: HeldOutModels) -> dict[str
         kernels, mult, mem_bytes = neusight_kernels(wl)
         t = km.predict_seconds(kernels, gpu, held.without(acc.name))
         t = np.where(np.isnan(t), [km.features(k, gpu)[1] for k in kernels], t)
-        own = np.array([measured.get((acc.name, op, dims), np.nan) for op, dims in _neusight_keys(wl)])
+        own = np.array([measured.get((acc.name, op, "x".join(map(str, dims))), np.nan)
+                        for op, dims, _ in _neusight_ops(wl)[0]])
         covered = ~np.isnan(own)
         step_s = float(np.dot(np.where(covered, own, t), mult)) + mem_bytes / gpu.bandwidth
         rows.append({"gpu": acc.name, "workload": r["workload"],
@@ -176,16 +163,16 @@ def own_kernel_ceiling(doc: dict, catalog: Any, held: HeldOutModels) -> dict[str
             "note": "in-sample diagnostic: each row's own GPU's measured kernels where the per-kernel data has them"}
 
 
-def label_kernel_consistency(doc: dict) -> dict[str, Any]:
+def label_kernel_consistency(doc: dict, measured: dict[tuple[str, str, str], float]) -> dict[str, Any]:
     """Two NeuSight measurements of the same fp32 GEMM on the same GPU: its per-kernel test set (one nn.Linear
     call timed alone, repeated) against the forward time of the same Linear node inside the model (the per-node
-    file beside each end-to-end label). Per GPU: the median ratio kernel / in-model and its 10-90 % range."""
-    measured = measured_kernels()
+    file beside each end-to-end label). Per GPU: the median ratio kernel / in-model and its 10-90 % range.
+    `measured`: `measured_kernels()`."""
     out: dict[str, Any] = {}
     for gpu, by_workload in sorted(doc.get("label_linear_fw", {}).items()):
-        ratios = [measured[(gpu, "mm", f"1x{rows}x{n_out}x{red}")] * 1e3 / fw_ms
-                  for nodes in by_workload.values() for rows, red, n_out, fw_ms in nodes
-                  if (gpu, "mm", f"1x{rows}x{n_out}x{red}") in measured]
+        kernel_s = [(measured.get((gpu, "mm", f"1x{rows}x{n_out}x{red}")), fw_ms)
+                    for nodes in by_workload.values() for rows, red, n_out, fw_ms in nodes]
+        ratios = [s * 1e3 / fw_ms for s, fw_ms in kernel_s if s is not None]
         if ratios:
             q = np.quantile(ratios, [0.1, 0.5, 0.9])
             out[gpu] = {"nodes": len(ratios), "median_ratio": round(float(q[1]), 3),
@@ -225,6 +212,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
     without_test_set = neusight_logo(doc, catalog, HeldOutModels(frozenset({"neusight-test"}), data=held.data))
     logo_err = [r["error"] for r in rows]
     all_rows = rows + own_rows
+    measured = measured_kernels()  # the packaged per-kernel measurements, read once for both diagnostics
     result: dict[str, Any] = {
         "logo": _summ(logo_err),
         "logo_by_gpu": {g: _summ([r["error"] for r in rows if r["gpu"] == g]) for g in sorted({r["gpu"] for r in rows})},
@@ -246,8 +234,8 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
             "note": "the same leave-one-GPU-out, the kernel model fitted without NeuSight's per-kernel test set (the "
                     "operator shapes of the evaluated models, measured on other GPUs): what that data changes"},
         "best_choice": best_choice(all_rows, catalog),
-        "own_kernel_ceiling": own_kernel_ceiling(doc, catalog, held),
-        "label_vs_kernel_gemm": label_kernel_consistency(doc),
+        "own_kernel_ceiling": own_kernel_ceiling(doc, catalog, held, measured),
+        "label_vs_kernel_gemm": label_kernel_consistency(doc, measured),
         "published_side_by_side": published_side_by_side(rows),
         "transfer": transfer_eval(catalog) if own else {"rows": []},
         "rows": rows, "own_rows": own_rows,

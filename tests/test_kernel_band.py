@@ -134,14 +134,13 @@ def test_neusight_in_model_linear_times_are_joined_to_the_graph_by_node_name():
     assert tool.label_linear_fw(label, graph) == [[1024, 1024, 4096, 0.7]]
 
 
-def test_kernel_vs_in_model_gemm_ratio_reads_the_same_shape_on_the_same_gpu(monkeypatch):
+def test_kernel_vs_in_model_gemm_ratio_reads_the_same_shape_on_the_same_gpu():
     ev = load_benchmark("_kernel_eval")
     measured = {("L4", "mm", "1x1024x4096x1024"): 1.5e-3, ("H100", "mm", "1x1024x4096x1024"): 1.0e-4,
                 ("L4", "mm", "1x2048x4096x1024"): 9.0}  # a shape no label node has
-    monkeypatch.setattr(ev, "measured_kernels", lambda: measured)
     doc = {"label_linear_fw": {"L4": {"w": [[1024, 1024, 4096, 1.0], [1024, 1024, 4096, 0.5], [64, 64, 64, 1.0]]},
                                "H100": {"w": [[1024, 1024, 4096, 0.1]]}, "V100-PCIe-32GB": {"w": [[8, 8, 8, 1.0]]}}}
-    out = ev.label_kernel_consistency(doc)
+    out = ev.label_kernel_consistency(doc, measured)
     assert out["L4"]["nodes"] == 2 and out["L4"]["median_ratio"] == pytest.approx(2.25)
     assert out["H100"]["median_ratio"] == pytest.approx(1.0)
     assert "V100-PCIe-32GB" not in out  # no shape in common: no ratio
