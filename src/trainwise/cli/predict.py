@@ -28,6 +28,7 @@ def predict(
     """Predict the full training time on the machine each profile was taken on (or, with --accelerator,
     on another accelerator from the device model: the step and the whole run)."""
     from trainwise._io import check_output_path, write_output_text
+    from trainwise.core.profile import slice_note
     from trainwise.predict.epochs import DEFAULT_EPOCH_OPTIONS, decide_epochs
     from trainwise.predict.same_machine import ESTIMATORS, predict_total
     from trainwise.profile.schema import load_profile
@@ -90,7 +91,7 @@ def predict(
                     break
     console.print(prediction_table(rows))
     for path, prof in loaded:
-        if any(str(n).startswith("profiled on a slice") for n in prof.notes):
+        if slice_note(prof.notes):
             console.print(f"[yellow]⚠ {path.name} is the small slice `trainwise plan` profiles a reference workload on "
                           f"(batch {prof.dataset.global_batch_size}): this is that slice trained in full here, not the "
                           "full-size job, whose time `trainwise plan` models[/yellow]")

@@ -253,6 +253,16 @@ class FullRun(_Model):
     epochs_completed: int = Field(ge=0)
 
 
+# How a profile of a reference workload taken on a small slice says so in its notes (`trainwise plan` takes it
+# and models the full-size step): reports and `predict` find it by this opening.
+SLICE_NOTE_PREFIX = "profiled on a slice"
+
+
+def slice_note(notes: Any) -> str:
+    """The note of `notes` that says the profile is a slice, or ""."""
+    return next((str(n) for n in notes if str(n).startswith(SLICE_NOTE_PREFIX)), "")
+
+
 class Profile(_Model):
     schema_version: Literal[1] = PROFILE_SCHEMA_VERSION
     trainwise_version: str = __version__

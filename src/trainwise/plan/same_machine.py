@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from trainwise.core.profile import SLICE_NOTE_PREFIX
 from trainwise.errors import TrainwiseError
 from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import Profile
@@ -60,6 +61,6 @@ def with_full_size_characterisation(profile: Profile, spec) -> Profile:
     char = characterise_named(model, per_device_batch=spec.default_batch_size)
     char = char.model_copy(update={"notes": [*char.notes, f"{FULL_SIZE_NOTE} {model} at batch {spec.default_batch_size} "
                                                           "(the profile measured a slice at a small batch)"]})
-    note = (f"profiled on a slice (batch {profile.dataset.global_batch_size}, {profile.steady_state.iteration.n} timed step(s)); "
+    note = (f"{SLICE_NOTE_PREFIX} (batch {profile.dataset.global_batch_size}, {profile.steady_state.iteration.n} timed step(s)); "
             f"the full-size step (batch {spec.default_batch_size}) is modelled")
     return profile.model_copy(update={"characterisation": char, "notes": [*profile.notes, note]})

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from trainwise.core.profile import slice_note
 from trainwise.predict.malta import normalise_by_minimum
 from trainwise.report.data import BREAKDOWN, display_row, duration, money, records
 
@@ -257,7 +258,7 @@ def render_html(result: Any, chart_png: bytes, *, generated_at: str = "", top_n:
                               np_rows, table_id="not-predicted-table", left={"cloud", "accelerator", "catalog", "status"})
                      + "</details>")
     prof_rows = [[p["label"], p["host"], str(p["device"]), str(p.get("accelerator") or "—"), str(p["batch_size"]),
-                  p["provenance"] + "".join(f"; {n}" for n in p.get("notes", ()) if str(n).startswith("profiled on a slice")),
+                  p["provenance"] + (f"; {note}" if (note := slice_note(p.get("notes", ()))) else ""),
                   str(p.get("created_at") or "")] for p in result.profiles]
     parts.append("<h2>Profiles</h2>" + _table(
         ["profile", "host", "device", "accelerator", "batch", "provenance", "measured at"], prof_rows, table_id="profiles-table",

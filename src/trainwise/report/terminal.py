@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainwise.allocator import describe as describe_allocator
+from trainwise.core.profile import slice_note
 from trainwise.core.units import format_duration  # noqa: F401 - re-exported
 from trainwise.denormals import describe as describe_denormals
 from trainwise.predict.same_machine import Prediction, host_stray_fraction, sampled_steps_s
@@ -315,7 +316,7 @@ def print_answer(console: Console, result, top_n: int = ANSWER_ALTERNATIVES, rep
     console.print(f"[bold]Plan[/bold]: {result.primary_epochs} epochs at global batch {batch:,}, "
                   f"{result.objective.describe}", highlight=False)
     for profile in result.profiles:
-        note = next((n for n in profile.get("notes", ()) if n.startswith("profiled on a slice")), "")
+        note = slice_note(profile.get("notes", ()))
         console.print(_short(f"  {profile['label']}: {profile['provenance']}" + (f", {note}" if note else ""),
                              2 * console.width - 4), highlight=False, style="dim")
     choices, regions = distinct_choices(primary, top_n + 1)
