@@ -195,6 +195,8 @@ def kernel_summary(ev: dict) -> dict:
             g: v.get("median_abs_error") for g, v in ev.get("own_kernel_ceiling", {}).get("by_gpu", {}).items()},
         "neusight_kernel_vs_in_model_gemm_ratio_by_gpu": {
             g: v["median_ratio"] for g, v in ev.get("label_vs_kernel_gemm", {}).items()},
+        "own_h100_measured_over_predicted_by_category": ev.get("own_category_breakdown", {}).get(
+            "median_measured_over_predicted"),
         "kernel_model_settings": ev.get("settings"),
         "published_side_by_side": ev["published_side_by_side"],
         "published_anchors_mean_abs_error": PUBLISHED,

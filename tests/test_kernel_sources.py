@@ -1,0 +1,90 @@
+"""Per-kernel sources of the kernel model: Vidur's profiles read right, and the ablation that decides what of a
+source the packaged data keep (per-kernel data only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainwise.predict import kernel_fit as kf
+from trainwise.predict import kernel_model as km
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return kf.load_dataset()
+
+
+def test_vidur_profiles_become_gemm_rows(tmp_path):
+    """tools/build_kernel_dataset.py --vidur: each mlp.csv row gives the block's four fp16 GEMMs (M = tokens, the
+    tensor-parallel share of N or K, the gated MLP's up-projection twice as wide); its vector operators, an empty or
+    zero time and an unknown device folder give nothing."""
+    tool = _tool("build_kernel_dataset")
+    ops = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "add")
+    head = [f"time_stats.{op}.median" for op in (*ops, "post_attention_layernorm")] + [
+        "n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp", "num_tokens", "num_tensor_parallel_workers"]
+    llama = ["0.5", "0.2", "1.0", "0.6", "0.01", "0.02", "32", "8", "4096", "14336", "True", "256", "2"]
+    no_norm = ["0.5", "0.2", "1.0", "0.6", "0.01", "", "32", "32", "2560", "10240", "False", "64", "1"]
+    zero = ["0", "", "1.0", "0.6", "0.01", "0.02", "32", "32", "4096", "11008", "True", "8", "1"]
+    for device, rows in {"a40": [llama, no_norm, zero], "mi300": [llama]}.items():
+        folder = tmp_path / "vidur" / "data" / "profiling" / "compute" / device / "org" / "model"
+        folder.mkdir(parents=True)
+        (folder / "mlp.csv").write_text("\n".join(",".join(r) for r in [head, *rows]) + "\n", encoding="utf-8")
+    rows = tool.vidur_rows(tool.Repo(tmp_path / "vidur", None, probe=tool.VIDUR_COMPUTE), cap=100,
+                           rng=random.Random(0))
+    got = sorted((r["op"], r["dims"], r["latency_us"]) for r in rows)
+    assert got == sorted([
+        ("mm", "1x256x3072x4096", "500"),   # (32 + 2 x 8) heads x 128 / TP 2
+        ("mm", "1x256x4096x2048", "200"),   # 32 x 128 / 2 reduced
+        ("mm", "1x256x14336x4096", "1000"),  # gated: 2 x 14336 / 2
+        ("mm", "1x256x4096x7168", "600"),
+        ("mm", "1x64x7680x2560", "500"), ("mm", "1x64x2560x2560", "200"), ("mm", "1x64x10240x2560", "1000"),
+        ("mm", "1x64x2560x10240", "600"),
+        ("mm", "1x8x22016x4096", "1000"), ("mm", "1x8x4096x11008", "600")])  # the zero and empty times left out
+    assert {(r["source"], r["gpu"], r["dtype"]) for r in rows} == {("vidur", "A40", "fp16")}
+    adds = tool.vidur_rows(tool.Repo(tmp_path / "vidur", None, probe=tool.VIDUR_COMPUTE), cap=100,
+                           rng=random.Random(0), adds=True)
+    assert sorted((r["dims"], r["latency_us"]) for r in adds if r["op"] == "add") == [("256x4096", "10"), ("8x4096", "10")]
+
+
+def test_packaged_dataset_has_vidur_kernels_on_an_a40(dataset):
+    fams = {km.family(g) for g, s in zip(dataset.gpus, dataset.sources) if s == "vidur"}
+    assert fams == {"A40", "A100", "H100"}
+    readme = (km.DATA_DIR / "README.md").read_text(encoding="utf-8")
+    commit = next(line for line in km.DATASET_PATH.read_text(encoding="utf-8").splitlines()
+                  if line.startswith("# Vidur")).split("@")[1].split()[0]
+    assert "microsoft/vidur" in readme and commit in readme and "MIT" in readme
+
+
+def test_ablation_scores_only_the_other_sources_families(dataset):
+    """A family only the tested source covers (Vidur's A40) is never scored; each other family is scored on the
+    same rows with and without the source, and the two fits differ (the source's rows are in one of them)."""
+    keep = (np.arange(len(dataset.gpus)) % 40 == 0) | (np.array(dataset.sources) == "vidur")
+    out = _tool("source_ablation").ablate(dataset.subset(keep), "vidur", None,
+                                          {"n_estimators": 20, "max_depth": 3, "learning_rate": 0.3, "features": "kernel"})
+    assert "A40" not in out["by_family"] and {"A100", "H100", "V100"} <= set(out["by_family"])
+    for fam, row in out["by_family"].items():
+        assert row["with"]["rows"] == row["without"]["rows"] > 0, fam
+    assert any(row["with"]["regime_bias"] != row["without"]["regime_bias"] for row in out["by_family"].values())
+
+
+def test_ablation_refuses_an_unknown_source_in_one_line():
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "source_ablation.py"), "nosuch"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "no rows of source 'nosuch'" in proc.stderr and "vidur" in proc.stderr
