@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trainwise.errors import TrainwiseError
 from trainwise.predict.accelerator_features import LINKS, normalise_link
+from trainwise.agent.trace.optimizers import fused_variant, normalise_optimizer
 from trainwise.agent.trace.step import normalise_precision
 from trainwise.core.workload import WorkloadCharacterisation
 from trainwise.predict.characterise import characterise_named, normalise_memory_format
@@ -235,5 +236,10 @@ def default_catalog() -> Any:
 
 
 def characterise_row(m: Measurement) -> WorkloadCharacterisation:
+    """A published row's step; TensorFlow applies each variable's update in one fused kernel (`ResourceApply*`),
+    not in torch's foreach passes."""
+    optimizer = m.optimizer
+    if optimizer and m.framework.lower() in ("tensorflow", "keras", "tf"):
+        optimizer = fused_variant(normalise_optimizer(optimizer))
     return characterise_named(m.model, m.per_device_batch, m.precision, m.seq_len, image_size=m.image_size,
-                              optimizer=m.optimizer, task=m.task, memory_format=m.memory_format)
+                              optimizer=optimizer, task=m.task, memory_format=m.memory_format)

@@ -27,8 +27,10 @@ happen on a GPU.
 
 Optimizer. `optimizer.step()` on a GPU is a handful of multi-tensor (`foreach`/fused) kernels; on
 meta/CPU tensors PyTorch would take the per-parameter loop instead, which would mislead the launch
-count. The step is therefore modelled analytically from the parameter count and the optimizer's
-state (bytes read and written per parameter, see `optimizers.OPTIMIZER_STATE`).
+count. The step is therefore modelled analytically from the parameter count: torch's default foreach
+path streams every state tensor once per `torch._foreach_*` call (Adam: 7 calls, 72 bytes per fp32
+parameter, `optimizers.FOREACH_TRAFFIC`, checked against the installed torch by the tests), a fused
+optimizer (`fused=True`, a `<name>_fused` key) once (28 bytes, `optimizers.OPTIMIZER_STATE`).
 
 Memory. The activation estimate is the set of distinct tensors autograd saves for backward
 (`torch.autograd.graph.saved_tensors_hooks`), excluding parameters; the characterisation's

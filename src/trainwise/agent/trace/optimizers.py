@@ -8,8 +8,8 @@ from typing import Any
 from trainwise.errors import TrainwiseError
 
 # Optimizer step per parameter: (bytes read, bytes written) per fp32 element, FLOPs per element,
-# and optimizer state bytes kept per element. Read/written = the tensors each algorithm touches
-# (parameter, gradient, state buffers), as the fused/foreach CUDA kernels do.
+# and optimizer state bytes kept per element. Read/written = the tensors one fused kernel touches
+# (parameter, gradient, state buffers): torch's `fused=True` path, apex's fused optimizers.
 OPTIMIZER_STATE: dict[str, tuple[int, int, int, int]] = {
     # name: (read_bytes, write_bytes, flops, state_bytes)
     "sgd": (8, 4, 2, 0),
@@ -23,8 +23,42 @@ OPTIMIZER_STATE: dict[str, tuple[int, int, int, int]] = {
     "lamb": (16, 12, 20, 8),
     "none": (0, 0, 0, 0),
 }
+# torch.optim's default on CUDA tensors is the foreach path (`_default_to_fused_or_foreach`): one multi-tensor
+# kernel per `torch._foreach_*` call of its `_multi_tensor_<name>` function, each streaming whole tensors, so the
+# step moves several times the fused traffic. (read bytes, written bytes, foreach calls) per fp32 element, counted
+# from those functions at their defaults (no amsgrad/nesterov/centered, AdamW's weight decay 0.01, Adam's 0; a
+# tensor read twice by one call counted once; Adam: lerp_, mul_, addcmul_, sqrt, div_, add_, addcdiv_).
+FOREACH_TRAFFIC: dict[str, tuple[int, int, int]] = {
+    "sgd": (8, 4, 1),
+    "sgd_momentum": (20, 12, 3),
+    "adam": (44, 28, 7),
+    "adamw": (48, 32, 8),
+    "adadelta": (64, 44, 11),
+    "rmsprop": (32, 20, 5),
+    "rmsprop_momentum": (44, 28, 7),
+    "adagrad": (32, 20, 5),
+}
+# `<name>_fused`: the same optimizer as one kernel per group of tensors (OPTIMIZER_STATE's traffic): torch's
+# `fused=True` (SGD, Adam, AdamW), or TensorFlow's per-variable `ResourceApply*` kernels
+FUSED_SUFFIX = "_fused"
+for _name in FOREACH_TRAFFIC:
+    OPTIMIZER_STATE[_name + FUSED_SUFFIX] = OPTIMIZER_STATE[_name]
+
+
+def fused_variant(name: str) -> str:
+    """The fused key of an optimizer (itself when it has no foreach path)."""
+    return name + FUSED_SUFFIX if name in FOREACH_TRAFFIC else name
 _OPTIMIZER_ALIASES = {"sgd_nesterov": "sgd_momentum", "momentum": "sgd_momentum", "adam_w": "adamw",
-                      "lars": "sgd_momentum", "fusedadam": "adam", "fusedlamb": "lamb"}
+                      "lars": "sgd_momentum", "fusedadam": "adam_fused", "fusedlamb": "lamb"}
+
+
+def step_traffic(name: str) -> tuple[int, int, int]:
+    """(bytes read, bytes written, kernels per group of tensors) per element of one optimizer step: torch's
+    foreach path unless the name is a fused one (or has no foreach path: LAMB)."""
+    if name in FOREACH_TRAFFIC:
+        return FOREACH_TRAFFIC[name]
+    read_b, write_b, _, _ = OPTIMIZER_STATE[name]
+    return read_b, write_b, 1
 
 
 def normalise_optimizer(name: str | None) -> str:
@@ -36,12 +70,16 @@ def normalise_optimizer(name: str | None) -> str:
 
 
 def optimizer_name_of(optimizer: Any) -> str:
-    """The OPTIMIZER_STATE key for a live torch.optim.Optimizer (used by the profiler hook)."""
+    """The OPTIMIZER_STATE key for a live torch.optim.Optimizer (used by the profiler hook); `_fused` when it
+    runs torch's fused kernels."""
     cls = type(optimizer).__name__.lower()
     groups = getattr(optimizer, "param_groups", [{}])
     group = groups[0] if groups else {}
     if cls == "sgd":
-        return "sgd_momentum" if group.get("momentum", 0) else "sgd"
-    if cls == "rmsprop":
-        return "rmsprop_momentum" if group.get("momentum", 0) else "rmsprop"
-    return cls if cls in OPTIMIZER_STATE else "adam"
+        name = "sgd_momentum" if group.get("momentum", 0) else "sgd"
+    elif cls == "rmsprop":
+        name = "rmsprop_momentum" if group.get("momentum", 0) else "rmsprop"
+    else:
+        name = cls if cls in OPTIMIZER_STATE else "adam"
+    fused = name + FUSED_SUFFIX
+    return fused if group.get("fused") and fused in OPTIMIZER_STATE else name

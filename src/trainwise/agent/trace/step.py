@@ -14,7 +14,7 @@ from trainwise.agent.trace.dispatch import Tracer, make_dispatch_mode
 from trainwise.agent.trace.flops import tensor_bytes
 from trainwise.agent.trace.fused import make_function_mode
 from trainwise.agent.trace.live import unwrap_model
-from trainwise.agent.trace.optimizers import OPTIMIZER_STATE, normalise_optimizer
+from trainwise.agent.trace.optimizers import OPTIMIZER_STATE, normalise_optimizer, step_traffic
 from trainwise.core.workload import PRECISIONS, OpRecord, WorkloadCharacterisation
 from trainwise.errors import TrainwiseError
 
@@ -202,12 +202,13 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
     n_trainable = sum(p.numel() for p in trainable)
     param_bytes = int(sum(tensor_bytes(p) for p in params))
     grad_bytes = int(sum(p.numel() * 4 if p.is_floating_point() else 0 for p in trainable))
-    read_b, write_b, flops_pe, state_pe = OPTIMIZER_STATE[optimizer_name]
+    _, _, flops_pe, state_pe = OPTIMIZER_STATE[optimizer_name]
+    read_b, write_b, calls = step_traffic(optimizer_name)
     opt_state = int(n_trainable * state_pe)
     n_tensors = len(trainable)
     if optimizer_name != "none" and n_trainable:
-        # foreach/fused kernels: a few multi-tensor launches per group of tensors
-        launches = max(1, math.ceil(n_tensors / 64)) * 4
+        # multi-tensor kernels: one launch per foreach call (one for a fused step) per group of tensors
+        launches = max(1, math.ceil(n_tensors / 64)) * calls
         per_launch = n_trainable / launches
         tracer.add(f"optimizer.{optimizer_name}", "optimizer", flops_pe * per_launch, read_b * per_launch,
                    write_b * per_launch, "float32", [[n_trainable]], phase="optimizer")
