@@ -251,7 +251,7 @@ def _vidur_kernels(r: dict, adds: bool = False) -> list[tuple[str, str, float]]:
     operators are left out: the RMSNorm, rotary and SiLU-and-mul are custom kernels PyTorch does not run, and its
     residual adds (`adds`: a block with a post-attention norm adds two `tokens x hidden` tensors), fitted with the
     rest, made the held-out elementwise kernels of other sources worse (`--vidur-adds`, then
-    `tools/source_ablation.py vidur --op add`: an A100 family held out, median |error| 0.119 -> 0.165)."""
+    `tools/source_ablation.py vidur --op add`: an A100 family held out, median |error| 0.119 -> 0.165; docs/accuracy.md)."""
     heads, kv, hidden, ffn, tokens, tp = (int(r[c]) for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd",
                                                               "num_tokens", "num_tensor_parallel_workers"))
     head_dim = hidden // heads
