@@ -340,6 +340,17 @@ def test_device_predict_cli_link_option(capsys):
     assert "unknown --link" in err and "host" in err and "Traceback" not in err
 
 
+def test_device_predict_takes_several_accelerators_in_the_order_given(capsys):
+    from trainwise.cli import main
+
+    args = ["device", "predict", "resnet50", "--batch", "64", "--json"]
+    assert main(args + ["-a", "A40", "-a", "L4", "-a", "A40"]) == 0
+    assert [p["accelerator"] for p in json.loads(capsys.readouterr().out)] == ["A40", "L4"]
+    assert main(args + ["-a", "L4", "-a", "NoSuchGPU"]) != 0
+    err = capsys.readouterr().err
+    assert "NoSuchGPU" in err and "Traceback" not in err
+
+
 def test_device_predict_from_a_profile_counts_its_data_wait_like_predict_does(capsys, tmp_path):
     from trainwise.cli import main
     from trainwise.plan.synthetic import synthetic_profile

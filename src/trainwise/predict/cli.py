@@ -293,7 +293,7 @@ def predict_command(
     optimizer: OptimOpt = None,
     memory_format: LayoutOpt = "nchw",
     source: Annotated[Optional[Path], typer.Option("--from", help="A characterisation JSON or a profile JSON instead of MODEL")] = None,
-    accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Catalog accelerator (any alias); default: all")] = None,
+    accelerator: Annotated[Optional[list[str]], typer.Option("--accelerator", "-a", help="Catalog accelerator (any alias); repeatable (-a A100 -a L4); default: all")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="Accelerators (data parallel, per-device batch fixed)")] = 1,
     host_overhead: Annotated[Optional[float], typer.Option(help="Per-iteration host seconds not hidden by the device (data wait); default: the data wait measured in a --from profile, else 0")] = None,
     link: Annotated[Optional[str], typer.Option("--link", help=LINK_HELP)] = None,
@@ -318,7 +318,11 @@ def predict_command(
         # A profile measured its data wait, which a faster accelerator does not remove: the same
         # default as `trainwise predict PROFILE -a X` and the planner, so the three agree.
         host_overhead = host_overhead_from_profile(profile) if profile is not None else 0.0
-    preds = device_predictions(char, accelerator, count, host_overhead, link=link)
+    if accelerator:  # each named one, in the order given (an unknown name is refused with the nearest ones)
+        preds = [p for name in dict.fromkeys(accelerator)
+                 for p in device_predictions(char, name, count, host_overhead, link=link)]
+    else:
+        preds = device_predictions(char, None, count, host_overhead, link=link)
     if json_out:
         typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
         return
