@@ -169,6 +169,9 @@ def test_predict_on_an_accelerator_gives_the_whole_run_the_planner_prices(capsys
     code, stdout, err = run_cli(capsys, "predict", str(path), "-a", "V100", "--epochs", "0")
     assert_one_line_error(code, err, "positive")
     assert stdout == ""  # refused before any table
+    code, stdout, err = run_cli(capsys, "predict", str(path), "-a", "V100", "-a", "L4")  # not the last one silently
+    assert_one_line_error(code, err, "trainwise device predict --from PROFILE -a A100 -a L4")
+    assert stdout == ""
 
 
 def test_predict_rejects_bad_profiles(capsys, tmp_path):

@@ -21,7 +21,7 @@ def predict(
     estimator: Annotated[str, typer.Option(help="trainwise (default), eq5.4, eq5.3, averaged, eq5.1, eq4.1, or all")] = "trainwise",
     iterations_per_epoch: Annotated[Optional[int], typer.Option(help="Override the iterations per epoch")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the predictions as JSON")] = None,
-    accelerator: Annotated[Optional[str], typer.Option("--accelerator", "-a", help="Predict on this catalog accelerator instead (device model): the step and the whole run, e.g. V100")] = None,
+    accelerators: Annotated[Optional[list[str]], typer.Option("--accelerator", "-a", help="Predict on this catalog accelerator instead (device model): the step and the whole run, e.g. V100")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="With --accelerator: number of accelerators (data parallel)")] = 1,
     link: Annotated[Optional[str], typer.Option("--link", help=LINK_HELP)] = None,
 ) -> None:
@@ -34,6 +34,11 @@ def predict(
     from trainwise.profile.schema import load_profile
     from trainwise.report.terminal import prediction_table, print_flips, print_notes
 
+    if accelerators and len(set(accelerators)) > 1:  # click would keep the last one silently
+        raise TrainwiseError(f"--accelerator given {len(accelerators)} times: `trainwise predict` takes one; compare "
+                             "several steps with `trainwise device predict --from PROFILE -a A100 -a L4`, or rank them with "
+                             "`trainwise plan --profile PROFILE`")
+    accelerator = accelerators[0] if accelerators else None
     if accelerator is None and (count != 1 or link is not None):
         raise TrainwiseError("--count and --link describe the accelerators of --accelerator: add --accelerator NAME "
                              "(e.g. -a V100), or drop them")
