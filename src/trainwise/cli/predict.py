@@ -21,7 +21,7 @@ def predict(
     estimator: Annotated[str, typer.Option(help="trainwise (default), eq5.4, eq5.3, averaged, eq5.1, eq4.1, or all")] = "trainwise",
     iterations_per_epoch: Annotated[Optional[int], typer.Option(help="Override the iterations per epoch")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the predictions as JSON")] = None,
-    accelerators: Annotated[Optional[list[str]], typer.Option("--accelerator", "-a", help="Predict on this catalog accelerator instead (device model): the step and the whole run, e.g. V100")] = None,
+    accelerators: Annotated[Optional[list[str]], typer.Option("--accelerator", "-a", help="Predict on this catalog accelerator instead (device model): the step and the whole run, e.g. V100; one (several: `trainwise device predict -a A -a B`)")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="With --accelerator: number of accelerators (data parallel)")] = 1,
     link: Annotated[Optional[str], typer.Option("--link", help=LINK_HELP)] = None,
 ) -> None:
