@@ -36,12 +36,7 @@ def ablate(data: kf.KernelDataset, source: str, op: str | None, settings: dict) 
             continue
         row: dict = {}
         for with_source in (False, True):
-            train = data.subset((fams != fam) & thin & (with_source | ~candidate))
-            model = kf.fit_ensemble(train, settings)
-            coverage = km.regime_coverage(train)
-            held = data.subset(test & np.array([len(coverage.get(r, ())) >= km.MIN_FAMILIES
-                                                for r in km.regimes(data.x, data.dtype_code)]))
-            pred = np.maximum(held.roofline, km.base_seconds(held.x) * np.exp(model.predict(held.x)))
+            held, pred = kf.predict_held_out(data, (fams != fam) & thin & (with_source | ~candidate), test, settings)
             err = np.abs(pred / held.latency - 1)
             errors[with_source].append(err)
             row["with" if with_source else "without"] = {

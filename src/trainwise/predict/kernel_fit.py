@@ -219,6 +219,19 @@ def systematic_error(predicted: Any, measured: Any, groups: Any, min_rows: int =
     return out
 
 
+def predict_held_out(data: KernelDataset, train: Any, test: Any, settings: dict) -> tuple[KernelDataset, Any]:
+    """Fit on the `train` rows, predict the `test` rows in a regime the training rows cover on MIN_FAMILIES
+    families: (those rows, their predicted seconds, never under the roofline)."""
+    import numpy as np
+
+    fitted_on = data.subset(train)
+    model = fit_ensemble(fitted_on, settings)
+    coverage = regime_coverage(fitted_on)
+    in_regime = np.array([len(coverage.get(r, ())) >= MIN_FAMILIES for r in regimes(data.x, data.dtype_code)])
+    held = data.subset(test & in_regime)
+    return held, np.maximum(held.roofline, base_seconds(held.x) * np.exp(model.predict(held.x)))
+
+
 def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
     """Leave-one-GPU-family-out on the kernel data: per family, median |relative error| of the model and of
     the plain roofline, and the time-weighted mean log-residual per kernel class (the systematic part that
@@ -234,18 +247,12 @@ def holdout_errors(data: KernelDataset, settings: dict) -> dict[str, Any]:
         test = fam_of == fam
         if test.sum() < 50 or (~test).sum() < 50:
             continue
-        train = data.subset(~test & (np.arange(len(test)) % HOLDOUT_THIN == 0))
-        model = fit_ensemble(train, settings)
-        coverage = regime_coverage(train)
-        in_regime = np.array([len(coverage.get(r, ())) >= MIN_FAMILIES for r in regimes(data.x, data.dtype_code)])
-        test = test & in_regime
-        if test.sum() < 50:
+        held, pred = predict_held_out(data, ~test & (np.arange(len(test)) % HOLDOUT_THIN == 0), test, settings)
+        if len(held.gpus) < 50:
             continue
-        held = data.subset(test)
-        pred = np.maximum(held.roofline, base_seconds(held.x) * np.exp(model.predict(held.x)))
         err = pred / held.latency - 1
         roof_err = held.roofline / held.latency - 1
-        out["by_gpu"][fam] = {"rows": int(test.sum()), "median_abs_error": round(float(np.median(np.abs(err))), 4),
+        out["by_gpu"][fam] = {"rows": len(held.gpus), "median_abs_error": round(float(np.median(np.abs(err))), 4),
                               "roofline_median_abs_error": round(float(np.median(np.abs(roof_err))), 4)}
         all_err.append(np.abs(err))
         all_roof.append(np.abs(roof_err))

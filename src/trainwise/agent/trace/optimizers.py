@@ -81,5 +81,4 @@ def optimizer_name_of(optimizer: Any) -> str:
         name = "rmsprop_momentum" if group.get("momentum", 0) else "rmsprop"
     else:
         name = cls if cls in OPTIMIZER_STATE else "adam"
-    fused = name + FUSED_SUFFIX
-    return fused if group.get("fused") and fused in OPTIMIZER_STATE else name
+    return fused_variant(name) if group.get("fused") else name
