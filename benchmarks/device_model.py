@@ -173,6 +173,11 @@ def kernel_summary(ev: dict) -> dict:
         "logo_rows": ev["logo"]["rows"],
         "logo_by_gpu_median_abs_error": {g: v.get("median_abs_error") for g, v in ev["logo_by_gpu"].items()},
         "logo_plain_roofline_median_abs_error": ev["logo_roofline"].get("median_abs_error"),
+        "logo_forward_median_abs_error": ev.get("logo_by_pass", {}).get("forward", {}).get("median_abs_error"),
+        "logo_backward_median_abs_error": ev.get("logo_by_pass", {}).get("backward", {}).get("median_abs_error"),
+        "logo_backward_median_abs_error_by_gpu": {
+            g: v["backward"] for g, v in ev.get("logo_by_pass", {}).get("by_gpu", {}).items()},
+        "neusight_label_backward_over_forward_by_gpu": ev.get("logo_by_pass", {}).get("label_backward_over_forward_by_gpu"),
         "band80_coverage": ev["band80_coverage"],
         "band80_coverage_neusight_rows": ev["band80_coverage_neusight_rows"],
         "band80_coverage_own_rows": ev.get("band80_coverage_own_rows"),

@@ -178,3 +178,34 @@ def test_the_rule_prices_the_kernels_once_for_both_groupings():
     assert all((reg == r).sum() >= kr.MIN_CLASS_ROWS for r in gemm_regimes)  # each regime has a T4 value
     mixed = sum(w[r] * by_regime[r]["T4"] for r in gemm_regimes) / sum(w.values())
     assert by_class["gemm"]["T4"] == pytest.approx(mixed, abs=1e-4)
+
+
+def test_the_forward_and_backward_spans_add_up_to_the_step_both_measured_and_predicted():
+    """NeuSight's harness times a step's forward and backward apart; the packaged rows keep both spans (they add up
+    to the step), and the evaluation's prediction of each span adds up to its prediction of the step."""
+    import json
+
+    import numpy as np
+
+    ev = load_benchmark("_kernel_eval")
+    doc = json.loads(ev.NEUSIGHT_E2E.read_text(encoding="utf-8"))
+    for r in doc["rows"]:
+        assert r["measured_forward_ms"] > 0 and r["measured_backward_ms"] > 0
+        assert r["measured_forward_ms"] + r["measured_backward_ms"] == pytest.approx(r["measured_ms"], rel=1e-9)
+    data = kf.load_dataset()
+    held = ev.HeldOutModels(data=data.subset(np.arange(len(data.gpus)) % 40 == 0))
+    held.settings = {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.3, "features": "kernel"}
+    from trainwise.catalog.loader import load_catalog
+
+    acc = load_catalog().accelerator("V100-PCIe-32GB")
+    wl = doc["workloads"]["bert_large-train-512-2"]
+    gpu, model = km.GpuSpec.of(acc), held.without(acc.name)
+    passes = ev.predict_neusight_passes(wl, gpu, model)
+    assert passes["forward"] > 0 and passes["backward"] > passes["forward"]  # a backward does about twice the GEMMs
+    assert passes["forward"] + passes["backward"] == pytest.approx(ev.predict_neusight(wl, gpu, model)[0], rel=1e-9)
+    rows = [{"gpu": "A", "measured_forward_ms": 1.0, "measured_backward_ms": 3.0, "error_forward": -0.5,
+             "error_backward": 0.1}, {"gpu": "A", "measured_forward_ms": 2.0, "measured_backward_ms": 2.0,
+                                      "error_forward": 0.2, "error_backward": -0.3}]
+    out = ev.by_pass(rows)
+    assert out["forward"]["median_abs_error"] == pytest.approx(0.35) and out["backward"]["median_abs_error"] == pytest.approx(0.2)
+    assert out["label_backward_over_forward_by_gpu"] == {"A": 2.0}
