@@ -121,9 +121,69 @@ def predict_neusight_passes(workload: dict, gpu: km.GpuSpec, model: km.TreeEnsem
     return out
 
 
-def by_pass(rows: list[dict]) -> dict[str, Any]:
-    """Leave-one-GPU-out errors of each pass apart, against the label's own forward and backward times, and the
-    label's backward ÷ forward per GPU (a property of the measurements alone: no prediction in it)."""
+def predict_neusight_by_class(workload: dict, gpu: km.GpuSpec, model: km.TreeEnsemble) -> dict[str, dict[str, float]]:
+    """{phase: {kernel class: ms}} of a NeuSight workload on `gpu` (as `predict_neusight` prices each kernel; its
+    MEM ops as class "mem")."""
+    out: dict[str, dict[str, float]] = {}
+    for phase in {k[0] for k in workload["kernels"]}:
+        by: dict[str, float] = {}
+        for kind in {k[1] for k in workload["kernels"] if k[0] == phase}:
+            part = {**workload, "kernels": [k for k in workload["kernels"] if k[0] == phase and k[1] == kind]}
+            cls = "mem" if kind == "MEM" else "gemm" if kind in ("Linear", "BMM") else \
+                {"VECsoftmax": "softmax", "VECln": "norm"}.get(kind, "elementwise")
+            by[cls] = by.get(cls, 0.0) + predict_neusight(part, gpu, model)[0]
+        out[phase] = by
+    return out
+
+
+def transfer_across_gpus(doc: dict, catalog: Any, held: "HeldOutModels") -> dict[str, Any]:
+    """Item 4 across GPU families, on NeuSight's rows: a step measured on GPU A (its forward and backward spans,
+    split per kernel class by the label's per-node times, `label_class_ms`) predicts GPU B's step as
+    `transfer.transfer_step` does — each class's measured share times the kernel model's B ÷ A ratio for that class
+    — with the model fitted without B's family (the user has A, not B); against the no-GPU path on the same rows."""
+    rows = {(r["gpu"], r["workload"]): r for r in doc["rows"]}
+    shares = doc.get("label_class_ms", {})
+    passes = {"forward": ("fw",), "backward": ("bw", "acc")}
+    pairs = []
+    for (gpu_b, wl_name), rb in rows.items():
+        acc_b = catalog.accelerator(gpu_b)
+        model = held.without(acc_b.name)
+        wl = doc["workloads"][wl_name]
+        pred_b = predict_neusight_by_class(wl, km.GpuSpec.of(acc_b), model)
+        no_gpu = sum(sum(v.values()) for v in pred_b.values()) / rb["measured_ms"] - 1
+        for gpu_a, by_workload in shares.items():
+            if km.family(gpu_a) == km.family(gpu_b) or wl_name not in by_workload or (gpu_a, wl_name) not in rows:
+                continue
+            ra = rows[(gpu_a, wl_name)]
+            pred_a = predict_neusight_by_class(wl, km.GpuSpec.of(catalog.accelerator(gpu_a)), model)
+            moved = 0.0
+            for name, phases in passes.items():
+                measured = {}
+                for ph in phases:
+                    for c, ms in by_workload[wl_name].get(ph, {}).items():
+                        measured[(ph, c)] = measured.get((ph, c), 0.0) + ms
+                total = sum(measured.values())
+                ratio = sum(ms / total * (pred_b.get(ph, {}).get(c, 0.0) / pred_a[ph][c] if pred_a.get(ph, {}).get(c) else 1.0)
+                            for (ph, c), ms in measured.items()) if total else 1.0
+                moved += ra[f"measured_{name}_ms"] * ratio
+            pairs.append({"source": gpu_a, "target": gpu_b, "workload": wl_name,
+                          "transfer_error": round(moved / rb["measured_ms"] - 1, 4), "no_gpu_error": round(no_gpu, 4),
+                          "same_step_error": round(ra["measured_ms"] / rb["measured_ms"] - 1, 4)})
+    med = lambda sel, key: round(statistics.median(abs(p[key]) for p in sel), 4) if sel else None  # noqa: E731
+    by_source = {g: {"pairs": len(sel), "transfer_median_abs_error": med(sel, "transfer_error"),
+                     "no_gpu_median_abs_error": med(sel, "no_gpu_error")}
+                 for g in sorted({p["source"] for p in pairs}) for sel in [[p for p in pairs if p["source"] == g]]}
+    return {"pairs": pairs, "n_pairs": len(pairs), "transfer_median_abs_error": med(pairs, "transfer_error"),
+            "no_gpu_median_abs_error": med(pairs, "no_gpu_error"), "same_step_median_abs_error": med(pairs, "same_step_error"),
+            "by_source": by_source,
+            "note": "NeuSight's measured spans on A (evaluation data used as the user's measurement) -> B; B's measured "
+                    "step only as the answer; the kernel core's per-class ratios, B's family held out of its fit"}
+
+
+def by_pass(rows: list[dict], label_class_ms: dict | None = None) -> dict[str, Any]:
+    """Leave-one-GPU-out errors of each pass apart, against the label's own forward and backward times; and two
+    properties of the measurements alone (no prediction in them): the label's backward ÷ forward per GPU, and the
+    sum of its per-node times (each node timed alone) ÷ the pass's span, per GPU and pass."""
     with_passes = [r for r in rows if r.get("measured_forward_ms")]
     gpus = sorted({r["gpu"] for r in with_passes})
     out: dict[str, Any] = {name: _summ([r[f"error_{name}"] for r in with_passes]) for name in PASSES}
@@ -132,6 +192,16 @@ def by_pass(rows: list[dict]) -> dict[str, Any]:
     out["label_backward_over_forward_by_gpu"] = {
         g: round(statistics.median(r["measured_backward_ms"] / r["measured_forward_ms"] for r in with_passes
                                    if r["gpu"] == g), 3) for g in gpus}
+    nodes: dict[str, dict[str, list[float]]] = {}
+    for r in with_passes:
+        by = (label_class_ms or {}).get(r["gpu"], {}).get(r.get("workload", ""))
+        if by:
+            for name, phases in PASSES.items():
+                node_ms = sum(ms for ph in phases for ms in by.get(ph, {}).values())
+                nodes.setdefault(r["gpu"], {}).setdefault(name, []).append(node_ms / r[f"measured_{name}_ms"])
+    out["label_nodes_over_span_by_gpu"] = {g: {name: {"median": round(statistics.median(v), 3),
+                                                      "range": [round(min(v), 3), round(max(v), 3)], "rows": len(v)}
+                                               for name, v in by.items()} for g, by in sorted(nodes.items())}
     out["note"] = ("diagnostic: the same held-out predictions split into the two spans NeuSight's harness times apart "
                    "(`measure_e2e`: the allocator's cache emptied before each forward); the headline stays the step")
     return out
@@ -289,7 +359,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
         "logo": _summ(logo_err),
         "logo_by_gpu": {g: _summ([r["error"] for r in rows if r["gpu"] == g]) for g in sorted({r["gpu"] for r in rows})},
         "logo_roofline": _summ([r["roofline_error"] for r in rows]),
-        "logo_by_pass": by_pass(rows),
+        "logo_by_pass": by_pass(rows, doc.get("label_class_ms")),
         "band80_coverage": round(sum(r["within_band"] for r in all_rows) / len(all_rows), 4) if all_rows else None,
         "band80_coverage_neusight_rows": round(sum(r["within_band"] for r in rows) / len(rows), 4),
         "band80_coverage_own_rows": round(sum(r["within_band"] for r in own_rows) / len(own_rows), 4) if own_rows else None,
@@ -312,6 +382,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
         "own_category_breakdown": own_category_breakdown(catalog, held, dm) if own else {},
         "published_side_by_side": published_side_by_side(rows),
         "transfer": transfer_eval(catalog) if own else {"rows": []},
+        "transfer_across_gpus": transfer_across_gpus(doc, catalog, held),
         "rows": rows, "own_rows": own_rows,
         "settings": held.settings, "kernel_fit_seconds": round(held.fit_seconds, 1), "wall_s": round(time.perf_counter() - t0, 1),
     }

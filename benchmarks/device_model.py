@@ -207,6 +207,9 @@ def kernel_summary(ev: dict) -> dict:
         "published_anchors_mean_abs_error": PUBLISHED,
         "transfer_h100_to_h200_median_abs_error": ev.get("transfer", {}).get("transfer_median_abs_error"),
         "transfer_no_gpu_path_median_abs_error": ev.get("transfer", {}).get("no_gpu_median_abs_error"),
+        "transfer_across_gpus_median_abs_error": ev.get("transfer_across_gpus", {}).get("transfer_median_abs_error"),
+        "transfer_across_gpus_no_gpu_median_abs_error": ev.get("transfer_across_gpus", {}).get("no_gpu_median_abs_error"),
+        "transfer_across_gpus_by_source": ev.get("transfer_across_gpus", {}).get("by_source"),
         "kernel_targets": {k: list(v) if isinstance(v, tuple) else v for k, v in KERNEL_TARGETS.items()},
         "kernel_provenance": ("leave-one-GPU-out: each end-to-end row predicted by a kernel model fitted without its "
                               "GPU family's kernels; end-to-end rows (NeuSight label/ + opgraph, trainwise's own "

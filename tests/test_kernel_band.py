@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -183,8 +184,6 @@ def test_the_rule_prices_the_kernels_once_for_both_groupings():
 def test_the_forward_and_backward_spans_add_up_to_the_step_both_measured_and_predicted():
     """NeuSight's harness times a step's forward and backward apart; the packaged rows keep both spans (they add up
     to the step), and the evaluation's prediction of each span adds up to its prediction of the step."""
-    import json
-
     import numpy as np
 
     ev = load_benchmark("_kernel_eval")
@@ -195,8 +194,6 @@ def test_the_forward_and_backward_spans_add_up_to_the_step_both_measured_and_pre
     data = kf.load_dataset()
     held = ev.HeldOutModels(data=data.subset(np.arange(len(data.gpus)) % 40 == 0))
     held.settings = {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.3, "features": "kernel"}
-    from trainwise.catalog.loader import load_catalog
-
     acc = load_catalog().accelerator("V100-PCIe-32GB")
     wl = doc["workloads"]["bert_large-train-512-2"]
     gpu, model = km.GpuSpec.of(acc), held.without(acc.name)
@@ -209,3 +206,61 @@ def test_the_forward_and_backward_spans_add_up_to_the_step_both_measured_and_pre
     out = ev.by_pass(rows)
     assert out["forward"]["median_abs_error"] == pytest.approx(0.35) and out["backward"]["median_abs_error"] == pytest.approx(0.2)
     assert out["label_backward_over_forward_by_gpu"] == {"A": 2.0}
+
+
+def test_transfer_from_a_gpu_measured_exactly_as_modelled_gives_the_models_prediction_of_the_target():
+    """`transfer_across_gpus` scales each measured class share on GPU A by the model's B ÷ A ratio: where A's spans
+    and per-class shares are exactly what the model predicts on A, the transfer to B is the model's own B (its error
+    the no-GPU path's); A measured 10 % slower throughout moves B 10 % slower."""
+    import copy
+
+    import numpy as np
+
+    ev = load_benchmark("_kernel_eval")
+    data = kf.load_dataset()
+    held = ev.HeldOutModels(data=data.subset(np.arange(len(data.gpus)) % 40 == 0))
+    held.settings = {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.3, "features": "kernel"}
+    catalog = load_catalog()
+    real = json.loads(ev.NEUSIGHT_E2E.read_text(encoding="utf-8"))
+    name = "bert_large-train-512-2"
+    wl = real["workloads"][name]
+    a, b = "V100-PCIe-32GB", "H100"
+    model_b = held.without(b)  # the transfer prices both GPUs with the model that has not seen the target
+    on_a = ev.predict_neusight_by_class(wl, km.GpuSpec.of(catalog.accelerator(a)), model_b)
+    fw_a = sum(on_a["fw"].values())
+    bw_a = sum(on_a["bw"].values()) + sum(on_a.get("acc", {}).values())
+    doc = {"workloads": {name: wl}, "rows": [
+        {"gpu": a, "workload": name, "measured_ms": fw_a + bw_a, "measured_forward_ms": fw_a, "measured_backward_ms": bw_a},
+        {"gpu": b, "workload": name, "measured_ms": 100.0, "measured_forward_ms": 40.0, "measured_backward_ms": 60.0}],
+        "label_class_ms": {a: {name: on_a}}}
+    out = ev.transfer_across_gpus(doc, catalog, held)
+    (pair,) = out["pairs"]  # B -> A is not scored: B has no per-node shares
+    assert pair["source"] == a and pair["target"] == b
+    assert pair["transfer_error"] == pytest.approx(pair["no_gpu_error"], abs=2e-4)
+    slower = copy.deepcopy(doc)
+    for key in ("measured_ms", "measured_forward_ms", "measured_backward_ms"):
+        slower["rows"][0][key] *= 1.1
+    (moved,) = ev.transfer_across_gpus(slower, catalog, held)["pairs"]
+    assert 1 + moved["transfer_error"] == pytest.approx(1.1 * (1 + pair["transfer_error"]), rel=1e-3)
+
+
+def test_label_class_ms_sums_each_nodes_time_by_its_heaviest_kernel_and_expands_the_layer():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "build_neusight_e2e", Path(__file__).resolve().parents[1] / "tools" / "build_neusight_e2e.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    graph = ("Name,OpName,FwOps,BwOps,AccOps\n"
+             "emb,x,\"[['MEM', ((4,),)]]\",[],[]\n"
+             "transformer_h_0_ln_1,ln,\"[['VECln', (8, 16)]]\",\"[['VECln', (8, 16)], ['VECadd', (8, 16)]]\",[]\n"
+             "fc,linear,\"[['Linear', (8, 16, 16)], ['VECadd', (8, 16)]]\",\"[['Linear', (8, 16, 16)]]\",\"[['VECadd', (1, 16)]]\"\n"
+             "add_15,add,\"[['VECadd', (8, 16)]]\",[],[]\n"
+             "head,linear,\"[['Linear', (8, 16, 100)]]\",[],[]\n")
+    label = ("Name,fw_latency,bw_latency,acc_latency\nemb,0.5,0,0\ntransformer_h_0_ln_1,1.0,2.0,0\n"
+             "fc,3.0,6.0,0.25\nadd_15,0.5,0,0\nhead,4.0,0,0\nnot_in_graph,9,9,9\n")
+    out = mod.label_class_ms(label, graph, 10, "gpt2_large")
+    # the layer (transformer_h_0_ln_1 .. add_15) x 10; a node with a Linear and an add is a GEMM node
+    assert out["fw"] == {"mem": 0.5, "norm": 10.0, "gemm": 34.0, "elementwise": 5.0}
+    assert out["bw"] == {"norm": 20.0, "gemm": 60.0} and out["acc"] == {"elementwise": 2.5}

@@ -12,7 +12,8 @@ From NeuSight's artifact (github.com/sitar-lab/NeuSight, MIT licence; Lee et al.
 - scripts/asplos/label/<GPU>/<workload>.csv: NeuSight's per-node forward latencies on the same GPU; the nodes that
   are one Linear kernel (joined by node name to the operator graph) become `label_linear_fw`, so the benchmark can
   compare them with the same GEMM shapes in NeuSight's per-kernel test set (a consistency check of the two
-  measurements, never a fit).
+  measurements, never a fit); and all its nodes' forward, backward and accumulation times summed per kernel class
+  (`label_class_ms`): the per-category shares a profile on that GPU would give, for the transfer evaluation.
 The benchmark never fits anything on these rows. Single-GPU NVIDIA rows only (data/tensor/pipeline-parallel and
 AMD rows are skipped: the catalog has no AMD Instinct rows).
 Run: .venv/bin/python tools/build_neusight_e2e.py --neusight /path/to/NeuSight
@@ -79,6 +80,45 @@ def label_linear_fw(label_csv: str, graph_csv: str) -> list[list]:
     return out
 
 
+# a node's class by the heaviest kind of kernel it runs (NeuSight's kinds: Linear, BMM, VEC<op>, MEM)
+NODE_CLASS_ORDER = ("gemm", "softmax", "norm", "elementwise", "mem")
+
+
+def kernel_class(kind: str) -> str:
+    if kind in ("Linear", "BMM"):
+        return "gemm"
+    if kind == "MEM":
+        return "mem"
+    return {"VECsoftmax": "softmax", "VECln": "norm"}.get(kind, "elementwise")
+
+
+def label_class_ms(label_csv: str, graph_csv: str, n_layer: int, model: str) -> dict[str, dict[str, float]]:
+    """{phase: {class: ms}}: the label's per-node times (each node timed alone on the GPU) summed per pass and per
+    kernel class over the whole model (a layer's nodes x the layer count, as `graph_kernels` expands them); a
+    node's class is that of the heaviest kind of kernel the operator graph gives it in that phase."""
+    graph = {r["Name"]: r for r in csv.DictReader(io.StringIO(graph_csv))}
+    names = list(graph)
+    start, end = 0, 0
+    fam = next((f for f in LAYER_BOUNDS if model.startswith(f)), None)
+    if fam and n_layer:
+        first, last = LAYER_BOUNDS[fam]
+        if fam == "gpt" and "transformer_h_0_ln_1_grad" in names:
+            first = "transformer_h_0_ln_1_grad"
+        start, end = names.index(first), names.index(last) + 1
+    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in csv.DictReader(io.StringIO(label_csv)):
+        node = graph.get(r.get("Name", ""))
+        if node is None:
+            continue
+        mult = n_layer if start <= names.index(r["Name"]) < end else 1
+        for phase, col, lat in (("fw", "FwOps", "fw_latency"), ("bw", "BwOps", "bw_latency"), ("acc", "AccOps", "acc_latency")):
+            ms = float(r.get(lat) or 0)
+            kinds = [kernel_class(kind) for kind, _ in ast.literal_eval(node[col] or "[]")]
+            if ms > 0 and kinds:
+                out[phase][min(kinds, key=NODE_CLASS_ORDER.index)] += ms * mult
+    return {p: {c: round(v, 6) for c, v in sorted(by.items())} for p, by in sorted(out.items())}
+
+
 def eval_prod(shape: tuple) -> int:
     out = 1
     for d in shape:
@@ -98,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     workloads: dict[str, dict] = {}
     rows = []
     label_gemms: dict[str, dict[str, list]] = defaultdict(dict)
+    label_classes: dict[str, dict[str, dict]] = defaultdict(dict)
     for rel in label_files:
         m = re.match(r"scripts/asplos/label/([^/]+)/(([a-z0-9_]+)-train-(\d+)-(\d+))\.json$", rel)
         if not m or m.group(1) not in GPUS:
@@ -121,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         if text.strip():
             graph = repo.read(f"scripts/asplos/results/opgraph/{workload}.csv")
             label_gemms[GPUS[gpu_dir]][workload] = label_linear_fw(text, graph)
+            label_classes[GPUS[gpu_dir]][workload] = label_class_ms(text, graph, int(label["num_layer"]), model)
         else:
             print(f"no per-node label for {GPUS[gpu_dir]} {workload}: left out of the consistency check")
     published: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
@@ -149,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"source": f"github.com/sitar-lab/NeuSight@{commit}", "licence": "MIT",
            "citation": "Lee et al., Forecasting GPU Performance for Deep Learning Training and Inference, ASPLOS 2025",
            "note": "evaluation data only: fp32 single-GPU training steps (forward + backward + gradient accumulation)",
-           "workloads": workloads, "rows": rows, "published_abs_error": published, "label_linear_fw": label_gemms}
+           "workloads": workloads, "rows": rows, "published_abs_error": published, "label_linear_fw": label_gemms,
+           "label_class_ms": label_classes}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
