@@ -383,6 +383,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
         "published_side_by_side": published_side_by_side(rows),
         "transfer": transfer_eval(catalog) if own else {"rows": []},
         "transfer_across_gpus": transfer_across_gpus(doc, catalog, held),
+        "transfer_from_profile": transfer_from_profile_eval(catalog) if own else {"rows": 0},
         "rows": rows, "own_rows": own_rows,
         "settings": held.settings, "kernel_fit_seconds": round(held.fit_seconds, 1), "wall_s": round(time.perf_counter() - t0, 1),
     }
@@ -529,6 +530,42 @@ def published_side_by_side(rows: list[dict]) -> dict[str, Any]:
         "note": "NeuSight trained on P4, P100, T4, V100 and A100 40 GB PCIe kernels; trainwise holds each row's GPU "
                 "family out of its kernel fit, so only the first group compares like with like"}
     return out
+
+
+def transfer_from_profile_eval(catalog: Any) -> dict[str, Any]:
+    """What `trainwise predict`/`plan` do with a GPU profile (`transfer.transfer_from_profile`): the H100 step of every
+    configuration measured on both GPUs moved to the H200 by the default core's whole-iteration ratio; its error,
+    and how often the H200 prediction's own band (the device model's) holds it."""
+    from trainwise.predict import device_model as dm
+    from trainwise.predict.characterise import characterise_named
+
+    if not all(p.is_file() for p in OWN_RUNS):
+        return {"rows": 0}
+    key = lambda r: (r["model"], r["per_device_batch"], r["precision"], r.get("memory_format") or "nchw", r.get("seq_len"))  # noqa: E731
+    h100 = {key(r): r for r in json.loads(OWN_RUNS[0].read_text(encoding="utf-8"))["rows"]}
+    h200 = {key(r): r for r in json.loads(OWN_RUNS[1].read_text(encoding="utf-8"))["rows"]}
+    src, tgt = catalog.accelerator("H100"), catalog.accelerator("H200")
+    moved, direct, unchanged, inside = [], [], [], []
+    for k in sorted(set(h100) & set(h200), key=str):
+        try:
+            char = characterise_named(k[0], k[1], k[2], k[4], memory_format=k[3])
+        except Exception:  # noqa: BLE001 - a configuration the characteriser cannot build is skipped, as in own_gpu_rows
+            continue
+        t_src, t_tgt = k[1] / float(h100[k]["measured_samples_per_s"]), k[1] / float(h200[k]["measured_samples_per_s"])
+        a, b = dm.predict_iteration(char, src), dm.predict_iteration(char, tgt)
+        err = t_src * b.iteration_s / a.iteration_s / t_tgt - 1  # synthetic inputs on the device: no data wait
+        moved.append(abs(err))
+        direct.append(abs(b.iteration_s / t_tgt - 1))
+        unchanged.append(abs(t_src / t_tgt - 1))
+        inside.append(abs(err) <= b.relative_error)
+    if not moved:
+        return {"rows": 0}
+    q = lambda v, f: round(float(np.quantile(v, f)), 4)  # noqa: E731
+    return {"rows": len(moved), "median_abs_error": q(moved, 0.5), "p90_abs_error": q(moved, 0.9),
+            "no_gpu_median_abs_error": q(direct, 0.5), "unchanged_step_median_abs_error": q(unchanged, 0.5),
+            "band_coverage": round(sum(inside) / len(inside), 4),
+            "note": "H100 measured -> H200 by the default core's whole-iteration ratio (the product's transfer); "
+                    "H200 measured only as the answer; the band is the H200 prediction's own"}
 
 
 def transfer_eval(catalog: Any) -> dict[str, Any]:

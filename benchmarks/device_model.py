@@ -207,6 +207,7 @@ def kernel_summary(ev: dict) -> dict:
         "published_anchors_mean_abs_error": PUBLISHED,
         "transfer_h100_to_h200_median_abs_error": ev.get("transfer", {}).get("transfer_median_abs_error"),
         "transfer_no_gpu_path_median_abs_error": ev.get("transfer", {}).get("no_gpu_median_abs_error"),
+        "transfer_from_profile_h100_to_h200": {k: v for k, v in ev.get("transfer_from_profile", {}).items() if k != "note"},
         "transfer_across_gpus_median_abs_error": ev.get("transfer_across_gpus", {}).get("transfer_median_abs_error"),
         "transfer_across_gpus_no_gpu_median_abs_error": ev.get("transfer_across_gpus", {}).get("no_gpu_median_abs_error"),
         "transfer_across_gpus_by_source": ev.get("transfer_across_gpus", {}).get("by_source"),

@@ -13,7 +13,9 @@ Sources today (issue "plan"):
   model's job);
 - `this_machine`: a profile taken on this host, priced on the local (on-premise) offering.
 - `device_model`: the device model (trainwise.predict.device_model) for every other offering, from
-  the profile's workload characterisation, with provenance "modelled ±x %".
+  the profile's workload characterisation, with provenance "modelled ±x %"; a one-device offering of the
+  profiled GPU's own family (H100 and H200, A100 40 and 80 GB) from the profile's measured step scaled by the
+  model's ratio instead (trainwise.predict.transfer.transfer_from_profile, "transferred").
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
     from trainwise.predict import device_model as dm
     from trainwise.predict.device_params import load_params
     from trainwise.predict.offerings import characterisation_or_none, device_full_run
+    from trainwise.predict.transfer import transfer_from_profile
 
     # Load the fit up front: a missing or unreadable $TRAINWISE_DEVICE_PARAMS is the user's error to
     # report, not thousands of offerings the model "could not predict" (the per-accelerator guard below).
@@ -233,6 +236,11 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
                 continue
             if not pred.fits_memory:
                 continue
+            time_source = "device model"
+            if int(count) == 1 and per_device == profile_batch:  # a GPU profile moves to its own family's GPUs
+                moved = transfer_from_profile(item.profile, scaled[per_device], pred, context.catalog)
+                if moved is not None:
+                    pred, time_source = moved, "transferred"
             rows = gpu.index.to_numpy()[positions]
             iterations_per_epoch = int(np.ceil(n_train / job_batch))
             split = "" if int(count) == 1 else f", global batch {job_batch} split {per_device} per device"
@@ -251,9 +259,9 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
                     "first_epoch_s": np.full(n, iterations_per_epoch * pred.iteration_s),
                     "steady_s": np.full(n, max(0.0, iterations_s - iterations_per_epoch * pred.iteration_s)),
                     "validation_s": np.full(n, validation_s),
-                    "time_provenance": [f"{pred.provenance} (device model from {item.provenance} profile{split})"] * n,
+                    "time_provenance": [f"{pred.provenance} ({time_source} from {item.provenance} profile{split})"] * n,
                     "relative_error": np.full(n, band / total if total > 0 else 0.0),
-                    "time_source": ["device model"] * n, "_profile_idx": np.full(n, profile_idx),
+                    "time_source": [time_source] * n, "_profile_idx": np.full(n, profile_idx),
                     "global_batch_size": np.full(n, float(job_batch))}))
     if not frames:
         return _empty()

@@ -238,7 +238,9 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
     from trainwise.predict.device_model import host_overhead_from_profile
     from trainwise.predict.offerings import (characterisation_of, characterisation_or_none, device_full_run,
                                              device_iterations_per_epoch, device_predictions)
+    from trainwise.catalog import load_catalog
     from trainwise.predict.same_machine import predict_total
+    from trainwise.predict.transfer import transfer_from_profile
     from trainwise.core.units import format_duration
 
     out = out or console
@@ -246,7 +248,9 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
     for path, profile in loaded:
         char = characterisation_or_none(profile) or characterisation_of(profile)
         pred = device_predictions(char, accelerator, count, host_overhead_from_profile(profile), link=link)[0]
-        render_device_predictions([pred], f"{path.name}: modelled iteration on {count} × {pred.accelerator}", out)
+        pred = transfer_from_profile(profile, char, pred, load_catalog()) or pred  # a GPU profile of the same family
+        how = "transferred" if pred.provenance.startswith("transferred") else "modelled"
+        render_device_predictions([pred], f"{path.name}: {how} iteration on {count} × {pred.accelerator}", out)
         steps = iterations_per_epoch or device_iterations_per_epoch(profile, char, count)
         # the measured iteration's samples (all micro-batches of an accumulated step) against the traced step's
         measured_samples = profile.dataset.global_batch_size or char.per_device_batch * max(
@@ -314,6 +318,7 @@ def predict_command(
     else:
         raise TrainwiseError("give MODEL and --batch (e.g. `trainwise device predict resnet50 --batch 256 -a V100`) "
                              "or --from a characterisation/profile JSON")
+    measured_wait = host_overhead is None and profile is not None
     if host_overhead is None:
         # A profile measured its data wait, which a faster accelerator does not remove: the same
         # default as `trainwise predict PROFILE -a X` and the planner, so the three agree.
@@ -323,6 +328,14 @@ def predict_command(
                  for p in device_predictions(char, name, count, host_overhead, link=link)]
     else:
         preds = device_predictions(char, None, count, host_overhead, link=link)
+    if measured_wait:  # a GPU profile: its own family's GPUs from the measured step, as predict and plan do
+        from trainwise.catalog import load_catalog
+        from trainwise.predict.transfer import transfer_from_profile
+
+        catalog = load_catalog()
+        preds = [transfer_from_profile(profile, char, p, catalog) or p for p in preds]
+        if not accelerator:
+            preds.sort(key=lambda p: p.iteration_s)
     if json_out:
         typer.echo(json.dumps([p.model_dump(mode="json") for p in preds], indent=1))
         return

@@ -64,3 +64,47 @@ def transfer_step(characterisation: Any, source: Any, target: Any, measured_step
                               unattributed_fraction=round(unattributed, 4),
                               provenance=f"measured on {source.name}, scaled to {target.name} by the device model's "
                                          "per-category ratios (band not calibrated)")
+
+
+def transfer_from_profile(profile: Any, char: Any, pred: Any, catalog: Any) -> Any:
+    """`pred` (a one-device `DevicePrediction` of `char` on some accelerator) replaced by the profile's own measured
+    step moved to that accelerator, when the profile ran on a GPU of the same family (`kernel_model.family`: one die,
+    e.g. H100 and H200, A100 40 and 80 GB); otherwise None and the device model's prediction stands.
+
+    The measured iteration's data wait is kept (host work a faster GPU does not remove) and the rest scaled by the
+    device model's whole-iteration ratio target ÷ source, so what the model gets wrong on both GPUs alike cancels.
+    Across families a measured step did no better than no measurement on the held-out rows
+    (benchmarks/results/device_model.json, `transfer_across_gpus`), so it is used within a family only."""
+    from trainwise.predict.device_model import predict_iteration
+    from trainwise.predict.kernel_model import family
+    from trainwise.predict.measure import accelerator_of_device_name
+
+    env = getattr(profile, "environment", None)
+    steady = getattr(profile, "steady_state", None)
+    if pred.count != 1 or env is None or env.device == "cpu" or not env.device_name or steady is None:
+        return None
+    if steady.iteration.n <= 0 or steady.iteration.mean_s <= 0:
+        return None
+    try:
+        source = catalog.accelerator(accelerator_of_device_name(env.device_name, catalog))
+        target = catalog.accelerator(pred.accelerator)
+    except TrainwiseError:
+        return None
+    if family(source.name) != family(target.name):
+        return None
+    # the measured iteration may be several micro-batches (gradient accumulation); the modelled step is one
+    measured_samples = float(profile.dataset.global_batch_size or 0) or char.per_device_batch * max(
+        1.0, float(profile.dataset.batches_per_iteration or 1.0))
+    per_step = char.per_device_batch / measured_samples
+    measured_s = steady.iteration.mean_s * per_step
+    wait_s = min(max(0.0, steady.data_wait.mean_s), steady.iteration.mean_s) * per_step
+    ratio = predict_iteration(char, target).iteration_s / predict_iteration(char, source).iteration_s
+    step_s = wait_s + (measured_s - wait_s) * ratio
+    low, high = step_s * (1 - pred.relative_error), step_s * (1 + pred.relative_error)
+    what = ("measured on this GPU" if source.name == target.name else
+            f"measured on the {source.name}, scaled by the device model's {source.name} → {target.name} ratio {ratio:.2f}")
+    return pred.model_copy(update={
+        "iteration_s": step_s, "samples_per_s": char.per_device_batch / step_s, "low_s": max(0.0, low), "high_s": high,
+        "provenance": f"transferred: the profiled step {what} (data wait kept); band the device model's",
+        "notes": [*pred.notes, f"from the profile's {env.device_name} step: {measured_s * 1e3:.2f} ms, of it "
+                               f"{wait_s * 1e3:.2f} ms data wait"]})
