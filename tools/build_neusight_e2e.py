@@ -46,16 +46,21 @@ LAYER_BOUNDS = {"bert": ("bert_encoder_layer_0_attention_self_query", "bert_enco
                 "gpt": ("transformer_h_0_ln_1", "add_15"), "opt": ("model_decoder_layers_0_self_attn_layer_norm", "view_11")}
 
 
+def layer_span(names: list[str], n_layer: int, model: str) -> tuple[int, int]:
+    """[start, end) of the traced layer's nodes in the graph (its rows count n_layer times); (0, 0) if none."""
+    fam = next((f for f in LAYER_BOUNDS if model.startswith(f)), None)
+    if not (fam and n_layer):
+        return 0, 0
+    first, last = LAYER_BOUNDS[fam]
+    if fam == "gpt" and "transformer_h_0_ln_1_grad" in names:
+        first = "transformer_h_0_ln_1_grad"
+    return names.index(first), names.index(last) + 1
+
+
 def graph_kernels(text: str, n_layer: int, model: str) -> list[list]:
     rows = list(csv.DictReader(io.StringIO(text)))
     names = [r["Name"] for r in rows]
-    start, end = 0, 0
-    fam = next((f for f in LAYER_BOUNDS if model.startswith(f)), None)
-    if fam and n_layer:
-        first, last = LAYER_BOUNDS[fam]
-        if fam == "gpt" and "transformer_h_0_ln_1_grad" in names:
-            first = "transformer_h_0_ln_1_grad"
-        start, end = names.index(first), names.index(last) + 1
+    start, end = layer_span(names, n_layer, model)
     agg: dict[tuple, float] = defaultdict(float)
     for i, r in enumerate(rows):
         mult = n_layer if start <= i < end else 1
@@ -98,13 +103,7 @@ def label_class_ms(label_csv: str, graph_csv: str, n_layer: int, model: str) -> 
     node's class is that of the heaviest kind of kernel the operator graph gives it in that phase."""
     graph = {r["Name"]: r for r in csv.DictReader(io.StringIO(graph_csv))}
     names = list(graph)
-    start, end = 0, 0
-    fam = next((f for f in LAYER_BOUNDS if model.startswith(f)), None)
-    if fam and n_layer:
-        first, last = LAYER_BOUNDS[fam]
-        if fam == "gpt" and "transformer_h_0_ln_1_grad" in names:
-            first = "transformer_h_0_ln_1_grad"
-        start, end = names.index(first), names.index(last) + 1
+    start, end = layer_span(names, n_layer, model)
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r in csv.DictReader(io.StringIO(label_csv)):
         node = graph.get(r.get("Name", ""))
