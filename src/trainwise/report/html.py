@@ -268,7 +268,8 @@ def render_html(result: Any, chart_png: bytes, *, generated_at: str = "", top_n:
     parts.append('<p class="caption"><b>measured here</b>: a profile taken on this host; <b>measured on HOST (imported)</b>: '
                  "a profile taken elsewhere on the same accelerator; <b>modelled ±x %</b>: the device model (a roofline of "
                  "the profile's traced operations on the offering's accelerator, fitted to measured throughputs) or the "
-                 "data-parallel model on top of it.</p>")
+                 "data-parallel model on top of it; <b>transferred</b>: a profile taken on a GPU of the same family (H100 and H200, "
+                 "A100 40 and 80 GB), its measured step scaled by the device model's ratio between the two GPUs.</p>")
     if result.inconsistencies:
         parts.append("<details><summary>Inconsistencies in the published sources (flagged, not reproduced)</summary><ul>"
                      + "".join(f"<li>{_e(i)}</li>" for i in result.inconsistencies) + "</ul></details>")

@@ -1,7 +1,8 @@
 """Rich renderings for the terminal: a profile summary and prediction tables.
 
 Every number says where it comes from: "measured here" (this host's profile), "measured on HOST"
-(a profile imported from elsewhere), or "modelled" with the model's band.
+(a profile imported from elsewhere), "transferred" (a GPU profile's measured step scaled by the device model's
+ratio to a GPU of the same family), or "modelled" with the model's band.
 """
 
 from __future__ import annotations
