@@ -105,6 +105,7 @@ def transfer_from_profile(profile: Any, char: Any, pred: Any, catalog: Any) -> A
             f"measured on the {source.name}, scaled by the device model's {source.name} → {target.name} ratio {ratio:.2f}")
     return pred.model_copy(update={
         "iteration_s": step_s, "samples_per_s": char.per_device_batch / step_s, "low_s": max(0.0, low), "high_s": high,
-        "provenance": f"transferred: the profiled step {what} (data wait kept); band the device model's",
+        "provenance": (f"transferred ±{pred.relative_error * 100:.0f} %: the profiled step {what} (data wait kept; "
+                       "the band the device model's)"),
         "notes": [*pred.notes, f"from the profile's {env.device_name} step: {measured_s * 1e3:.2f} ms, of it "
                                f"{wait_s * 1e3:.2f} ms data wait"]})
