@@ -233,14 +233,15 @@ def test_transfer_from_a_gpu_measured_exactly_as_modelled_gives_the_models_predi
         {"gpu": a, "workload": name, "measured_ms": fw_a + bw_a, "measured_forward_ms": fw_a, "measured_backward_ms": bw_a},
         {"gpu": b, "workload": name, "measured_ms": 100.0, "measured_forward_ms": 40.0, "measured_backward_ms": 60.0}],
         "label_class_ms": {a: {name: on_a}}}
-    out = ev.transfer_across_gpus(doc, catalog, held)
+    te = load_benchmark("_transfer_eval")
+    out = te.transfer_across_gpus(doc, catalog, held)
     (pair,) = out["pairs"]  # B -> A is not scored: B has no per-node shares
     assert pair["source"] == a and pair["target"] == b
     assert pair["transfer_error"] == pytest.approx(pair["no_gpu_error"], abs=2e-4)
     slower = copy.deepcopy(doc)
     for key in ("measured_ms", "measured_forward_ms", "measured_backward_ms"):
         slower["rows"][0][key] *= 1.1
-    (moved,) = ev.transfer_across_gpus(slower, catalog, held)["pairs"]
+    (moved,) = te.transfer_across_gpus(slower, catalog, held)["pairs"]
     assert 1 + moved["transfer_error"] == pytest.approx(1.1 * (1 + pair["transfer_error"]), rel=1e-3)
 
 
