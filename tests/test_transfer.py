@@ -65,7 +65,8 @@ def test_a_gpu_profile_moves_to_its_own_familys_gpus_and_keeps_its_data_wait(cha
     assert wait > 0
     assert moved.iteration_s == pytest.approx(wait + (steady.iteration.mean_s - wait) * ratio)
     assert moved.relative_error == pred.relative_error and moved.high_s == pytest.approx(moved.iteration_s * (1 + pred.relative_error))
-    assert moved.provenance.startswith("transferred") and "H100 → H200" in moved.provenance
+    assert moved.provenance.startswith("transferred ±") and moved.provenance.endswith("from H100")
+    assert "H100 → H200 ratio" in moved.notes[0]
     same = transfer_from_profile(profile, char, dm.predict_iteration(char, cat.accelerator("H100")), cat)
     assert same.iteration_s == pytest.approx(steady.iteration.mean_s)  # the measured GPU itself: the measurement
     assert transfer_from_profile(profile, char, dm.predict_iteration(char, cat.accelerator("A100")), cat) is None

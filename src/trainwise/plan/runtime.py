@@ -259,7 +259,8 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
                     "first_epoch_s": np.full(n, iterations_per_epoch * pred.iteration_s),
                     "steady_s": np.full(n, max(0.0, iterations_s - iterations_per_epoch * pred.iteration_s)),
                     "validation_s": np.full(n, validation_s),
-                    "time_provenance": [f"{pred.provenance} ({time_source} from {item.provenance} profile{split})"] * n,
+                    "time_provenance": [f"{pred.provenance} ({item.provenance} profile)" if time_source == "transferred"
+                                        else f"{pred.provenance} (device model from {item.provenance} profile{split})"] * n,
                     "relative_error": np.full(n, band / total if total > 0 else 0.0),
                     "time_source": [time_source] * n, "_profile_idx": np.full(n, profile_idx),
                     "global_batch_size": np.full(n, float(job_batch))}))

@@ -101,11 +101,10 @@ def transfer_from_profile(profile: Any, char: Any, pred: Any, catalog: Any) -> A
     ratio = predict_iteration(char, target).iteration_s / predict_iteration(char, source).iteration_s
     step_s = wait_s + (measured_s - wait_s) * ratio
     low, high = step_s * (1 - pred.relative_error), step_s * (1 + pred.relative_error)
-    what = ("measured on this GPU" if source.name == target.name else
-            f"measured on the {source.name}, scaled by the device model's {source.name} → {target.name} ratio {ratio:.2f}")
+    how = ("the measured step" if source.name == target.name else
+           f"the {source.name} step × the device model's {source.name} → {target.name} ratio {ratio:.2f}")
     return pred.model_copy(update={
         "iteration_s": step_s, "samples_per_s": char.per_device_batch / step_s, "low_s": max(0.0, low), "high_s": high,
-        "provenance": (f"transferred ±{pred.relative_error * 100:.0f} %: the profiled step {what} (data wait kept; "
-                       "the band the device model's)"),
-        "notes": [*pred.notes, f"from the profile's {env.device_name} step: {measured_s * 1e3:.2f} ms, of it "
-                               f"{wait_s * 1e3:.2f} ms data wait"]})
+        "provenance": f"transferred ±{pred.relative_error * 100:.0f} % from {source.name}",
+        "notes": [f"{how}, data wait kept: the profile's {env.device_name} step {measured_s * 1e3:.2f} ms, of it "
+                  f"{wait_s * 1e3:.2f} ms data wait; the band the device model's", *pred.notes]})
