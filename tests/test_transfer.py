@@ -109,3 +109,11 @@ def test_device_predict_and_predict_from_a_gpu_profile_transfer_within_the_famil
     shown = CliRunner().invoke(app, ["predict", str(path), "-a", "H200", "--epochs", "1"])
     assert shown.exit_code == 0, shown.output
     assert "transferred iteration on 1 × H200" in " ".join(shown.output.split())
+
+
+def test_a_family_is_the_die_an_l40s_is_not_an_l4():
+    from trainwise.predict.kernel_model import family
+
+    assert family("L40S") != family("L4") and family("P40") != family("P4")
+    assert family("H200") == family("GH200") == family("H100-PCIe") == "H100"
+    assert family("A100-80GB-PCIe") == family("A100") and family("V100-PCIe-32GB") == family("V100")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -524,10 +525,14 @@ def record_kernel(record: Any, precision: str) -> Kernel | None:
     return Kernel(op, dtype, float(record.flops), nbytes, elements=max(nbytes / (size * tensors), 1.0))
 
 
+_FAMILY = re.compile(r"G?(A100|V100|P100|H100|H200|T4|P4|L4)(?![0-9A-Z])")
+
+
 def family(gpu: str) -> str:
-    """GPUs that share a die and clocks (A100 PCIe 40/80 GB; V100 16/32 GB; H100/H200) are held out together."""
+    """GPUs that share a die and clocks (A100 PCIe 40/80 GB; V100 16/32 GB; H100, H200 and GH200's GPU) are held out
+    together. The name must start with the die's (an L40S is not an L4, a P40 not a P4)."""
     g = gpu.upper()
-    for key in ("A100", "V100", "P100", "H100", "H200", "T4", "P4", "L4"):
-        if key in g:
-            return "H100" if key == "H200" else key
-    return g
+    match = _FAMILY.match(g)
+    if match is None:
+        return g
+    return "H100" if match.group(1) == "H200" else match.group(1)
