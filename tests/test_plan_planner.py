@@ -364,3 +364,10 @@ def test_reference_defaults_to_the_best_plan_without_this_machine(catalog):
     assert best["speedup"] == pytest.approx(1.0) and best["cost_efficiency"] == pytest.approx(0.0)
     explicit = plan([v100_elsewhere()], catalog, options=NO_BOOT.model_copy(update={"reference": best["offering_id"]}))
     assert explicit.reference == best["offering_id"]
+
+
+def test_resolve_device_names_reads_board_memory_and_never_takes_a_variant_for_its_base(catalog):
+    assert resolve_device("NVIDIA GH200 480GB", catalog) == "GH200"
+    assert resolve_device("Tesla P100-PCIE-16GB", catalog) == "P100"
+    assert resolve_device("NVIDIA A100 80GB PCIe", catalog) == "A100-80GB-PCIe"  # not the 40 GB PCIe card
+    assert resolve_device("NVIDIA H100 NVL", catalog) is None  # not an H100 SXM

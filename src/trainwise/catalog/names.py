@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import Any
+
+from trainwise.errors import TrainwiseError
 
 CATALOG_NAMES = ("current", "packaged", "seed-2021")  # the catalogs trainwise ships, by name
 
@@ -22,7 +25,7 @@ CANONICAL: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "M60": ("M60 (per GPU die)", "gpu", "per_die", ("Tesla M60",)),
     "P4": ("P4", "gpu", "per_gpu", ("Tesla P4",)),
     # GCP's P100 is the PCIe card; the seed's local cluster (Blaise) has SXM2 P100s.
-    "P100": ("P100-16GB PCIe", "gpu", "per_gpu", ("P100-PCIe", "P100-16GB", "Tesla P100")),
+    "P100": ("P100-16GB PCIe", "gpu", "per_gpu", ("P100-PCIe", "P100-16GB", "Tesla P100", "P100-PCIE-16GB")),
     "P100-SXM2": ("P100-16GB SXM2", "gpu", "per_gpu", ("P100-SXM2-16GB", "Tesla P100-SXM2-16GB")),
     # SkyPilot's V100 (AWS p3, GCP, Lambda) is the 16 GB SXM2 part.
     "V100": ("V100-16GB SXM2", "gpu", "per_gpu", ("V100-16GB", "V100-SXM2", "V100-SXM2-16GB", "Tesla V100")),
@@ -127,3 +130,28 @@ def suggest(name: str, candidates: list[str], n: int = 3) -> list[str]:
     if not picks:
         picks = difflib.get_close_matches(_key(name), list(by_key), n=n, cutoff=0.3)
     return [by_key[p] for p in picks]
+
+
+_VENDOR_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "google")
+_MEMORY_WORDS = ("hbm3e", "hbm3", "hbm2e", "hbm2", "gddr6x", "gddr6")
+
+
+def resolve_device_name(device_name: str | None, catalog: Any) -> str | None:
+    """Canonical accelerator of a CUDA device name ("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB",
+    "NVIDIA H100 80GB HBM3", "NVIDIA GH200 480GB"), or None when it is a CPU or not in `catalog`. Strict: a name
+    is never taken for its family's base part (an H100 NVL is not an H100 SXM)."""
+    if not device_name:
+        return None
+    words = device_name.replace("_", " ").split()
+    stripped = [w for w in words if w.lower() not in _VENDOR_WORDS]
+    plain = [w for w in stripped if w.lower() not in _MEMORY_WORDS]
+    candidates = [" ".join(words), " ".join(stripped), " ".join(plain),
+                  " ".join(w for w in plain if not re.fullmatch(r"\d+GB", w, flags=re.I))]  # GH200 480GB: the board's
+    for candidate in candidates:
+        if not candidate:
+            continue
+        try:
+            return catalog.accelerator(candidate).name
+        except TrainwiseError:  # not this spelling: try the next
+            continue
+    return None

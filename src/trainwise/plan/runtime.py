@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from trainwise.catalog.model import Catalog
+from trainwise.catalog.names import resolve_device_name as resolve_device  # noqa: F401 - plan.inputs imports it here
 from trainwise.errors import TrainwiseError
 from trainwise.plan.scaling import REASON_SLICE, job_global_batch, rebatch, split_batch
 from trainwise.profile.schema import Profile
@@ -39,9 +40,6 @@ RUNTIME_COLUMNS = ("offering_row", "profile", "epochs", "training_s", "training_
 OPTIONAL_RUNTIME_COLUMNS = {"parallelism": "", "workers": 1.0, "granularity": np.nan, "communication_s": np.nan,
                             "network_usd_per_hour": 0.0, "fits_memory": True, "scaling_note": "",
                             "global_batch_size": np.nan}
-
-_VENDOR_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "google")
-_MEMORY_WORDS = ("hbm3e", "hbm3", "hbm2e", "hbm2", "gddr6x", "gddr6")
 
 
 @dataclass(frozen=True)
@@ -88,26 +86,6 @@ class RuntimeContext:
 
 
 RuntimeSource = Callable[[pd.DataFrame, RuntimeContext], pd.DataFrame]
-
-
-def resolve_device(device_name: str | None, catalog: Catalog) -> str | None:
-    """Canonical accelerator of a CUDA device name ("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB",
-    "NVIDIA H100 80GB HBM3"), or None when it is a CPU or unknown."""
-    if not device_name:
-        return None
-    words = device_name.replace("_", " ").split()
-    candidates = [" ".join(words)]
-    stripped = [w for w in words if w.lower() not in _VENDOR_WORDS]
-    candidates.append(" ".join(stripped))
-    candidates.append(" ".join(w for w in stripped if w.lower() not in _MEMORY_WORDS))
-    for candidate in candidates:
-        if not candidate:
-            continue
-        try:
-            return catalog.accelerator(candidate).name
-        except TrainwiseError:
-            continue
-    return None
 
 
 def _empty() -> pd.DataFrame:

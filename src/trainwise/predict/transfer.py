@@ -77,7 +77,7 @@ def transfer_from_profile(profile: Any, char: Any, pred: Any, catalog: Any) -> A
     (benchmarks/results/device_model.json, `transfer_across_gpus`), so it is used within a family only."""
     from trainwise.predict.device_model import predict_iteration
     from trainwise.predict.kernel_model import family
-    from trainwise.predict.measure import accelerator_of_device_name
+    from trainwise.catalog.names import resolve_device_name
 
     env = getattr(profile, "environment", None)
     steady = getattr(profile, "steady_state", None)
@@ -85,9 +85,11 @@ def transfer_from_profile(profile: Any, char: Any, pred: Any, catalog: Any) -> A
         return None
     if steady.iteration.n <= 0 or steady.iteration.mean_s <= 0:
         return None
+    source_name = resolve_device_name(env.device_name, catalog)  # the planner's reading of the name
+    if source_name is None:
+        return None
     try:
-        source = catalog.accelerator(accelerator_of_device_name(env.device_name, catalog))
-        target = catalog.accelerator(pred.accelerator)
+        source, target = catalog.accelerator(source_name), catalog.accelerator(pred.accelerator)
     except TrainwiseError:
         return None
     if family(source.name) != family(target.name):
