@@ -55,7 +55,8 @@ def test_amp_measurement_runs_under_autocast_on_cpu():
 @pytest.mark.parametrize("device_name, accelerator", [
     ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100-PCIe"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
     ("NVIDIA A100-SXM4-40GB", "A100"), ("Tesla T4", "T4"), ("NVIDIA A10G", "A10G"), ("Tesla V100-SXM2-16GB", "V100"),
-    ("NVIDIA L4", "L4"),
+    ("NVIDIA L4", "L4"), ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"), ("Tesla V100-PCIE-32GB", "V100-PCIe-32GB"),
+    ("NVIDIA GH200 480GB", "GH200"),
 ])
 def test_cuda_device_names_map_to_catalog_accelerators(catalog, device_name, accelerator):
     assert me.accelerator_of_device_name(device_name, catalog) == accelerator
@@ -64,6 +65,8 @@ def test_cuda_device_names_map_to_catalog_accelerators(catalog, device_name, acc
 def test_bad_input_is_a_clear_error(catalog):
     with pytest.raises(TrainwiseError, match="no catalog accelerator"):
         me.accelerator_of_device_name("Imaginary Accelerator 9000", catalog)
+    with pytest.raises(TrainwiseError, match="no catalog accelerator"):  # not the H100 SXM its family name suggests
+        me.accelerator_of_device_name("NVIDIA H100 NVL", catalog)
     with pytest.raises(TrainwiseError, match="batch must be positive"):
         me.measure_throughput("mnist_cnn", 0, device="cpu")
     with pytest.raises(TrainwiseError, match="no torch.optim class"):

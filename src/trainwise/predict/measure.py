@@ -21,7 +21,6 @@ AMP modes use the `fp32` switches for what stays in fp32). cuDNN's autotuner is 
 from __future__ import annotations
 
 import contextlib
-import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -236,23 +235,15 @@ def measure_throughput(model_name: str, per_device_batch: int, precision: str = 
 
 
 def accelerator_of_device_name(device_name: str, catalog: Any) -> str:
-    """The catalog accelerator for a CUDA device name (`NVIDIA H100 80GB HBM3` -> `H100`)."""
-    rest = re.sub(r"^(NVIDIA|Tesla|GeForce|Quadro)\s+", "", device_name.strip(), flags=re.I)
-    family = re.split(r"[\s\-]+", rest)[0]
-    memory = re.search(r"(\d+)\s*GB", rest, flags=re.I)
-    candidates = [rest, rest.replace(" ", "-")]
-    if re.search(r"pcie", rest, flags=re.I):
-        candidates.append(f"{family}-PCIe")
-    if memory:
-        candidates.append(f"{family}-{memory.group(1)}GB")
-    candidates.append(family)
-    for name in candidates:
-        try:
-            return catalog.accelerator(name).name
-        except TrainwiseError:
-            continue
-    raise TrainwiseError(f"no catalog accelerator matches the device {device_name!r}: pass its catalog name "
-                         "(`trainwise catalog accelerators`)")
+    """The catalog accelerator for a CUDA device name (`NVIDIA H100 80GB HBM3` -> `H100`), read as the planner
+    reads a profile's device (`catalog.names.resolve_device_name`: never a variant taken for its base part)."""
+    from trainwise.catalog.names import resolve_device_name
+
+    name = resolve_device_name(device_name, catalog)
+    if name is None:
+        raise TrainwiseError(f"no catalog accelerator matches the device {device_name!r}: pass its catalog name "
+                             "(`trainwise catalog accelerators`)")
+    return name
 
 
 # The calibration reader's required columns, then the optional ones a measurement fills.
