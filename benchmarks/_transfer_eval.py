@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import statistics
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from trainwise.predict import kernel_model as km
 from _kernel_eval import OWN_RUNS, HERE, HeldOutModels, predict_neusight_by_class
+
+H100_DEVICE_NAME = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name() of the lent H100 SXM
 
 
 def transfer_across_gpus(doc: dict, catalog: Any, held: HeldOutModels) -> dict[str, Any]:
@@ -68,13 +71,14 @@ def transfer_from_profile_eval(catalog: Any) -> dict[str, Any]:
     and how often the H200 prediction's own band (the device model's) holds it."""
     from trainwise.predict import device_model as dm
     from trainwise.predict.characterise import characterise_named
+    from trainwise.predict.transfer import transfer_from_profile
 
     if not all(p.is_file() for p in OWN_RUNS):
         return {"rows": 0}
     key = lambda r: (r["model"], r["per_device_batch"], r["precision"], r.get("memory_format") or "nchw", r.get("seq_len"))  # noqa: E731
     h100 = {key(r): r for r in json.loads(OWN_RUNS[0].read_text(encoding="utf-8"))["rows"]}
     h200 = {key(r): r for r in json.loads(OWN_RUNS[1].read_text(encoding="utf-8"))["rows"]}
-    src, tgt = catalog.accelerator("H100"), catalog.accelerator("H200")
+    tgt = catalog.accelerator("H200")
     moved, direct, unchanged, inside = [], [], [], []
     for k in sorted(set(h100) & set(h200), key=str):
         try:
@@ -82,8 +86,13 @@ def transfer_from_profile_eval(catalog: Any) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a configuration the characteriser cannot build is skipped, as in own_gpu_rows
             continue
         t_src, t_tgt = k[1] / float(h100[k]["measured_samples_per_s"]), k[1] / float(h200[k]["measured_samples_per_s"])
-        a, b = dm.predict_iteration(char, src), dm.predict_iteration(char, tgt)
-        err = t_src * b.iteration_s / a.iteration_s / t_tgt - 1  # synthetic inputs on the device: no data wait
+        b = dm.predict_iteration(char, tgt)
+        # the H100 run as a profile of it reads (synthetic inputs on the device: no data wait), through the product's code
+        h100_profile = SimpleNamespace(
+            environment=SimpleNamespace(device="cuda:0", device_name=H100_DEVICE_NAME),
+            steady_state=SimpleNamespace(iteration=SimpleNamespace(n=1, mean_s=t_src), data_wait=SimpleNamespace(mean_s=0.0)),
+            dataset=SimpleNamespace(global_batch_size=k[1], batches_per_iteration=1.0))
+        err = transfer_from_profile(h100_profile, char, b, catalog).iteration_s / t_tgt - 1
         moved.append(abs(err))
         direct.append(abs(b.iteration_s / t_tgt - 1))
         unchanged.append(abs(t_src / t_tgt - 1))

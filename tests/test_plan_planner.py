@@ -15,7 +15,8 @@ from trainwise.plan import Constraints, InfeasiblePlanError, Objective, PlanOpti
 from trainwise.plan.inputs import LOCAL_OFFERING_ID
 from trainwise.plan.objectives import make_objective, parse_duration, parse_money, parse_weights
 from trainwise.plan.planner import check_inputs
-from trainwise.plan.runtime import NOT_PREDICTED, resolve_device
+from trainwise.catalog.names import resolve_device_name as resolve_device
+from trainwise.plan.runtime import NOT_PREDICTED
 from trainwise.plan.synthetic import synthetic_profile
 
 HERE = "this-host"

@@ -12,11 +12,12 @@ import pandas as pd
 
 from trainwise.catalog import names
 from trainwise.catalog.model import Catalog, Offering
+from trainwise.catalog.names import resolve_device_name
 from trainwise.catalog.user import on_premise_price_per_hour
 from trainwise.core import costs
 from trainwise.errors import TrainwiseError
 from trainwise.plan.objectives import Constraints
-from trainwise.plan.runtime import LabelledProfile, resolve_device
+from trainwise.plan.runtime import LabelledProfile
 from trainwise.predict.same_machine import predict_total
 from trainwise.profile.schema import Profile
 
@@ -69,7 +70,7 @@ def label_profiles(profiles: Any, catalog: Catalog, this_host: str) -> list[Labe
     seen: set[str] = set()
     for label, profile in items:
         env = profile.environment
-        accelerator = resolve_device(env.device_name, catalog) if env.device != "cpu" else None
+        accelerator = resolve_device_name(env.device_name, catalog) if env.device != "cpu" else None
         if label is None:
             label = f"{profile.workload or 'job'}@{env.hostname} b{profile.dataset.global_batch_size}"
         base, n = label, 2

@@ -27,7 +27,6 @@ import numpy as np
 import pandas as pd
 
 from trainwise.catalog.model import Catalog
-from trainwise.catalog.names import resolve_device_name as resolve_device  # noqa: F401 - plan.inputs imports it here
 from trainwise.errors import TrainwiseError
 from trainwise.plan.scaling import REASON_SLICE, job_global_batch, rebatch, split_batch
 from trainwise.profile.schema import Profile

@@ -237,7 +237,8 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
     from trainwise._io import write_output_text
     from trainwise.predict.device_model import host_overhead_from_profile
     from trainwise.predict.offerings import (characterisation_of, characterisation_or_none, device_full_run,
-                                             device_iterations_per_epoch, device_predictions)
+                                             device_iterations_per_epoch, device_predictions,
+                                             measured_samples_per_iteration)
     from trainwise.catalog import load_catalog
     from trainwise.predict.same_machine import predict_total
     from trainwise.predict.transfer import transfer_from_profile
@@ -245,16 +246,16 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
 
     out = out or console
     payload = []
+    catalog = load_catalog()
     for path, profile in loaded:
         char = characterisation_or_none(profile) or characterisation_of(profile)
         pred = device_predictions(char, accelerator, count, host_overhead_from_profile(profile), link=link)[0]
-        pred = transfer_from_profile(profile, char, pred, load_catalog()) or pred  # a GPU profile of the same family
-        how = "transferred" if pred.provenance.startswith("transferred") else "modelled"
+        moved = transfer_from_profile(profile, char, pred, catalog)  # a GPU profile of the same family
+        pred, how = (moved, "transferred") if moved is not None else (pred, "modelled")
         render_device_predictions([pred], f"{path.name}: {how} iteration on {count} × {pred.accelerator}", out)
         steps = iterations_per_epoch or device_iterations_per_epoch(profile, char, count)
         # the measured iteration's samples (all micro-batches of an accumulated step) against the traced step's
-        measured_samples = profile.dataset.global_batch_size or char.per_device_batch * max(
-            1.0, float(profile.dataset.batches_per_iteration or 1.0))
+        measured_samples = measured_samples_per_iteration(profile, char)
         runs = [device_full_run(profile, pred, n_epochs,
                                 predict_total(profile, n_epochs).breakdown_s.get("validation_s", 0.0), steps,
                                 samples_per_step=(float(measured_samples), float(char.per_device_batch)))

@@ -103,6 +103,13 @@ def device_iterations_per_epoch(profile: Any, char: WorkloadCharacterisation, co
     return int(math.ceil(n_train / (count * char.per_device_batch)))
 
 
+def measured_samples_per_iteration(profile: Any, char: WorkloadCharacterisation) -> float:
+    """Samples of the profile's measured iteration: all micro-batches of an accumulated step, where the traced
+    step (`char`) is one micro-batch."""
+    return float(profile.dataset.global_batch_size or 0) or char.per_device_batch * max(
+        1.0, float(profile.dataset.batches_per_iteration or 1.0))
+
+
 def device_full_run(profile: Any, pred: dm.DevicePrediction, epochs: int, same_machine_validation_s: float,
                     iterations_per_epoch: int, samples_per_step: tuple[float, float] | None = None) -> DeviceFullRun:
     """Init is the profile's own (measured: the same script starts the same way); validation (all

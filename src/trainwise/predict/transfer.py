@@ -76,8 +76,9 @@ def transfer_from_profile(profile: Any, char: Any, pred: Any, catalog: Any) -> A
     Across families a measured step did no better than no measurement on the held-out rows
     (benchmarks/results/device_model.json, `transfer_across_gpus`), so it is used within a family only."""
     from trainwise.predict.device_model import predict_iteration
-    from trainwise.predict.kernel_model import family
     from trainwise.catalog.names import resolve_device_name
+    from trainwise.predict.kernel_model import family
+    from trainwise.predict.offerings import measured_samples_per_iteration
 
     env = getattr(profile, "environment", None)
     steady = getattr(profile, "steady_state", None)
@@ -86,18 +87,11 @@ def transfer_from_profile(profile: Any, char: Any, pred: Any, catalog: Any) -> A
     if steady.iteration.n <= 0 or steady.iteration.mean_s <= 0:
         return None
     source_name = resolve_device_name(env.device_name, catalog)  # the planner's reading of the name
-    if source_name is None:
+    if source_name is None or family(source_name) != family(pred.accelerator):
         return None
-    try:
-        source, target = catalog.accelerator(source_name), catalog.accelerator(pred.accelerator)
-    except TrainwiseError:
-        return None
-    if family(source.name) != family(target.name):
-        return None
+    source, target = catalog.accelerator(source_name), catalog.accelerator(pred.accelerator)
     # the measured iteration may be several micro-batches (gradient accumulation); the modelled step is one
-    measured_samples = float(profile.dataset.global_batch_size or 0) or char.per_device_batch * max(
-        1.0, float(profile.dataset.batches_per_iteration or 1.0))
-    per_step = char.per_device_batch / measured_samples
+    per_step = char.per_device_batch / measured_samples_per_iteration(profile, char)
     measured_s = steady.iteration.mean_s * per_step
     wait_s = min(max(0.0, steady.data_wait.mean_s), steady.iteration.mean_s) * per_step
     ratio = predict_iteration(char, target).iteration_s / predict_iteration(char, source).iteration_s
