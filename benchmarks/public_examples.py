@@ -13,7 +13,12 @@ The scripts that train offline on a CPU in minutes:
   updating one shared model, each over its own DataLoader, then a test pass in the parent;
 - `mnist_forward_forward/main.py --epochs 300 --train_size 5000`: Hinton's forward-forward, one batch drawn once,
   two layers trained one after the other, each by its own Adam for --epochs steps (the flag counts steps per
-  layer); both on synthetic digits like mnist.
+  layer); both on synthetic digits like mnist;
+- `vae/main.py --epochs 10`, `mnist_rnn/main.py --epochs 14` (an LSTM over the digit's rows) and
+  `siamese_network/main.py --epochs 1` (a ResNet-18 twin over random pairs; one epoch takes minutes): DataLoader
+  loops with a test pass after every epoch, on synthetic digits;
+- `gat/main.py` (a graph attention network on Cora, 300 full-batch epochs: an epoch is one step of seconds, each
+  followed by two no_grad passes), beside synthetic files of Cora's format and sizes (it cannot be downloaded here).
 With `--nanogpt DIR` (a checkout of github.com/karpathy/nanoGPT), also its `train.py` as its README runs it on a
 CPU (`config/train_shakespeare_char.py --device=cpu --compile=False ... --max_iters=2000`): settings as
 module-level globals set by its configurator, batches drawn from a memory map (no DataLoader), the loss estimated
@@ -101,6 +106,63 @@ def mnist_forward_forward(folder: Path, size: float, scratch: str) -> list[str]:
             "--log-interval", "100"]
 
 
+def on_mnist(name: str, folder: Path, scratch: str) -> Path:
+    """A copy of the example's main.py in the scratch directory, beside synthetic MNIST at ../data (as mnist)."""
+    run_dir = Path(scratch) / name
+    run_dir.mkdir()
+    shutil.copy(folder / "main.py", run_dir / "main.py")
+    write_mnist_like(Path(scratch) / "data" / "MNIST" / "raw")
+    return run_dir
+
+
+def vae(folder: Path, size: float, scratch: str) -> list[str]:
+    # Kingma and Welling's variational auto-encoder: a test pass under no_grad and two save_image calls into
+    # ./results after every epoch
+    (on_mnist("vae", folder, scratch) / "results").mkdir()
+    return ["main.py", "--epochs", str(max(1, round(10 * size)))]
+
+
+def mnist_rnn(folder: Path, size: float, scratch: str) -> list[str]:
+    # an LSTM reading each digit row by row, Adadelta with a StepLR schedule, a test pass after every epoch
+    on_mnist("mnist_rnn", folder, scratch)
+    return ["main.py", "--epochs", str(max(1, round(14 * size)))]
+
+
+def siamese_network(folder: Path, size: float, scratch: str) -> list[str]:
+    # a ResNet-18 twin over pairs of digits drawn at random in the Dataset's __getitem__; an epoch of its 938
+    # steps takes minutes on a CPU, so one epoch (the script's default is 14)
+    on_mnist("siamese_network", folder, scratch)
+    return ["main.py", "--epochs", str(max(1, round(1 * size)))]
+
+
+def gat(folder: Path, size: float, scratch: str) -> list[str]:
+    # Velickovic et al.'s graph attention network on Cora: full-batch, so an epoch is one step (and the script
+    # evaluates the training and validation masks after each, two no_grad forward passes); its 300 epochs are
+    # the paper's setting. This machine cannot download Cora: synthetic files of its format and sizes.
+    run_dir = Path(scratch) / "gat"
+    run_dir.mkdir()
+    shutil.copy(folder / "main.py", run_dir / "main.py")
+    write_cora_like(run_dir / "cora")
+    return ["main.py", "--epochs", str(max(1, round(300 * size)))]
+
+
+def write_cora_like(folder: Path, seed: int = 0) -> None:
+    """Cora's two files (2,708 papers, 1,433 binary word features, 7 classes; 5,429 citations), drawn at random:
+    the step's time depends on the sizes (the adjacency is dense in this script), not on which words or links."""
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    papers = rng.choice(10**6, 2708, replace=False)
+    classes = ["Case_Based", "Genetic_Algorithms", "Neural_Networks", "Probabilistic_Methods",
+               "Reinforcement_Learning", "Rule_Learning", "Theory"]
+    words = (rng.random((2708, 1433)) < 0.0127).astype(int)  # Cora's ~18 words per paper
+    lines = [f"{p}\t" + "\t".join(map(str, row)) + f"\t{classes[rng.integers(7)]}" for p, row in zip(papers, words)]
+    (folder / "cora.content").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    links = [rng.choice(papers, 2, replace=False) for _ in range(5429)]
+    (folder / "cora.cites").write_text("".join(f"{a}\t{b}\n" for a, b in links), encoding="utf-8")
+
+
 def write_mnist_like(raw: Path, seed: int = 0) -> None:
     """MNIST's four idx files (60,000 + 10,000 28x28 images and labels): a bar whose position is the label, on
     noise. The step's time depends on the shapes, not the pixels."""
@@ -162,15 +224,19 @@ def mingpt(folder: Path, size: float, scratch: str) -> list[str]:
 
 
 EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist, "nanogpt": nanogpt,
-            "mingpt": mingpt, "mnist_hogwild": mnist_hogwild, "mnist_forward_forward": mnist_forward_forward}
+            "mingpt": mingpt, "mnist_hogwild": mnist_hogwild, "mnist_forward_forward": mnist_forward_forward,
+            "vae": vae, "mnist_rnn": mnist_rnn, "siamese_network": siamese_network, "gat": gat}
 REQUIRED = {"word_language_model": ["main.py", "data/wikitext-2/train.txt", "data/wikitext-2/valid.txt",
                                     "data/wikitext-2/test.txt"], "dcgan": ["main.py"], "mnist": ["main.py"],
             "nanogpt": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"],
             "mingpt": ["mingpt/trainer.py", "mingpt/model.py", "projects/chargpt/chargpt.py"],
-            "mnist_hogwild": ["main.py", "train.py"], "mnist_forward_forward": ["main.py"]}
-PYTORCH_EXAMPLES = ("word_language_model", "dcgan", "mnist", "mnist_hogwild", "mnist_forward_forward")
+            "mnist_hogwild": ["main.py", "train.py"], "mnist_forward_forward": ["main.py"], "vae": ["main.py"],
+            "mnist_rnn": ["main.py"], "siamese_network": ["main.py"], "gat": ["main.py"]}
+PYTORCH_EXAMPLES = ("word_language_model", "dcgan", "mnist", "mnist_hogwild", "mnist_forward_forward", "vae", "mnist_rnn",
+                    "siamese_network", "gat")
 # examples run from a copy of their folder in the scratch directory (they read data from a fixed relative path)
-RUN_IN_SCRATCH = {"mnist", "nanogpt", "mingpt", "mnist_hogwild", "mnist_forward_forward"}
+RUN_IN_SCRATCH = {"mnist", "nanogpt", "mingpt", "mnist_hogwild", "mnist_forward_forward", "vae", "mnist_rnn",
+                  "siamese_network", "gat"}
 
 
 def measure(name: str, folder: Path, size: float) -> dict:

@@ -6,6 +6,7 @@ import ast
 import pathlib
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -227,6 +228,40 @@ def test_the_budget_is_not_checked_before_its_floor_of_sampled_seconds():
                                     init_s=5.0, now_s=5.2)
     assert stop_rule.decide(times, 0.2, settings, budget).reason is None
     assert stop_rule.decide(times, 0.8, settings, budget).reason == "cost_budget"
+
+
+def test_steps_of_seconds_stop_for_the_budget_after_five_steady_ones_not_twenty():
+    # The PyTorch examples' graph-attention network: 300 full-batch epochs of ~3.5-s steps (and 1.4 s of validation);
+    # 2 % of its ~26-minute run is ~30 s, which twenty steps would overrun three times over
+    times = [2.8, 3.5, 3.4, 3.6, 3.3, 3.5]  # a warm-up step, then five steady ones
+    budget = stop_rule.BudgetInputs(planned_epochs=300, batches_per_epoch=1, batches_per_iteration=1.0,
+                                    init_s=8.5, now_s=8.5 + sum(times) + 5 * 1.4)
+    assert stop_rule.decide(times[:5], sum(times[:5]), SETTINGS, budget).reason is None  # four steady ones
+    assert stop_rule.decide(times, sum(times), SETTINGS, budget).reason == "cost_budget"
+    # the user's floor: --min-budget-iterations 20 waits for twenty as before
+    assert stop_rule.decide(times, sum(times), replace(SETTINGS, min_budget_iterations=20), budget).reason is None
+    # millisecond steps still sample --min-budget-seconds of iterations before the budget may stop them
+    fast = [0.004] + [0.002] * 10
+    fast_budget = replace(budget, planned_epochs=1, batches_per_epoch=100, now_s=8.6)
+    assert stop_rule.decide(fast, 0.024, SETTINGS, fast_budget).reason is None
+    assert stop_rule.first_check_iterations(SETTINGS) == 6
+    assert stop_rule.first_check_iterations(replace(SETTINGS, min_iterations=3)) == 3
+
+
+def test_the_next_epoch_is_timed_for_at_most_one_epoch():
+    one_step_epochs = stop_rule.BudgetInputs(planned_epochs=300, batches_per_epoch=1, batches_per_iteration=1.0,
+                                             init_s=8.5, now_s=30.0)
+    assert stop_rule.epoch2_iterations_to_time(one_step_epochs, SETTINGS) == 1
+    # gradient accumulation: 10 batches, 4 per step, are 3 steps (the last one partial)
+    assert stop_rule.epoch2_iterations_to_time(replace(one_step_epochs, batches_per_epoch=10,
+                                                       batches_per_iteration=4.0), SETTINGS) == 3
+    assert stop_rule.epoch2_iterations_to_time(replace(one_step_epochs, batches_per_epoch=500), SETTINGS) == 5
+    assert stop_rule.epoch2_iterations_to_time(None, SETTINGS) == 5  # the epoch's length unknown
+    # and the budget keeps back only that much of it
+    times = [3.0] * 8
+    short = stop_rule._after_sampling_s(times, one_step_epochs, SETTINGS)
+    long = stop_rule._after_sampling_s(times, replace(one_step_epochs, batches_per_epoch=500), SETTINGS)
+    assert long - short == pytest.approx(4 * 3.0)
 
 
 def warming_up(n: int) -> list[float]:

@@ -127,3 +127,19 @@ def test_agent_hot_path_times_each_hook_inside_a_profiled_job(tmp_path):
     assert summary["agent_share_warm_hooked_model_calls"] is not None
     # the optimizer step's hook closes an iteration: measurably above nothing, far below a step
     assert 0.1 < summary["agent_us_per_event"]["step"] < 1000
+
+
+def test_synthetic_cora_has_the_format_and_sizes_the_graph_attention_example_reads(tmp_path):
+    np = pytest.importorskip("numpy")
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from public_examples import write_cora_like
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    write_cora_like(tmp_path / "cora")
+    # as gat/main.py's load_cora reads them: ids, 1,433 features, a class name; then citations between known ids
+    content = np.genfromtxt(tmp_path / "cora" / "cora.content", dtype=np.dtype(str))
+    cites = np.genfromtxt(tmp_path / "cora" / "cora.cites", dtype=np.int32)
+    assert content.shape == (2708, 1435) and cites.shape == (5429, 2)
+    assert len(np.unique(content[:, -1])) == 7 and set(content[:, 1:-1].ravel()) == {"0", "1"}
+    assert set(cites.ravel()) <= set(content[:, 0].astype(np.int32))

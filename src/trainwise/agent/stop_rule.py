@@ -5,6 +5,7 @@ it is tested with synthetic iteration times.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,6 +29,11 @@ END_RESERVE_S = 0.25
 EPOCH_WAIT_SHARE = 0.1
 # Iterations the next one's time is predicted from (their median).
 NEXT_ITERATION_WINDOW = 5
+# Steady iterations (past warm-up) after which the cost budget may stop sampling even before `min_iterations`: twenty
+# multi-second steps can cost several times the budget (the PyTorch examples' graph-attention network, 300 full-batch
+# epochs of ~5 s with validation: 6.5 % of its run for 17 of them); the host's wander, which twenty millisecond steps
+# would not average, is what `min_budget_seconds` guards, and five steps of seconds span it as well.
+MIN_BUDGET_ITERATIONS = 5
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class StopSettings:
     max_seconds: float = 60.0
     min_seconds: float = 0.0
     min_budget_seconds: float = 0.0
+    min_budget_iterations: int = MIN_BUDGET_ITERATIONS
     averaging_seconds: float = 0.0
     target_relative_ci: float = 0.02
     max_relative_drift: float = 0.05
@@ -113,6 +120,13 @@ def predicted_full_run_s(times_s: Sequence[float], budget: BudgetInputs) -> floa
     return budget.init_s + _steady_mean_s(times_s) * run_iterations(budget)
 
 
+def epoch2_iterations_to_time(budget: BudgetInputs | None, settings: StopSettings) -> int:
+    """Iterations of the next epoch timed for its start cost: `epoch2_iterations`, at most one whole epoch (a loop
+    whose epoch is one full-batch step, as a graph network's, would otherwise time five more epochs)."""
+    per_epoch = iterations_per_epoch(budget) if budget is not None else None
+    return min(settings.epoch2_iterations, max(1, math.ceil(per_epoch))) if per_epoch else settings.epoch2_iterations
+
+
 def next_epoch_timed(budget: BudgetInputs, settings: StopSettings) -> bool:
     """After sampling stops, the next epoch's first iterations are timed (its start cost): the run goes on past
     the epoch being sampled."""
@@ -154,7 +168,7 @@ def _after_sampling_s(times_s: Sequence[float], budget: BudgetInputs, settings: 
     mean_s = _steady_mean_s(times_s)
     reserve_s = 0.5 * settings.validation_batches * mean_s + budget.probe_after_s
     if next_epoch_timed(budget, settings):
-        reserve_s += budget.epoch_start_s + settings.epoch2_iterations * mean_s
+        reserve_s += budget.epoch_start_s + epoch2_iterations_to_time(budget, settings) * mean_s
     return reserve_s
 
 
@@ -184,6 +198,17 @@ def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW
     return recent[middle] if len(recent) % 2 else 0.5 * (recent[middle - 1] + recent[middle])
 
 
+def budget_may_stop(n: int, warmup_iterations: int, settings: StopSettings) -> bool:
+    """Enough iterations for the cost budget to end sampling: `min_iterations`, or `min_budget_iterations` past
+    warm-up when that is fewer (long steps, whose twenty would cost more than the budget)."""
+    return n >= settings.min_iterations or n - warmup_iterations >= settings.min_budget_iterations
+
+
+def first_check_iterations(settings: StopSettings) -> int:
+    """Iterations before any stop is worth deciding (the first is always warm-up)."""
+    return min(settings.min_iterations, settings.min_budget_iterations + 1)
+
+
 def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings, budget: BudgetInputs | None = None,
            closure_capped: bool = False, iterations_to_check: int = 1) -> StopDecision:
     """Stop now? `sampling_s`: seconds of sampled iterations (observer time excluded).
@@ -209,7 +234,7 @@ def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings, 
         reason = "max_iterations"
     elif sampling_s >= settings.max_seconds:
         reason = "time_budget"
-    elif (budget is not None and not closure_capped and n >= settings.min_iterations
+    elif (budget is not None and not closure_capped and budget_may_stop(n, verdict.warmup_iterations, settings)
           and sampling_s >= settings.min_budget_seconds
           and over_budget(times_s, sampling_s, budget, settings, iterations_to_check)):
         reason = "cost_budget"

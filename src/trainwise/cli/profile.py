@@ -27,8 +27,9 @@ def profile(
     batch_sizes: Annotated[Optional[str], typer.Option(help="Profile once per batch size, e.g. 64,128,256; the command must contain {batch}")] = None,
     workload: Annotated[Optional[str], typer.Option(help="A name for the job, kept in the profile")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Planned epochs: keeps the whole profile within --budget of the predicted run (default: the script's own epoch count, when it sets one with argparse --epochs, Keras, Lightning or the HF Trainer)")] = None,
-    budget: Annotated[float, typer.Option(help="With --epochs: the profile, start-up included, may cost at most this fraction of the predicted full run (at least --iterations and --min-budget-seconds are always sampled)")] = 0.02,
+    budget: Annotated[float, typer.Option(help="With --epochs: the profile, start-up included, may cost at most this fraction of the predicted full run (at least --min-budget-seconds and --iterations or --min-budget-iterations steady ones, whichever is fewer, are always sampled)")] = 0.02,
     min_budget_seconds: Annotated[float, typer.Option(help="With --epochs: sample at least this many seconds of iterations even when --budget would stop sooner")] = 1.0,
+    min_budget_iterations: Annotated[int, typer.Option(help="With --epochs: the budget may stop sampling after this many steady iterations when --iterations of them would cost more (steps of seconds)")] = 5,
     averaging_seconds: Annotated[float, typer.Option(help="With the planned epochs known: sample this many seconds of steady steps (at most --max-seconds) before stopping, so the sample averages the host's speed wander (--budget stops short runs sooner); 0: stop at the first steady verdict")] = 30.0,
     characterise: Annotated[bool, typer.Option(help="Trace one training step on the meta device after sampling (per-operator FLOPs/bytes for the device model; a few seconds)")] = True,
     tune_allocator: Annotated[bool, typer.Option(help="Opt in: launch with trainwise's glibc malloc settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_=256 MiB; measured 20-24 % faster on two CPU workloads, 65 % slower on an LBFGS job: a change to the job); off by default so the job is measured as it runs; profile and run the same way for the prediction to hold")] = False,
@@ -57,7 +58,8 @@ def profile(
     # The cost budget is a share of the planned run, which only --epochs gives: without it the
     # budget options used to be ignored without a word.
     budget_given = options_given(("--budget", budget, ProfileOptions.budget_fraction),
-                                 ("--min-budget-seconds", min_budget_seconds, ProfileOptions.min_budget_seconds))
+                                 ("--min-budget-seconds", min_budget_seconds, ProfileOptions.min_budget_seconds),
+                                 ("--min-budget-iterations", min_budget_iterations, ProfileOptions.min_budget_iterations))
     if epochs is None and budget_given:
         raise TrainwiseError(f"{', '.join(budget_given)} {'needs' if len(budget_given) == 1 else 'need'} --epochs E, the "
                              "planned run the profile's cost is a share of: add --epochs")
@@ -66,6 +68,7 @@ def profile(
                              validation_batches=val_batches,
                              epoch2_iterations=epoch2_iterations, target_relative_ci=target_ci, timeout_s=timeout,
                              epochs_hint=epochs, budget_fraction=budget, min_budget_seconds=min_budget_seconds,
+                             min_budget_iterations=min_budget_iterations,
                              averaging_seconds=averaging_seconds,
                              characterise=characterise,
                              tune_allocator=tune_allocator, flush_denormal=flush_denormal, host_noise=host_noise,

@@ -111,6 +111,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.max_epoch_wait_s = float(config.get("max_epoch_wait_s", 600.0))
         self.min_seconds = float(config.get("min_profile_seconds", 0.0))
         self.min_budget_seconds = float(config.get("min_budget_seconds", 0.0))
+        self.min_budget_iterations = int(config.get("min_budget_iterations", stop_rule.MIN_BUDGET_ITERATIONS))
         self.averaging_seconds = float(config.get("averaging_seconds", 0.0))
         self.target_relative_ci = float(config.get("target_relative_ci", 0.02))
         self.max_relative_drift = float(config.get("max_relative_drift", 0.05))
@@ -133,7 +134,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.budget_fraction = float(config.get("budget_fraction", 0.02))
         self._stop_settings = stop_rule.StopSettings(
             min_iterations=self.min_iterations, max_iterations=self.max_iterations, max_seconds=self.max_seconds,
-            min_seconds=self.min_seconds, min_budget_seconds=self.min_budget_seconds, averaging_seconds=self.averaging_seconds,
+            min_seconds=self.min_seconds, min_budget_seconds=self.min_budget_seconds,
+            min_budget_iterations=self.min_budget_iterations, averaging_seconds=self.averaging_seconds,
             target_relative_ci=self.target_relative_ci, max_relative_drift=self.max_relative_drift,
             budget_fraction=self.budget_fraction, validation_batches=self.validation_batches,
             epoch2_iterations=self.epoch2_iterations)

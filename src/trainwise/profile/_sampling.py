@@ -30,14 +30,14 @@ class Sampling:
         if self.epoch1_truncated:
             if epoch > self._truncated_epoch:
                 self._later_epoch_iterations += 1
-            if self._later_epoch_iterations >= self.epoch2_iterations or not self.epochs:
+            if self._later_epoch_iterations >= self._epoch2_target() or not self.epochs:
                 self._finish("sampled")
             return
         n = len(self.iterations)
         # Seconds of sampling: the trace done after the first iteration is not sampling time (the cost
         # budget below still counts it).
         elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
-        if n < self.min_iterations and elapsed < self.max_seconds:
+        if n < stop_rule.first_check_iterations(self._stop_settings) and elapsed < self.max_seconds:
             return
         if (self.current_train_state is None and not self._loop_passes_read and self.framework is None
                 and not self.explicit_steps):
@@ -109,7 +109,11 @@ class Sampling:
         last_epoch = (not stop_rule.run_goes_past(budget, self._truncated_epoch) if budget is not None
                       else planned is not None and self._truncated_epoch >= planned - 1)
         return (self.epoch1_truncated and self.epoch2_iterations > 0 and not last_epoch
-                and self._later_epoch_iterations < self.epoch2_iterations)
+                and self._later_epoch_iterations < self._epoch2_target())
+
+    def _epoch2_target(self) -> int:
+        """Iterations of the next epoch to time (at most one whole epoch)."""
+        return stop_rule.epoch2_iterations_to_time(self._budget_inputs(self._truncated_epoch), self._stop_settings)
 
     def _step_budget_wait_over(self) -> bool:
         """Waiting for a loop without a DataLoader to end its epoch (a validation region) has gone on for a tenth of

@@ -18,6 +18,7 @@ from typing import Literal
 from trainwise import denormals
 from trainwise.allocator import launch_environment
 from trainwise._proc import ProcessJob, Stopped, signals_end_the_job
+from trainwise.agent import stop_rule
 from trainwise.errors import TrainwiseError
 from trainwise.profile import host_noise
 from trainwise.profile._ownership import CONFIG_ENV, owner_pid
@@ -57,6 +58,9 @@ class ProfileOptions:
     # first ~25 steps ran 1.4x slower than the rest (benchmarks/integrations_prediction.py). One second
     # costs at most 1/30 of the cost of profiling anything whose start-up (~3-10 s) already has to be paid.
     min_budget_seconds: float = DEFAULT_MIN_BUDGET_SECONDS
+    # ... and the cost budget may stop sampling after this many steady iterations when `min_iterations` of them
+    # would cost more than the budget (steps of seconds; trainwise.agent.stop_rule.MIN_BUDGET_ITERATIONS).
+    min_budget_iterations: int = stop_rule.MIN_BUDGET_ITERATIONS
     # With the planned run known (--epochs or the script's own count), sampling goes on to this many seconds of
     # steps before a steady verdict stops it; the cost budget stops it sooner on short runs. A host's level
     # wanders over tens of seconds: the 2-core VM's 90th-percentile stray was ±25 % over 3-s windows and ±10 %
@@ -118,6 +122,8 @@ class ProfileOptions:
             raise TrainwiseError(f"--budget must be a fraction in (0, 1] (got {self.budget_fraction})")
         if not 0 <= self.level_probe_s <= 5:
             raise TrainwiseError(f"--level-probe-seconds must be between 0 and 5 (got {self.level_probe_s}); 0 turns it off")
+        if self.min_budget_iterations < 1:
+            raise TrainwiseError(f"--min-budget-iterations must be at least 1 (got {self.min_budget_iterations})")
         if self.min_budget_seconds < 0:
             raise TrainwiseError(f"--min-budget-seconds must be ≥ 0 (got {self.min_budget_seconds})")
         if self.averaging_seconds < 0:
