@@ -29,11 +29,13 @@ END_RESERVE_S = 0.25
 EPOCH_WAIT_SHARE = 0.1
 # Iterations the next one's time is predicted from (their median).
 NEXT_ITERATION_WINDOW = 5
-# Steady iterations (past warm-up) after which the cost budget may stop sampling even before `min_iterations`: twenty
-# multi-second steps can cost several times the budget (the PyTorch examples' graph-attention network, 300 full-batch
-# epochs of ~5 s with validation: 6.5 % of its run for 17 of them); the host's wander, which twenty millisecond steps
-# would not average, is what `min_budget_seconds` guards, and five steps of seconds span it as well.
+# Steady iterations (past warm-up) after which the cost budget may stop sampling even before `min_iterations`, once
+# they have lasted LONG_SAMPLE_S (steps of 2 s or more): twenty multi-second steps can cost several times the budget
+# (the PyTorch examples' graph attention network, 300 full-batch epochs of ~3 s steps and 1 s of validation: 6.5 % of
+# its run for seventeen). Shorter steps keep the twenty: five 0.3-s steps (a ResNet-18 twin on MNIST) are 1.5 s of
+# a host whose level wanders ±25 % over 3-s windows (the 2-core VM; a 29 % error on that example, 2026-11-29).
 MIN_BUDGET_ITERATIONS = 5
+LONG_SAMPLE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -198,10 +200,12 @@ def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW
     return recent[middle] if len(recent) % 2 else 0.5 * (recent[middle - 1] + recent[middle])
 
 
-def budget_may_stop(n: int, warmup_iterations: int, settings: StopSettings) -> bool:
+def budget_may_stop(times_s: Sequence[float], warmup_iterations: int, settings: StopSettings) -> bool:
     """Enough iterations for the cost budget to end sampling: `min_iterations`, or `min_budget_iterations` past
-    warm-up when that is fewer (long steps, whose twenty would cost more than the budget)."""
-    return n >= settings.min_iterations or n - warmup_iterations >= settings.min_budget_iterations
+    warm-up when those have lasted LONG_SAMPLE_S (long steps, whose twenty would cost more than the budget)."""
+    steady = times_s[warmup_iterations:]
+    return (len(times_s) >= settings.min_iterations
+            or (len(steady) >= settings.min_budget_iterations and sum(steady) >= LONG_SAMPLE_S))
 
 
 def first_check_iterations(settings: StopSettings) -> int:
@@ -234,7 +238,7 @@ def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings, 
         reason = "max_iterations"
     elif sampling_s >= settings.max_seconds:
         reason = "time_budget"
-    elif (budget is not None and not closure_capped and budget_may_stop(n, verdict.warmup_iterations, settings)
+    elif (budget is not None and not closure_capped and budget_may_stop(times_s, verdict.warmup_iterations, settings)
           and sampling_s >= settings.min_budget_seconds
           and over_budget(times_s, sampling_s, budget, settings, iterations_to_check)):
         reason = "cost_budget"

@@ -58,8 +58,8 @@ class ProfileOptions:
     # first ~25 steps ran 1.4x slower than the rest (benchmarks/integrations_prediction.py). One second
     # costs at most 1/30 of the cost of profiling anything whose start-up (~3-10 s) already has to be paid.
     min_budget_seconds: float = DEFAULT_MIN_BUDGET_SECONDS
-    # ... and the cost budget may stop sampling after this many steady iterations when `min_iterations` of them
-    # would cost more than the budget (steps of seconds; trainwise.agent.stop_rule.MIN_BUDGET_ITERATIONS).
+    # ... and the cost budget may stop sampling after this many steady iterations instead of `min_iterations`, once
+    # they have lasted 10 s (steps of seconds; trainwise.agent.stop_rule.MIN_BUDGET_ITERATIONS).
     min_budget_iterations: int = stop_rule.MIN_BUDGET_ITERATIONS
     # With the planned run known (--epochs or the script's own count), sampling goes on to this many seconds of
     # steps before a steady verdict stops it; the cost budget stops it sooner on short runs. A host's level
