@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trainwise._io import atomic_write_text
+from trainwise.agent import cpu_steal
 from trainwise.errors import TrainwiseError
 from trainwise.predict.epochs import decide_epochs
 from trainwise.predict.same_machine import predict_total, relative_error
@@ -114,7 +115,12 @@ def profile_then_run(row: dict, argv: list[str], options: ProfileOptions, worklo
                        predicted_low_s=prediction.low_s, predicted_high_s=prediction.high_s)
     except TrainwiseError as exc:
         row["prediction_error"] = str(exc)
+    steal_before = cpu_steal.read_counters()
     actual_s = plain_run_s(argv, cwd)
+    # the hypervisor's share of this VM's CPUs over the sampled steps and over the plain run (/proc/stat steal):
+    # a shared host's slow periods, measured beside each (None off Linux)
+    row.update(sample_cpu_steal=profile.sample_cpu_steal,
+               run_cpu_steal=cpu_steal.steal_fraction(steal_before, cpu_steal.read_counters()))
     row.update(predicted_s=predicted_s, actual_s=actual_s,
                abs_error=relative_error(actual_s, predicted_s) if predicted_s is not None else None,
                predicted_without_level_correction_s=uncorrected_s,
@@ -128,8 +134,10 @@ def profile_then_run(row: dict, argv: list[str], options: ProfileOptions, worklo
 
 def print_row(row: dict) -> None:
     if row.get("abs_error") is not None:
+        steal = (f", CPU steal {row['sample_cpu_steal']:.1%} in the sample, {row['run_cpu_steal']:.1%} in the run"
+                 if row.get("sample_cpu_steal") is not None and row.get("run_cpu_steal") is not None else "")
         print(f"  predicted {row['predicted_s']:.1f} s, actual {row['actual_s']:.1f} s, error {row['abs_error']:.1%}, "
-              f"profiling cost {row['profiling_cost_fraction']:.1%}", flush=True)
+              f"profiling cost {row['profiling_cost_fraction']:.1%}{steal}", flush=True)
     else:
         print(f"  not profiled: {row.get('error') or row.get('prediction_error')}", flush=True)
 

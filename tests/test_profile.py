@@ -88,6 +88,8 @@ def test_sampled_profile_stops_early_and_times_validation_and_epoch2(sampled_mlp
     # the script's own --epochs, read from its argparse namespace: the N_ep predict and plan default to
     assert profile.script_epochs is not None and profile.script_epochs.epochs == 50
     assert "argparse" in profile.script_epochs.source
+    if sys.platform.startswith("linux"):  # the hypervisor's share of the CPUs over the sampled steps
+        assert profile.sample_cpu_steal is not None and 0 <= profile.sample_cpu_steal <= 1
 
 
 def test_full_mode_runs_to_completion(tmp_path):
@@ -101,6 +103,9 @@ def test_full_mode_runs_to_completion(tmp_path):
     assert not any(e.truncated for e in profile.epochs)
     assert profile.full_run.training_end_s <= profile.process_wall_s + 0.5
     assert profile.characterisation is not None  # a full profile is characterised too (unless told not to)
+    # the hypervisor's share of the CPUs over its training, read from /proc/stat where there is one
+    if sys.platform.startswith("linux"):
+        assert profile.sample_cpu_steal is not None and 0 <= profile.sample_cpu_steal <= 1
 
 
 @pytest.mark.long

@@ -298,6 +298,11 @@ class Profile(_Model):
     # The host's speed level beside the sampled steps (sampled profiles on CPU; empty otherwise, or when
     # --level-probe-seconds 0): with host_noise's mean level, the estimator's level correction
     level_probes: list[LevelProbe] = []
+    # The share of this host's CPU time its hypervisor gave to other guests during the sampled steps (Linux
+    # /proc/stat "steal"; a whole --full run's training): a VM's steps run slower while it is taken. None where it
+    # cannot be read (not Linux) or in profiles made before trainwise read it.
+    sample_cpu_steal: float | None = Field(default=None, ge=0, le=1, description=(
+        "share of the host's CPU time its hypervisor gave to other guests during the sampled steps (/proc/stat)"))
     notes: list[str] = []
 
     # ---- persistence ----

@@ -16,6 +16,7 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 
+from trainwise.agent import cpu_steal
 from trainwise.core.units import format_duration
 from trainwise.errors import TrainwiseError
 from trainwise.predict import malta, state_zeros
@@ -378,6 +379,11 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     else:
         notes.append(f"band includes this host's speed wander: ±{host_stray:.1%} for {sampled_steps_s(profile):.1f} s "
                      f"of sampled steps (90th percentile, {profile.host_noise.describe(profile.created_at)})")
+    steal = profile.sample_cpu_steal
+    if steal is not None and steal >= cpu_steal.NOTEWORTHY_STEAL:
+        notes.append(f"the hypervisor took {steal:.1%} of this VM's CPU during the sampled steps (/proc/stat steal): "
+                     "a shared host's steps run as slowly as its neighbours are busy, and the full run will see "
+                     "another share")
     # An estimate that was still drifting when sampling stopped gets the drift added to its band.
     if steady.stabilised_after is None and steady.relative_drift and math.isfinite(steady.relative_drift):
         band += iterations_s * steady.relative_drift / 2

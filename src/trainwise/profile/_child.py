@@ -32,7 +32,7 @@ import weakref
 import time
 from typing import Any
 
-from trainwise.agent import stop_rule
+from trainwise.agent import cpu_steal, stop_rule
 from trainwise.agent.autograd_steps import BackwardIterations
 from trainwise.agent.events import EventBus, IterationEnd
 from trainwise.agent.torch_patch import process_patch
@@ -137,8 +137,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
             min_seconds=self.min_seconds, min_budget_seconds=self.min_budget_seconds,
             min_budget_iterations=self.min_budget_iterations, averaging_seconds=self.averaging_seconds,
             target_relative_ci=self.target_relative_ci, max_relative_drift=self.max_relative_drift,
-            budget_fraction=self.budget_fraction, validation_batches=self.validation_batches,
-            epoch2_iterations=self.epoch2_iterations)
+            budget_fraction=self.budget_fraction, validation_batches=self.validation_batches, epoch2_iterations=self.epoch2_iterations)
         self.out_path = config["out_path"]
 
         self.marks: dict[str, float] = {"bootstrap": self.now()}
@@ -226,6 +225,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.level_probe_s = float(config.get("level_probe_s", 0.0))
         self.level_probe_socket = config.get("level_probe_socket")  # the launcher probes (level_service)
         self.level_probes: list[dict[str, Any]] = []
+        self._steal_start = self._steal_end = None  # /proc/stat's counters as the sampled steps begin and end
         self.level_probes_s = 0.0
         # A sampled profile's torch.save to a path writes a scratch file beside it instead (same
         # folder, so the same filesystem and the same cost): the few sampled iterations must not
@@ -368,6 +368,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
             # training time it measures.
             self._characterise()
             self._probe_level("before")
+        if count == 1:
+            self._steal_start = cpu_steal.read_counters()
         if self.sampled:
             self._check_stop(epoch)
         # The next iteration starts after trainwise's own bookkeeping, which an uninstrumented run

@@ -14,6 +14,7 @@ import tempfile
 import threading
 from typing import Any
 
+from trainwise.agent import cpu_steal
 from trainwise.allocator import recorded_settings as recorded_allocator_settings
 from trainwise.core.host import cpu_model  # standard library only
 from trainwise.profile._iteration_log import record_json
@@ -84,6 +85,13 @@ class RecordOutput:
         model["parameter_dtypes"] = sorted(dtypes)
         self.model = model
 
+    def _sample_cpu_steal(self) -> float | None:
+        """The hypervisor's share of the CPUs from the first iteration's end to sampling's end (or to now)."""
+        if self._steal_start is None:
+            return None
+        fraction = cpu_steal.steal_fraction(self._steal_start, self._steal_end or cpu_steal.read_counters())
+        return round(fraction, 4) if fraction is not None else None
+
     def _environment(self) -> dict[str, Any]:
         torch = self._torch
         env: dict[str, Any] = {
@@ -117,6 +125,7 @@ class RecordOutput:
             "stop_reason": self.stop_reason,
             "stability": self.stability,
             "level_probes": self.level_probes,
+            "sample_cpu_steal": self._sample_cpu_steal(),
             "marks": self.marks,
             "iterations": self.iterations,
             "validations": self.validations,

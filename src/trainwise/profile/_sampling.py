@@ -4,7 +4,7 @@ timed after it, and the iteration boundary's bookkeeping. A mixin of the recorde
 
 from __future__ import annotations
 
-from trainwise.agent import stop_rule
+from trainwise.agent import cpu_steal, stop_rule
 
 
 # A loop without a DataLoader that shows no epoch boundary within this share of its step budget is taken as one epoch
@@ -54,6 +54,7 @@ class Sampling:
             return
         self.stability = decision.as_record(n)
         self._probe_level("after")
+        self._steal_end = cpu_steal.read_counters()
         self.epoch1_truncated = True
         self._truncated_epoch = epoch
         if self.current_train_state is None:

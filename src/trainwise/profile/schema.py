@@ -348,4 +348,5 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         script_iterations=ScriptIterations(**raw["script_iterations"]) if raw.get("script_iterations") else None,
         characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
         level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
+        sample_cpu_steal=raw.get("sample_cpu_steal"),
     )

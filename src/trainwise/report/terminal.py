@@ -13,6 +13,7 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from trainwise.agent import cpu_steal
 from trainwise.allocator import describe as describe_allocator
 from trainwise.core.profile import slice_note
 from trainwise.core.units import format_duration  # noqa: F401 - re-exported
@@ -79,6 +80,9 @@ def profile_table(profile: Profile) -> Table:
                       f"90th percentile over {sampled_steps_s(profile):.1f} s windows, {profile.host_noise.describe(profile.created_at)}")
     else:
         table.add_row("host speed wander", "not measured", "`trainwise host-noise` once on this host puts it in the band")
+    if profile.sample_cpu_steal is not None and profile.sample_cpu_steal >= cpu_steal.NOTEWORTHY_STEAL:
+        table.add_row("CPU steal", f"{profile.sample_cpu_steal:.1%}", "the hypervisor's share of this VM's CPU during "
+                      "the sampled steps (/proc/stat): they ran slower than the host runs when its neighbours are idle")
     stopped = [f"stable after {s.stabilised_after} iterations"] if s.stabilised_after else []
     cut = next((e for e in profile.epochs if e.truncated and e.batches_per_epoch), None)
     if cut is not None:  # the job's own "epoch 1 ... time=" line times only what ran
