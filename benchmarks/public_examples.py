@@ -76,21 +76,14 @@ def dcgan(folder: Path, size: float, scratch: str) -> list[str]:
 def mnist(folder: Path, size: float, scratch: str) -> list[str]:
     # The script reads ../data/MNIST and this machine cannot download it: it runs from a copy of its folder in
     # the scratch directory beside MNIST-format files of synthetic digits (the checkout stays untouched)
-    run_dir = Path(scratch) / "mnist"
-    run_dir.mkdir()
-    shutil.copy(folder / "main.py", run_dir / "main.py")
-    write_mnist_like(Path(scratch) / "data" / "MNIST" / "raw")
+    on_mnist("mnist", folder, scratch)
     return ["main.py", "--epochs", str(max(1, round(3 * size)))]
 
 
 def mnist_hogwild(folder: Path, size: float, scratch: str) -> list[str]:
     # Hogwild: the parent shares one model's memory with two processes it spawns (torch.multiprocessing), each
     # training every epoch over its own DataLoader; the parent then tests. Reads ../data/MNIST, as mnist does.
-    run_dir = Path(scratch) / "mnist_hogwild"
-    run_dir.mkdir()
-    for name in ("main.py", "train.py"):
-        shutil.copy(folder / name, run_dir / name)
-    write_mnist_like(Path(scratch) / "data" / "MNIST" / "raw")
+    on_mnist("mnist_hogwild", folder, scratch, files=("main.py", "train.py"))
     return ["main.py", "--epochs", str(max(1, round(2 * size))), "--num-processes", "2"]
 
 
@@ -98,19 +91,23 @@ def mnist_forward_forward(folder: Path, size: float, scratch: str) -> list[str]:
     # Hinton's forward-forward: one batch drawn once, each layer (an nn.Linear with its own Adam, kept in a plain
     # list, so the net registers no parameters) trained alone for --epochs steps, one after the other; the script's
     # own `train(x_pos, x_neg)` overrides nn.Module.train. Reads ./data/MNIST.
-    run_dir = Path(scratch) / "mnist_forward_forward"
-    run_dir.mkdir()
-    shutil.copy(folder / "main.py", run_dir / "main.py")
-    write_mnist_like(run_dir / "data" / "MNIST" / "raw")
+    write_mnist_like(copied_to_scratch("mnist_forward_forward", folder, scratch) / "data" / "MNIST" / "raw")
     return ["main.py", "--epochs", str(max(10, round(300 * size))), "--train_size", "5000", "--test_size", "2000",
             "--log-interval", "100"]
 
 
-def on_mnist(name: str, folder: Path, scratch: str) -> Path:
-    """A copy of the example's main.py in the scratch directory, beside synthetic MNIST at ../data (as mnist)."""
+def copied_to_scratch(name: str, folder: Path, scratch: str, files: tuple[str, ...] = ("main.py",)) -> Path:
+    """The example's `files` copied to a folder of its name in the scratch directory (the checkout stays untouched)."""
     run_dir = Path(scratch) / name
     run_dir.mkdir()
-    shutil.copy(folder / "main.py", run_dir / "main.py")
+    for file in files:
+        shutil.copy(folder / file, run_dir / file)
+    return run_dir
+
+
+def on_mnist(name: str, folder: Path, scratch: str, files: tuple[str, ...] = ("main.py",)) -> Path:
+    """The example copied to the scratch directory beside synthetic MNIST at ../data, where it reads MNIST."""
+    run_dir = copied_to_scratch(name, folder, scratch, files)
     write_mnist_like(Path(scratch) / "data" / "MNIST" / "raw")
     return run_dir
 
@@ -139,10 +136,7 @@ def gat(folder: Path, size: float, scratch: str) -> list[str]:
     # Velickovic et al.'s graph attention network on Cora: full-batch, so an epoch is one step (and the script
     # evaluates the training and validation masks after each, two no_grad forward passes); its 300 epochs are
     # the paper's setting. This machine cannot download Cora: synthetic files of its format and sizes.
-    run_dir = Path(scratch) / "gat"
-    run_dir.mkdir()
-    shutil.copy(folder / "main.py", run_dir / "main.py")
-    write_cora_like(run_dir / "cora")
+    write_cora_like(copied_to_scratch("gat", folder, scratch) / "cora")
     return ["main.py", "--epochs", str(max(1, round(300 * size)))]
 
 
