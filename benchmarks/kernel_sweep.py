@@ -8,15 +8,18 @@ foreach Adam steps `adam`), which the kernel model skips until it has a class fo
 (seeded), so a run stopped by --budget-s keeps every class. Each kernel is timed with CUDA events
 (warm-up, then the median of `--repeats` timed runs of `--inner` back-to-back calls), NeuSight's way. Eager calls
 cost the host 7-15 us each on the lent H100/H200: a kernel faster than that times the host, and the kernel fit
-censors such rows (`kernel_fit.host_bound`: about half of the first sweeps' rows). Replaying small kernels from a
-CUDA graph would time the GPU instead; not done yet (it needs a lent GPU to test).
+censors such rows (`kernel_fit.host_bound`: about half of the first sweeps' rows). `--graph` times the GPU instead:
+the `--inner` calls are captured once in a CUDA graph (torch.cuda.graph) and the graph is replayed between the events,
+so no Python call or dispatch stands between two kernels (source `trainwise-sweep-graph-<GPU>`, files
+kernel_sweep_<GPU>_graph.*). An operator that cannot be captured (a CPU-side step counter: Adam without
+`capturable=True`, which the graph grid uses) is listed in `skipped`.
 
 Writes benchmarks/results/kernel_sweep_<GPU>.csv in kernel_latency.csv's columns (source, gpu, op, dtype, dims,
 latency_us; dims as in tools/build_kernel_dataset.py) and benchmarks/results/kernel_sweep_<GPU>.json (summary,
 machine: GPU, driver, CUDA, torch). Rebuild the data and the model afterwards:
     .venv/bin/python tools/build_kernel_dataset.py --neusight PATH --deepbench PATH
     .venv/bin/python tools/train_kernel_model.py
-Run on a GPU: .venv/bin/python benchmarks/kernel_sweep.py [--gpu H100] [--budget-s 420]
+Run on a GPU: .venv/bin/python benchmarks/kernel_sweep.py [--gpu H100] [--budget-s 420] [--graph]
 Smoke test on CPU: .venv/bin/python benchmarks/kernel_sweep.py --dry-run --output-dir /tmp/sweep
 """
 
@@ -83,7 +86,7 @@ def grid(dry_run: bool, seed: int = 0) -> list[tuple[str, str, tuple[int, ...]]]
     return out
 
 
-def make_call(op: str, dtype: str, dims: tuple[int, ...], device: str) -> Callable[[], Any]:
+def make_call(op: str, dtype: str, dims: tuple[int, ...], device: str, capturable: bool = False) -> Callable[[], Any]:
     import torch
     import torch.nn.functional as F
 
@@ -125,7 +128,8 @@ def make_call(op: str, dtype: str, dims: tuple[int, ...], device: str) -> Callab
         p = [torch.zeros(n, device=device, dtype=torch.float32)]
         for t in p:
             t.grad = torch.randn_like(t)
-        opt = torch.optim.Adam(p, lr=1e-3, foreach=True)
+        # capturable: the step counter lives on the GPU, so the step can be replayed from a CUDA graph
+        opt = torch.optim.Adam(p, lr=1e-3, foreach=True, capturable=capturable)
         return opt.step
     rows, cols = dims
     x, y = new(rows, cols), new(rows, cols)
@@ -134,6 +138,51 @@ def make_call(op: str, dtype: str, dims: tuple[int, ...], device: str) -> Callab
              "softmax": lambda: torch.softmax(x, dim=-1), "ln": lambda: F.layer_norm(x, (cols,))}
     binary = {"add": lambda: x + y, "mul": lambda: x * y, "div": lambda: x / y, "pow": lambda: torch.pow(x.abs(), y)}
     return unary.get(op) or binary[op]
+
+
+def graph_of(fn: Callable[[], Any], inner: int) -> Any:
+    """`inner` calls of `fn` captured in one CUDA graph (warmed up on a side stream first, as torch.cuda.graph asks)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    return graph
+
+
+def time_graph(fn: Callable[[], Any], repeats: int, inner: int) -> float:
+    """Median seconds per call: CUDA events around one replay of a graph of `inner` calls (no host between kernels).
+    A kernel of a millisecond or more keeps the GPU the slower side when called eagerly: timed so, without a graph."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    if start.elapsed_time(end) > 1.0:
+        return time_call(fn, "cuda", repeats, inner)
+    graph = graph_of(fn, inner)
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / inner)
+    del graph
+    return statistics.median(samples)
 
 
 def time_call(fn: Callable[[], Any], device: str, repeats: int, inner: int) -> float:
@@ -192,12 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--inner", type=int, default=10)
     ap.add_argument("--output-dir", type=Path, default=RESULTS)
+    ap.add_argument("--graph", action="store_true", help="replay each operator's calls from a CUDA graph (times the GPU, "
+                    "not the host's dispatch; needs a GPU)")
     args = ap.parse_args(argv)
     import torch
 
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA GPU here: run on a GPU, or pass --dry-run for the CPU smoke test", file=sys.stderr)
+        return 2
+    if args.graph and args.dry_run:
+        print("error: --graph needs a GPU (CUDA graphs); drop --dry-run or --graph", file=sys.stderr)
         return 2
     if args.budget_s <= 0 or args.repeats < 1 or args.inner < 1:
         print("error: --budget-s, --repeats and --inner must be positive", file=sys.stderr)
@@ -213,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         except TrainwiseError as exc:
             print(f"error: {exc}; or pass --gpu NAME", file=sys.stderr)
             return 2
-    source = f"trainwise-sweep-{gpu}"
+    source = f"trainwise-sweep-graph-{gpu}" if args.graph else f"trainwise-sweep-{gpu}"
     rows, skipped, t_start = [], [], time.perf_counter()
     for op, dtype, dims in grid(args.dry_run):
         if time.perf_counter() - t_start > args.budget_s:
@@ -222,20 +276,29 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
         torch.backends.cudnn.allow_tf32 = dtype == "tf32"
         try:
-            seconds = time_call(make_call(op, dtype, dims, device), device, args.repeats, args.inner)
-        except (RuntimeError, ValueError) as exc:  # unsupported dtype/op on this device, out of memory
-            skipped.append(f"{op}/{dtype}/{dims}: {type(exc).__name__}")
+            call = make_call(op, dtype, dims, device, capturable=args.graph)
+            seconds = (time_graph(call, args.repeats, args.inner) if args.graph
+                       else time_call(call, device, args.repeats, args.inner))
+        except (RuntimeError, ValueError) as exc:  # unsupported dtype/op on this device, out of memory, not capturable
+            skipped.append(f"{op}/{dtype}/{dims}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+            if args.graph:
+                try:
+                    torch.cuda.synchronize()  # a failed capture leaves no graph behind; the next operator starts clean
+                except RuntimeError:
+                    skipped.append("the CUDA context failed after that capture: sweep stopped")
+                    break
             continue
         rows.append({"source": source, "gpu": gpu, "op": op, "dtype": dtype, "dims": "x".join(map(str, dims)),
                      "latency_us": f"{seconds * 1e6:.4g}"})
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"kernel_sweep_{gpu}"
+    stem = f"kernel_sweep_{gpu}_graph" if args.graph else f"kernel_sweep_{gpu}"
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     summary = {"kernels": len(rows), "skipped": len(skipped), "gpu": gpu, "dry_run": args.dry_run,
-               "seconds": round(time.perf_counter() - t_start, 1), "provenance": "measured here (CUDA events)"
+               "seconds": round(time.perf_counter() - t_start, 1), "timing": "CUDA graph replay" if args.graph else "eager calls",
+               "provenance": "measured here (CUDA events)"
                if device == "cuda" else "CPU smoke run: not kernel data"}
     for path, text in ((args.output_dir / f"{stem}.csv", buf.getvalue()),
                        (args.output_dir / f"{stem}.json", json.dumps({"summary": summary, "machine": machine(device),

@@ -233,10 +233,26 @@ RUN_IN_SCRATCH = {"mnist", "nanogpt", "mingpt", "mnist_hogwild", "mnist_forward_
                   "siamese_network", "gat"}
 
 
-def measure(name: str, folder: Path, size: float) -> dict:
+# --accel: the flags that put a script on the machine's accelerator (mnist, vae, siamese_network and gat use one
+# whenever torch.accelerator finds it)
+ACCEL_FLAGS = {"dcgan": ["--accel"], "mnist_rnn": ["--accel"]}
+
+
+def nanogpt_on_accelerator(size: float) -> list[str]:
+    """nanoGPT's README command on a GPU (its shakespeare_char config: 6 layers of 384, blocks of 256, batches of 64,
+    an estimate of the loss every 250 iterations, torch.compile on), its 5,000 iterations scaled by `size`."""
+    iterations = max(250, round(5000 * size / 250) * 250)
+    return ["train.py", "config/train_shakespeare_char.py", f"--max_iters={iterations}", f"--lr_decay_iters={iterations}"]
+
+
+def measure(name: str, folder: Path, size: float, accel: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="trainwise-examples-") as scratch:
-        argv = [sys.executable, *EXAMPLES[name](folder, size, scratch)]
-        row: dict = {"example": name, "command": argv[1:], "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        args = EXAMPLES[name](folder, size, scratch)
+        if accel:
+            args = nanogpt_on_accelerator(size) if name == "nanogpt" else [*args, *ACCEL_FLAGS.get(name, [])]
+        argv = [sys.executable, *args]
+        row: dict = {"example": name, "command": argv[1:], "accel": accel,
+                     "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         # the scripts read and write relative to their folder, as their READMEs run them
         cwd = Path(scratch) / name if name in RUN_IN_SCRATCH else folder
         return profile_then_run(row, argv, ProfileOptions(), name, cwd=cwd)
@@ -251,6 +267,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=sorted(EXAMPLES), help="these examples only")
     parser.add_argument("--note", default="", help="a sentence kept in the results (how and where it ran)")
     parser.add_argument("--results", type=Path, default=RESULTS / "public_examples.json", help="where to write the JSON")
+    parser.add_argument("--accel", action="store_true", help="run each script on this machine's GPU, as its README "
+                        "does there (nanoGPT: its GPU command, torch.compile on)")
     args = parser.parse_args()
     if args.examples is None and args.nanogpt is None and args.mingpt is None:
         sys.exit("error: no scripts to run: give --examples (pytorch/examples) and/or --nanogpt (karpathy/nanoGPT), "
@@ -277,7 +295,7 @@ def main() -> None:
     rows = [r for r in previous.get("rows", []) if r.get("example") not in names]
     for name in names:
         print(f"{name} ...", flush=True)
-        row = measure(name, folders[name].resolve(), args.size)
+        row = measure(name, folders[name].resolve(), args.size, args.accel)
         rows.append(row)
         print_row(row)
     summary = {**accuracy_summary(rows), "examples": len(rows)}

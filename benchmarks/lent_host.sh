@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (the `device` tool gives one for minutes, a 16-core host with an H200): three
+# measurements at once, each on cores of its own (taskset), each bounded by the call's deadline.
+#   cores 0-1 and 4-5: the client scripts' accuracy rows, three loops after another on each (a quiet host; the 2-core
+#     VM wanders); two files, merged afterwards
+#   cores 2-3: interleaved plain / agent pairs of the same loops (the agent's overhead)
+#   cores 6-15 and the GPU: the kernel sweep timed from CUDA graphs, then PyTorch examples run on the GPU
+# Usage (repository root): bash benchmarks/lent_host.sh OUT_DIR [DEADLINE_S] [SCALE_FACTOR]
+# SCALE_FACTOR multiplies every loop's size (1 on the lent host; 0.02 for a smoke run anywhere).
+# Needs python3 with torch; pydantic and its needs come from ./.whl when missing (the lent image lacks them).
+set -u
+OUT=${1:?usage: bash benchmarks/lent_host.sh OUT_DIR [DEADLINE_S] [SCALE_FACTOR]}
+DEADLINE_S=${2:-480}
+FACTOR=${3:-1}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT" "$OUT/logs"
+if ! python3 -c "import pydantic" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "error: pydantic is missing and ./.whl could not be installed" >&2; exit 2; }
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if ! command -v taskset >/dev/null; then  # no util-linux: unpinned (timeout runs commands, not shell functions)
+  mkdir -p /tmp/notaskset && printf '#!/bin/sh\nshift 2\nexec "$@"\n' > /tmp/notaskset/taskset
+  chmod +x /tmp/notaskset/taskset && export PATH="/tmp/notaskset:$PATH"
+fi
+# a smoke run elsewhere: all 0,1
+ACC_CORES=${ACC_CORES:-0,1} ACC2_CORES=${ACC2_CORES:-4,5} PAIR_CORES=${PAIR_CORES:-2,3} GPU_CORES=${GPU_CORES:-6-15}
+END=$((SECONDS + DEADLINE_S))
+left() { echo $((END - SECONDS)); }
+scaled() { python3 -c "print(max(0.01, round($1 * $FACTOR, 3)))"; }
+note="lent H200 machine's 16-core host, $(date -u +%FT%TZ)"
+{ nproc; lscpu; nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.is_available())"; } \
+  > "$OUT/logs/host.txt" 2>&1
+
+accuracy() {  # CORES RESULTS LOOP:SCALE ...; worst rows first: the deadline cuts the end of the list
+  local cores=$1 results=$2
+  shift 2
+  cp benchmarks/results/client_scripts_h100host.json "$results"
+  for spec in "$@"; do
+    [ "$(left)" -gt 90 ] || { echo "deadline: ${spec%%:*} and later loops not measured"; break; }
+    timeout "$(( $(left) - 5 ))" taskset -c "$cores" python3 benchmarks/client_scripts.py --accuracy-only \
+      --only "${spec%%:*}" --scale "$(scaled "${spec##*:}")" --results "$results" \
+      --note "one loop at a time on cores $cores of the $note" || echo "${spec%%:*}: exit $?"
+  done
+}
+
+overhead() {
+  cp benchmarks/results/client_scripts.json "$OUT/overhead_h200host.json"
+  timeout "$(( $(left) - 5 ))" taskset -c "$PAIR_CORES" python3 benchmarks/client_scripts.py --overhead-only --pairs 6 \
+    --scale "$(scaled 8)" --results "$OUT/overhead_h200host.json" \
+    --note "interleaved pairs on cores 2-3 of the $note" || echo "overhead: exit $?"
+}
+
+gpu() {
+  timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/kernel_sweep.py --graph --budget-s 100 \
+    --output-dir "$OUT" || echo "kernel sweep: exit $?"
+  for name in mnist vae gat dcgan siamese_network nanogpt mnist_rnn; do
+    [ "$(left)" -gt 60 ] || { echo "deadline: $name and later examples not measured"; break; }
+    timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/public_examples.py --examples .devrun/examples \
+      --nanogpt .devrun/nanogpt --accel --size "$(scaled 0.5)" --only "$name" \
+      --results "$OUT/public_examples_h200.json" --note "on the GPU (--accel) of the $note" || echo "$name: exit $?"
+  done
+}
+
+accuracy "$ACC_CORES" "$OUT/client_scripts_a.json" grad_accumulation:28 lbfgs_closure:120 manual_sgd_lm:24 \
+  > "$OUT/logs/accuracy_a.log" 2>&1 &
+accuracy "$ACC2_CORES" "$OUT/client_scripts_b.json" checkpoint_every_epoch:54 tensor_validation:80 gan_two_optimizers:44 \
+  > "$OUT/logs/accuracy_b.log" 2>&1 &
+overhead > "$OUT/logs/overhead.log" 2>&1 &
+gpu > "$OUT/logs/gpu.log" 2>&1 &
+wait
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
+ls -la "$OUT"
