@@ -4,7 +4,11 @@
 #   cores 0-1 and 4-5: the client scripts' accuracy rows, three loops after another on each (a quiet host; the 2-core
 #     VM wanders); two files, merged afterwards
 #   cores 2-3: interleaved plain / agent pairs of the same loops (the agent's overhead)
-#   cores 6-15 and the GPU: the kernel sweep timed from CUDA graphs, then PyTorch examples run on the GPU
+#   cores 6-15 and the GPU: nanoGPT profiled with and without the per-step GPU synchronisation, the kernel sweep
+#     timed from CUDA graphs (SWEEP=0 skips it), then PyTorch examples run on the GPU
+# Needs, ignored by git and named in the device call's carry: .devrun/examples (pytorch/examples' mnist, dcgan, vae,
+# mnist_rnn, siamese_network, gat folders), .devrun/nanogpt (karpathy/nanoGPT: train.py, model.py, configurator.py,
+# config/), .whl (pydantic and its needs for Python 3.12).
 # Usage (repository root): bash benchmarks/lent_host.sh OUT_DIR [DEADLINE_S] [SCALE_FACTOR]
 # SCALE_FACTOR multiplies every loop's size (1 on the lent host; 0.02 for a smoke run anywhere).
 # Needs python3 with torch; pydantic and its needs come from ./.whl when missing (the lent image lacks them).
@@ -52,13 +56,22 @@ overhead() {
     --note "interleaved pairs on cores 2-3 of the $note" || echo "overhead: exit $?"
 }
 
-gpu() {
-  timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/kernel_sweep.py --graph --budget-s 100 \
-    --output-dir "$OUT" || echo "kernel sweep: exit $?"
-  for name in mnist vae gat dcgan siamese_network nanogpt mnist_rnn; do
+gpu() {  # nanoGPT with and without the profiler's per-step GPU synchronisation first, then the sweep, then the rest
+  for sync in "" --no-cuda-sync; do
+    [ "$(left)" -gt 150 ] || break
+    timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/public_examples.py \
+      --nanogpt .devrun/nanogpt --accel --size "$(scaled 0.5)" --only nanogpt $sync \
+      --results "$OUT/public_examples_h200_nanogpt${sync:+_nosync}.json" --note "nanoGPT on the GPU $sync, $note" \
+      || echo "nanogpt $sync: exit $?"
+  done
+  if [ "${SWEEP:-1}" = 1 ]; then  # SWEEP=0 once this GPU's graph sweep is in benchmarks/results
+    timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/kernel_sweep.py --graph --budget-s 100 \
+      --output-dir "$OUT/logs/sweep" || echo "kernel sweep: exit $?"  # in logs.tgz (at most 8 files come back)
+  fi
+  for name in mnist vae gat dcgan siamese_network mnist_rnn; do
     [ "$(left)" -gt 60 ] || { echo "deadline: $name and later examples not measured"; break; }
     timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/public_examples.py --examples .devrun/examples \
-      --nanogpt .devrun/nanogpt --accel --size "$(scaled 0.5)" --only "$name" \
+      --accel --size "$(scaled 0.5)" --only "$name" \
       --results "$OUT/public_examples_h200.json" --note "on the GPU (--accel) of the $note" || echo "$name: exit $?"
   done
 }

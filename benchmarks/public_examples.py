@@ -245,17 +245,17 @@ def nanogpt_on_accelerator(size: float) -> list[str]:
     return ["train.py", "config/train_shakespeare_char.py", f"--max_iters={iterations}", f"--lr_decay_iters={iterations}"]
 
 
-def measure(name: str, folder: Path, size: float, accel: bool = False) -> dict:
+def measure(name: str, folder: Path, size: float, accel: bool = False, cuda_sync: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix="trainwise-examples-") as scratch:
         args = EXAMPLES[name](folder, size, scratch)
         if accel:
             args = nanogpt_on_accelerator(size) if name == "nanogpt" else [*args, *ACCEL_FLAGS.get(name, [])]
         argv = [sys.executable, *args]
-        row: dict = {"example": name, "command": argv[1:], "accel": accel,
+        row: dict = {"example": name, "command": argv[1:], "accel": accel, "cuda_sync": cuda_sync,
                      "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         # the scripts read and write relative to their folder, as their READMEs run them
         cwd = Path(scratch) / name if name in RUN_IN_SCRATCH else folder
-        return profile_then_run(row, argv, ProfileOptions(), name, cwd=cwd)
+        return profile_then_run(row, argv, ProfileOptions(sync_cuda=cuda_sync), name, cwd=cwd)
 
 
 def main() -> None:
@@ -269,6 +269,8 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS / "public_examples.json", help="where to write the JSON")
     parser.add_argument("--accel", action="store_true", help="run each script on this machine's GPU, as its README "
                         "does there (nanoGPT: its GPU command, torch.compile on)")
+    parser.add_argument("--no-cuda-sync", action="store_true", help="profile without synchronising the GPU where each "
+                        "step ends (a diagnostic: does the synchronisation slow a script that overlaps host and GPU?)")
     args = parser.parse_args()
     if args.examples is None and args.nanogpt is None and args.mingpt is None:
         sys.exit("error: no scripts to run: give --examples (pytorch/examples) and/or --nanogpt (karpathy/nanoGPT), "
@@ -295,7 +297,7 @@ def main() -> None:
     rows = [r for r in previous.get("rows", []) if r.get("example") not in names]
     for name in names:
         print(f"{name} ...", flush=True)
-        row = measure(name, folders[name].resolve(), args.size, args.accel)
+        row = measure(name, folders[name].resolve(), args.size, args.accel, cuda_sync=not args.no_cuda_sync)
         rows.append(row)
         print_row(row)
     summary = {**accuracy_summary(rows), "examples": len(rows)}

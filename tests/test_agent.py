@@ -249,6 +249,24 @@ def test_steps_of_seconds_stop_for_the_budget_after_five_steady_ones_not_twenty(
     assert stop_rule.first_check_iterations(replace(SETTINGS, min_iterations=3)) == 3
 
 
+def test_an_lbfgs_loop_that_spent_its_budget_converging_samples_twenty_steps_past_it():
+    # LBFGS (max_iter 6) over a small LSTM: 54 steps of six closure evaluations (~90 ms), then one evaluation
+    # (~14 ms) a step for the rest of 7,200 steps; converging took more than the 2 % budget on its own
+    evaluations = [6] * 54 + [1] * 7
+    times = [0.090] * 54 + [0.014] * 7
+    assert stop_rule.closure_converging_steps(evaluations) == 54
+    assert stop_rule.closure_converging_steps([6] * 10) == 0  # still converging: nothing settled yet
+    assert stop_rule.closure_converging_steps([1, 1, 2, 1, 1, 1]) == 0  # one longer line search is no phase
+    assert stop_rule.closure_converging_steps([6, None, 1, 1, 1]) == 0  # steps without counts
+    budget = stop_rule.BudgetInputs(planned_epochs=7200, batches_per_epoch=1, batches_per_iteration=1.0,
+                                    init_s=8.5, now_s=8.5 + sum(times))
+    # seven steady steps were enough for the old count (61 steps in all); they are not past the converging phase
+    assert stop_rule.decide(times, sum(times), SETTINGS, budget, converging_steps=54).reason is None
+    more = times + [0.014] * 13
+    done = replace(budget, now_s=8.5 + sum(more))
+    assert stop_rule.decide(more, sum(more), SETTINGS, done, converging_steps=54).reason == "cost_budget"
+
+
 def test_the_next_epoch_is_timed_for_at_most_one_epoch():
     one_step_epochs = stop_rule.BudgetInputs(planned_epochs=300, batches_per_epoch=1, batches_per_iteration=1.0,
                                              init_s=8.5, now_s=30.0)

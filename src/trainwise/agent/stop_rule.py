@@ -201,11 +201,36 @@ def next_iteration_s(times_s: Sequence[float], last: int = NEXT_ITERATION_WINDOW
 
 
 def budget_may_stop(times_s: Sequence[float], warmup_iterations: int, settings: StopSettings) -> bool:
-    """Enough iterations for the cost budget to end sampling: `min_iterations`, or `min_budget_iterations` past
-    warm-up when those have lasted LONG_SAMPLE_S (long steps, whose twenty would cost more than the budget)."""
+    """Enough steady iterations (past warm-up) for the cost budget to end sampling: `min_iterations`, or
+    `min_budget_iterations` when those have lasted LONG_SAMPLE_S (long steps, whose twenty would cost more than the
+    budget). Counted past warm-up: an LBFGS loop that spent its budget converging (six closure evaluations a step
+    for 54 steps) had stopped seven one-evaluation steps later, and those seven set its whole run (36 % too long on
+    a quiet 16-core host, 2026-11-29)."""
     steady = times_s[warmup_iterations:]
-    return (len(times_s) >= settings.min_iterations
+    return (len(steady) >= settings.min_iterations
             or (len(steady) >= settings.min_budget_iterations and sum(steady) >= LONG_SAMPLE_S))
+
+
+# A closure optimizer's early steps are its converging phase when they ran at least this many times the
+# closure evaluations of the latest steps (LBFGS: max_iter each, then one or two once the loss settles).
+CLOSURE_CONVERGENCE_RATIO = 1.5
+# The latest steps whose closure evaluations say where a closure optimizer has settled.
+CLOSURE_SETTLED_WINDOW = 3
+
+
+def closure_converging_steps(evaluations: Sequence[int | None]) -> int:
+    """Leading steps of a closure optimizer's converging phase, from each step's closure evaluations (backward
+    passes): up to the last one that ran more than the latest steps do, when those early steps ran clearly more
+    (0 otherwise, and for steps without counts)."""
+    counts = list(evaluations)
+    if len(counts) <= CLOSURE_SETTLED_WINDOW or any(c is None for c in counts):
+        return 0
+    settled = max(counts[-CLOSURE_SETTLED_WINDOW:])
+    last_above = max((i for i, c in enumerate(counts) if c > settled), default=-1)
+    if last_above < 0:
+        return 0
+    early = counts[:last_above + 1]
+    return last_above + 1 if sum(early) / len(early) >= CLOSURE_CONVERGENCE_RATIO * max(1, settled) else 0
 
 
 def first_check_iterations(settings: StopSettings) -> int:
@@ -214,13 +239,14 @@ def first_check_iterations(settings: StopSettings) -> int:
 
 
 def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings, budget: BudgetInputs | None = None,
-           closure_capped: bool = False, iterations_to_check: int = 1) -> StopDecision:
+           closure_capped: bool = False, iterations_to_check: int = 1, converging_steps: int = 0) -> StopDecision:
     """Stop now? `sampling_s`: seconds of sampled iterations (observer time excluded).
     `closure_capped`: the latest steps of a closure optimizer (LBFGS) ran as many closure evaluations as
     it allows: they have not converged, later steps may run far fewer, so steady times are no reason to
     stop, and neither is the cost budget (its estimate of the run is made of those capped steps: 6x too
     long for an LBFGS loop that converges after 54 of 2,400 steps); the caps (--iterations,
-    --max-seconds) still are. `iterations_to_check`: as for `over_budget`."""
+    --max-seconds) still are. `iterations_to_check`: as for `over_budget`. `converging_steps`: a closure
+    optimizer's converging phase (`closure_converging_steps`), warm-up for the cost budget's count."""
     n = len(times_s)
     # With the planned run known, a steady verdict waits for `averaging_seconds` of steps: a host's speed wanders
     # over tens of seconds (a few seconds of steady steps see one level of it) and the cost budget, not the
@@ -238,7 +264,7 @@ def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings, 
         reason = "max_iterations"
     elif sampling_s >= settings.max_seconds:
         reason = "time_budget"
-    elif (budget is not None and not closure_capped and budget_may_stop(times_s, verdict.warmup_iterations, settings)
+    elif (budget is not None and not closure_capped and budget_may_stop(times_s, max(verdict.warmup_iterations, converging_steps), settings)
           and sampling_s >= settings.min_budget_seconds
           and over_budget(times_s, sampling_s, budget, settings, iterations_to_check)):
         reason = "cost_budget"

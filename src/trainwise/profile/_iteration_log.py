@@ -88,6 +88,9 @@ class IterationLog:
     def column_sum(self, name: str) -> float:
         return sum(self._columns[name])
 
+    def column(self, name: str) -> list:
+        return self._columns[name].tolist()
+
     def to_json(self) -> str:
         """The columns as one JSON object, written a column at a time (a column's list is the only
         transient copy)."""

@@ -49,7 +49,8 @@ class Sampling:
         self._next_check = n + max(1, n // 20)
         times = self.iterations.walls()
         decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs(epoch),
-                                    closure_capped=self._closure_capped(), iterations_to_check=self._next_check - n)
+                                    closure_capped=self._closure_capped(), iterations_to_check=self._next_check - n,
+                                    converging_steps=self._converging_steps())
         if decision.reason is None:
             return
         self.stability = decision.as_record(n)
@@ -80,6 +81,12 @@ class Sampling:
         cap = (self.model or {}).get("closure_evaluation_cap")
         recent = sorted(it.get("backward_passes") or 0 for it in self.iterations[-last:])
         return cap is not None and len(recent) == last and recent[last // 2] >= cap
+
+    def _converging_steps(self) -> int:
+        """A closure optimizer's converging steps so far (warm-up for the cost budget's count of steady steps)."""
+        if (self.model or {}).get("closure_evaluation_cap") is None:
+            return 0
+        return stop_rule.closure_converging_steps(self.iterations.column("backward_passes"))
 
     def _budget_inputs(self, epoch: int = 0) -> stop_rule.BudgetInputs | None:
         if not self.epochs:

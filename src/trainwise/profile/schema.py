@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from pydantic import ValidationError
 
 from trainwise import __version__
+from trainwise.agent.stop_rule import closure_converging_steps
 from trainwise.core import stats
 from trainwise.core.host_noise import HostNoise  # noqa: F401 - re-exported
 from trainwise.core.profile import (PROFILE_SCHEMA_VERSION, DatasetShape, Environment,  # noqa: F401 - re-exported
@@ -212,26 +213,11 @@ def _init_breakdown(raw: dict[str, Any], first_iteration_start_s: float) -> Init
                          other_s=max(0.0, total - accounted), marks=marks)
 
 
-# A closure optimizer's early steps are its converging phase when they ran at least this many times the
-# closure evaluations of the latest steps (LBFGS: max_iter each, then one or two once the loss settles).
-CLOSURE_CONVERGENCE_RATIO = 1.5
-# The latest steps whose closure evaluations say where a closure optimizer has settled.
-CLOSURE_SETTLED_WINDOW = 3
-
-
 def closure_warmup(iterations: list[Iteration]) -> int:
-    """Leading iterations of a closure optimizer's converging phase: up to the last one that ran more
-    backward passes than the latest steps do, when those early steps ran clearly more (0 otherwise).
-    They are measured as they were, not extrapolated: the run's later steps look like the latest ones."""
-    counts = [it.backward_passes for it in iterations]
-    if len(counts) <= CLOSURE_SETTLED_WINDOW or any(c is None for c in counts):
-        return 0
-    settled = max(counts[-CLOSURE_SETTLED_WINDOW:])
-    last_above = max((i for i, c in enumerate(counts) if c > settled), default=-1)
-    if last_above < 0:
-        return 0
-    early = counts[:last_above + 1]
-    return last_above + 1 if sum(early) / len(early) >= CLOSURE_CONVERGENCE_RATIO * max(1, settled) else 0
+    """Leading iterations of a closure optimizer's converging phase (`stop_rule.closure_converging_steps` of their
+    backward passes). They are measured as they were, not extrapolated: the run's later steps look like the latest
+    ones."""
+    return closure_converging_steps([it.backward_passes for it in iterations])
 
 
 def one_iteration_epochs(iterations: list[Iteration]) -> bool:
