@@ -88,3 +88,22 @@ def test_ablation_refuses_an_unknown_source_in_one_line():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and "no rows of source 'nosuch'" in proc.stderr and "vidur" in proc.stderr
+
+
+def test_a_gpus_graph_sweep_replaces_its_eager_sweep(tmp_path):
+    """benchmarks/kernel_sweep.py --graph writes kernel_sweep_<GPU>_graph.csv: the kernels' own times. A GPU swept
+    both ways keeps the graph rows; a GPU swept eagerly only keeps its eager rows; CPU smoke runs are dropped."""
+    tool = _tool("build_kernel_dataset")
+    header = "source,gpu,op,dtype,dims,latency_us\n"
+    (tmp_path / "kernel_sweep_H200.csv").write_text(header + "trainwise-sweep-H200,H200,add,fp32,256x128,7.1\n")
+    (tmp_path / "kernel_sweep_H200_graph.csv").write_text(header + "trainwise-sweep-graph-H200,H200,add,fp32,256x128,1.7\n")
+    (tmp_path / "kernel_sweep_H100.csv").write_text(header + "trainwise-sweep-H100,H100,add,fp32,256x128,7.4\n")
+    (tmp_path / "kernel_sweep_cpu-dry-run.csv").write_text(header + "trainwise-sweep-cpu-dry-run,cpu-dry-run,add,fp32,4x8,3\n")
+    rows = tool.sweep_rows(tmp_path)
+    assert sorted((r["source"], r["latency_us"]) for r in rows) == [("trainwise-sweep-H100", "7.4"),
+                                                                    ("trainwise-sweep-graph-H200", "1.7")]
+    # the graph source is a sweep source: its fp32 convolutions ran without TF32, its host floor is its own
+    assert not kf.conv_tf32("trainwise-sweep-graph-H200")
+    mask = kf.host_bound(["trainwise-sweep-graph-H200"] * 2, ["add"] * 2, np.array([1.7e-6, 3.0e-6]),
+                         np.array([0.5e-6, 2.5e-6]))
+    assert mask.tolist() == [True, False]
