@@ -8,10 +8,16 @@
 #     timed from CUDA graphs (SWEEP=0 skips it), then PyTorch examples run on the GPU
 # Needs, ignored by git and named in the device call's carry: .devrun/examples (pytorch/examples' mnist, dcgan, vae,
 # mnist_rnn, siamese_network, gat folders), .devrun/nanogpt (karpathy/nanoGPT: train.py, model.py, configurator.py,
-# config/), .whl (pydantic and its needs for Python 3.12).
+# config/), .devrun/whl (pydantic and its needs for Python 3.12 wheels).
 # Usage (repository root): bash benchmarks/lent_host.sh OUT_DIR [DEADLINE_S] [SCALE_FACTOR]
 # SCALE_FACTOR multiplies every loop's size (1 on the lent host; 0.02 for a smoke run anywhere).
-# Needs python3 with torch; pydantic and its needs come from ./.whl when missing (the lent image lacks them).
+# Needs python3 with torch; pydantic and its needs come from ./.devrun/whl when missing (the lent image lacks them).
+# Prepare here (echo /.devrun/ >> .git/info/exclude):
+#   git --git-dir=EXAMPLES.git archive HEAD mnist dcgan vae mnist_rnn siamese_network gat | tar -x -C .devrun/examples
+#   git --git-dir=NANOGPT.git archive HEAD train.py model.py configurator.py config | tar -x -C .devrun/nanogpt
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .devrun/whl \
+#     pydantic pydantic_core annotated-types typing-inspection typing_extensions   (the versions of requirements/run.txt)
+# then one call: command `bash benchmarks/lent_host.sh $OUT 495 1`, carry [".devrun"], timeout 560 s (8 of 15 minutes).
 set -u
 OUT=${1:?usage: bash benchmarks/lent_host.sh OUT_DIR [DEADLINE_S] [SCALE_FACTOR]}
 DEADLINE_S=${2:-480}
@@ -19,8 +25,8 @@ FACTOR=${3:-1}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT" "$OUT/logs"
 if ! python3 -c "import pydantic" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "error: pydantic is missing and ./.whl could not be installed" >&2; exit 2; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devrun/whl/*.whl \
+    || { echo "error: pydantic is missing and ./.devrun/whl could not be installed" >&2; exit 2; }
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
