@@ -5,7 +5,8 @@
 #     VM wanders); two files, merged afterwards
 #   cores 2-3: interleaved plain / agent pairs of the same loops (the agent's overhead)
 #   cores 6-15 and the GPU: nanoGPT profiled with and without the per-step GPU synchronisation, the kernel sweep
-#     timed from CUDA graphs (SWEEP=0 skips it), then PyTorch examples run on the GPU
+#     timed from CUDA graphs (unless benchmarks/results has this GPU's), then PyTorch examples on the GPU at their
+#     full epoch counts (at half they ran 15-90 s, mostly start-up)
 # Needs, ignored by git and named in the device call's carry: .devrun/examples (pytorch/examples' mnist, dcgan, vae,
 # mnist_rnn, siamese_network, gat folders), .devrun/nanogpt (karpathy/nanoGPT: train.py, model.py, configurator.py,
 # config/), .devrun/whl (pydantic and its needs for Python 3.12 wheels).
@@ -39,14 +40,14 @@ ACC_CORES=${ACC_CORES:-0,1} ACC2_CORES=${ACC2_CORES:-4,5} PAIR_CORES=${PAIR_CORE
 END=$((SECONDS + DEADLINE_S))
 left() { echo $((END - SECONDS)); }
 scaled() { python3 -c "print(max(0.01, round($1 * $FACTOR, 3)))"; }
-note="lent H200 machine's 16-core host, $(date -u +%FT%TZ)"
+note="lent GPU machine's $(nproc)-core host, $(date -u +%FT%TZ)"
 { nproc; lscpu; nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.is_available())"; } \
   > "$OUT/logs/host.txt" 2>&1
 
 accuracy() {  # CORES RESULTS LOOP:SCALE ...; worst rows first: the deadline cuts the end of the list
   local cores=$1 results=$2
   shift 2
-  cp benchmarks/results/client_scripts_h100host.json "$results"
+  cp benchmarks/results/client_scripts_h200host.json "$results"  # a results file to add rows to
   for spec in "$@"; do
     [ "$(left)" -gt 90 ] || { echo "deadline: ${spec%%:*} and later loops not measured"; break; }
     timeout "$(( $(left) - 5 ))" taskset -c "$cores" python3 benchmarks/client_scripts.py --accuracy-only \
@@ -56,9 +57,9 @@ accuracy() {  # CORES RESULTS LOOP:SCALE ...; worst rows first: the deadline cut
 }
 
 overhead() {
-  cp benchmarks/results/client_scripts.json "$OUT/overhead_h200host.json"
+  cp benchmarks/results/client_scripts.json "$OUT/overhead_lenthost.json"
   timeout "$(( $(left) - 5 ))" taskset -c "$PAIR_CORES" python3 benchmarks/client_scripts.py --overhead-only --pairs 6 \
-    --scale "$(scaled 8)" --results "$OUT/overhead_h200host.json" \
+    --scale "$(scaled 8)" --results "$OUT/overhead_lenthost.json" \
     --note "interleaved pairs on cores 2-3 of the $note" || echo "overhead: exit $?"
 }
 
@@ -67,18 +68,23 @@ gpu() {  # nanoGPT with and without the profiler's per-step GPU synchronisation 
     [ "$(left)" -gt 150 ] || break
     timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/public_examples.py \
       --nanogpt .devrun/nanogpt --accel --size "$(scaled 0.5)" --only nanogpt $sync \
-      --results "$OUT/public_examples_h200_nanogpt${sync:+_nosync}.json" --note "nanoGPT on the GPU $sync, $note" \
+      --results "$OUT/public_examples_gpu_nanogpt${sync:+_nosync}.json" --note "nanoGPT on the GPU $sync, $note" \
       || echo "nanogpt $sync: exit $?"
   done
-  if [ "${SWEEP:-1}" = 1 ]; then  # SWEEP=0 once this GPU's graph sweep is in benchmarks/results
+  local gpu_name
+  gpu_name=$(python3 -c "import torch; from trainwise.catalog import load_catalog
+from trainwise.predict.measure import accelerator_of_device_name as a
+print(a(torch.cuda.get_device_name(), load_catalog()))" 2>/dev/null)
+  # a GPU whose graph sweep is already in benchmarks/results is not swept again (SWEEP=1 forces it)
+  if [ "${SWEEP:-0}" = 1 ] || [ ! -f "benchmarks/results/kernel_sweep_${gpu_name:-none}_graph.csv" ]; then
     timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/kernel_sweep.py --graph --budget-s 100 \
       --output-dir "$OUT/logs/sweep" || echo "kernel sweep: exit $?"  # in logs.tgz (at most 8 files come back)
   fi
   for name in mnist vae gat dcgan siamese_network mnist_rnn; do
     [ "$(left)" -gt 60 ] || { echo "deadline: $name and later examples not measured"; break; }
     timeout "$(( $(left) - 5 ))" taskset -c "$GPU_CORES" python3 benchmarks/public_examples.py --examples .devrun/examples \
-      --accel --size "$(scaled 0.5)" --only "$name" \
-      --results "$OUT/public_examples_h200.json" --note "on the GPU (--accel) of the $note" || echo "$name: exit $?"
+      --accel --size "$(scaled 1)" --only "$name" \
+      --results "$OUT/public_examples_gpu.json" --note "on the GPU (--accel) of the $note" || echo "$name: exit $?"
   done
 }
 
