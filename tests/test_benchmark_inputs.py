@@ -143,3 +143,21 @@ def test_synthetic_cora_has_the_format_and_sizes_the_graph_attention_example_rea
     assert content.shape == (2708, 1435) and cites.shape == (5429, 2)
     assert len(np.unique(content[:, -1])) == 7 and set(content[:, 1:-1].ravel()) == {"0", "1"}
     assert set(cites.ravel()) <= set(content[:, 0].astype(np.int32))
+
+
+def test_the_lent_host_script_parses_and_its_inputs_are_in_the_repository():
+    """benchmarks/lent_host.sh runs once on a lent GPU machine, with no second try: its shell parses, every results
+    file it copies exists, every benchmark flag it passes is one the benchmark takes (a removed results file broke
+    its first form)."""
+    import re
+
+    script = BENCHMARKS / "lent_host.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text(encoding="utf-8")
+    copied = re.findall(r"cp (benchmarks/results/\S+\.json)", text)
+    assert copied and all((BENCHMARKS.parent / path).is_file() for path in copied), copied
+    helps = " ".join(run(name, "--help").stdout for name in ("client_scripts.py", "public_examples.py", "kernel_sweep.py"))
+    code = "\n".join(line.split("#")[0] for line in text.splitlines() if not line.lstrip().startswith("#"))
+    pip_flags = {"--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade", "--target"}
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", code)) - pip_flags
+    assert "--no-cuda-sync" in flags and all(f in helps for f in flags), sorted(f for f in flags if f not in helps)
