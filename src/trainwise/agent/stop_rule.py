@@ -264,7 +264,8 @@ def decide(times_s: Sequence[float], sampling_s: float, settings: StopSettings, 
         reason = "max_iterations"
     elif sampling_s >= settings.max_seconds:
         reason = "time_budget"
-    elif (budget is not None and not closure_capped and budget_may_stop(times_s, max(verdict.warmup_iterations, converging_steps), settings)
+    elif (budget is not None and not closure_capped
+          and budget_may_stop(times_s, max(verdict.warmup_iterations, converging_steps), settings)
           and sampling_s >= settings.min_budget_seconds
           and over_budget(times_s, sampling_s, budget, settings, iterations_to_check)):
         reason = "cost_budget"
