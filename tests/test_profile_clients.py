@@ -252,6 +252,16 @@ def test_a_step_budget_without_validation_is_one_epoch_after_a_tenth_of_it():
 
 
 @pytest.mark.long
+def test_a_validation_due_right_after_a_tenth_of_the_step_budget_is_still_seen():
+    """nanoGPT at 2,500 steps estimates its loss every 250th: the wait for an epoch's end (a tenth of the steps) must
+    not end one step before that validation."""
+    profile = run_profile(client("step_budget_lm.py", "--max_iters=600", "--eval_interval=60"),
+                          ProfileOptions(min_iterations=6, max_iterations=30, min_profile_seconds=0, epoch2_iterations=2,
+                                         **QUICK), quiet=True)
+    assert profile.dataset.iterations_per_epoch == 60 and profile.validations
+
+
+@pytest.mark.long
 def test_a_smoke_test_subprocess_that_trains_briefly_gives_the_profile_up():
     """Its 3 steps owned the profile and, at its exit, would have been the profile (the launcher ending the job):
     a process the script started that ends before sampling could finish gives ownership up."""
