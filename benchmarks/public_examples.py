@@ -40,6 +40,9 @@ profiling_cost_fraction (median).
 Run: .venv/bin/python benchmarks/public_examples.py --examples PATH/TO/examples [--nanogpt PATH/TO/nanoGPT]
 [--mingpt PATH/TO/minGPT] [--size 1.0]
 [--only NAME ...]
+On a GPU, `--accel` runs each script there as its README does (nanoGPT: its GPU command, torch.compile on; the
+results of a lent H200: results/public_examples_h200.json), and `--no-cuda-sync` profiles without the wait for the
+GPU at each step's end (a diagnostic; benchmarks/lent_host.sh runs nanoGPT both ways).
 """
 
 from __future__ import annotations
