@@ -7,11 +7,12 @@ DataLoader, gradient accumulation; their epoch counts in --epochs, --n_epochs, -
 read from the script's own flag), the same-machine prediction of the whole run, then the plain run
 (`python script.py ARGS`, no trainwise) whose launch → exit wall time is the truth. Then interleaved
 pairs of plain runs and runs under `trainwise profile --full` (the agent armed for the whole run): the
-agent's overhead, the median of the per-pair ratios.
+agent's overhead, the median of the per-pair ratios; with `--abba` each pair is a block of plain, agent, agent,
+plain runs, so that a host whose level drifts over the block does not read as overhead.
 
 Writes benchmarks/results/client_scripts.json; `summary`: profiled_fraction, median_abs_error,
 max_abs_error, profiling_cost_fraction (median), agent_overhead.
-Run: .venv/bin/python benchmarks/client_scripts.py [--scale 1.0] [--pairs 2] [--only NAME ...]
+Run: .venv/bin/python benchmarks/client_scripts.py [--scale 1.0] [--pairs 2] [--abba] [--only NAME ...]
 On a quiet many-core host, `--accuracy-only --parallel-loops` measures every loop at once, each loop (its profile,
 then its plain run) pinned to `--cores-per-loop` cores of its own, so the rows take the time of the longest loop.
 `--scale` multiplies each loop's size; 6 gave plain runs of 21-49 s on the quiet 2-core VM (start-up is ~4 s
@@ -189,10 +190,31 @@ def measure(name: str, scale: float, options: ProfileOptions) -> dict:
         return profile_then_run(row, argv, options, name)
 
 
-def overhead_pairs(names: list[str], scale: float, pairs: int) -> list[dict]:
-    """Plain and instrumented runs of the same command, alternating which goes first."""
+def abba_block(plain_s: list[float], instrumented_s: list[float]) -> float:
+    """The agent's ratio of one plain, agent, agent, plain block: the sums of each side, whose mean times sit at the
+    block's middle, so a host level drifting linearly over the block cancels (plain-first pairs alone read a drift as
+    overhead: on the lent H200 host whatever ran second was 3-23 % slower)."""
+    if len(plain_s) != 2 or len(instrumented_s) != 2 or min(plain_s + instrumented_s) <= 0:
+        raise ValueError("an ABBA block has two plain and two instrumented run times, all > 0")
+    return sum(instrumented_s) / sum(plain_s)
+
+
+def overhead_pairs(names: list[str], scale: float, pairs: int, abba: bool = False) -> list[dict]:
+    """Plain and instrumented runs of the same command, alternating which goes first; with `abba`, each pair is a
+    block of four runs, plain, agent, agent, plain (`abba_block`)."""
     rows = []
-    for k in range(pairs):
+    for k in range(pairs if abba else 0):
+        name = names[k % len(names)]
+        with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
+            argv = command(name, scale, workdir)
+            first, instrumented, second = plain_run_s(argv), [instrumented_run_s(argv), instrumented_run_s(argv)], plain_run_s(argv)
+        ratio = abba_block([first, second], instrumented)
+        rows.append({"loop": name, "order": "abba", "plain_s": sum((first, second)) / 2,
+                     "instrumented_s": sum(instrumented) / 2, "plain_runs_s": [first, second],
+                     "instrumented_runs_s": instrumented, "ratio": ratio})
+        print(f"  block {k + 1}: {name} plain {first:.1f} / {second:.1f} s, under the agent "
+              f"{instrumented[0]:.1f} / {instrumented[1]:.1f} s: ratio {ratio:.3f}", flush=True)
+    for k in range(pairs if not abba else 0):
         name = names[k % len(names)]
         with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
             argv = command(name, scale, workdir)
@@ -358,6 +380,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies each loop's size (its run time)")
     parser.add_argument("--pairs", type=int, default=2, help="interleaved plain/instrumented pairs for the overhead")
+    parser.add_argument("--abba", action="store_true",
+                        help="each interleaved pair a block of four runs (plain, agent, agent, plain): a linear drift of "
+                             "the host's level cancels")
     parser.add_argument("--only", nargs="*", choices=sorted(LOOPS), help="these loops only")
     parser.add_argument("--note", default="", help="a sentence kept in the results (how and where it ran)")
     parser.add_argument("--flush-denormals", action="store_true",
@@ -435,7 +460,7 @@ def main() -> None:
         atomic_write_text(args.results, json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["summary"], indent=2))
         return
-    pairs = overhead_pairs(names, args.scale, args.pairs)
+    pairs = overhead_pairs(names, args.scale, args.pairs, args.abba)
     concurrent = (concurrent_pairs(names, args.scale, args.concurrent_pairs, assigned, args.parallel_loops)
                   if args.concurrent_pairs else [])
     interleaved = statistics.median(p["ratio"] for p in pairs) - 1 if pairs else None
@@ -443,7 +468,9 @@ def main() -> None:
     summary = {
         **accuracy_summary(rows),
         "agent_overhead": side_by_side if concurrent else interleaved,
-        "agent_overhead_method": "concurrent pairs (median ratio − 1)" if concurrent else "interleaved pairs (median ratio − 1)",
+        "agent_overhead_method": "concurrent pairs (median ratio − 1)" if concurrent else (
+            "interleaved ABBA blocks (plain, agent, agent, plain; median ratio − 1)" if args.abba
+            else "interleaved pairs (median ratio − 1)"),
         "agent_overhead_interleaved": interleaved,
         "agent_overhead_concurrent": side_by_side,
         "agent_overhead_concurrent_range": [min(p["ratio"] for p in concurrent) - 1, max(p["ratio"] for p in concurrent) - 1]

@@ -82,6 +82,21 @@ def test_core_pairs_gives_each_parallel_loop_its_own_two_cores():
     assert core_pairs([5, 1, 3, 2], 3, parallel=False) == [(1, 2)] * 3
 
 
+def test_an_abba_block_cancels_a_linear_drift_that_plain_first_pairs_read_as_overhead():
+    sys.path.insert(0, str(BENCHMARKS))
+    from client_scripts import abba_block
+
+    # a host 5 % slower each run, an agent costing exactly 1 %: runs at t = 0, 1, 2, 3 of 20 s each
+    level = [1.0 + 0.05 * t for t in range(4)]
+    plain_first, agent, agent_again, plain_last = 20 * level[0], 20.2 * level[1], 20.2 * level[2], 20 * level[3]
+    assert agent / plain_first - 1 > 0.05  # a plain-first pair reads the drift as overhead
+    assert abba_block([plain_first, plain_last], [agent, agent_again]) == pytest.approx(1.01)
+    with pytest.raises(ValueError):
+        abba_block([20.0], [20.0, 20.0])
+    with pytest.raises(ValueError):
+        abba_block([20.0, 0.0], [20.0, 20.0])
+
+
 def test_client_scripts_accuracy_only_replaces_the_measured_loops_and_keeps_the_overhead(tmp_path):
     sys.path.insert(0, str(BENCHMARKS))
     from client_scripts import with_new_accuracy_rows
