@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from trainwise.agent import warning_origin
 from trainwise.agent.events import (CheckpointLoad, CheckpointSave, DdpBuilt, EventBus, LoaderBuilt,
                                     LoaderIteratorBuilt, ModuleBuilt, OptimizerBuilding, OptimizerBuilt,
                                     OptimizerStateLoad, OptimizerStep, ScalerBuilt, SchedulerBuilt,
@@ -106,6 +107,7 @@ class TorchPatch:
         import torch
 
         self.torch = torch
+        warning_origin.install()  # library warnings keep naming the script's code, not these wrappers
         self._patch_constructors(torch)
         self._patch_steps(torch)
         self._patch_loaders(torch)
