@@ -47,7 +47,10 @@ def test_a_usage_error_points_at_the_help_of_the_command_that_was_mistyped(capsy
     # `trainwise plan job.json` (the profile belongs after --profile): the top-level help lists only
     # the commands, so the hint must name `trainwise plan --help`, which lists --profile.
     code, _, err = run_cli(capsys, "plan", "job.json")
-    assert_one_line_error(code, err, "unexpected extra argument(s) (job.json); see `trainwise plan --help`")
+    assert_one_line_error(code, err, "unexpected extra argument(s) (job.json): a profile goes after --profile "
+                                     "(trainwise plan --profile job.json); see `trainwise plan --help`")
+    code, _, err = run_cli(capsys, "plan", "fastest")
+    assert_one_line_error(code, err, "unexpected extra argument(s) (fastest); see `trainwise plan --help`")
     code, _, err = run_cli(capsys, "device", "predict", "--bogus", "1")
     assert_one_line_error(code, err, "see `trainwise device predict --help`")
     code, _, err = run_cli(capsys, "nosuchcommand")

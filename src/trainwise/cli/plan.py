@@ -30,7 +30,9 @@ class _PlanGroup(TyperGroup):
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
-            ctx.fail(f"Got unexpected extra argument(s) ({' '.join(args)})")
+            # `trainwise predict PROFILE` takes it positionally; plan's subcommands take the word
+            hint = f": a profile goes after --profile (trainwise plan --profile {args[0]})" if args[0].endswith(".json") else ""
+            ctx.fail(f"Got unexpected extra argument(s) ({' '.join(args)}){hint}")
         return super().resolve_command(ctx, args)
 
 
