@@ -199,22 +199,32 @@ def abba_block(plain_s: list[float], instrumented_s: list[float]) -> float:
     return sum(instrumented_s) / sum(plain_s)
 
 
-def overhead_pairs(names: list[str], scale: float, pairs: int, abba: bool = False) -> list[dict]:
-    """Plain and instrumented runs of the same command, alternating which goes first; with `abba`, each pair is a
-    block of four runs, plain, agent, agent, plain (`abba_block`)."""
+def abba_blocks(names: list[str], scale: float, blocks: int) -> list[dict]:
+    """`blocks` blocks of four runs of the same command, plain, agent, agent, plain (`abba_block`), one loop each in turn."""
     rows = []
-    for k in range(pairs if abba else 0):
+    for k in range(blocks):
         name = names[k % len(names)]
         with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
             argv = command(name, scale, workdir)
-            first, instrumented, second = plain_run_s(argv), [instrumented_run_s(argv), instrumented_run_s(argv)], plain_run_s(argv)
+            first = plain_run_s(argv)
+            instrumented = [instrumented_run_s(argv), instrumented_run_s(argv)]
+            second = plain_run_s(argv)
         ratio = abba_block([first, second], instrumented)
-        rows.append({"loop": name, "order": "abba", "plain_s": sum((first, second)) / 2,
+        rows.append({"loop": name, "order": "abba", "plain_s": (first + second) / 2,
                      "instrumented_s": sum(instrumented) / 2, "plain_runs_s": [first, second],
                      "instrumented_runs_s": instrumented, "ratio": ratio})
         print(f"  block {k + 1}: {name} plain {first:.1f} / {second:.1f} s, under the agent "
               f"{instrumented[0]:.1f} / {instrumented[1]:.1f} s: ratio {ratio:.3f}", flush=True)
-    for k in range(pairs if not abba else 0):
+    return rows
+
+
+def overhead_pairs(names: list[str], scale: float, pairs: int, abba: bool = False) -> list[dict]:
+    """Plain and instrumented runs of the same command, alternating which goes first; with `abba`, each pair is a
+    block of four runs instead (`abba_blocks`)."""
+    if abba:
+        return abba_blocks(names, scale, pairs)
+    rows = []
+    for k in range(pairs):
         name = names[k % len(names)]
         with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
             argv = command(name, scale, workdir)

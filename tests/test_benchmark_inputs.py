@@ -97,6 +97,28 @@ def test_an_abba_block_cancels_a_linear_drift_that_plain_first_pairs_read_as_ove
         abba_block([20.0, 0.0], [20.0, 20.0])
 
 
+def test_abba_blocks_run_plain_agent_agent_plain_one_loop_each_in_turn(monkeypatch):
+    sys.path.insert(0, str(BENCHMARKS))
+    import client_scripts
+
+    calls: list[str] = []
+    clock = iter(range(1, 100))
+
+    def timed(kind):
+        def run(argv):
+            calls.append(f"{kind}:{Path(argv[1]).stem}")
+            return 10.0 + next(clock)  # the host slows by a second each run
+        return run
+
+    monkeypatch.setattr(client_scripts, "plain_run_s", timed("plain"))
+    monkeypatch.setattr(client_scripts, "instrumented_run_s", timed("agent"))
+    rows = client_scripts.overhead_pairs(["tensor_validation", "manual_sgd_lm"], 0.01, 2, abba=True)
+    assert [c.split(":")[0] for c in calls] == ["plain", "agent", "agent", "plain"] * 2
+    assert [r["loop"] for r in rows] == ["tensor_validation", "manual_sgd_lm"]
+    assert all(r["order"] == "abba" and r["ratio"] == pytest.approx(1.0) for r in rows)  # the drift cancels
+    assert rows[0]["plain_runs_s"] == [11.0, 14.0] and rows[0]["instrumented_runs_s"] == [12.0, 13.0]
+
+
 def test_client_scripts_accuracy_only_replaces_the_measured_loops_and_keeps_the_overhead(tmp_path):
     sys.path.insert(0, str(BENCHMARKS))
     from client_scripts import with_new_accuracy_rows
