@@ -21,7 +21,7 @@
 #     pydantic pydantic_core annotated-types typing-inspection typing_extensions   (the versions of requirements/run.txt)
 # then one call: command `bash benchmarks/lent_host.sh $OUT 520 1`, carry [".devrun"], timeout 570 s (of 15 minutes).
 set -u
-OUT=${1:?usage: bash benchmarks/lent_host.sh OUT_DIR [DEADLINE_S] [SCALE_FACTOR]}
+OUT=${1:?usage: bash benchmarks/lent_host.sh OUT_DIR [DEADLINE_S] [SCALE_FACTOR] [PHASE1_S]}
 DEADLINE_S=${2:-480}
 FACTOR=${3:-1}
 PHASE1_S=${4:-330}

@@ -34,16 +34,14 @@ def install(package_dir: str = PACKAGE_DIR) -> Callable[[], None]:
 
     @functools.wraps(previous)
     def warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None, **kwargs: Any) -> None:
-        try:
-            caller = sys._getframe(1)
-            if not _trainwise_frame(caller, package_dir):  # trainwise's own warnings keep their stacklevel
-                named = caller
-                for _ in range(int(stacklevel) - 1):
-                    named = named.f_back if named is not None else None
-                while named is not None and _trainwise_frame(named, package_dir):
-                    named, stacklevel = named.f_back, int(stacklevel) + 1
-        except (TypeError, ValueError):  # a stacklevel that is not a number: warnings.warn says so
-            pass
+        caller = sys._getframe(1)
+        # trainwise's own warnings keep their stacklevel; a stacklevel that is not an int is warnings.warn's to refuse
+        if isinstance(stacklevel, int) and not _trainwise_frame(caller, package_dir):
+            named = caller
+            for _ in range(stacklevel - 1):
+                named = named.f_back if named is not None else None
+            while named is not None and _trainwise_frame(named, package_dir):
+                named, stacklevel = named.f_back, stacklevel + 1
         return previous(message, category, stacklevel + 1 if isinstance(stacklevel, int) else stacklevel, source,
                         **kwargs)
 
