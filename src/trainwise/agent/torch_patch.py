@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainwise.agent import warning_origin
+from trainwise.agent.compiled_code import agent_caused_warning, register_hook, with_agent_hooks_eager
 from trainwise.agent.events import (CheckpointLoad, CheckpointSave, DdpBuilt, EventBus, LoaderBuilt,
                                     LoaderIteratorBuilt, ModuleBuilt, OptimizerBuilding, OptimizerBuilt,
                                     OptimizerStateLoad, OptimizerStep, ScalerBuilt, SchedulerBuilt,
@@ -108,6 +109,8 @@ class TorchPatch:
 
         self.torch = torch
         warning_origin.install()  # library warnings keep naming the script's code, not these wrappers
+        # torch.compile warns of global module hooks: while the only ones are the agent's, the plain run would not
+        warning_origin.suppress(agent_caused_warning(torch))
         self._patch_constructors(torch)
         self._patch_steps(torch)
         self._patch_loaders(torch)
@@ -157,6 +160,16 @@ class TorchPatch:
         optimizer_class.load_state_dict = optimizer_load_state_dict
 
         module_class = torch.nn.Module
+        original_compile = getattr(module_class, "compile", None)  # torch >= 2.2
+        if original_compile is not None:
+            def module_compile(module, *args, **kwargs):
+                result = original_compile(module, *args, **kwargs)
+                compiled_call = getattr(module, "_compiled_call_impl", None)
+                if compiled_call is not None:  # the agent's hooks run around the compiled code, not in it
+                    module._compiled_call_impl = with_agent_hooks_eager(torch, module, compiled_call)
+                return result
+
+            module_class.compile = module_compile
         original_train = module_class.train
 
         def module_train(module, mode: bool = True):
@@ -251,13 +264,15 @@ class TorchPatch:
         """Register torch's global module forward hooks for a subscriber, here with the other patches:
         `pre(module, args)` before every module's forward, `post(module, args, kwargs, output)` after it
         (only a post hook receives keyword inputs). The handles' remove() takes them out: the recorder
-        keeps them for the first iteration only (every module call of every step pays for them)."""
-        hooks = self.torch.nn.modules.module
+        keeps them for the first iteration only (every module call of every step pays for them). Code that
+        torch.compile traces runs none of them (trainwise.agent.compiled_code)."""
+        torch = self.torch
+        hooks = torch.nn.modules.module
         handles = []
         if pre is not None:
-            handles.append(hooks.register_module_forward_pre_hook(pre))
+            handles.append(register_hook(torch, hooks.register_module_forward_pre_hook, pre))
         if post is not None:
-            handles.append(hooks.register_module_forward_hook(post, with_kwargs=True))
+            handles.append(register_hook(torch, hooks.register_module_forward_hook, post, with_kwargs=True))
         return handles
 
     def _patch_optimizer_new(self) -> None:

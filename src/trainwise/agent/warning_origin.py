@@ -7,7 +7,8 @@ wrapper, and `python train.py` under the agent printed "trainwise/agent/torch_pa
 raised outside trainwise whose named frame is trainwise's moves one frame out per trainwise frame, so it names
 what the plain run names and its once-per-location registry is that frame's. Nothing else changes: warnings
 raised by C code (`PyErr_WarnEx`) or by modules that bound `warn` before the agent installed keep their
-location. Standard library only: this runs in the training process.
+location. A warning the agent itself causes (torch.compile's about global module hooks: the agent's are the only
+ones) is dropped by a predicate registered with `suppress`. Standard library only: this runs in the training process.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Predicates of a warning's message: True drops it (a warning the plain run would not print)
+_SUPPRESSORS: list[Callable[[Any], bool]] = []
+
+
+def suppress(predicate: Callable[[Any], bool]) -> None:
+    """Drop the warnings whose message `predicate` accepts (registered once per cause)."""
+    if predicate not in _SUPPRESSORS:
+        _SUPPRESSORS.append(predicate)
 
 
 def _trainwise_frame(frame: Any, package_dir: str) -> bool:
@@ -34,6 +43,8 @@ def install(package_dir: str = PACKAGE_DIR) -> Callable[[], None]:
 
     @functools.wraps(previous)
     def warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None, **kwargs: Any) -> None:
+        if _SUPPRESSORS and any(accepts(message) for accepts in _SUPPRESSORS):
+            return None
         caller = sys._getframe(1)
         # trainwise's own warnings keep their stacklevel; a stacklevel that is not an int is warnings.warn's to refuse
         if isinstance(stacklevel, int) and not _trainwise_frame(caller, package_dir):

@@ -100,13 +100,14 @@ class WorkloadCapture:
             self.notes.append("workload characterisation skipped: no model forward pass was seen")
             return
         try:
+            from trainwise.agent.trace.live import unwrap_model
             from trainwise.agent.trace.optimizers import optimizer_name_of
             from trainwise.agent.trace.step import trace_training_step
 
             optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
             # No optimizer object, iterations from autograd: a hand-written update, p -= lr * grad (SGD's traffic)
             fallback = "sgd" if self._autograd_noted else "sgd_momentum"
-            name = self.config.get("workload") or type(model).__name__
+            name = self.config.get("workload") or type(unwrap_model(model)).__name__  # not torch.compile's wrapper
             # The reason a trace fails is the profile's note, not a warning in the middle of the job's output.
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")

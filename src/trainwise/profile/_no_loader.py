@@ -8,26 +8,14 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 import weakref
 
 from trainwise.agent import stop_rule
+from trainwise.agent.compiled_code import compiled_in_process, register_module_pre_hook
 from trainwise.agent.events import ModelForward
 from trainwise.agent.regions import ValidationRegion
 from trainwise.profile._loop_length import read_loop_length
-
-
-def _compiled_in_process() -> bool:
-    """torch.compile has compiled a frame in this process: a module hook added or removed would then recompile the
-    model (its guards cover the hooks), so the recorder's hook is left where it is."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    if utils is None:
-        return False
-    try:
-        return bool(utils.counters["frames"]["total"] or utils.counters["stats"]["unique_graphs"])
-    except Exception:  # noqa: BLE001 - an unknown torch: assume it compiles
-        return True
 
 
 def _tensor_pass(batches: int) -> dict:
@@ -184,7 +172,7 @@ class LoopsWithoutLoader:
             return None
 
         self._model_called = model_called
-        self._model_forward_hook = model.register_forward_pre_hook(model_called)
+        self._model_forward_hook = register_module_pre_hook(torch, model, model_called)
         if self.current_train_state is None and not self.epochs:
             self.epochs.append({"index": 0, "start_s": first_start_s, "end_s": None, "iterations": len(self.iterations),
                                 "truncated": False, "batches_per_epoch": None})
@@ -197,7 +185,7 @@ class LoopsWithoutLoader:
         if (self._model_hook_stays or state.role != "train" or state.undecided or not epochs
                 or epochs[-1]["end_s"] is not None or self._regions.current is not None):
             return
-        if _compiled_in_process():
+        if compiled_in_process():
             self._model_hook_stays = True
             return
         self._model_forward_hook.remove()
@@ -210,7 +198,7 @@ class LoopsWithoutLoader:
         self._model_hook_parked = False
         model = self._model_ref() if self._model_ref is not None else None
         if model is not None and not self.finished:
-            self._model_forward_hook = model.register_forward_pre_hook(self._model_called)
+            self._model_forward_hook = register_module_pre_hook(self._torch, model, self._model_called)
 
     @contextlib.contextmanager
     def model_hook_detached(self):
@@ -221,11 +209,11 @@ class LoopsWithoutLoader:
         if model is None or handle is None:
             yield
             return
-        handle.remove()
+        handle.detach()  # off for real, even after a compile: a pickled hook would carry the recorder
         try:
             yield
         finally:
-            self._model_forward_hook = model.register_forward_pre_hook(self._model_called)
+            self._model_forward_hook = register_module_pre_hook(self._torch, model, self._model_called)
 
     def _on_region_start(self, region: ValidationRegion) -> None:
         if self._dataloader_validation or self.finished:

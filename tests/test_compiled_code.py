@@ -1,0 +1,164 @@
+"""The agent's module hooks and torch.compile: compiled code holds nothing of them (no graph break, so
+`fullgraph=True` compiles; no guard on them, so taking them off recompiles nothing), and a module compiled in
+place (`module.compile()`) is still seen. dynamo's "eager" backend: the tracing and guards, without code
+generation (fast)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainwise.agent import compiled_code, warning_origin
+from trainwise.agent.compiled_code import (CompiledCodeSafeHook, agent_caused_warning, register_hook,
+                                           register_module_pre_hook, with_agent_hooks_eager)
+from trainwise.profile.schema import load_profile
+
+CLIENTS = Path(__file__).parent / "scripts" / "clients"
+GLOBAL = torch.nn.modules.module
+
+
+def _fake_torch(compiling: bool):
+    return types.SimpleNamespace(compiler=types.SimpleNamespace(is_compiling=lambda: compiling))
+
+
+def test_a_safe_hook_runs_eagerly_and_not_while_traced_nor_once_retired():
+    calls = []
+    eager = CompiledCodeSafeHook(_fake_torch(False), lambda *args: calls.append(args) or "result")
+    assert eager("module", ("x",)) == "result" and calls == [("module", ("x",))]
+    traced = CompiledCodeSafeHook(_fake_torch(True), lambda *args: calls.append(args))
+    assert traced("module", ()) is None and len(calls) == 1
+    eager.retire()
+    assert eager("module", ()) is None and len(calls) == 1
+
+
+def test_taking_a_hook_off_after_a_compile_retires_it_and_detach_always_removes(monkeypatch):
+    removed = []
+    handle = types.SimpleNamespace(remove=lambda: removed.append(True))
+    hook = CompiledCodeSafeHook(_fake_torch(False), lambda *args: None)
+    hook.handle = handle
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils",
+                        types.SimpleNamespace(counters={"frames": {"total": 3}, "stats": {}}))
+    hook.remove()  # a frame was compiled: its guards may cover the hook tables
+    assert hook.retired and removed == [] and hook.handle is handle
+    hook.detach()  # torch.save of the module must not pickle the hook
+    assert removed == [True] and hook.handle is None
+    fresh = CompiledCodeSafeHook(_fake_torch(False), lambda *args: None)
+    fresh.handle = types.SimpleNamespace(remove=lambda: removed.append("fresh"))
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils",
+                        types.SimpleNamespace(counters={"frames": {"total": 0}, "stats": {"unique_graphs": 0}}))
+    fresh.remove()
+    assert removed == [True, "fresh"]
+
+
+def _eager_compile_counters():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    return torch._dynamo.utils.counters
+
+
+def test_a_fullgraph_compile_under_the_agents_global_hooks_neither_breaks_nor_recompiles_when_they_come_off():
+    counters = _eager_compile_counters()
+    seen = []
+
+    def timing_hook(module, args):  # what the recorder's hooks do: read the clock (a graph break when traced)
+        seen.append((type(module).__name__, time.perf_counter()))
+
+    hook = register_hook(torch, GLOBAL.register_module_forward_pre_hook, timing_hook)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's about global hooks (the agent's warning_origin drops it)
+            compiled(torch.ones(3, 4)).sum().backward()
+        graphs = counters["stats"]["unique_graphs"]
+        assert graphs >= 1 and not counters["graph_break"]
+        # only the calls torch runs eagerly are seen (the wrapper's), none of the traced submodules'
+        assert "Linear" not in {name for name, _ in seen} and "OptimizedModule" in {name for name, _ in seen}
+        hook.remove()  # after a compile: retired, not removed
+        assert hook.retired and len(GLOBAL._global_forward_pre_hooks) >= 1
+        calls = len(seen)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled(torch.ones(3, 4)).sum().backward()
+        assert counters["stats"]["unique_graphs"] == graphs and len(seen) == calls
+    finally:
+        hook.detach()
+        torch._dynamo.reset()
+
+
+def test_a_module_compiled_in_place_is_seen_and_a_hook_added_later_recompiles_nothing():
+    counters = _eager_compile_counters()
+    seen = []
+    global_hook = register_hook(torch, GLOBAL.register_module_forward_hook,
+                                lambda module, args, kwargs, output: seen.append(("post", type(module).__name__)),
+                                with_kwargs=True)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        model.compile(backend="eager", fullgraph=True)
+        model._compiled_call_impl = with_agent_hooks_eager(torch, model, model._compiled_call_impl)
+        model(torch.ones(3, 4))
+        assert seen == [("post", "Sequential")]  # the model itself, around its compiled call
+        graphs = counters["stats"]["unique_graphs"]
+        model_hook = register_module_pre_hook(torch, model, lambda module, args: seen.append(("pre", len(args))))
+        assert not model._forward_pre_hooks  # beside the module, not in its (guarded) hook table
+        model(torch.ones(3, 4))
+        assert seen[-2:] == [("pre", 1), ("post", "Sequential")] and counters["stats"]["unique_graphs"] == graphs
+        model_hook.detach()
+        model(torch.ones(3, 4))
+        assert seen[-1] == ("post", "Sequential") and ("pre", 1) not in seen[-1:]
+    finally:
+        global_hook.detach()
+        torch._dynamo.reset()
+
+
+def test_torch_compiles_global_hooks_warning_is_dropped_only_while_every_global_hook_is_the_agents():
+    caused = agent_caused_warning(torch)
+    message = compiled_code.GLOBAL_HOOKS_WARNING + " on modules (e.g., from `register_module_forward_hook`); ..."
+    agent = register_hook(torch, GLOBAL.register_module_forward_pre_hook, lambda module, args: None)
+    try:
+        assert caused(message) and caused(UserWarning(message)) and not caused("another warning")
+        users = GLOBAL.register_module_forward_hook(lambda module, args, output: None)
+        try:
+            assert not caused(message)  # the job's own global hook: the warning is the plain run's too
+        finally:
+            users.remove()
+    finally:
+        agent.detach()
+    uninstall = warning_origin.install()
+    warning_origin.suppress(caused)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            agent = register_hook(torch, GLOBAL.register_module_forward_pre_hook, lambda module, args: None)
+            warnings.warn(message, UserWarning)
+            agent.detach()
+            warnings.warn("kept", UserWarning)
+    finally:
+        uninstall()
+        warning_origin._SUPPRESSORS.remove(caused)
+    assert [str(w.message) for w in caught] == ["kept"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("in_place", [False, True], ids=["torch.compile(model)", "model.compile()"])
+def test_a_fullgraph_compiled_model_is_profiled_without_graph_breaks_or_the_agents_warning(tmp_path, in_place):
+    # before: the recorder's hooks were traced into the model, and fullgraph=True failed before the first iteration
+    out = tmp_path / "profile.json"
+    command = [str(Path(sys.executable).with_name("trainwise")), "profile", "-o", str(out), "--", sys.executable,
+               str(CLIENTS / "compiled_model.py"), "--backend", "eager", "--epochs", "3", *(["--in-place"] if in_place else [])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TORCH_LOGS": "graph_breaks"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Graph break" not in done.stderr and "global hooks" not in done.stderr
+    profile = load_profile(out)
+    assert len(profile.iterations) == 3 * 64 and profile.characterisation.model == "Sequential"
+    assert [(v.batches_timed, v.batches_total) for v in profile.validations] == [(4, 4)] * 3
