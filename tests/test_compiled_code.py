@@ -93,6 +93,7 @@ def test_a_fullgraph_compile_under_the_agents_global_hooks_neither_breaks_nor_re
     finally:
         hook.detach()
         torch._dynamo.reset()
+        counters.clear()  # later tests of this process: nothing compiled here (compiled_in_process)
 
 
 def test_a_module_compiled_in_place_is_seen_and_a_hook_added_later_recompiles_nothing():
@@ -118,6 +119,7 @@ def test_a_module_compiled_in_place_is_seen_and_a_hook_added_later_recompiles_no
     finally:
         global_hook.detach()
         torch._dynamo.reset()
+        counters.clear()  # later tests of this process: nothing compiled here (compiled_in_process)
 
 
 def test_torch_compiles_global_hooks_warning_is_dropped_only_while_every_global_hook_is_the_agents():
