@@ -23,7 +23,9 @@ With `--nanogpt DIR` (a checkout of github.com/karpathy/nanoGPT), also its `trai
 CPU (`config/train_shakespeare_char.py --device=cpu --compile=False ... --max_iters=2000`): settings as
 module-level globals set by its configurator, batches drawn from a memory map (no DataLoader), the loss estimated
 every 250 iterations, a checkpoint when it improves, the run bound by `max_iters`, not epochs; the scripts and
-config are copied to a scratch folder beside synthetic characters in shakespeare_char's format (vocabulary 65).
+config are copied to a scratch folder beside synthetic characters in shakespeare_char's format (vocabulary 65);
+and `nanogpt_compiled`, the same command with `--compile=True` (its default: the compiled model must hold nothing of
+trainwise's hooks).
 With `--mingpt DIR` (a checkout of github.com/karpathy/minGPT), also `projects/chargpt/chargpt.py` (gpt-micro,
 batch 32, `--trainer.max_iters=1500`): its Trainer draws batches from a DataLoader over an endless sampler (10^10
 samples: an "epoch" of 312 million steps), the step budget is `config.trainer.max_iters`, and every 500 steps it
@@ -180,14 +182,15 @@ def write_mnist_like(raw: Path, seed: int = 0) -> None:
 SHAKESPEARE_CHARACTERS = "\n !$&',-.3:;?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
-def nanogpt(folder: Path, size: float, scratch: str) -> list[str]:
+def nanogpt(folder: Path, size: float, scratch: str, compiled: bool = False) -> list[str]:
     # Runs from a copy (it writes out-shakespeare-char/ and reads data/shakespeare_char/ relative to its folder)
-    run_dir = Path(scratch) / "nanogpt"
+    run_dir = Path(scratch) / ("nanogpt_compiled" if compiled else "nanogpt")
     shutil.copytree(folder, run_dir, ignore=shutil.ignore_patterns(".git", "assets", "*.ipynb"))
     write_characters_like(run_dir / "data" / "shakespeare_char")
     iterations = max(250, round(2000 * size / 250) * 250)
-    # its README's command for a CPU ("I only have a macbook")
-    return ["train.py", "config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+    # its README's command for a CPU ("I only have a macbook"); nanogpt_compiled: the same with its default
+    # torch.compile on (the agent's hooks must stay out of the compiled model)
+    return ["train.py", "config/train_shakespeare_char.py", "--device=cpu", f"--compile={compiled}", "--eval_iters=20",
             "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
             f"--max_iters={iterations}", f"--lr_decay_iters={iterations}", "--dropout=0.0"]
 
@@ -221,19 +224,21 @@ def mingpt(folder: Path, size: float, scratch: str) -> list[str]:
 
 
 EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist, "nanogpt": nanogpt,
+            "nanogpt_compiled": lambda folder, size, scratch: nanogpt(folder, size, scratch, compiled=True),
             "mingpt": mingpt, "mnist_hogwild": mnist_hogwild, "mnist_forward_forward": mnist_forward_forward,
             "vae": vae, "mnist_rnn": mnist_rnn, "siamese_network": siamese_network, "gat": gat}
 REQUIRED = {"word_language_model": ["main.py", "data/wikitext-2/train.txt", "data/wikitext-2/valid.txt",
                                     "data/wikitext-2/test.txt"], "dcgan": ["main.py"], "mnist": ["main.py"],
             "nanogpt": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"],
+            "nanogpt_compiled": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"],
             "mingpt": ["mingpt/trainer.py", "mingpt/model.py", "projects/chargpt/chargpt.py"],
             "mnist_hogwild": ["main.py", "train.py"], "mnist_forward_forward": ["main.py"], "vae": ["main.py"],
             "mnist_rnn": ["main.py"], "siamese_network": ["main.py"], "gat": ["main.py"]}
 PYTORCH_EXAMPLES = ("word_language_model", "dcgan", "mnist", "mnist_hogwild", "mnist_forward_forward", "vae", "mnist_rnn",
                     "siamese_network", "gat")
 # examples run from a copy of their folder in the scratch directory (they read data from a fixed relative path)
-RUN_IN_SCRATCH = {"mnist", "nanogpt", "mingpt", "mnist_hogwild", "mnist_forward_forward", "vae", "mnist_rnn",
-                  "siamese_network", "gat"}
+RUN_IN_SCRATCH = {"mnist", "nanogpt", "nanogpt_compiled", "mingpt", "mnist_hogwild", "mnist_forward_forward", "vae",
+                  "mnist_rnn", "siamese_network", "gat"}
 
 
 # --accel: the flags that put a script on the machine's accelerator (mnist, vae, siamese_network and gat use one
@@ -252,7 +257,7 @@ def measure(name: str, folder: Path, size: float, accel: bool = False, cuda_sync
     with tempfile.TemporaryDirectory(prefix="trainwise-examples-") as scratch:
         args = EXAMPLES[name](folder, size, scratch)
         if accel:
-            args = nanogpt_on_accelerator(size) if name == "nanogpt" else [*args, *ACCEL_FLAGS.get(name, [])]
+            args = nanogpt_on_accelerator(size) if name.startswith("nanogpt") else [*args, *ACCEL_FLAGS.get(name, [])]
         argv = [sys.executable, *args]
         row: dict = {"example": name, "command": argv[1:], "accel": accel, "cuda_sync": cuda_sync,
                      "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -282,11 +287,15 @@ def main() -> None:
     for name in ("nanogpt", "mingpt"):
         if getattr(args, name) is not None:
             folders[name] = getattr(args, name)
-    names = args.only or list(folders)
+    if args.nanogpt is not None:
+        folders["nanogpt_compiled"] = args.nanogpt
+    # on a GPU nanoGPT's own command compiles already: nanogpt_compiled would be the same run
+    names = args.only or [name for name in folders if not (args.accel and name == "nanogpt_compiled")]
     if not set(names) <= set(folders):
         lacking = sorted(set(names) - set(folders))
         sys.exit(f"error: --only {' '.join(lacking)} needs its checkout: give "
-                 + " ".join(f"--{name}" if name in ("nanogpt", "mingpt") else "--examples" for name in lacking))
+                 + " ".join(f"--{name.removesuffix('_compiled')}" if name.startswith(("nanogpt", "mingpt")) else "--examples"
+                            for name in lacking))
     missing = [f"{folders[n]}/{f}" for n in names for f in REQUIRED[n] if not (folders[n] / f).is_file()]
     if missing:
         sys.exit(f"error: {', '.join(missing)} missing: give --examples a checkout of github.com/pytorch/examples "

@@ -189,6 +189,50 @@ def test_watchdog_fires_once_after_its_limit_without_iterations():
     assert not quiet.check() and fired == [30.0]
 
 
+def test_watchdog_does_not_count_the_time_torch_compile_spends_compiling():
+    # nanoGPT compiled on the 2-core VM with an empty inductor cache: over 30 s before its first step
+    clock, compiling = [0.0], [False]
+    fired = []
+    dog = NoIterationWatchdog(30.0, lambda: False, lambda: fired.append(clock[0]), clock=lambda: clock[0],
+                              compiling=lambda: compiling[0])
+    dog.started_s = 0.0
+    clock[0] = 10.0
+    assert not dog.check()
+    compiling[0], clock[0] = True, 50.0  # 40 s inside the compiler
+    assert not dog.check() and dog.compiling_s == 40.0
+    compiling[0], clock[0] = False, 69.9
+    assert not dog.check()
+    clock[0] = 70.0
+    assert dog.check() and fired == [70.0]
+
+
+def test_a_thread_inside_torch_compiles_compiler_is_seen_and_one_running_compiled_code_is_not(tmp_path):
+    import os
+    import threading
+
+    from trainwise.agent.watchdog import a_thread_is_compiling
+
+    def thread_in(path: str) -> tuple[threading.Thread, threading.Event]:
+        namespace: dict = {}
+        exec(compile("def wait(event):\n    event.wait(5)\n", path, "exec"), namespace)
+        event = threading.Event()
+        thread = threading.Thread(target=namespace["wait"], args=(event,), daemon=True)
+        thread.start()
+        return thread, event
+
+    site = str(tmp_path / "site-packages" / "torch") + os.sep
+    running, stop_running = thread_in(site + os.path.join("_dynamo", "eval_frame.py"))
+    try:
+        assert not a_thread_is_compiling()
+        compiling, stop_compiling = thread_in(site + os.path.join("_dynamo", "convert_frame.py"))
+        assert a_thread_is_compiling() and not a_thread_is_compiling(skip_ident=compiling.ident)
+        stop_compiling.set()
+        compiling.join()
+        assert not a_thread_is_compiling()
+    finally:
+        stop_running.set()
+
+
 def test_watchdog_thread_calls_back():
     import threading
 

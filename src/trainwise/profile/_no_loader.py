@@ -49,7 +49,9 @@ class LoopsWithoutLoader:
             if self._iterations_seen_or_coming():
                 return
             self._characterise_tried = True  # nothing trained: no step to trace
-            self.notes.append(f"no training iteration within {self.no_iteration_limit_s:g} s of the first forward pass")
+            compiling_s = self._watchdog.compiling_s
+            self.notes.append(f"no training iteration within {self.no_iteration_limit_s:g} s of the first forward pass"
+                              + (f" ({compiling_s:.0f} s more of torch.compile compiling not counted)" if compiling_s >= 1 else ""))
             self._finish("no_iterations")
 
     def _on_autograd_iteration(self, t_s: float) -> None:
