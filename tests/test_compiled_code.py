@@ -19,6 +19,7 @@ import torch
 from trainwise.agent import compiled_code, warning_origin
 from trainwise.agent.compiled_code import (CompiledCodeSafeHook, agent_caused_warning, register_hook,
                                            register_module_pre_hook, with_agent_hooks_eager)
+from trainwise.predict.same_machine import trainwise_estimate
 from trainwise.profile.schema import load_profile
 
 CLIENTS = Path(__file__).parent / "scripts" / "clients"
@@ -164,3 +165,26 @@ def test_a_fullgraph_compiled_model_is_profiled_without_graph_breaks_or_the_agen
     profile = load_profile(out)
     assert len(profile.iterations) == 3 * 64 and profile.characterisation.model == "Sequential"
     assert [(v.batches_timed, v.batches_total) for v in profile.validations] == [(4, 4)] * 3
+    compiled = profile.torch_compile  # dynamo's eager backend: graphs, no inductor cache
+    assert compiled is not None and compiled.graphs >= 2 and compiled.compile_s > 0 and compiled.fx_cache_misses == 0
+    prediction = trainwise_estimate(profile, 3)
+    assert "torch.compile" not in prediction.note
+    cold = profile.model_copy(update={"torch_compile": compiled.model_copy(update={"fx_cache_misses": 3})})
+    assert "not in its cache: a run after this profile on this machine finds them cached" in trainwise_estimate(cold, 3).note
+
+
+def test_the_compile_summary_reads_dynamos_records_and_says_nothing_when_nothing_compiled(monkeypatch):
+    from collections import Counter, defaultdict
+
+    counters = defaultdict(Counter)
+    utils = types.SimpleNamespace(counters=counters, compilation_time_metrics={
+        "_compile.compile_inner": [2.0, 0.5], "compile_fx.<locals>.bw_compiler": [0.75], "bytecode_tracing": [9.0]})
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", utils)
+    assert compiled_code.compile_summary() is None  # no graph yet
+    counters["stats"]["unique_graphs"] = 2
+    counters["inductor"].update(fxgraph_cache_miss=3, fxgraph_cache_hit=1)
+    assert compiled_code.compile_summary() == {"compile_s": 3.25, "graphs": 2, "fx_cache_hits": 1, "fx_cache_misses": 3}
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace())  # another torch: nothing to say
+    assert compiled_code.compile_summary() is None
+    monkeypatch.delitem(sys.modules, "torch._dynamo.utils")
+    assert compiled_code.compile_summary() is None

@@ -143,3 +143,27 @@ def agent_caused_warning(torch: Any) -> Callable[[Any], bool]:
     def caused(message: Any) -> bool:
         return str(message).startswith(GLOBAL_HOOKS_WARNING) and only_agent_global_hooks(torch)
     return caused
+
+
+# dynamo's compile-time records (torch 2.x): the forward's whole compile, and the backward's, compiled at the first
+# backward pass
+COMPILE_TIME_KEYS = ("_compile.compile_inner", "compile_fx.<locals>.bw_compiler")
+
+
+def compile_summary() -> dict | None:
+    """What torch.compile did in this process so far: seconds compiling, graphs, inductor's FX-graph cache hits
+    and misses (a miss compiles code a later run on this machine finds in the cache). None when nothing compiled."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    try:
+        graphs = int(utils.counters["stats"]["unique_graphs"])
+        if graphs == 0:
+            return None
+        metrics = getattr(utils, "compilation_time_metrics", {})
+        times = [t for key in COMPILE_TIME_KEYS for t in metrics.get(key, [])]
+        inductor = utils.counters["inductor"]
+        return {"compile_s": float(sum(times)) if times else None, "graphs": graphs,
+                "fx_cache_hits": int(inductor["fxgraph_cache_hit"]), "fx_cache_misses": int(inductor["fxgraph_cache_miss"])}
+    except Exception:  # noqa: BLE001 - another torch keeps them elsewhere: nothing to say
+        return None

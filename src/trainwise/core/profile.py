@@ -246,6 +246,17 @@ class ScriptIterations(_Model):
     source: str = Field(description="where it was read, e.g. \"the script's module-level max_iters = 2000\"")
 
 
+class TorchCompile(_Model):
+    """What torch.compile did in the profiled process (its first iterations and validation pass compile)."""
+
+    compile_s: float | None = Field(default=None, ge=0, description="seconds compiling (dynamo's records), None if "
+                                    "this torch keeps none")
+    graphs: int = Field(ge=1, description="graphs compiled")
+    fx_cache_hits: int = Field(default=0, ge=0, description="inductor FX-graph cache hits")
+    fx_cache_misses: int = Field(default=0, ge=0, description="inductor FX-graph cache misses: compiled from scratch "
+                                 "here, found in the cache by a later run on this machine")
+
+
 class FullRun(_Model):
     """Recorded only with `--full`: the real totals the prediction is judged against."""
 
@@ -303,6 +314,8 @@ class Profile(_Model):
     # cannot be read (not Linux) or in profiles made before trainwise read it.
     sample_cpu_steal: float | None = Field(default=None, ge=0, le=1, description=(
         "share of the host's CPU time its hypervisor gave to other guests during the sampled steps (/proc/stat)"))
+    # None when nothing was compiled (or in profiles made before trainwise read it)
+    torch_compile: TorchCompile | None = None
     notes: list[str] = []
 
     # ---- persistence ----

@@ -351,6 +351,11 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
         notes.append(f"an epoch of {n_it:,} iterations, the training DataLoader's length (an endless sampler, as minGPT's "
                      "10^10 samples?): a loop that stops at a step count it does not read (`max_steps`, `max_iters`) "
                      "trains far less; pass --epochs 1 --iterations-per-epoch STEPS")
+    compiled = profile.torch_compile
+    if compiled is not None and compiled.fx_cache_misses and compiled.compile_s:
+        notes.append(f"includes {format_duration(compiled.compile_s)} of torch.compile compiling, measured with "
+                     f"{compiled.fx_cache_misses} inductor graph(s) not in its cache: a run after this profile on "
+                     "this machine finds them cached and compiles faster (how much faster is not measured)")
     level = host_level_correction(profile) if level_correction else None
     level_correction_s = 0.0
     if level is not None:

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from trainwise.agent import cpu_steal
+from trainwise.agent.compiled_code import compile_summary
 from trainwise.allocator import recorded_settings as recorded_allocator_settings
 from trainwise.core.host import cpu_model  # standard library only
 from trainwise.profile._iteration_log import record_json
@@ -126,6 +127,7 @@ class RecordOutput:
             "stability": self.stability,
             "level_probes": self.level_probes,
             "sample_cpu_steal": self._sample_cpu_steal(),
+            "torch_compile": compile_summary(),
             "marks": self.marks,
             "iterations": self.iterations,
             "validations": self.validations,

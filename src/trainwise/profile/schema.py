@@ -335,4 +335,5 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
         level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
         sample_cpu_steal=raw.get("sample_cpu_steal"),
+        torch_compile=raw.get("torch_compile"),
     )

@@ -83,6 +83,13 @@ def profile_table(profile: Profile) -> Table:
     if profile.sample_cpu_steal is not None and profile.sample_cpu_steal >= cpu_steal.NOTEWORTHY_STEAL:
         table.add_row("CPU steal", f"{profile.sample_cpu_steal:.1%}", "the hypervisor's share of this VM's CPU during "
                       "the sampled steps (/proc/stat): they ran slower than the host runs when its neighbours are idle")
+    compiled = profile.torch_compile
+    if compiled is not None:
+        cache = (f"; inductor compiled {compiled.fx_cache_misses} from scratch (not in its cache): a later run on this "
+                 "machine finds them cached and compiles faster" if compiled.fx_cache_misses else
+                 f"; inductor's cache held all {compiled.fx_cache_hits} it needed" if compiled.fx_cache_hits else "")
+        table.add_row("torch.compile", "—" if compiled.compile_s is None else format_duration(compiled.compile_s),
+                      f"{compiled.graphs} graph(s) captured, compiled inside T(It1) and the first validation pass{cache}")
     stopped = [f"stable after {s.stabilised_after} iterations"] if s.stabilised_after else []
     cut = next((e for e in profile.epochs if e.truncated and e.batches_per_epoch), None)
     if cut is not None:  # the job's own "epoch 1 ... time=" line times only what ran
