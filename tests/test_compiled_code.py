@@ -20,6 +20,7 @@ from trainwise.agent import compiled_code, warning_origin
 from trainwise.agent.compiled_code import (CompiledCodeSafeHook, agent_caused_warning, register_hook,
                                            register_module_pre_hook, with_agent_hooks_eager)
 from trainwise.predict.same_machine import trainwise_estimate
+from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import load_profile
 
 CLIENTS = Path(__file__).parent / "scripts" / "clients"
@@ -188,3 +189,25 @@ def test_the_compile_summary_reads_dynamos_records_and_says_nothing_when_nothing
     assert compiled_code.compile_summary() is None
     monkeypatch.delitem(sys.modules, "torch._dynamo.utils")
     assert compiled_code.compile_summary() is None
+
+
+@pytest.mark.slow
+def test_a_training_step_compiled_whole_is_profiled_and_its_model_found_from_the_optimizer(tmp_path):
+    # the model runs only inside compiled code, which the hooks trace as nothing: found as the module holding the
+    # optimizer's parameters, called with the first batch's tensor
+    profile = run_profile([sys.executable, str(CLIENTS / "compiled_model.py"), "--backend", "eager", "--epochs", "2",
+                           "--whole-step"], ProfileOptions(mode="full", host_noise=False), quiet=True)
+    assert len(profile.iterations) == 2 * 64 and profile.torch_compile is not None
+    assert profile.characterisation.model == "Sequential" and profile.characterisation.inputs == ["32x32:float32"]
+    assert any("runs inside compiled code only" in note for note in profile.notes)
+
+
+def test_the_model_input_of_a_batch_is_its_tensor_its_first_tensor_or_its_tensors_by_name():
+    from trainwise.agent.trace.live import model_input_of_batch
+
+    x, y = torch.zeros(8, 3), torch.zeros(8, dtype=torch.long)
+    assert model_input_of_batch(x) == (((8, 3), "float32"),)
+    assert model_input_of_batch([y.tolist(), x, y]) == (((8, 3), "float32"),)
+    assert model_input_of_batch({"input_ids": y, "labels": y, "text": "a"}) == {"input_ids": ((8,), "int64"),
+                                                                                  "labels": ((8,), "int64")}
+    assert model_input_of_batch(("no", "tensor")) is None and model_input_of_batch(3) is None

@@ -11,7 +11,10 @@ is not shown while every global hook is the agent's.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import sys
+import types
 from typing import Any, Callable
 
 
@@ -167,3 +170,90 @@ def compile_summary() -> dict | None:
                 "fx_cache_hits": int(inductor["fxgraph_cache_hit"]), "fx_cache_misses": int(inductor["fxgraph_cache_miss"])}
     except Exception:  # noqa: BLE001 - another torch keeps them elsewhere: nothing to say
         return None
+
+
+def run_eagerly_under_compile(codes: list[types.CodeType], recursive: bool = False) -> bool:
+    """Tell dynamo never to compile these code objects as frames of their own (and, `recursive`, nothing they
+    call): called from compiled code (after a graph break, or as a hook torch runs eagerly inside a compiled call)
+    they run as plain Python, as trainwise's code must; what they call of torch's behaves as without trainwise.
+    Inlining them into traced code is unchanged (the hooks above trace as nothing). dynamo's private API, tried:
+    False where this torch has none."""
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+        strategy = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP if recursive else FrameAction.DEFAULT)
+        for code in codes:
+            set_code_exec_strategy(code, strategy)
+        return True
+    except Exception:  # noqa: BLE001 - another torch: dynamo may compile them, as before
+        return False
+
+
+def trainwise_code_objects() -> list[types.CodeType]:
+    """The code of every function of trainwise's modules loaded in this process (methods and nested functions
+    too): what dynamo must never compile."""
+    codes: list[types.CodeType] = []
+    seen: set[int] = set()
+
+    def add(code: types.CodeType) -> None:
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        codes.append(code)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                add(const)
+
+    def add_function(value: Any) -> None:
+        value = getattr(value, "__func__", value)  # staticmethod, classmethod
+        code = getattr(value, "__code__", None)
+        if isinstance(code, types.CodeType):
+            add(code)
+        elif isinstance(value, property):
+            for accessor in (value.fget, value.fset, value.fdel):
+                if accessor is not None:
+                    add_function(accessor)
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "trainwise" or name.startswith("trainwise.")):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == name:
+                for member in list(vars(value).values()):
+                    add_function(member)
+            elif getattr(value, "__module__", None) == name:
+                add_function(value)
+    return codes
+
+
+class _ImportedWatcher(importlib.abc.MetaPathFinder):
+    """Calls `callback()` right after module `name` is first imported."""
+
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, callback = spec.loader, self.callback
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            callback()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def when_dynamo_imported(callback: Callable[[], None]) -> None:
+    """`callback()` once torch.compile's dynamo is imported (now, if it is): most jobs never import it."""
+    if "torch._dynamo.eval_frame" in sys.modules:
+        callback()
+    else:
+        sys.meta_path.insert(0, _ImportedWatcher("torch._dynamo", callback))

@@ -27,7 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from trainwise.agent import warning_origin
-from trainwise.agent.compiled_code import agent_caused_warning, register_hook, with_agent_hooks_eager
+from trainwise.agent.compiled_code import (CompiledCodeSafeHook, agent_caused_warning, register_hook,
+                                           run_eagerly_under_compile, trainwise_code_objects, when_dynamo_imported,
+                                           with_agent_hooks_eager)
 from trainwise.agent.events import (CheckpointLoad, CheckpointSave, DdpBuilt, EventBus, LoaderBuilt,
                                     LoaderIteratorBuilt, ModuleBuilt, OptimizerBuilding, OptimizerBuilt,
                                     OptimizerStateLoad, OptimizerStep, ScalerBuilt, SchedulerBuilt,
@@ -117,6 +119,11 @@ class TorchPatch:
         self._patch_files_and_backward(torch)
         if self._interceptors["optimizer_new"]:
             self._patch_optimizer_new()
+        # Called from compiled code, trainwise's code runs as plain Python, never compiled by dynamo; the hooks
+        # call nothing but trainwise's (the backward interceptor calls the job's backward: not recursive)
+        hooks = [CompiledCodeSafeHook.__call__.__code__, self._step_post_hook.__code__]
+        when_dynamo_imported(lambda: (run_eagerly_under_compile(trainwise_code_objects()),
+                                      run_eagerly_under_compile(hooks, recursive=True)))
 
     def _patch_constructors(self, torch: Any) -> None:
         patch, bus = self, self.bus
@@ -204,6 +211,7 @@ class TorchPatch:
             bus.emit(OptimizerStep(patch.now(), id(optimizer), optimizer, in_scaler_step=patch.in_scaler_step))
 
         optimizer_module.register_optimizer_step_post_hook(step_post_hook)
+        self._step_post_hook = step_post_hook
         scaler_class = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler_class is None:
             return
@@ -258,6 +266,7 @@ class TorchPatch:
         self._set_original("backward", torch.autograd.backward)
         chains = self._chains
         torch.autograd.backward = lambda *args, **kwargs: chains["backward"](*args, **kwargs)
+
 
     # ---- torch's global module hooks ---------------------------------------------------------
     def module_forward_hooks(self, pre: Callable | None = None, post: Callable | None = None) -> list[Any]:

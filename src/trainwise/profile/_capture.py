@@ -9,6 +9,8 @@ import time
 import warnings
 import weakref
 
+from trainwise.agent.compiled_code import compiled_in_process
+
 
 class WorkloadCapture:
     """Methods of trainwise.profile._child.Recorder; they use its state."""
@@ -66,6 +68,30 @@ class WorkloadCapture:
             self.paused = was_paused
             self.characterise_s = time.perf_counter() - started
 
+    def _model_behind_compiled_code(self):
+        """A model that runs only inside compiled code (torch.compile of a whole training step), where the hooks
+        trace as nothing: the built module holding the most of the optimizer's parameters (all of its own among
+        them), called with the first training batch's tensor. None when torch.compile did not run, or there is
+        no optimizer or batch to go by."""
+        optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
+        if optimizer is None or self._first_batch_shapes is None or not compiled_in_process():
+            return None
+        trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        best, best_count = None, 0
+        for module in list(self._built_modules):
+            if type(module).__module__.startswith("torch.fx"):  # a graph torch.compile built, not the job's model
+                continue
+            own = [id(p) for p in module.parameters()]
+            if own and len(own) > best_count and all(key in trained for key in own):
+                best, best_count = module, len(own)
+        if best is None:
+            return None
+        self._model_inputs = self._first_batch_shapes
+        self.notes.append(f"the model ({type(best).__name__}) runs inside compiled code only, which trainwise's hooks do "
+                          "not enter: characterised as the module holding the optimizer's parameters, called with the "
+                          "first training batch's first tensor")
+        return best
+
     def _probe_level(self, where: str) -> None:
         """Time the host-noise probe here, between two iterations (observer time): the host's level
         beside the sampled steps."""
@@ -96,6 +122,8 @@ class WorkloadCapture:
     def _trace_workload(self) -> None:
         self._stop_capturing()
         model = self._model_ref() if self._model_ref is not None else None
+        if model is None or self._model_inputs is None:
+            model = self._model_behind_compiled_code()
         if model is None or self._model_inputs is None:
             self.notes.append("workload characterisation skipped: no model forward pass was seen")
             return

@@ -93,9 +93,8 @@ class _FinishNow(Exception):
 
 class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording, ScriptEpochs,
                RecordOutput, ProfileOwnership):
-    """The profile's record of one training process: iterations, epochs, validation, the stop rule's
-    verdict, and writing it. Its parts live in the mixins' modules (_passes, _no_loader, _capture,
-    _state_zeros) and the torch patches in _torch_hooks."""
+    """The profile's record of one training process: iterations, epochs, validation, the stop rule's verdict, and
+    writing it. Its parts live in the mixins' modules (_passes, _no_loader, _capture, _state_zeros), _torch_hooks."""
 
     def __init__(self, config: dict[str, Any], bus: EventBus | None = None) -> None:
         """`bus`: the events it reads (the process's torch patch's in a profiled process; its own otherwise)."""
@@ -199,10 +198,9 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         # The most batches one iteration has consumed (gradient accumulation: several)
         self._most_batches_per_iteration = 0
         self._lock = threading.Lock()
-        # Workload characterisation (device model): the module that owns the most parameters among
-        # those called in the first training iteration is the model; its first call's input shapes,
-        # autocast precision and memory format are kept, and one training step is traced on the
-        # meta device after sampling (never during the measured iterations).
+        # Workload characterisation (device model): the module that owns the most parameters among those called in
+        # the first training iteration is the model; its first call's input shapes, autocast precision and memory
+        # format are kept, and one training step is traced on the meta device after sampling (never while timed).
         self.characterise = bool(config.get("characterise", True))
         self._model_ref: Any = None
         self._model_parameters = 0
@@ -210,6 +208,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self._model_precision = "fp32"
         self._model_memory_format = "nchw"
         self._seen_modules: set[int] = set()
+        # a model only compiled code calls (a training step compiled whole): the modules built, the first batch's shapes
+        self._built_modules, self._first_batch_shapes = weakref.WeakSet(), None
         self._shape_hook = None
         self._optimizer_ref: Any = None
         self.characterisation: dict[str, Any] | None = None

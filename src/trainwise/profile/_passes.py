@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainwise.agent.trace.live import model_input_of_batch
 from trainwise.profile._watchers import _batch_length
 
 
@@ -126,6 +127,8 @@ class LoaderPasses:
             if self.iter_start is None:
                 self.iter_start = start_s
                 self.mark("first_iteration_start")
+            if self._first_batch_shapes is None and self.characterise:
+                self._first_batch_shapes = model_input_of_batch(batch)
             self.iter_data_wait += end_s - start_s
             self.iter_samples += samples or 0
             self.iter_batches += 1

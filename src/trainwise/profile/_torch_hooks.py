@@ -32,6 +32,8 @@ def on_event(recorder: Any, event: Event) -> None:
     elif kind is ModuleBuilt:
         if "first_module_init" not in recorder.marks:
             recorder.mark_at("first_module_init", event.t_s)
+        if recorder.iter_start is None:  # the job's modules (a compile during training builds its own)
+            recorder._built_modules.add(event.module)
     elif kind is LoaderIteratorBuilt:
         try:
             # Which DataLoader a pass iterates: a pass with no optimizer step is validation only

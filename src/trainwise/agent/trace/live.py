@@ -36,6 +36,23 @@ def batch_shapes_of(args: Any, kwargs: dict[str, Any] | None = None) -> Any:
     return one(tuple(args))
 
 
+def model_input_of_batch(batch: Any) -> Any:
+    """The input specs a model is likely called with on a DataLoader batch (when its calls cannot be seen): the
+    batch if a tensor, the first tensor of a tuple or list ((inputs, targets)), a dict's tensors as keyword inputs;
+    None without a tensor."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch_shapes_of((batch,))
+    if isinstance(batch, (tuple, list)):
+        first = next((item for item in batch if isinstance(item, torch.Tensor)), None)
+        return batch_shapes_of((first,)) if first is not None else None
+    if isinstance(batch, dict):
+        tensors = {key: value for key, value in batch.items() if isinstance(value, torch.Tensor)}
+        return batch_shapes_of((), tensors) if tensors else None
+    return None
+
+
 def detect_precision(device_type: str = "cuda") -> str:
     """The precision the current code runs at (call inside the model's forward, e.g. from a pre-hook)."""
     import torch
