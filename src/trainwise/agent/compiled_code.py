@@ -6,7 +6,9 @@ removing it changes the module-hook dictionaries dynamo guards on, so the next c
 profiler must not change the job, so the agent's hooks return at once while dynamo traces them (compiled
 code then holds nothing of them) and, once a frame was compiled, stay registered but inert instead of
 being removed. torch.compile's warning that global module hooks exist is then the agent's doing alone, and
-is not shown while every global hook is the agent's.
+is not shown while every global hook is the agent's. Once dynamo is imported, trainwise's functions are marked
+for it to run as plain Python, never compiled as frames of their own; and the profile records what
+torch.compile did (seconds compiling, graphs, inductor cache hits and misses).
 """
 
 from __future__ import annotations

@@ -267,7 +267,6 @@ class TorchPatch:
         chains = self._chains
         torch.autograd.backward = lambda *args, **kwargs: chains["backward"](*args, **kwargs)
 
-
     # ---- torch's global module hooks ---------------------------------------------------------
     def module_forward_hooks(self, pre: Callable | None = None, post: Callable | None = None) -> list[Any]:
         """Register torch's global module forward hooks for a subscriber, here with the other patches:

@@ -89,7 +89,7 @@ class WorkloadCapture:
         self._model_inputs = self._first_batch_shapes
         self.notes.append(f"the model ({type(best).__name__}) runs inside compiled code only, which trainwise's hooks do "
                           "not enter: characterised as the module holding the optimizer's parameters, called with the "
-                          "first training batch's first tensor")
+                          "first training batch (its first tensor, or its tensors by name)")
         return best
 
     def _probe_level(self, where: str) -> None:
