@@ -211,3 +211,32 @@ def test_the_model_input_of_a_batch_is_its_tensor_its_first_tensor_or_its_tensor
     assert model_input_of_batch({"input_ids": y, "labels": y, "text": "a"}) == {"input_ids": ((8,), "int64"),
                                                                                   "labels": ((8,), "int64")}
     assert model_input_of_batch(("no", "tensor")) is None and model_input_of_batch(3) is None
+
+
+@pytest.mark.slow
+def test_a_compiled_lightning_module_is_characterised_and_a_metric_built_before_its_init_breaks_nothing():
+    # the recorder keeps the modules built (for a model only compiled code calls); a torchmetrics Metric's hash reads
+    # state its __init__ sets, so a set of them dropped the recorder's subscriber at the metric's construction
+    pytest.importorskip("lightning")
+    profile = run_profile([sys.executable, str(CLIENTS / "compiled_lightning.py"), "--max-epochs", "2"],
+                          ProfileOptions(mode="full", host_noise=False), quiet=True)
+    assert len(profile.iterations) == 2 * 64 and not any("dropped after it failed" in note for note in profile.notes)
+    assert profile.characterisation.model == "Sequential" and profile.characterisation.inputs == ["32x32:float32"]
+
+
+def test_a_module_whose_hash_fails_before_its_init_is_kept_by_reference(tmp_path):
+    from trainwise.agent.events import ModuleBuilt
+    from trainwise.agent.torch_patch import TorchPatch
+    from trainwise.profile import _child, _torch_hooks
+
+    class HashFromState(torch.nn.Module):
+        def __hash__(self):
+            return hash(self.state)  # unset until __init__ has run, as a torchmetrics Metric
+
+    patch = TorchPatch()
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "full", "characterise": True},
+                               bus=patch.bus)
+    _torch_hooks.subscribe(recorder, patch)
+    module = HashFromState.__new__(HashFromState)
+    patch.bus.emit(ModuleBuilt(0.1, module))
+    assert [reference() for reference in recorder._built_modules] == [module]

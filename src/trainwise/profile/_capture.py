@@ -77,15 +77,18 @@ class WorkloadCapture:
         if optimizer is None or self._first_batch_shapes is None or not compiled_in_process():
             return None
         trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        best, best_count = None, 0
-        for module in list(self._built_modules):
-            if type(module).__module__.startswith("torch.fx"):  # a graph torch.compile built, not the job's model
+        candidates = []
+        for reference in self._built_modules:
+            module = reference()
+            if module is None or type(module).__module__.startswith("torch.fx"):  # gone, or a graph compile built
                 continue
             own = [id(p) for p in module.parameters()]
-            if own and len(own) > best_count and all(key in trained for key in own):
-                best, best_count = module, len(own)
-        if best is None:
+            if own and all(key in trained for key in own):
+                candidates.append((len(own), -sum(1 for _ in module.modules()), module))
+        if not candidates:
             return None
+        # the most parameters; of wrappers holding the same ones (torch.compile's, a LightningModule), the innermost
+        best = max(candidates, key=lambda c: c[:2])[2]
         self._model_inputs = self._first_batch_shapes
         self.notes.append(f"the model ({type(best).__name__}) runs inside compiled code only, which trainwise's hooks do "
                           "not enter: characterised as the module holding the optimizer's parameters, called with the "

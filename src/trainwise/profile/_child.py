@@ -208,8 +208,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self._model_precision = "fp32"
         self._model_memory_format = "nchw"
         self._seen_modules: set[int] = set()
-        # a model only compiled code calls (a training step compiled whole): the modules built, the first batch's shapes
-        self._built_modules, self._first_batch_shapes = weakref.WeakSet(), None
+        # a model only compiled code calls (a step compiled whole): the modules built, the first batch's shapes
+        self._built_modules, self._first_batch_shapes = [], None  # weakref.refs; the model's input specs
         self._shape_hook = None
         self._optimizer_ref: Any = None
         self.characterisation: dict[str, Any] | None = None

@@ -11,6 +11,7 @@ from typing import Any
 
 from trainwise import denormals
 from trainwise.agent.autograd_steps import reaches_parameters
+from trainwise.agent.trace.live import model_input_of_batch
 from trainwise.agent.events import (BackwardEnd, Event, LoaderBuilt, LoaderIteratorBuilt, ModuleBuilt,
                                     OptimizerBuilding, OptimizerBuilt, OptimizerStep, ProcessExit, TorchImportStarted,
                                     TorchImported, TrainModeSet)
@@ -33,7 +34,8 @@ def on_event(recorder: Any, event: Event) -> None:
         if "first_module_init" not in recorder.marks:
             recorder.mark_at("first_module_init", event.t_s)
         if recorder.iter_start is None:  # the job's modules (a compile during training builds its own)
-            recorder._built_modules.add(event.module)
+            # references, not a set: the module is not built yet, and a torchmetrics Metric's hash reads its state
+            recorder._built_modules.append(weakref.ref(event.module))
     elif kind is LoaderIteratorBuilt:
         try:
             # Which DataLoader a pass iterates: a pass with no optimizer step is validation only
@@ -87,7 +89,11 @@ def install_after_import(recorder: Any) -> None:
 def loader_next(recorder: Any, proceed: Any, iterator: Any) -> Any:
     """A batch request: a new pass, a batch of the current one, its end, or (sampling over) its early end."""
     if recorder._torch is None or recorder.framework is not None or recorder.paused:
-        return proceed(iterator)
+        batch = proceed(iterator)
+        if recorder.framework is not None and recorder._first_batch_shapes is None and recorder.characterise:
+            # the batch a framework's next training batch_begin takes (its model may run only in compiled code)
+            recorder._fetched_batch_shapes = model_input_of_batch(batch)
+        return batch
     state = getattr(iterator, "_trainwise_state", None)
     # A DataLoader with persistent workers hands out the same iterator every epoch, reset
     # (its yield count back to 0): that is a new pass too.

@@ -234,6 +234,8 @@ class FrameworkSession:
             self._gap_from_s = recorder.iter_start
         if not recorder.iterations and recorder.iter_batches == 0:
             recorder.marks["first_iteration_start"] = recorder.iter_start
+        if recorder._first_batch_shapes is None:  # the last batch fetched: this one (or one prefetched alike)
+            recorder._first_batch_shapes = getattr(recorder, "_fetched_batch_shapes", None)
         recorder.iter_data_wait += max(0.0, now - self._gap_from_s)
         recorder.iter_batches += batches
 
