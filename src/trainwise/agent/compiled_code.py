@@ -153,6 +153,8 @@ def agent_caused_warning(torch: Any) -> Callable[[Any], bool]:
 # dynamo's compile-time records (torch 2.x): the forward's whole compile, and the backward's, compiled at the first
 # backward pass
 COMPILE_TIME_KEYS = ("_compile.compile_inner", "compile_fx.<locals>.bw_compiler")
+# inductor's compile of each graph (code generation and the C++/Triton builds): what a cache hit skips
+CODEGEN_TIME_KEY = "compile_fx_inner"
 
 
 def compile_summary() -> dict | None:
@@ -168,8 +170,10 @@ def compile_summary() -> dict | None:
         metrics = getattr(utils, "compilation_time_metrics", {})
         times = [t for key in COMPILE_TIME_KEYS for t in metrics.get(key, [])]
         inductor = utils.counters["inductor"]
+        codegen = metrics.get(CODEGEN_TIME_KEY)
         return {"compile_s": float(sum(times)) if times else None, "graphs": graphs,
-                "fx_cache_hits": int(inductor["fxgraph_cache_hit"]), "fx_cache_misses": int(inductor["fxgraph_cache_miss"])}
+                "fx_cache_hits": int(inductor["fxgraph_cache_hit"]), "fx_cache_misses": int(inductor["fxgraph_cache_miss"]),
+                "codegen_s": float(sum(codegen)) if codegen else None}
     except Exception:  # noqa: BLE001 - another torch keeps them elsewhere: nothing to say
         return None
 

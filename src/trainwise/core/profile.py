@@ -255,6 +255,8 @@ class TorchCompile(_Model):
     fx_cache_hits: int = Field(default=0, ge=0, description="inductor FX-graph cache hits")
     fx_cache_misses: int = Field(default=0, ge=0, description="inductor FX-graph cache misses: compiled from scratch "
                                  "here, found in the cache by a later run on this machine")
+    codegen_s: float | None = Field(default=None, ge=0, description="of compile_s, inductor's compile of each graph "
+                                    "(code generation, C++/Triton builds): what a graph found in its cache skips")
 
 
 class FullRun(_Model):
