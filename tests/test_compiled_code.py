@@ -19,7 +19,7 @@ import torch
 from trainwise.agent import compiled_code, warning_origin
 from trainwise.agent.compiled_code import (CompiledCodeSafeHook, agent_caused_warning, register_hook,
                                            register_module_pre_hook, with_agent_hooks_eager)
-from trainwise.predict.same_machine import trainwise_estimate
+from trainwise.predict.same_machine import compile_cache_saving_s, trainwise_estimate, warmup_excess_s
 from trainwise.profile.runner import ProfileOptions, run_profile
 from trainwise.profile.schema import load_profile
 
@@ -170,8 +170,20 @@ def test_a_fullgraph_compiled_model_is_profiled_without_graph_breaks_or_the_agen
     assert compiled is not None and compiled.graphs >= 2 and compiled.compile_s > 0 and compiled.fx_cache_misses == 0
     prediction = trainwise_estimate(profile, 3)
     assert "torch.compile" not in prediction.note
-    cold = profile.model_copy(update={"torch_compile": compiled.model_copy(update={"fx_cache_misses": 3})})
-    assert "not in its cache: a run after this profile on this machine finds them cached" in trainwise_estimate(cold, 3).note
+    # a cold inductor cache: its own compile of the missed graphs is left out, never more than the excess measured
+    # where the compile was paid (the warm-up iterations, the first validation pass's first batch)
+    warm = trainwise_estimate(profile, 3)
+    excess_s = warmup_excess_s(profile)
+    for codegen_s in (0.5 * excess_s, 10 * excess_s + 5):
+        cold = profile.model_copy(update={"torch_compile": compiled.model_copy(update={"fx_cache_misses": 3,
+                                                                                        "codegen_s": codegen_s})})
+        prediction = trainwise_estimate(cold, 3)
+        saved = warm.total_s - prediction.total_s
+        assert saved == pytest.approx(compile_cache_saving_s(cold)) and 0 < saved <= codegen_s + 1e-9
+        assert saved == pytest.approx(codegen_s) if codegen_s < excess_s else excess_s <= saved < codegen_s
+        assert prediction.breakdown_s["compile_cache_saving_s"] == pytest.approx(-saved)
+        assert "finds them in inductor's cache" in prediction.note
+        assert sum(prediction.breakdown_s.values()) == pytest.approx(prediction.total_s)
 
 
 def test_the_compile_summary_reads_dynamos_records_and_says_nothing_when_nothing_compiled(monkeypatch):
@@ -184,7 +196,10 @@ def test_the_compile_summary_reads_dynamos_records_and_says_nothing_when_nothing
     assert compiled_code.compile_summary() is None  # no graph yet
     counters["stats"]["unique_graphs"] = 2
     counters["inductor"].update(fxgraph_cache_miss=3, fxgraph_cache_hit=1)
-    assert compiled_code.compile_summary() == {"compile_s": 3.25, "graphs": 2, "fx_cache_hits": 1, "fx_cache_misses": 3}
+    assert compiled_code.compile_summary() == {"compile_s": 3.25, "graphs": 2, "fx_cache_hits": 1, "fx_cache_misses": 3,
+                                               "codegen_s": None}
+    utils.compilation_time_metrics["compile_fx_inner"] = [1.5, 0.25]
+    assert compiled_code.compile_summary()["codegen_s"] == 1.75
     monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace())  # another torch: nothing to say
     assert compiled_code.compile_summary() is None
     monkeypatch.delitem(sys.modules, "torch._dynamo.utils")
