@@ -456,3 +456,25 @@ def test_the_in_process_recorder_runs_without_trainwises_dependencies(tmp_path):
     out = subprocess.run([sys.executable, str(blocker)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok []"
+
+
+def test_import_watcher_runs_around_the_first_import_only(tmp_path, monkeypatch):
+    from trainwise.agent.import_watch import watch_import
+
+    (tmp_path / "tw_watched_module.py").write_text("import builtins\nbuiltins.tw_watched_seen.append('body')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import builtins
+
+    seen = []
+    monkeypatch.setattr(builtins, "tw_watched_seen", seen, raising=False)
+    watch_import("tw_watched_module", lambda: seen.append("after"), before=lambda: seen.append("before"))
+    watch_import("tw_never_imported_module", lambda: seen.append("wrong"))
+    import tw_watched_module  # noqa: F401
+
+    assert seen == ["before", "body", "after"]
+    del sys.modules["tw_watched_module"]
+    import tw_watched_module  # noqa: F401,F811 - a second import: the watcher has stepped aside
+
+    assert seen == ["before", "body", "after", "body"]
+    sys.modules.pop("tw_watched_module", None)
+    sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "name", None) != "tw_never_imported_module"]

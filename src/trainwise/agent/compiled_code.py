@@ -13,11 +13,11 @@ torch.compile did (seconds compiling, graphs, inductor cache hits and misses).
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import sys
 import types
 from typing import Any, Callable
+
+from trainwise.agent.import_watch import watch_import
 
 
 def compiled_in_process() -> bool:
@@ -233,33 +233,9 @@ def trainwise_code_objects() -> list[types.CodeType]:
     return codes
 
 
-class _ImportedWatcher(importlib.abc.MetaPathFinder):
-    """Calls `callback()` right after module `name` is first imported."""
-
-    def __init__(self, name: str, callback: Callable[[], None]) -> None:
-        self.name, self.callback = name, callback
-
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, callback = spec.loader, self.callback
-        original_exec = loader.exec_module
-
-        def exec_module(module):
-            original_exec(module)
-            callback()
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def when_dynamo_imported(callback: Callable[[], None]) -> None:
     """`callback()` once torch.compile's dynamo is imported (now, if it is): most jobs never import it."""
     if "torch._dynamo.eval_frame" in sys.modules:
         callback()
     else:
-        sys.meta_path.insert(0, _ImportedWatcher("torch._dynamo", callback))
+        watch_import("torch._dynamo", callback)

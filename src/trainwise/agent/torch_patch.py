@@ -18,8 +18,6 @@ on; the last one registered runs outermost, as stacked monkey-patches did. Stand
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import os
 import sys
 import time
@@ -27,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainwise.agent import warning_origin
+from trainwise.agent.import_watch import watch_import
 from trainwise.agent.compiled_code import (CompiledCodeSafeHook, agent_caused_warning, register_hook,
                                            run_eagerly_under_compile, trainwise_code_objects, when_dynamo_imported,
                                            with_agent_hooks_eager)
@@ -91,7 +90,7 @@ class TorchPatch:
             self._torch_ready()
         elif not self._watching:
             self._watching = True
-            sys.meta_path.insert(0, _TorchImportWatcher(self))
+            watch_import("torch", self._torch_ready, before=lambda: self.bus.emit(TorchImportStarted(self.now())))
 
     def _torch_ready(self) -> None:
         if not self.installed:
@@ -291,32 +290,6 @@ class TorchPatch:
         self._set_original("optimizer_new", lambda cls, *args, **kwargs: object.__new__(cls))
         patch = self
         optimizer_class.__new__ = staticmethod(lambda cls, *args, **kwargs: patch._chains["optimizer_new"](cls, *args, **kwargs))
-
-
-class _TorchImportWatcher(importlib.abc.MetaPathFinder):
-    """Patches torch right after the script's own `import torch` completes."""
-
-    def __init__(self, patch: TorchPatch) -> None:
-        self.patch = patch
-
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-        patch = self.patch
-
-        def exec_module(module):
-            patch.bus.emit(TorchImportStarted(patch.now()))
-            original_exec(module)
-            patch._torch_ready()
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
 
 
 _process_patch: TorchPatch | None = None
