@@ -428,3 +428,28 @@ def test_a_loop_without_a_dataloader_takes_its_batch_from_the_traced_input_and_s
     profile = profile_from_raw(raw, command=["python", "t.py"], process_wall_s=10.0, exit_code=0)
     assert profile.dataset.global_batch_size == 32
     assert any("the batch dimension of the model's traced input" in note for note in profile.notes)
+
+
+def test_optimizer_state_that_can_turn_subnormal_widens_the_band_upwards_only():
+    from trainwise.profile.schema import OptimizerStateSubnormals
+
+    base = make([0.001] * 30, batches_per_epoch=1000)
+    plain = trainwise_estimate(base, 3)
+    state = OptimizerStateSubnormals(optimizer="Adam", elements=40_000, subnormals=10_000, steps=30,
+                                     step_normal_ns_per_element=2.5, step_subnormal_ns_per_element=9.5)
+    assert state.worst_step_added_s == pytest.approx(30_000 * 7.0e-9)  # the values not yet subnormal only
+    slowed = trainwise_estimate(base.model_copy(update={"optimizer_state_subnormals": state}), 3)
+    assert slowed.total_s == pytest.approx(plain.total_s) and slowed.low_s == pytest.approx(plain.low_s)
+    assert slowed.high_s == pytest.approx(plain.high_s + 3 * 1000 * 30_000 * 7.0e-9)
+    assert "10,000 of them subnormal" in slowed.note and "7.0 ns more per such value" in slowed.note
+    assert "21%" in slowed.note and "--flush-denormal" in slowed.note
+    # profiled with denormals flushed: the job runs flushed too, nothing to add
+    flushed = base.model_copy(update={"optimizer_state_subnormals": state,
+                                      "environment": base.environment.model_copy(update={"flush_denormal": True})})
+    assert trainwise_estimate(flushed, 3).high_s == pytest.approx(plain.high_s)
+    # a worst case under 2 % of the step is inside its spread; a closure optimizer (not timed) adds nothing
+    for quiet in (state.model_copy(update={"elements": 11_000}),
+                  state.model_copy(update={"step_normal_ns_per_element": None, "step_subnormal_ns_per_element": None})):
+        same = trainwise_estimate(base.model_copy(update={"optimizer_state_subnormals": quiet}), 3)
+        assert same.high_s == pytest.approx(plain.high_s) and "subnormal" not in same.note
+    assert OptimizerStateSubnormals.model_validate(state.model_dump()).worst_step_added_s == state.worst_step_added_s

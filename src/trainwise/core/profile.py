@@ -228,6 +228,32 @@ class OptimizerStateZeros(_Model):
         return self.zeros / self.elements if self.elements else 0.0
 
 
+class OptimizerStateSubnormals(_Model):
+    """Subnormal floats in the optimizer's per-element state (Adam's moments, SGD's momentum buffer), counted
+    when sampling stopped, and what a step costs on this CPU when that state is subnormal: a parameter whose
+    gradient stays zero (a ReLU unit that stopped firing, an embedding row no batch reaches) has moments that
+    decay into the subnormal range and stick there, and x86 CPUs compute on subnormals in microcode, so a
+    long run's steps can slow down after a short profile has ended (trainwise.profile._state_subnormals)."""
+
+    optimizer: str
+    elements: int = Field(ge=0, description="CPU floating-point state elements shaped like their parameters")
+    subnormals: int | None = Field(default=None, ge=0, description="of them subnormal when sampling stopped (None: not counted, too large)")
+    steps: int | None = Field(default=None, ge=0, description="optimizer steps taken when they were counted")
+    step_normal_ns_per_element: float | None = Field(default=None, ge=0, description=(
+        "a step of a copy of the optimizer (its class and first group's settings) per state value, over elements "
+        "with zero gradient and normal state values, measured here; None when it cannot step without the job's closure"))
+    step_subnormal_ns_per_element: float | None = Field(default=None, ge=0, description=(
+        "the same with subnormal state values, measured here"))
+
+    @property
+    def worst_step_added_s(self) -> float | None:
+        """How much longer a step gets once every state element not yet subnormal is: the worst case."""
+        if self.step_normal_ns_per_element is None or self.step_subnormal_ns_per_element is None:
+            return None
+        penalty_ns = max(0.0, self.step_subnormal_ns_per_element - self.step_normal_ns_per_element)
+        return (self.elements - (self.subnormals or 0)) * penalty_ns * 1e-9
+
+
 class ScriptEpochs(_Model):
     """The epoch count the profiled script sets for itself (its argparse `--epochs`, Keras
     `fit(epochs=)`, Lightning `Trainer(max_epochs=)`, HF `num_train_epochs`): the N_ep of the run the
@@ -302,6 +328,8 @@ class Profile(_Model):
     characterisation: WorkloadCharacterisation | None = None
     # None when the optimizer keeps no such state, or in profiles made before trainwise counted it
     optimizer_state_zeros: OptimizerStateZeros | None = None
+    # None when the optimizer keeps no per-element state on the CPU, or in profiles made before trainwise timed it
+    optimizer_state_subnormals: OptimizerStateSubnormals | None = None
     # This host's speed wander (`trainwise host-noise`), attached when it was measured on this host:
     # the estimator widens its band by it. None when never measured here.
     host_noise: HostNoise | None = None

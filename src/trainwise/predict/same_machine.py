@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from trainwise.agent import cpu_steal
 from trainwise.core.units import format_duration
 from trainwise.errors import TrainwiseError
-from trainwise.predict import malta, state_zeros
+from trainwise.predict import malta, state_subnormals, state_zeros
 from trainwise.profile.schema import HostNoise, Profile, steady_iterations
 
 ESTIMATORS = ("trainwise", "eq5.4", "eq5.3", "averaged", "eq5.1", "eq4.1")
@@ -458,6 +458,10 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
             notes.append(f"{seen}; modelled: its zeros decay like exp(-(s/{model.tau_steps:.0f})^{model.kappa:.2f}) over "
                          f"{model.sparse_elements:,} elements (fitted to {model.points} counts), {filled:.0%} zeros after "
                          f"{total_steps:,} steps: {correction_s:+.1f} s on the iterations (half of it kept in the band)")
+    subnormal = state_subnormals.worst_case(profile, epochs * n_it, mean_s)
+    if subnormal is not None:
+        high += subnormal[0]
+        notes.append(subnormal[1])
     note = "; ".join(notes)
     # The band's terms are the steps' and validation's uncertainty; the start-up was measured and no run
     # ends before it, so a wide band (a drifting sample) stops at T(Init), not at "0.0 ms".

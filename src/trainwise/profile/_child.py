@@ -46,6 +46,7 @@ from trainwise.profile._ownership import CONFIG_ENV, ProfileOwnership
 from trainwise.profile._passes import LoaderPasses, _LoaderState
 from trainwise.profile._record import RecordOutput
 from trainwise.profile._sampling import Sampling
+from trainwise.profile._state_subnormals import StateSubnormalsRecording
 from trainwise.profile._state_zeros import ZERO_COUNT_STEPS, StateZerosRecording
 from trainwise.profile._watchers import _watch_argparse, _watch_sys_exit
 # Other modules import these from here (host_noise, the Lightning integration)
@@ -91,10 +92,10 @@ class _FinishNow(Exception):
     """Internal: the profile is complete."""
 
 
-class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording, ScriptEpochs,
-               RecordOutput, ProfileOwnership):
+class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording, StateSubnormalsRecording,
+               ScriptEpochs, RecordOutput, ProfileOwnership):
     """The profile's record of one training process: iterations, epochs, validation, the stop rule's verdict, and
-    writing it. Its parts live in the mixins' modules (_passes, _no_loader, _capture, _state_zeros), _torch_hooks."""
+    writing it. Its parts live in the mixins' modules (_passes, _no_loader, _capture, _state_zeros, _state_subnormals), _torch_hooks."""
 
     def __init__(self, config: dict[str, Any], bus: EventBus | None = None) -> None:
         """`bus`: the events it reads (the process's torch patch's in a profiled process; its own otherwise)."""

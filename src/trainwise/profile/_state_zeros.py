@@ -105,6 +105,7 @@ class StateZerosRecording:
     def _count_state_zeros(self) -> None:
         """Zeros in the square-rooted optimizer state, and the cost of a square root of zero here
         (see OptimizerStateZeros); after the measured iterations, never during them."""
+        self._measure_state_subnormals()  # the same moment: after the measured iterations
         torch = self._torch
         optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
         if self.optimizer_state_zeros is not None:

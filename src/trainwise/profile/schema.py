@@ -22,7 +22,8 @@ from trainwise.core import stats
 from trainwise.core.host_noise import HostNoise  # noqa: F401 - re-exported
 from trainwise.core.profile import (PROFILE_SCHEMA_VERSION, DatasetShape, Environment,  # noqa: F401 - re-exported
                                     Epoch, FullRun, InitBreakdown, Iteration, LevelProbe, Measurement, Memory,
-                                    ModelShape, OptimizerStateZeros, Profile, ScriptEpochs, ScriptIterations,
+                                    ModelShape, OptimizerStateSubnormals, OptimizerStateZeros, Profile, ScriptEpochs,
+                                    ScriptIterations,
                                     SteadyState,
                                     ValidationPass, _Model)
 from trainwise.core.workload import WorkloadCharacterisation  # noqa: F401 - re-exported
@@ -333,6 +334,7 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         script_epochs=ScriptEpochs(**raw["script_epochs"]) if raw.get("script_epochs") else None,
         script_iterations=ScriptIterations(**raw["script_iterations"]) if raw.get("script_iterations") else None,
         characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
+        optimizer_state_subnormals=raw.get("optimizer_state_subnormals"),
         level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
         sample_cpu_steal=raw.get("sample_cpu_steal"),
         torch_compile=raw.get("torch_compile"),

@@ -75,6 +75,13 @@ def profile_table(profile: Profile) -> Table:
                  f"zeros {zeros.sqrt_zero_ns_per_element:.2f}): "
                  f"up to {format_duration(zeros.step_time_at_stake_s)} of each step goes away as it fills in")
         table.add_row(f"{zeros.optimizer} {zeros.state} zeros", f"{zeros.zero_fraction:.1%}", stake)
+    subnormals = profile.optimizer_state_subnormals
+    if subnormals is not None and subnormals.worst_step_added_s is not None:
+        counted = "not counted" if subnormals.subnormals is None else f"{subnormals.subnormals:,} of {subnormals.elements:,}"
+        table.add_row(f"{subnormals.optimizer} state subnormal", counted,
+                      f"a step {subnormals.step_subnormal_ns_per_element:.1f} ns per subnormal value, "
+                      f"{subnormals.step_normal_ns_per_element:.1f} per normal one: up to "
+                      f"{format_duration(subnormals.worst_step_added_s)} a step if it all turns subnormal")
     if profile.host_noise is not None:
         table.add_row("host speed wander", f"±{host_stray_fraction(profile):.1%}",
                       f"90th percentile over {sampled_steps_s(profile):.1f} s windows, {profile.host_noise.describe(profile.created_at)}")
