@@ -109,7 +109,7 @@ def main() -> None:
         "worst_case_step_added_ms": worst_ms,
         "observed_step_added_ms": last_ms - first_ms,
         "first_5pct_step_ms": first_ms, "last_5pct_step_ms": last_ms,
-        "profile_steady_step_ms": profile.steady_state.iteration.mean * 1e3,
+        "profile_steady_step_ms": profile.steady_state.iteration.mean_s * 1e3,
         "subnormal_fraction_at_end": points[-1][2] / run["state_values"],
         "subnormal_fraction_at_profile_end": (subnormals.subnormals / subnormals.elements) if subnormals and subnormals.subnormals is not None else None,
         "predicted_s": prediction.total_s, "predicted_low_s": prediction.low_s, "predicted_high_s": prediction.high_s,
