@@ -478,3 +478,13 @@ def test_import_watcher_runs_around_the_first_import_only(tmp_path, monkeypatch)
     assert seen == ["before", "body", "after", "body"]
     sys.modules.pop("tw_watched_module", None)
     sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "name", None) != "tw_never_imported_module"]
+
+
+def test_a_muted_bus_hands_nothing_on_and_keeps_its_subscribers():
+    bus, seen = EventBus(), []
+    bus.subscribe(lambda e: seen.append(e.t_s))
+    with bus.muted():
+        bus.emit(ProcessExitLike(1.0))
+        bus.subscribe(lambda e: seen.append(-e.t_s))  # one added meanwhile is kept too
+    bus.emit(ProcessExitLike(2.0))
+    assert seen == [2.0, -2.0]

@@ -8,12 +8,13 @@ import types
 import pytest
 import torch
 
+from trainwise.agent.events import EventBus
 from trainwise.profile._state_subnormals import StateSubnormalsRecording, step_ns_per_element
 
 
 def _recorder(optimizer, iterations=7):
     recorder = types.SimpleNamespace(_torch=torch, _optimizer_ref=lambda: optimizer, iterations=[None] * iterations,
-                                     notes=[], optimizer_state_subnormals=None)
+                                     notes=[], optimizer_state_subnormals=None, bus=EventBus())
     StateSubnormalsRecording._measure_state_subnormals(recorder)
     return recorder
 

@@ -7,7 +7,8 @@ produced the event, and must be cheap: it runs inside the user's training step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -227,6 +228,18 @@ class EventBus:
             self._strict.add(id(subscriber))
         self._targets.clear()
         return subscriber
+
+    @contextlib.contextmanager
+    def muted(self) -> Iterator[None]:
+        """No subscriber hears what is emitted inside: the observer's own probes (a copy of the job's optimizer
+        stepped to time it) are not the job's iterations."""
+        saved, self._subscribers = self._subscribers, []
+        self._targets.clear()
+        try:
+            yield
+        finally:
+            self._subscribers = saved + self._subscribers
+            self._targets.clear()
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         if subscriber in self._subscribers:

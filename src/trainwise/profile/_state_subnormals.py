@@ -91,7 +91,11 @@ class StateSubnormalsRecording:
                     tiny = torch.finfo(t.dtype).tiny
                     magnitude = t.abs()
                     subnormals += int(((magnitude < tiny) & (magnitude > 0)).sum())
-            timed = step_ns_per_element(torch, optimizer, tensors[0].dtype, min(elements, PROBE_ELEMENTS))
+            timed = None
+            # torch's own optimizers only: a copy of another (ZeroRedundancyOptimizer's kind) may talk to other ranks
+            if type(optimizer).__module__.startswith("torch.optim"):
+                with self.bus.muted():  # the copy's steps are not the job's iterations
+                    timed = step_ns_per_element(torch, optimizer, tensors[0].dtype, min(elements, PROBE_ELEMENTS))
             record: dict[str, Any] = {"optimizer": type(optimizer).__name__, "elements": elements,
                                       "subnormals": subnormals, "steps": len(self.iterations)}
             if timed is not None:

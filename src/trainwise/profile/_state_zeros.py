@@ -156,7 +156,8 @@ class StateZerosRecording:
                     # torch.sqrt, and there a zero costs no more than a normal value (the Hugging Face
                     # Trainer's default AdamW: 1.30 ms per 1.28 M zeros, 1.43 ms per 1.28 M ones here,
                     # where torch.sqrt took 5.4 and 0.4 ms): time the optimizer's own fused step instead.
-                    state_s, normal_s, zero_s = _fused_step_seconds_per_element(torch, optimizer, fused, timed, count)
+                    with self.bus.muted():  # the copy's steps are not the job's iterations
+                        state_s, normal_s, zero_s = _fused_step_seconds_per_element(torch, optimizer, fused, timed, count)
                     record["square_root_timed_in"] = "fused step"
                 else:
                     def seconds(xs: list) -> float:
