@@ -142,7 +142,7 @@ class RecordOutput:
             "observer_s": self.observer_s,
             "characterisation": self.characterisation,
             "optimizer_state_zeros": self.optimizer_state_zeros,
-            "optimizer_state_subnormals": getattr(self, "optimizer_state_subnormals", None),
+            "optimizer_state_subnormals": self.optimizer_state_subnormals,
             "script_epochs": self.script_epochs,
             "script_iterations": self.script_iterations,
             # (a subscriber of the agent's bus that failed and was dropped says so here)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainwise.profile._state_zeros import _best_of_five_s
+from trainwise.profile._state_zeros import _best_of_five_s, optimizer_copy
 
 # The copy of the optimizer steps over at most this many elements (~1 ms a step here)
 PROBE_ELEMENTS = 1 << 18
@@ -42,13 +42,8 @@ def step_ns_per_element(torch: Any, optimizer: Any, dtype: Any, count: int) -> t
     settings) over `count` elements whose gradient is zero and whose per-element state holds normal values,
     then subnormal ones: what a parameter that stopped learning costs it. None when the optimizer cannot
     step without the job (a closure, as LBFGS's) or keeps no per-element state."""
-    import inspect
-
-    accepted = inspect.signature(type(optimizer).__init__).parameters
-    group = optimizer.param_groups[0]
-    settings = {key: value for key, value in group.items() if key != "params" and key in accepted}
     param = torch.nn.Parameter(torch.randn(count, dtype=dtype))
-    probe = type(optimizer)([param], **settings)
+    probe = optimizer_copy(optimizer, optimizer.param_groups[0], param)
     param.grad = torch.zeros(count, dtype=dtype)
     try:
         probe.step()  # creates the state
@@ -74,10 +69,12 @@ def step_ns_per_element(torch: Any, optimizer: Any, dtype: Any, count: int) -> t
 class StateSubnormalsRecording:
     """Methods of trainwise.profile._child.Recorder; they use its state."""
 
+    optimizer_state_subnormals: dict[str, Any] | None = None  # set once, when sampling stops
+
     def _measure_state_subnormals(self) -> None:
         torch = self._torch
         optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
-        if torch is None or optimizer is None or getattr(self, "optimizer_state_subnormals", None) is not None:
+        if torch is None or optimizer is None or self.optimizer_state_subnormals is not None:
             return
         try:
             tensors = _per_parameter_state(torch, optimizer)

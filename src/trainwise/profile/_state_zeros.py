@@ -35,20 +35,25 @@ def _best_of_five_s(run: Callable[[], Any], before: Callable[[], Any] | None = N
     return best
 
 
+def optimizer_copy(optimizer: Any, group: dict, param: Any) -> Any:
+    """A new optimizer of `optimizer`'s class over `param` alone, with the settings of its param `group` that the
+    class's __init__ takes: a probe to time, never the job's. Step it inside the recorder's `bus.muted()`."""
+    import inspect
+
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    return type(optimizer)([param], **{key: value for key, value in group.items() if key != "params" and key in accepted})
+
+
 def _fused_step_seconds_per_element(torch: Any, optimizer: Any, group: dict, timed: list,
                                     count: int) -> tuple[float, float, float]:
     """Seconds per element of one step of a copy of a fused optimizer (its class, the settings of its fused
     param `group`) over `count` elements whose square-rooted state is (a) the job's, (b) ones, (c) zeros: what a
     zero in the state costs the fused kernel. A state element that is zero had a zero gradient (an embedding
     row no batch touched), so the copy's gradient is zero where its state is."""
-    import inspect
-
-    accepted = inspect.signature(type(optimizer).__init__).parameters
-    settings = {key: value for key, value in group.items() if key != "params" and key in accepted}
     dtype = timed[0].dtype
     count = min(count, FUSED_TIMED_ELEMENTS)
     param = torch.nn.Parameter(torch.zeros(count, dtype=dtype))
-    probe = type(optimizer)([param], **settings)
+    probe = optimizer_copy(optimizer, group, param)
     param.grad = torch.zeros(count, dtype=dtype)
     probe.step()  # creates the state
     state = probe.state[param]
