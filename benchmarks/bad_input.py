@@ -263,7 +263,7 @@ def profile_mutation_cases(profile: dict[str, Any]) -> list[Case]:
 
     texts: dict[str, str] = {
         "step-1e308": mutated(set_path("steady_state.iteration.mean_s", 1e308)),
-        "step-1e308-all": mutated(lambda d: [it.update(wall_s=1e308, compute_s=1e308) for it in d["iterations"]]
+        "step-1e308-all": mutated(lambda d: d["iterations"].update(wall_s=[1e308] * len(d["iterations"]["wall_s"]))
                                   or d["steady_state"]["iteration"].update(mean_s=1e308, median_s=1e308, max_s=1e308,
                                                                            ci95_high_s=1e308)),
         "interval-low-above-high": mutated(lambda d: d["steady_state"]["iteration"].update(ci95_low_s=9.0, ci95_high_s=1.0)),
@@ -275,7 +275,7 @@ def profile_mutation_cases(profile: dict[str, Any]) -> list[Case]:
         "nan-step": json.dumps(profile).replace('"mean_s": ', '"mean_s": NaN, "_z": ', 1),
         "infinity-step": json.dumps(profile).replace('"mean_s": ', '"mean_s": Infinity, "_z": ', 1),
         "schema-9": mutated(set_path("schema_version", 9)),
-        "no-iterations": mutated(lambda d: d.update(iterations=[])),
+        "no-iterations": mutated(lambda d: d["iterations"].update({name: [] for name in d["iterations"]})),
         "string-times": mutated(set_path("steady_state.iteration.mean_s", "fast")),
     }
     cases = []

@@ -114,7 +114,7 @@ def test_profile_then_predict(capsys, tmp_path):
                                 "--val-batches", "2", "--epoch2-iterations", "2",
                                 "--", sys.executable, str(SCRIPTS / "mlp_train.py"), "--epochs", "20")
     assert code == 0, err
-    assert json.loads(out.read_text())["schema_version"] == 1
+    assert json.loads(out.read_text())["schema_version"] == 2
     assert "steady iteration" in stdout
     predictions = tmp_path / "pred.json"
     code, stdout, err = run_cli(capsys, "predict", str(out), "--estimator", "all", "--json", str(predictions))

@@ -262,12 +262,22 @@ def test_profile_roundtrip_and_bad_files(tmp_path):
     with pytest.raises(TrainwiseError, match=f"schema version 0.*reads version {PROFILE_SCHEMA_VERSION}"):
         load_profile(tmp_path / "old.json")
     broken = json.loads(path.read_text())
-    broken["iterations"][0]["wall_s"] = -1
+    broken["iterations"]["wall_s"][0] = -1
     (tmp_path / "broken.json").write_text(json.dumps(broken))
-    with pytest.raises(TrainwiseError, match="malformed at `iterations.0.wall_s`"):
+    with pytest.raises(TrainwiseError, match="malformed at `iterations.wall_s.0`"):
         load_profile(tmp_path / "broken.json")
+    # schema version 1 kept a row per iteration: still read, as the same profile
+    columns = json.loads(path.read_text())["iterations"]
+    rows = [{"index": i, **dict(zip(columns, values)), "compute_s": 0.9} for i, values in enumerate(zip(*columns.values()))]
+    version1 = {**json.loads(path.read_text()), "schema_version": 1, "iterations": rows}
+    (tmp_path / "v1.json").write_text(json.dumps(version1))
+    assert load_profile(tmp_path / "v1.json") == profile
+    rows[3]["samples"] = -2
+    (tmp_path / "v1.json").write_text(json.dumps(version1))
+    with pytest.raises(TrainwiseError, match="malformed at `iterations.samples.3`"):
+        load_profile(tmp_path / "v1.json")
     # json reads Infinity and NaN (trainwise writes neither): refused where they are, not predicted with
-    for where, value in ((("init", "total_s"), float("inf")), (("iterations", 2, "wall_s"), float("nan")),
+    for where, value in ((("init", "total_s"), float("inf")), (("iterations", "wall_s", 2), float("nan")),
                          (("init", "total_s"), float("-inf"))):
         edited = json.loads(path.read_text())
         target = edited

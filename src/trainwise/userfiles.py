@@ -164,7 +164,7 @@ def parse_json(text: str, label: str, *, allow_non_finite: bool = False) -> Any:
     _check_depth(text, label)
 
     def parse_int(digits: str) -> int:
-        if len(_int_digits(digits)) > MAX_INT_DIGITS:
+        if len(digits) > MAX_INT_DIGITS and len(_int_digits(digits)) > MAX_INT_DIGITS:
             raise _too_long_int(_int_digits(digits), label)
         return int(digits)
 

@@ -18,9 +18,11 @@ from trainwise import __version__
 from trainwise._io import atomic_write_text
 from trainwise.core import stats
 from trainwise.core.host_noise import HostNoise
+from trainwise.core.iterations import Iteration, Iterations  # noqa: F401 - Iteration re-exported
 from trainwise.core.workload import WorkloadCharacterisation
 
-PROFILE_SCHEMA_VERSION = 1
+# 2: iterations as columns (trainwise.core.iterations); version 1 files (a row per iteration) still read
+PROFILE_SCHEMA_VERSION = 2
 
 
 class _Model(BaseModel):
@@ -52,19 +54,6 @@ class Measurement(_Model):
     @property
     def relative_ci95_halfwidth(self) -> float:
         return (self.ci95_high_s - self.ci95_low_s) / 2 / self.mean_s if self.mean_s > 0 else 0.0
-
-
-class Iteration(_Model):
-    index: int = Field(ge=0)
-    epoch: int = Field(ge=0)
-    start_s: float
-    wall_s: float = Field(ge=0)
-    data_wait_s: float = Field(ge=0)
-    compute_s: float = Field(ge=0, description="wall_s − data_wait_s: forward, backward, optimizer, Python")
-    samples: int = Field(ge=0)
-    batches: int = Field(ge=0)
-    backward_passes: int | None = Field(default=None, ge=0, description=(
-        "backward passes in the iteration: an LBFGS closure runs several per step, fewer as it converges"))
 
 
 class ValidationPass(_Model):
@@ -303,7 +292,7 @@ def slice_note(notes: Any) -> str:
 
 
 class Profile(_Model):
-    schema_version: Literal[1] = PROFILE_SCHEMA_VERSION
+    schema_version: Literal[2] = PROFILE_SCHEMA_VERSION
     trainwise_version: str = __version__
     created_at: str
     workload: str | None = None
@@ -314,7 +303,7 @@ class Profile(_Model):
     exit_code: int
     environment: Environment
     init: InitBreakdown
-    iterations: list[Iteration]
+    iterations: Iterations
     validations: list[ValidationPass]
     epochs: list[Epoch]
     dataset: DatasetShape
@@ -355,7 +344,10 @@ class Profile(_Model):
         same bytes, never a serialisation error after the training ran."""
         from trainwise.userfiles import json_text
 
-        return json_text(self.model_dump(mode="python"), "the profile")
+        # the iteration columns on one line each (indented, 200,000 iterations would be 1.4 million lines)
+        rest = json_text(self.model_dump(mode="python", exclude={"iterations"}), "the profile")
+        columns = json_text(self.iterations.as_columns(), "the profile's iterations", indent=None)
+        return rest[:-2] + ',\n "iterations": ' + columns + "\n}"
 
     def save(self, path: str | Path) -> Path:
         return atomic_write_text(path, self.to_json())

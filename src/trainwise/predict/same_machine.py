@@ -20,7 +20,7 @@ from trainwise.agent import cpu_steal
 from trainwise.core.units import format_duration
 from trainwise.errors import TrainwiseError
 from trainwise.predict import malta, state_subnormals, state_zeros
-from trainwise.profile.schema import HostNoise, Profile, steady_iterations
+from trainwise.profile.schema import HostNoise, Profile, steady_positions
 
 ESTIMATORS = ("trainwise", "eq5.4", "eq5.3", "averaged", "eq5.1", "eq4.1")
 
@@ -300,8 +300,9 @@ def closure_still_capped(profile: Profile) -> tuple[float, int] | None:
     """(median closure evaluations, the cap) when the steady steps of a closure optimizer ran as many
     closure evaluations as it allows (LBFGS's max_iter): the optimisation had not converged."""
     cap = profile.model.closure_evaluation_cap
-    _, steady = steady_iterations(profile.iterations)
-    counts = [it.backward_passes for it in steady if it.backward_passes]
+    _, steady = steady_positions(profile.iterations)
+    passes = profile.iterations.column("backward_passes")
+    counts = [passes[i] for i in steady if passes[i]]
     if cap is None or not counts or statistics.median(counts) < cap:
         return None
     return float(statistics.median(counts)), cap

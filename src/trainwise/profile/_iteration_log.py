@@ -108,6 +108,22 @@ def iteration_rows(raw_iterations: Any) -> list[dict[str, Any]]:
     return list(raw_iterations or [])
 
 
+def iteration_columns(raw_iterations: Any) -> dict[str, list]:
+    """A record's iterations as columns (FIELDS), without building a dict per iteration: from the columns
+    the agent writes, or from a list of dicts (records written before the columns, and synthetic ones)."""
+    if isinstance(raw_iterations, dict) and raw_iterations.get("format") == COLUMNS_FORMAT:
+        return {name: list(raw_iterations[name]) for name in FIELDS}
+    rows = list(raw_iterations or [])
+    return {name: [row.get(name) for row in rows] for name in FIELDS}
+
+
+def iteration_count(raw_iterations: Any) -> int:
+    """How many iterations a record holds, in either form."""
+    if isinstance(raw_iterations, dict) and raw_iterations.get("format") == COLUMNS_FORMAT:
+        return len(raw_iterations["end_s"])
+    return len(raw_iterations or [])
+
+
 def record_json(record: dict[str, Any]) -> str:
     """The whole record as JSON (`json.dumps`: the C encoder), its IterationLog spliced in as columns."""
     log = record.get("iterations")

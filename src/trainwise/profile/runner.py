@@ -23,7 +23,7 @@ from trainwise.errors import TrainwiseError
 from trainwise.profile import host_noise
 from trainwise.profile._ownership import CONFIG_ENV, owner_pid
 from trainwise.profile.level_service import LevelProbeService
-from trainwise.profile._iteration_log import with_iteration_rows
+from trainwise.profile._iteration_log import iteration_count
 from trainwise.profile.schema import Profile, profile_from_raw
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -324,7 +324,7 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
             job.end(grace_s=5.0)
             _remove_scratch_saves(raw_path)
         process_wall = time.time() - launch_wall
-        raw = with_iteration_rows(json.loads(raw_path.read_text())) if raw_path.exists() else None
+        raw = json.loads(raw_path.read_text()) if raw_path.exists() else None
 
     if raw is None:
         if exit_code != 0:
@@ -332,7 +332,8 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
                                  "run it without trainwise to see its error")
         raise TrainwiseError("the training command exited without starting a Python training process that imports torch: "
                              "check that the command runs your PyTorch script")
-    if not raw["iterations"]:
+    recorded = iteration_count(raw["iterations"])
+    if not recorded:
         if raw.get("stop_reason") == "no_iterations":
             limit_s = float(raw.get("config", {}).get("no_iteration_limit_s") or options.no_iteration_limit_s)
             raise TrainwiseError(
@@ -351,11 +352,11 @@ def run_profile(command: list[str], options: ProfileOptions = ProfileOptions(), 
     killed_note = None
     if exit_code != 0:
         if raw["mode"] != "full" or raw.get("stop_reason") != "interrupted":
-            raise TrainwiseError(f"the training command crashed (exit code {exit_code}) after {len(raw['iterations'])} "
+            raise TrainwiseError(f"the training command crashed (exit code {exit_code}) after {recorded} "
                                  "iterations: fix the script, then profile again")
         # A --full run that was killed (or crashed hard) after it recorded iterations: what it recorded.
         how = f"was killed by signal {-exit_code}" if exit_code < 0 else f"exited with code {exit_code}"
-        killed_note = (f"the job {how} after {len(raw['iterations'])} iterations; this profile holds what was recorded "
+        killed_note = (f"the job {how} after {recorded} iterations; this profile holds what was recorded "
                        f"until {raw.get('recorded_until_s', 0.0):.1f} s after launch (written every few seconds)")
     profile = profile_from_raw(raw, command=list(command), process_wall_s=process_wall, exit_code=exit_code, workload=workload)
     if ended_with_owner:

@@ -21,14 +21,14 @@ from trainwise.agent.stop_rule import closure_converging_steps
 from trainwise.core import stats
 from trainwise.core.host_noise import HostNoise  # noqa: F401 - re-exported
 from trainwise.core.profile import (PROFILE_SCHEMA_VERSION, DatasetShape, Environment,  # noqa: F401 - re-exported
-                                    Epoch, FullRun, InitBreakdown, Iteration, LevelProbe, Measurement, Memory,
+                                    Epoch, FullRun, InitBreakdown, Iteration, Iterations, LevelProbe, Measurement, Memory,
                                     ModelShape, OptimizerStateSubnormals, OptimizerStateZeros, Profile, ScriptEpochs,
                                     ScriptIterations,
                                     SteadyState,
                                     ValidationPass, _Model)
 from trainwise.core.workload import WorkloadCharacterisation  # noqa: F401 - re-exported
 from trainwise.errors import TrainwiseError
-from trainwise.profile._iteration_log import iteration_rows
+from trainwise.profile._iteration_log import iteration_columns
 
 
 def script_epochs_of(profiles: Sequence[Profile]) -> ScriptEpochs | None:
@@ -85,10 +85,12 @@ def load_profile(path: str | Path) -> Profile:
         raise TrainwiseError(f"{p} is a `trainwise run` result, not a profile: profile the job with "
                              "`trainwise profile -o job.json -- python train.py` (or `--full` for a whole run)")
     version = data.get("schema_version")
-    if version != PROFILE_SCHEMA_VERSION:
+    if version == 1:  # a row per iteration: read as columns, the only difference
+        data["schema_version"] = PROFILE_SCHEMA_VERSION
+    elif version != PROFILE_SCHEMA_VERSION:
         raise TrainwiseError(
             f"profile {p} has schema version {version!r}; this trainwise {__version__} reads version "
-            f"{PROFILE_SCHEMA_VERSION}: re-run `trainwise profile` with this version")
+            f"{PROFILE_SCHEMA_VERSION} (and 1): re-run `trainwise profile` with this version")
     # json reads Infinity and NaN, which no trainwise profile contains (it writes null): a hand-edited
     # inf would become an infinite prediction, a NaN a NaN one.
     bad = _first_non_finite(data)
@@ -125,7 +127,7 @@ def _implausible(profile: Profile) -> tuple[str, str] | None:
         return "dataset.train_batches_per_epoch", "an epoch has at least 1 batch"
     # 0 is "not seen" where no iteration counted a sample (a loop without a DataLoader slices its own
     # tensors): only a profile whose iterations did count samples cannot have a batch of none
-    if dataset.global_batch_size < 1 and any(it.samples > 0 for it in profile.iterations):
+    if dataset.global_batch_size < 1 and any(n > 0 for n in profile.iterations.column("samples")):
         return "dataset.global_batch_size", "a batch has at least 1 sample"
     if dataset.val_batch_size is not None and dataset.val_batch_size < 1:
         return "dataset.val_batch_size", "a batch has at least 1 sample"
@@ -154,6 +156,13 @@ def _first_huge_duration(value: Any, where: str = "") -> str | None:
                     return child_path
                 stack.append((child, child_path))
         elif isinstance(item, (list, tuple)):
+            if _all_scalars(item):  # a column: one pass, nothing to descend into
+                if path.rsplit(".", 1)[-1].endswith("_s"):
+                    huge = next((i for i, child in enumerate(item) if type(child) in (int, float) and
+                                 abs(child) > MAX_SECONDS), None)
+                    if huge is not None:
+                        return f"{path}.{huge}" if path else str(huge)
+                continue
             for i, child in enumerate(item):
                 child_path = f"{path}.{i}" if path else str(i)
                 if isinstance(child, (int, float)) and not isinstance(child, bool) and \
@@ -165,10 +174,20 @@ def _first_huge_duration(value: Any, where: str = "") -> str | None:
 
 
 
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def _all_scalars(items: list | tuple) -> bool:
+    return all(type(item) in _SCALARS for item in items)
+
+
 def _first_non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
     """(dotted path, value) of the first inf or NaN in parsed JSON, paths as pydantic writes them."""
     if isinstance(value, float) and not math.isfinite(value):
         return where, value
+    if isinstance(value, list) and _all_scalars(value):  # a column: one pass, no recursion per value
+        bad = next((i for i, item in enumerate(value) if type(item) is float and not math.isfinite(item)), None)
+        return None if bad is None else (f"{where}.{bad}" if where else str(bad), value[bad])
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         found = _first_non_finite(item, f"{where}.{key}" if where else str(key))
@@ -214,56 +233,76 @@ def _init_breakdown(raw: dict[str, Any], first_iteration_start_s: float) -> Init
                          other_s=max(0.0, total - accounted), marks=marks)
 
 
-def closure_warmup(iterations: list[Iteration]) -> int:
+def _as_iterations(iterations: Iterations | Sequence[Iteration]) -> Iterations:
+    return iterations if isinstance(iterations, Iterations) else Iterations.of_rows(list(iterations))
+
+
+def closure_warmup(iterations: Iterations | Sequence[Iteration]) -> int:
     """Leading iterations of a closure optimizer's converging phase (`stop_rule.closure_converging_steps` of their
     backward passes). They are measured as they were, not extrapolated: the run's later steps look like the latest
     ones."""
-    return closure_converging_steps([it.backward_passes for it in iterations])
+    return closure_converging_steps(list(_as_iterations(iterations).column("backward_passes")))
 
 
-def one_iteration_epochs(iterations: list[Iteration]) -> bool:
+def one_iteration_epochs(iterations: Iterations | Sequence[Iteration]) -> bool:
     """Every epoch seen held one iteration (full-batch training: one step, then an evaluation)."""
-    per_epoch = Counter(it.epoch for it in iterations)
+    per_epoch = Counter(_as_iterations(iterations).column("epoch"))
     return len(per_epoch) >= 2 and set(per_epoch.values()) == {1}
 
 
-def steady_iterations(iterations: list[Iteration]) -> tuple[int, list[Iteration]]:
-    """(warm-up iterations, steady iterations): epoch-1 iterations after warm-up plus later epochs'
-    iterations except each later epoch's first (which carries the epoch-start cost, reported separately).
-    When every epoch is one iteration, the epochs' iterations are one sequence: an epoch's start cost is
-    then inside its only iteration and cannot be told apart from it."""
-    if not iterations:
+def steady_positions(iterations: Iterations | Sequence[Iteration]) -> tuple[int, list[int]]:
+    """(warm-up iterations, positions of the steady iterations): epoch-1 iterations after warm-up plus later
+    epochs' iterations except each later epoch's first (which carries the epoch-start cost, reported
+    separately). When every epoch is one iteration, the epochs' iterations are one sequence: an epoch's start
+    cost is then inside its only iteration and cannot be told apart from it. Read from columns: a --full
+    profile holds hundreds of thousands of iterations."""
+    its = _as_iterations(iterations)
+    n = len(its)
+    if not n:
         raise TrainwiseError("the job recorded no training iteration: nothing to estimate")
-    if one_iteration_epochs(iterations):
-        warmup = max(stats.detect_warmup([it.wall_s for it in iterations]), closure_warmup(iterations))
-        return warmup, iterations[warmup:] or iterations[-1:]
-    first_epoch = iterations[0].epoch
-    epoch1 = [it for it in iterations if it.epoch == first_epoch]
-    warmup = stats.detect_warmup([it.wall_s for it in epoch1]) if len(epoch1) > 1 else 0
-    warmup = max(warmup, closure_warmup(epoch1))
-    steady: list[Iteration] = epoch1[warmup:]
-    for epoch in sorted({it.epoch for it in iterations if it.epoch != first_epoch}):
-        in_epoch = [it for it in iterations if it.epoch == epoch]
-        steady.extend(in_epoch[1:])
-    return warmup, steady or iterations[-1:]
+    walls, passes = its.column("wall_s"), its.column("backward_passes")
+    if one_iteration_epochs(its):
+        warmup = max(stats.detect_warmup(walls), closure_converging_steps(list(passes)))
+        return warmup, list(range(warmup, n)) or [n - 1]
+    by_epoch: dict[int, list[int]] = {}
+    for position, epoch in enumerate(its.column("epoch")):
+        by_epoch.setdefault(epoch, []).append(position)
+    first_epoch = its.column("epoch")[0]
+    epoch1 = by_epoch[first_epoch]
+    warmup = stats.detect_warmup([walls[i] for i in epoch1]) if len(epoch1) > 1 else 0
+    warmup = max(warmup, closure_converging_steps([passes[i] for i in epoch1]))
+    steady = epoch1[warmup:]
+    for epoch in sorted(e for e in by_epoch if e != first_epoch):
+        steady.extend(by_epoch[epoch][1:])
+    return warmup, steady or [n - 1]
 
 
-def steady_state_of(iterations: list[Iteration], stop_reason: str, stability: dict[str, Any]) -> SteadyState:
-    """Steady-state iteration time over `steady_iterations`, with its spread."""
-    warmup, steady = steady_iterations(iterations)
-    first_epoch = iterations[0].epoch
+def steady_iterations(iterations: Iterations | Sequence[Iteration]) -> tuple[int, list[Iteration]]:
+    """`steady_positions` as rows."""
+    its = _as_iterations(iterations)
+    warmup, positions = steady_positions(its)
+    return warmup, [its[i] for i in positions]
+
+
+def steady_state_of(iterations: Iterations | Sequence[Iteration], stop_reason: str,
+                    stability: dict[str, Any]) -> SteadyState:
+    """Steady-state iteration time over `steady_positions`, with its spread."""
+    its = _as_iterations(iterations)
+    warmup, steady = steady_positions(its)
+    walls, waits, epochs = its.column("wall_s"), its.column("data_wait_s"), its.column("epoch")
+    iteration = Measurement.of([walls[i] for i in steady])
     epoch_start_excess: list[float] = []
-    later_epochs = sorted({it.epoch for it in iterations if it.epoch != first_epoch})
-    iteration = Measurement.of([it.wall_s for it in steady])
-    for epoch in later_epochs if not one_iteration_epochs(iterations) else ():
-        first = next(it for it in iterations if it.epoch == epoch)
-        epoch_start_excess.append(first.wall_s - iteration.mean_s)
+    if not one_iteration_epochs(its):
+        firsts: dict[int, int] = {}
+        for position, epoch in enumerate(epochs):
+            firsts.setdefault(epoch, position)
+        epoch_start_excess = [walls[firsts[e]] - iteration.mean_s for e in sorted(firsts) if e != epochs[0]]
     return SteadyState(
         warmup_iterations=warmup,
         iteration=iteration,
-        data_wait=Measurement.of([it.data_wait_s for it in steady]),
-        compute=Measurement.of([it.compute_s for it in steady]),
-        first_iteration_s=iterations[0].wall_s,
+        data_wait=Measurement.of([waits[i] for i in steady]),
+        compute=Measurement.of([max(0.0, walls[i] - waits[i]) for i in steady]),
+        first_iteration_s=walls[0],
         epoch_start_extra_s=statistics.median(epoch_start_excess) if epoch_start_excess else None,
         stop_reason=stop_reason,
         stabilised_after=stability.get("iterations") if stability.get("stable") else None,
@@ -272,16 +311,20 @@ def steady_state_of(iterations: list[Iteration], stop_reason: str, stability: di
     )
 
 
+def iterations_from_raw(raw_iterations: Any) -> Iterations:
+    """The recorder's iterations (start/end times; columns or rows) as the profile's columns."""
+    raw = iteration_columns(raw_iterations)
+    walls = [max(0.0, end - start) for start, end in zip(raw["start_s"], raw["end_s"])]
+    return Iterations.of_columns({
+        "epoch": raw["epoch"], "start_s": raw["start_s"], "wall_s": walls,
+        "data_wait_s": [max(0.0, w) for w in raw["data_wait_s"]],
+        "samples": [int(n or 0) for n in raw["samples"]], "batches": [int(n or 0) for n in raw["batches"]],
+        "backward_passes": raw["backward_passes"]})
+
+
 def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s: float, exit_code: int,
                      workload: str | None = None) -> Profile:
-    iterations = [
-        Iteration(index=i, epoch=it["epoch"], start_s=it["start_s"], wall_s=max(0.0, it["end_s"] - it["start_s"]),
-                  data_wait_s=max(0.0, it["data_wait_s"]),
-                  compute_s=max(0.0, it["end_s"] - it["start_s"] - it["data_wait_s"]),
-                  samples=int(it["samples"] or 0), batches=int(it["batches"] or 0),
-                  backward_passes=it.get("backward_passes"))
-        for i, it in enumerate(iteration_rows(raw["iterations"]))
-    ]
+    iterations = iterations_from_raw(raw["iterations"])
     if not iterations:
         raise TrainwiseError("the job recorded no training iteration")
     validations = []
@@ -298,9 +341,9 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
                     truncated=e["truncated"], batches_per_epoch=e.get("batches_per_epoch")) for e in raw["epochs"]]
     train_info = raw["loaders"].get("train", {})
     val_info = raw["loaders"].get("val", {})
-    with_batches = [it for it in iterations if it.batches > 0]
-    batches_per_iteration = statistics.median([it.batches for it in with_batches]) if with_batches else 1.0
-    samples = [it.samples for it in iterations if it.samples > 0]
+    with_batches = [n for n in iterations.column("batches") if n > 0]
+    batches_per_iteration = statistics.median(with_batches) if with_batches else 1.0
+    samples = [n for n in iterations.column("samples") if n > 0]
     global_batch = int(statistics.median(samples)) if samples else 0
     notes = list(raw.get("notes", []))
     traced_batch = (raw.get("characterisation") or {}).get("per_device_batch")
