@@ -72,11 +72,19 @@ def plain_run_s(argv: list[str], cwd: str | Path | None = None, preexec_fn=None)
     return time.time() - started
 
 
-def instrumented_run_s(argv: list[str]) -> float:
+def instrumented_run(argv: list[str]) -> tuple[float, float]:
+    """(the whole `trainwise profile --full` command's seconds, the job's own: launch → exit of the process the agent
+    was in, as the launcher saw it). The difference is trainwise's start-up and its work after the job (reading the
+    record, building and checking the profile), which is profiling cost, not the agent's cost to the job."""
     started = time.time()
     # The agent alone: no launch setting that changes the job's arithmetic (denormals kept, as in the plain run)
-    run_profile(argv, ProfileOptions(mode="full", characterise=False, host_noise=False, flush_denormal=False), quiet=True)
-    return time.time() - started
+    profile = run_profile(argv, ProfileOptions(mode="full", characterise=False, host_noise=False, flush_denormal=False),
+                          quiet=True)
+    return time.time() - started, profile.process_wall_s
+
+
+def instrumented_run_s(argv: list[str]) -> float:
+    return instrumented_run(argv)[0]
 
 
 def profile_then_run(row: dict, argv: list[str], options: ProfileOptions, workload: str, cwd: Path | None = None) -> dict:
@@ -207,14 +215,18 @@ def abba_blocks(names: list[str], scale: float, blocks: int) -> list[dict]:
         with tempfile.TemporaryDirectory(prefix="trainwise-clients-") as workdir:
             argv = command(name, scale, workdir)
             first = plain_run_s(argv)
-            instrumented = [instrumented_run_s(argv), instrumented_run_s(argv)]
+            runs = [instrumented_run(argv), instrumented_run(argv)]
             second = plain_run_s(argv)
+        instrumented, jobs = [run[0] for run in runs], [run[1] for run in runs]
         ratio = abba_block([first, second], instrumented)
+        job_ratio = abba_block([first, second], jobs)
         rows.append({"loop": name, "order": "abba", "plain_s": (first + second) / 2,
                      "instrumented_s": sum(instrumented) / 2, "plain_runs_s": [first, second],
-                     "instrumented_runs_s": instrumented, "ratio": ratio})
+                     "instrumented_runs_s": instrumented, "ratio": ratio,
+                     "instrumented_job_runs_s": jobs, "job_ratio": job_ratio})
         print(f"  block {k + 1}: {name} plain {first:.1f} / {second:.1f} s, under the agent "
-              f"{instrumented[0]:.1f} / {instrumented[1]:.1f} s: ratio {ratio:.3f}", flush=True)
+              f"{instrumented[0]:.1f} / {instrumented[1]:.1f} s (the job {jobs[0]:.1f} / {jobs[1]:.1f} s): ratio "
+              f"{ratio:.3f}, the job's {job_ratio:.3f}", flush=True)
     return rows
 
 
@@ -386,6 +398,31 @@ def write_null_pairs(args: argparse.Namespace, previous: dict, null: list[dict])
     print(json.dumps({k: previous["summary"][k] for k in ("pairing_null_median", "pairing_null_range")}))
 
 
+def write_abba_blocks(args: argparse.Namespace, names: list[str]) -> None:
+    """--abba-only: ABBA blocks into the --results file beside what it holds; the summary's interleaved figures are
+    theirs: the agent's cost to the job (launch → exit of its process) and the whole command's (with trainwise's
+    start-up and its work after the job)."""
+    try:
+        previous = json.loads(args.results.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        sys.exit(f"error: --abba-only adds to {args.results}, which cannot be read ({exc}); run without it first")
+    if args.pairs < 1:
+        sys.exit("error: --abba-only needs --pairs 1 or more (the blocks to run)")
+    blocks = abba_blocks(names, args.scale, args.pairs)
+    previous.update(abba_blocks=blocks, abba_blocks_machine=machine(),
+                    abba_blocks_measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    abba_blocks_commit=git_commit(ROOT, short=True, mark_changes=True),
+                    abba_blocks_note=f"{args.note} (--scale {args.scale:g}, {len(blocks)} blocks)".strip())
+    previous["summary"].update(
+        agent_overhead_interleaved=statistics.median(b["job_ratio"] for b in blocks) - 1,
+        agent_overhead_interleaved_method=(
+            "ABBA blocks (plain, agent, agent, plain; median ratio − 1) of the job's own wall time, launch → exit of "
+            "the process the agent was in (--abba-only)"),
+        command_overhead_interleaved=statistics.median(b["ratio"] for b in blocks) - 1)
+    atomic_write_text(args.results, json.dumps(previous, indent=2) + "\n")
+    print(json.dumps({k: previous["summary"][k] for k in ("agent_overhead_interleaved", "command_overhead_interleaved")}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies each loop's size (its run time)")
@@ -411,6 +448,9 @@ def main() -> None:
     parser.add_argument("--null-pairs", action="store_true",
                         help="with --overhead-only --concurrent-pairs: both sides run the plain command (the pairing's "
                              "noise floor); kept as null_pairs, the agent_overhead rows untouched")
+    parser.add_argument("--abba-only", action="store_true",
+                        help="--pairs ABBA blocks only, kept as abba_blocks beside the headline (the concurrent pairs and "
+                             "the accuracy rows stay): the agent's cost to the job and the whole command's, interleaved")
     parser.add_argument("--overhead-only", action="store_true",
                         help="measure the overhead pairs only; the accuracy rows are kept from the --results file")
     parser.add_argument("--accuracy-only", action="store_true",
@@ -435,6 +475,9 @@ def main() -> None:
     started = time.time()
     rows = []
     previous: dict = {}
+    if args.abba_only:
+        write_abba_blocks(args, names)
+        return
     if args.overhead_only or args.accuracy_only:
         flag, kept = ("--overhead-only", "accuracy rows") if args.overhead_only else ("--accuracy-only", "overhead pairs")
         try:

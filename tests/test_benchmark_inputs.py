@@ -35,6 +35,11 @@ def test_client_scripts_bounds_its_pairs_and_needs_a_previous_result_for_overhea
     assert out.returncode != 0 and "--concurrent-pairs in [0, 10]" in out.stderr and "Traceback" not in out.stderr
     out = run("client_scripts.py", "--overhead-only", "--pairs", "0", "--results", str(tmp_path / "none.json"))
     assert out.returncode != 0 and "run without --overhead-only first" in out.stderr and "Traceback" not in out.stderr
+    out = run("client_scripts.py", "--abba-only", "--pairs", "1", "--results", str(tmp_path / "none.json"))
+    assert out.returncode != 0 and "--abba-only adds to" in out.stderr and "Traceback" not in out.stderr
+    (tmp_path / "r.json").write_text('{"summary": {}}')
+    out = run("client_scripts.py", "--abba-only", "--pairs", "0", "--results", str(tmp_path / "r.json"))
+    assert out.returncode != 0 and "needs --pairs 1 or more" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_client_scripts_parallel_loops_needs_two_cores_per_loop_before_any_run(tmp_path):
@@ -111,12 +116,15 @@ def test_abba_blocks_run_plain_agent_agent_plain_one_loop_each_in_turn(monkeypat
         return run
 
     monkeypatch.setattr(client_scripts, "plain_run_s", timed("plain"))
-    monkeypatch.setattr(client_scripts, "instrumented_run_s", timed("agent"))
+    agent = timed("agent")
+    # the whole command and, half a second less, the job's own process (trainwise's start-up and post-processing)
+    monkeypatch.setattr(client_scripts, "instrumented_run", lambda argv: (lambda s: (s, s - 0.5))(agent(argv)))
     rows = client_scripts.overhead_pairs(["tensor_validation", "manual_sgd_lm"], 0.01, 2, abba=True)
     assert [c.split(":")[0] for c in calls] == ["plain", "agent", "agent", "plain"] * 2
     assert [r["loop"] for r in rows] == ["tensor_validation", "manual_sgd_lm"]
     assert all(r["order"] == "abba" and r["ratio"] == pytest.approx(1.0) for r in rows)  # the drift cancels
     assert rows[0]["plain_runs_s"] == [11.0, 14.0] and rows[0]["instrumented_runs_s"] == [12.0, 13.0]
+    assert rows[0]["instrumented_job_runs_s"] == [11.5, 12.5] and rows[0]["job_ratio"] == pytest.approx(24 / 25)
 
 
 def test_client_scripts_accuracy_only_replaces_the_measured_loops_and_keeps_the_overhead(tmp_path):

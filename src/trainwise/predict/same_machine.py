@@ -12,6 +12,8 @@ Two families of estimators work from the same Profile:
 
 from __future__ import annotations
 
+import bisect
+
 import math
 import statistics
 from dataclasses import dataclass, field, replace
@@ -54,7 +56,7 @@ def iterations_per_epoch_of(profile: Profile, override: int | None = None) -> in
         return override
     n_it = profile.dataset.iterations_per_epoch
     if n_it is None:
-        if not any(it.batches for it in profile.iterations):
+        if not any(profile.iterations.column("batches")):
             raise TrainwiseError("the profile does not know the iterations per epoch (the script trains without a "
                                  "DataLoader and showed no epoch boundary): pass --iterations-per-epoch N")
         raise TrainwiseError("the profile does not know the iterations per epoch (the training loader has no length): "
@@ -143,8 +145,9 @@ def _mid_epoch_validations(profile: Profile, passes: list) -> list:
     if not profile.epochs:
         return []
     first = profile.epochs[0]
-    starts = [it.start_s for it in profile.iterations if it.epoch == first.index]
-    return [v for v in passes if v.epoch == first.index and any(s > v.start_s for s in starts)]
+    its = profile.iterations
+    last_start = max((s for s, e in zip(its.column("start_s"), its.column("epoch")) if e == first.index), default=None)
+    return [v for v in passes if v.epoch == first.index and last_start is not None and last_start > v.start_s]
 
 
 def _passes_per_epoch(profile: Profile, passes: list, iterations_per_epoch: int) -> tuple[int, int | None]:
@@ -152,8 +155,10 @@ def _passes_per_epoch(profile: Profile, passes: list, iterations_per_epoch: int)
     if not mid:
         return 1, None
     first = profile.epochs[0]
-    ends = [it.start_s + it.wall_s for it in profile.iterations if it.epoch == first.index]
-    positions = [sum(1 for end in ends if end <= v.start_s) for v in mid]
+    its = profile.iterations
+    ends = [s + w for s, w, e in zip(its.column("start_s"), its.column("wall_s"), its.column("epoch")) if e == first.index]
+    ends.sort()  # in order already; a --full run's hundreds of thousands: a binary search per pass
+    positions = [bisect.bisect_right(ends, v.start_s) for v in mid]
     interval = positions[1] - positions[0] if len(positions) > 1 else positions[0]
     if interval <= 0:
         return 1, None
@@ -198,7 +203,7 @@ MAX_MODELLED_SHARE = 0.5
 
 def sampled_steps_s(profile: Profile) -> float:
     """Seconds of steady iterations the profile sampled: the window its steady step time speaks for."""
-    return sum(it.wall_s for it in profile.iterations[profile.steady_state.warmup_iterations:])
+    return sum(profile.iterations.column("wall_s")[profile.steady_state.warmup_iterations:])
 
 
 def host_stray_fraction(profile: Profile) -> float | None:

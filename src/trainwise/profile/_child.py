@@ -54,6 +54,9 @@ from trainwise.profile._iteration_log import IterationLog
 from trainwise.profile._record import RAW_FORMAT_VERSION  # noqa: F401
 from trainwise.profile._watchers import _batch_length  # noqa: F401
 
+# A --full run's snapshot of its record is written at most once per this many times its own cost (0.2 %)
+SNAPSHOT_COST_RATIO = 500
+
 _recorder: "Recorder | None" = None
 
 
@@ -243,7 +246,8 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.no_iteration_limit_s = 0.0 if self.spawned else float(config.get("no_iteration_limit_s") or 0.0)
         self._watchdog = NoIterationWatchdog(self.no_iteration_limit_s, self._iterations_seen_or_coming,
                                              self._on_no_iteration)
-        # --full: the record is also written every so often, so that a killed run still reports what it recorded
+        # --full: the record is also written every so often (every 5 s, and at most 1/SNAPSHOT_COST_RATIO of the
+        # time: writing 200,000 iterations takes ~0.3 s), so that a killed run still reports what it recorded
         self._snapshot_at_s = 0.0
         self._snapshot_cost_s = 0.0
 
@@ -357,7 +361,7 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
             self._watch_model_calls(start_s)
         if self._model_forward_hook is not None and self.current_train_state is not None:
             self._park_model_hook()
-        if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, 200 * self._snapshot_cost_s):
+        if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, SNAPSHOT_COST_RATIO * self._snapshot_cost_s):
             self._write_snapshot(end_s)
         if count in ZERO_COUNT_STEPS and self._optimizer_ref is not None and not self._zero_tracking_failed:
             self._track_state_zeros(count)
