@@ -84,6 +84,19 @@ def test_with_an_optimizer_its_steps_delimit_iterations_not_backward_passes():
     assert ends == [] and not detector.active
 
 
+def test_the_backward_detector_leaves_the_bus_at_the_first_optimizer_step():
+    bus, ends, seen = EventBus(), [], []
+    detector = bus.subscribe(BackwardIterations(ends.append))
+    bus.subscribe(lambda e: seen.append(type(e).__name__), events=(OptimizerStep,))
+    bus.emit(OptimizerBuilt(0.0, optimizer_id=1))
+    bus.emit(OptimizerStep(1.0, optimizer_id=1))  # from here it has nothing left to decide
+    for k in range(3):
+        bus.emit(OptimizerStep(2.0 + k, optimizer_id=1))
+        bus.emit(BackwardEnd(t_s=2.5 + k, reaches_parameters=True))
+    assert detector.optimizer_steps == 1 and ends == [] and not bus.notes  # off the bus, not dropped as failed
+    assert seen == ["OptimizerStep"] * 4  # the others still hear every step
+
+
 def test_an_optimizer_that_never_steps_is_not_the_loops():
     ends: list[float] = []
     detector = BackwardIterations(ends.append)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainwise.agent.events import BackwardEnd, Event, OptimizerBuilt, OptimizerStep
+from trainwise.agent.events import UNSUBSCRIBE, BackwardEnd, Event, OptimizerBuilt, OptimizerStep
 
 # Backward passes without any optimizer step after which an optimizer that exists is taken not to be the
 # loop's (built for a scheduler, or unused): far more than any gradient accumulation of these scripts.
@@ -65,12 +65,15 @@ class BackwardIterations:
         self.backwards_without_step = 0
         self.active = False  # backward passes delimit iterations in this process
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: Event) -> object:
         if isinstance(event, OptimizerBuilt):
             self.optimizers_built += 1
         elif isinstance(event, OptimizerStep):
+            # An optimizer steps: its steps end the iterations from now on, and backward passes decide nothing
+            # more (off the bus: its every step would cost the job a call)
             self.optimizer_steps += 1
             self.active = False
+            return UNSUBSCRIBE
         elif isinstance(event, BackwardEnd) and event.reaches_parameters and self.optimizer_steps == 0:
             self.backwards_without_step += 1
             if not self.active and (self.optimizers_built == 0

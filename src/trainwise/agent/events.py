@@ -204,6 +204,10 @@ Event = Union[ModelForward, BackwardEnd, TorchImportStarted, TorchImported, Modu
 Subscriber = Callable[[Event], None]
 
 
+# What a subscriber returns to be taken off the bus: one with nothing left to decide costs the job nothing more
+UNSUBSCRIBE = object()
+
+
 class EventBus:
     """Hands each event to the subscribers that take its type. A subscriber that raises is dropped with
     a note: the user's training must never fail because an observer did."""
@@ -259,7 +263,8 @@ class EventBus:
             targets = self._targets_of(type(event))
         for subscriber in targets:
             try:
-                subscriber(event)
+                if subscriber(event) is UNSUBSCRIBE:
+                    self.unsubscribe(subscriber)
             except Exception as exc:  # noqa: BLE001 - an observer's bug must not break the job
                 if id(subscriber) in self._strict:
                     raise

@@ -42,6 +42,7 @@ from trainwise.profile import _torch_hooks
 from trainwise.profile._capture import WorkloadCapture
 from trainwise.profile._epochs_read import ScriptEpochs
 from trainwise.profile._no_loader import LoopsWithoutLoader
+from trainwise.profile._optimizer_steps import OptimizerSteps
 from trainwise.profile._ownership import CONFIG_ENV, ProfileOwnership
 from trainwise.profile._passes import LoaderPasses, _LoaderState
 from trainwise.profile._record import RecordOutput
@@ -95,10 +96,11 @@ class _FinishNow(Exception):
     """Internal: the profile is complete."""
 
 
-class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording, StateSubnormalsRecording,
-               ScriptEpochs, RecordOutput, ProfileOwnership):
+class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording,
+               StateSubnormalsRecording, ScriptEpochs, RecordOutput, ProfileOwnership):
     """The profile's record of one training process: iterations, epochs, validation, the stop rule's verdict, and
-    writing it. Its parts live in the mixins' modules (_passes, _no_loader, _capture, _state_zeros, _state_subnormals), _torch_hooks."""
+    writing it. Its parts live in the mixins' modules (_optimizer_steps, _passes, _no_loader, _capture, _state_zeros,
+    _state_subnormals), _torch_hooks."""
 
     def __init__(self, config: dict[str, Any], bus: EventBus | None = None) -> None:
         """`bus`: the events it reads (the process's torch patch's in a profiled process; its own otherwise)."""
@@ -282,49 +284,6 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         self.iter_batches = 0
         self.iter_backwards = 0
 
-    def _boundary(self, optimizer) -> None:
-        if self.explicit_steps or self.paused:
-            return
-        if self.primary_optimizer_id is None:
-            self.primary_optimizer_id = id(optimizer)
-            self._optimizer_ref = weakref.ref(optimizer)
-            self._stop_capturing()
-            self._describe_model(optimizer)
-        elif id(optimizer) != self.primary_optimizer_id:
-            # A secondary optimizer's step is part of the primary's iteration; its parameters (a GAN's
-            # generator) are still the model's: gradients to all-reduce, state to checkpoint.
-            if id(optimizer) not in self._described_optimizers:
-                self._describe_model(optimizer)
-            if not self._secondary_stepped_alone(optimizer):
-                return
-        elif self._alone_id is not None:
-            self._alone_id, self._alone_steps = None, 0
-        last = self._last_batch_state
-        # Only a pass still running, whose last batch was fetched with gradients enabled: a finished
-        # (or abandoned, no_grad) validation pass before a DataLoader-less training step stays validation.
-        if (last is not None and last.role == "val" and self.framework is None and last.grad_at_last_batch
-                and last.record is not None and last.record["end_s"] is None):
-            self._reclassify_as_training(last)
-        self.end_iteration()
-
-    def _secondary_stepped_alone(self, optimizer) -> bool:
-        """A secondary optimizer that steps twice with no step of the primary between takes over: its steps end
-        the iterations from now on (a layer-by-layer fit such as Hinton's Forward-Forward trains layer 0 with
-        one optimizer, then layer 1 with another). A GAN's optimizers alternate and never hand over."""
-        if self._alone_id != id(optimizer):
-            self._alone_id, self._alone_steps = id(optimizer), 0
-            self._alone_first_end_s = time.perf_counter() - self.perf0 + self.offset_s
-        self._alone_steps += 1
-        if self._alone_steps < 2:
-            return False
-        self._alone_id, self._alone_steps = None, 0
-        self.primary_optimizer_id = id(optimizer)
-        self.notes.append(f"a second optimizer ({type(optimizer).__name__}) stepped alone from iteration "
-                          f"{len(self.iterations) + 1}: its steps end the iterations from there (training "
-                          f"one part of the model after another)")
-        self.end_iteration(at_s=self._alone_first_end_s)  # its first step alone ended an iteration too
-        return True
-
     def end_iteration(self, samples: int | None = None, at_s: float | None = None) -> None:
         """Close the current iteration at this instant, or at `at_s` (an optimizer step seen to end one only
         later), the next one then starting there (used by hooks and the explicit API)."""
@@ -347,12 +306,12 @@ class Recorder(Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, Stat
         batches = self.iter_batches
         if batches > self._most_batches_per_iteration:
             self._most_batches_per_iteration = batches
-        iterations.add(start_s, end_s, self.iter_data_wait, epoch,
-                       samples if samples is not None else self.iter_samples, batches, self.iter_backwards)
-        count = len(iterations)
+        count = iterations.add(start_s, end_s, self.iter_data_wait, epoch,
+                               samples if samples is not None else self.iter_samples, batches, self.iter_backwards)
         if epochs:
             epochs[-1]["iterations"] += 1
-        self._reset_iteration()
+        # _reset_iteration, inline: this runs on every optimizer step of the job
+        self.iter_data_wait, self.iter_samples, self.iter_batches, self.iter_backwards = 0.0, 0, 0, 0
         self.bus.emit(IterationEnd(end_s, count - 1, "explicit" if self.explicit_steps else "hooks"))
         if count == 1:
             if not self._claim_profile():

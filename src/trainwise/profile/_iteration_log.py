@@ -36,8 +36,9 @@ class IterationLog:
         self.add(record["start_s"], record["end_s"], record.get("data_wait_s"), *(record.get(n) for n in INT_FIELDS))
 
     def add(self, start_s: float, end_s: float, data_wait_s: float | None, epoch: int | None, samples: int | None,
-            batches: int | None, backward_passes: int | None) -> None:
-        """`append` without the dict: the recorder's per-iteration call (every optimizer step of the job)."""
+            batches: int | None, backward_passes: int | None) -> int:
+        """`append` without the dict: the recorder's per-iteration call (every optimizer step of the job). Returns
+        the iterations now held (one call fewer for the caller on each step)."""
         columns = self._columns
         columns["start_s"].append(start_s)
         columns["end_s"].append(end_s)
@@ -46,6 +47,7 @@ class IterationLog:
         columns["samples"].append(samples or 0)
         columns["batches"].append(batches or 0)
         columns["backward_passes"].append(backward_passes or 0)
+        return len(columns["end_s"])
 
     def __len__(self) -> int:
         return len(self._columns["end_s"])

@@ -122,7 +122,10 @@ class LoaderPasses:
         start_s = start - self.perf0 + self.offset_s
         end_s = end - self.perf0 + self.offset_s
         state.batches += 1
-        samples = _batch_length(batch)
+        # _batch_length's usual case, (inputs, targets), inline: this runs on every batch the job requests
+        first = batch[0] if type(batch) in (tuple, list) and batch else None
+        shape = getattr(first, "shape", None) if first is not None else None
+        samples = (int(shape[0]) if len(shape) else 1) if shape is not None else _batch_length(batch)
         if state.role == "train":
             if self.iter_start is None:
                 self.iter_start = start_s
