@@ -501,3 +501,23 @@ def test_a_muted_bus_hands_nothing_on_and_keeps_its_subscribers():
         bus.subscribe(lambda e: seen.append(-e.t_s))  # one added meanwhile is kept too
     bus.emit(ProcessExitLike(2.0))
     assert seen == [2.0, -2.0]
+
+
+def test_the_agent_makes_few_python_calls_on_each_training_step(tmp_path):
+    """On a 0.45-ms CPU step each of trainwise's Python calls cost ~1-3 us (docs/accuracy.md, client scripts): the
+    per-step bookkeeping is counted here, deterministically, so that it cannot grow unnoticed."""
+    pytest.importorskip("torch")
+    from trainwise.profile.runner import ProfileOptions, run_profile
+
+    script = pathlib.Path(__file__).parent / "scripts" / "count_step_calls.py"
+    plain_counts, agent_counts = tmp_path / "plain.json", tmp_path / "agent.json"
+    subprocess.run([sys.executable, str(script), str(plain_counts)], check=True)
+    run_profile([sys.executable, str(script), str(agent_counts)],
+                ProfileOptions(mode="full", characterise=False, host_noise=False), quiet=True)
+    import json
+
+    plain, agent = json.loads(plain_counts.read_text()), json.loads(agent_counts.read_text())
+    assert plain["trainwise_calls"] == 0
+    # batch request 3 (the patch, the recorder, its batch bookkeeping), backward 2, optimizer step 8
+    assert agent["trainwise_calls"] <= 13, agent
+    assert agent["python_calls"] - plain["python_calls"] <= 20, (plain, agent)  # 16 now: 3 outside trainwise's code
