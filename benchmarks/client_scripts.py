@@ -13,6 +13,9 @@ plain runs, so that a host whose level drifts over the block does not read as ov
 Writes benchmarks/results/client_scripts.json; `summary`: profiled_fraction, median_abs_error,
 max_abs_error, profiling_cost_fraction (median), agent_overhead.
 Run: .venv/bin/python benchmarks/client_scripts.py [--scale 1.0] [--pairs 2] [--abba] [--only NAME ...]
+`--abba-only --pairs N` runs N ABBA blocks and keeps them beside the headline (abba_blocks), each instrumented run
+timed as the job's own process (the agent's cost to the job) and as the whole command (with trainwise's start-up and
+its work after the job).
 On a quiet many-core host, `--accuracy-only --parallel-loops` measures every loop at once, each loop (its profile,
 then its plain run) pinned to `--cores-per-loop` cores of its own, so the rows take the time of the longest loop.
 `--scale` multiplies each loop's size; 6 gave plain runs of 21-49 s on the quiet 2-core VM (start-up is ~4 s
