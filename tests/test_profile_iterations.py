@@ -72,3 +72,14 @@ def test_raw_records_become_the_same_columns_in_either_form():
         its = iterations_from_raw(raw)
         assert its.column("wall_s") == (0.5, 0.0) and its.column("data_wait_s") == (0.1, 0.0)
         assert its.column("samples") == (4, 0) and its.column("backward_passes") == (0, 2)
+
+
+def test_a_record_built_in_process_reads_its_iteration_log_as_columns():
+    from trainwise.profile._iteration_log import IterationLog
+
+    log = IterationLog()
+    log.add(1.0, 1.5, 0.1, 0, 4, 1, None)
+    log.add(1.5, 2.5, None, 1, 4, 2, 3)
+    its = iterations_from_raw(log)
+    assert its.column("wall_s") == (0.5, 1.0) and its.column("epoch") == (0, 1) and its.column("batches") == (1, 2)
+    assert its.column("data_wait_s") == (0.1, 0.0) and its.column("backward_passes") == (0, 3)

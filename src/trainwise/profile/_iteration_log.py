@@ -115,6 +115,8 @@ def iteration_columns(raw_iterations: Any) -> dict[str, list]:
     the agent writes, or from a list of dicts (records written before the columns, and synthetic ones)."""
     if isinstance(raw_iterations, dict) and raw_iterations.get("format") == COLUMNS_FORMAT:
         return {name: list(raw_iterations[name]) for name in FIELDS}
+    if isinstance(raw_iterations, IterationLog):  # a record built in this process (a framework's callback)
+        return {name: raw_iterations.column(name) for name in FIELDS}
     rows = list(raw_iterations or [])
     return {name: [row.get(name) for row in rows] for name in FIELDS}
 
