@@ -507,3 +507,22 @@ def test_a_loop_without_a_dataloader_whose_length_was_read_stops_within_its_budg
     assert recorder.epochs[0]["truncated"] and recorder.epochs[0]["batches_per_epoch"] == 25_000
     assert recorder.loaders["train"]["batches_per_pass"] == 25_000 and recorder.epoch1_truncated
     assert "validation (if the script runs any after the epoch) is not timed" in recorder.notes[-1]
+
+
+def test_a_closure_optimizer_leaving_its_capped_phase_is_not_settled(recorder):
+    # LBFGS (max_iter 6) over a small LSTM, as recorded in a --full run: 43 capped steps, 26 mixed, then one
+    # evaluation a step; a sampled profile that stopped at step 67 predicted the run 5x too long
+    recorder.model = {"closure_evaluation_cap": 6}
+    counts = [6] * 43 + [4] + [6] * 12 + [5, 2, 6, 6, 2, 3, 2, 2, 6, 6, 6, 6, 6, 2] + [1] * 10
+    steps = lambda passes: [{"backward_passes": b} for b in passes]  # noqa: E731
+    leaving = []
+    for n in range(5, len(counts) + 1):
+        recorder.iterations = steps(counts[:n])
+        leaving.append(recorder._closure_capped() or recorder._closure_leaving_cap())
+    assert all(leaving[:73 - 5 + 1])  # capped, then leaving the cap (to step 73): sampling goes on
+    assert not any(leaving[74 - 5:])  # no capped step among the latest five: settled
+    recorder.iterations = steps([5, 3] * 10)  # mini-batch LBFGS fluctuating below its cap: never capped
+    assert not recorder._closure_leaving_cap() and not recorder._closure_capped()
+    recorder.model = {}
+    recorder.iterations = steps(counts)
+    assert not recorder._closure_leaving_cap()  # no closure optimizer

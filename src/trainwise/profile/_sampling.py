@@ -49,7 +49,8 @@ class Sampling:
         self._next_check = n + max(1, n // 20)
         times = self.iterations.walls()
         decision = stop_rule.decide(times, elapsed, self._stop_settings, self._budget_inputs(epoch),
-                                    closure_capped=self._closure_capped(), iterations_to_check=self._next_check - n,
+                                    closure_capped=self._closure_capped() or self._closure_leaving_cap(),
+                                    iterations_to_check=self._next_check - n,
                                     converging_steps=self._converging_steps())
         if decision.reason is None:
             return
@@ -81,6 +82,17 @@ class Sampling:
         cap = (self.model or {}).get("closure_evaluation_cap")
         recent = sorted(it.get("backward_passes") or 0 for it in self.iterations[-last:])
         return cap is not None and len(recent) == last and recent[last // 2] >= cap
+
+    def _closure_leaving_cap(self, last: int = 5) -> bool:
+        """The latest steps mix ones that ran every closure evaluation allowed and shorter ones: leaving the
+        converging phase, not yet settled (LBFGS over a small LSTM, max_iter 6: 43 steps of six, then 26 of
+        6, 4, 5, 2, 3 mixed, then one a step for the rest of the run). Neither capped nor settled, so no reason to
+        stop: a profile that stopped there read the mixed steps as the run's and predicted it 5x too long."""
+        cap = (self.model or {}).get("closure_evaluation_cap")
+        if cap is None:
+            return False
+        recent = [it.get("backward_passes") or 0 for it in self.iterations[-last:]]
+        return len(recent) == last and min(recent) < cap <= max(recent)
 
     def _converging_steps(self) -> int:
         """A closure optimizer's converging steps so far (warm-up for the cost budget's count of steady steps)."""
