@@ -2,6 +2,7 @@
 writes how many were in trainwise's code to the file given: the agent's per-step bookkeeping, counted, not timed."""
 
 import json
+import os
 import sys
 
 import torch
@@ -15,6 +16,11 @@ loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
 model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 calls: list[str] = []
+
+
+# trainwise's own code: its package directory (only imported under the agent; a path that merely contains the word,
+# such as a virtual environment named after the project, is not it)
+trainwise_package = os.path.dirname(sys.modules["trainwise"].__file__) + os.sep if "trainwise" in sys.modules else None
 
 
 def count(frame, event, arg):
@@ -32,4 +38,5 @@ for n, (xb, yb) in enumerate(loader, start=1):
     if n == 49:
         sys.setprofile(count)  # one whole step: the next batch request, forward, backward, optimizer step
 with open(sys.argv[1], "w") as out:
-    json.dump({"python_calls": len(calls), "trainwise_calls": sum("trainwise" in name for name in calls)}, out)
+    ours = sum(name.startswith(trainwise_package) for name in calls) if trainwise_package else 0
+    json.dump({"python_calls": len(calls), "trainwise_calls": ours}, out)
