@@ -525,7 +525,7 @@ def compute_from_profile(profile: object) -> WorkerCompute:
     """A worker's compute from a measured profile: the steady-state iteration time (data wait
     included: each worker loads its own data) at the profile's global batch as the per-worker batch,
     with the steady iterations' own times (their spread is what a synchronous step waits out)."""
-    from trainwise.profile.schema import steady_positions
+    from trainwise.profile.schema import as_iterations, steady_positions
 
     steady = getattr(profile, "steady_state")
     dataset = getattr(profile, "dataset")
@@ -533,8 +533,9 @@ def compute_from_profile(profile: object) -> WorkerCompute:
     if steady.iteration.mean_s <= 0 or dataset.global_batch_size <= 0:
         raise TrainwiseError("the profile has no steady-state iteration time or batch size: re-profile the job")
     iterations = getattr(profile, "iterations", None) or []
-    walls = [it.wall_s for it in iterations] if isinstance(iterations, list) else iterations.column("wall_s")
-    samples = tuple(walls[i] for i in steady_positions(iterations)[1]) if iterations else ()
+    its = as_iterations(iterations)
+    walls = its.column("wall_s")
+    samples = tuple(walls[i] for i in steady_positions(its)[1]) if its else ()
     return WorkerCompute(step_time_s=steady.iteration.mean_s, per_worker_batch_size=dataset.global_batch_size,
                          step_time_samples_s=samples if samples and min(samples) > 0 else (),
                          source=f"measured on {env.hostname}")

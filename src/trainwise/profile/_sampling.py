@@ -79,20 +79,23 @@ class Sampling:
         """Most of the latest steps ran every closure evaluation allowed: still converging. One early
         short step (an LBFGS line search that happened to finish) does not end it; a converged optimizer's
         run of short steps does."""
-        cap = (self.model or {}).get("closure_evaluation_cap")
-        recent = sorted(it.get("backward_passes") or 0 for it in self.iterations[-last:])
-        return cap is not None and len(recent) == last and recent[last // 2] >= cap
+        cap, recent = self._recent_closure_counts(last)
+        return cap is not None and len(recent) == last and sorted(recent)[last // 2] >= cap
 
     def _closure_leaving_cap(self, last: int = 5) -> bool:
         """The latest steps mix ones that ran every closure evaluation allowed and shorter ones: leaving the
         converging phase, not yet settled (LBFGS over a small LSTM, max_iter 6: 43 steps of six, then 26 of
         6, 4, 5, 2, 3 mixed, then one a step for the rest of the run). Neither capped nor settled, so no reason to
         stop: a profile that stopped there read the mixed steps as the run's and predicted it 5x too long."""
+        cap, recent = self._recent_closure_counts(last)
+        return cap is not None and len(recent) == last and min(recent) < cap <= max(recent)
+
+    def _recent_closure_counts(self, last: int) -> tuple[int | None, list[int]]:
+        """(a closure optimizer's cap on evaluations a step, or None; the latest `last` steps' backward passes)."""
         cap = (self.model or {}).get("closure_evaluation_cap")
         if cap is None:
-            return False
-        recent = [it.get("backward_passes") or 0 for it in self.iterations[-last:]]
-        return len(recent) == last and min(recent) < cap <= max(recent)
+            return None, []
+        return cap, [it.get("backward_passes") or 0 for it in self.iterations[-last:]]
 
     def _converging_steps(self) -> int:
         """A closure optimizer's converging steps so far (warm-up for the cost budget's count of steady steps)."""

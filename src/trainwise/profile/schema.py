@@ -233,7 +233,8 @@ def _init_breakdown(raw: dict[str, Any], first_iteration_start_s: float) -> Init
                          other_s=max(0.0, total - accounted), marks=marks)
 
 
-def _as_iterations(iterations: Iterations | Sequence[Iteration]) -> Iterations:
+def as_iterations(iterations: Iterations | Sequence[Iteration]) -> Iterations:
+    """`iterations` as columns (a list of rows converted once)."""
     return iterations if isinstance(iterations, Iterations) else Iterations.of_rows(list(iterations))
 
 
@@ -241,12 +242,12 @@ def closure_warmup(iterations: Iterations | Sequence[Iteration]) -> int:
     """Leading iterations of a closure optimizer's converging phase (`stop_rule.closure_converging_steps` of their
     backward passes). They are measured as they were, not extrapolated: the run's later steps look like the latest
     ones."""
-    return closure_converging_steps(list(_as_iterations(iterations).column("backward_passes")))
+    return closure_converging_steps(list(as_iterations(iterations).column("backward_passes")))
 
 
 def one_iteration_epochs(iterations: Iterations | Sequence[Iteration]) -> bool:
     """Every epoch seen held one iteration (full-batch training: one step, then an evaluation)."""
-    per_epoch = Counter(_as_iterations(iterations).column("epoch"))
+    per_epoch = Counter(as_iterations(iterations).column("epoch"))
     return len(per_epoch) >= 2 and set(per_epoch.values()) == {1}
 
 
@@ -256,7 +257,7 @@ def steady_positions(iterations: Iterations | Sequence[Iteration]) -> tuple[int,
     separately). When every epoch is one iteration, the epochs' iterations are one sequence: an epoch's start
     cost is then inside its only iteration and cannot be told apart from it. Read from columns: a --full
     profile holds hundreds of thousands of iterations."""
-    its = _as_iterations(iterations)
+    its = as_iterations(iterations)
     n = len(its)
     if not n:
         raise TrainwiseError("the job recorded no training iteration: nothing to estimate")
@@ -279,7 +280,7 @@ def steady_positions(iterations: Iterations | Sequence[Iteration]) -> tuple[int,
 
 def steady_iterations(iterations: Iterations | Sequence[Iteration]) -> tuple[int, list[Iteration]]:
     """`steady_positions` as rows."""
-    its = _as_iterations(iterations)
+    its = as_iterations(iterations)
     warmup, positions = steady_positions(its)
     return warmup, [its[i] for i in positions]
 
@@ -287,7 +288,7 @@ def steady_iterations(iterations: Iterations | Sequence[Iteration]) -> tuple[int
 def steady_state_of(iterations: Iterations | Sequence[Iteration], stop_reason: str,
                     stability: dict[str, Any]) -> SteadyState:
     """Steady-state iteration time over `steady_positions`, with its spread."""
-    its = _as_iterations(iterations)
+    its = as_iterations(iterations)
     warmup, steady = steady_positions(its)
     walls, waits, epochs = its.column("wall_s"), its.column("data_wait_s"), its.column("epoch")
     iteration = Measurement.of([walls[i] for i in steady])
