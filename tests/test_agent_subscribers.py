@@ -19,7 +19,7 @@ from trainwise.agent import stop_rule
 from trainwise.agent.comm_timing import DdpCommTiming, HivemindTiming
 from trainwise.agent.events import (BackwardEnd, BucketReady, BucketReduced, CheckpointSave, EventBus,
                                     HivemindAveraging, HivemindRound, IterationBoundary, IterationEnd, LoaderBuilt,
-                                    ModuleBuilt, OptimizerBuilding, OptimizerBuilt, OptimizerStep, ProcessExit,
+                                    ModelForward, ModuleBuilt, OptimizerBuilding, OptimizerBuilt, OptimizerStep, ProcessExit,
                                     SigtermReceived, TorchImported, TrainModeSet)
 from trainwise.agent.sink import IntegrationSink, batch_length
 from trainwise.agent.torch_patch import TorchPatch
@@ -451,6 +451,43 @@ def test_iteration_end_events_reach_other_subscribers_after_the_recorder(subscri
     bus.emit(OptimizerStep(1.0, id(optimizer), optimizer))
     bus.emit(OptimizerStep(2.0, id(optimizer), optimizer))
     assert seen == [(0, 1), (1, 2)]
+
+
+def test_iteration_end_is_built_only_while_a_subscriber_takes_it(subscribed):
+    # The validation regions need only the first iteration (training began): they leave IterationEnd's subscribers
+    # then, and the recorder's later steps build no event nobody takes; one subscribed later gets them again.
+    recorder, bus = subscribed
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+    bus.emit(OptimizerStep(1.0, id(optimizer), optimizer))
+    assert recorder._regions.iterations == 1 and bus.targets.get(IterationEnd, ()) == ()
+    bus.emit(OptimizerStep(2.0, id(optimizer), optimizer))
+    assert recorder._regions.iterations == 1 and len(recorder.iterations) == 2
+    bus.emit(ModelForward(2.5, grad_enabled=False, training=False))  # the regions still see the model's calls
+    assert recorder._regions.current is not None
+    seen: list[int] = []
+    bus.subscribe(lambda event: seen.append(event.index), events=(IterationEnd,))
+    bus.emit(OptimizerStep(3.0, id(optimizer), optimizer))
+    assert seen == [2]
+
+
+def test_the_patch_clock_is_a_shift_of_perf_counter_or_a_call():
+    patch = TorchPatch()
+    patch.set_clock(lambda: 5.0, 100.0)
+    assert patch.now() == 5.0 and patch.perf_counter_shift_s == 100.0
+    patch.now = lambda: 7.0  # a clock set alone: no shift the hooks would read in its place
+    assert patch.now() == 7.0 and patch.perf_counter_shift_s is None
+
+
+def test_the_recorder_clock_handed_to_the_patch_agrees_with_its_now(tmp_path):
+    import time
+
+    patch = TorchPatch()
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "full", "characterise": False,
+                                "launch_wall_s": time.time() - 3.0}, bus=patch.bus)
+    patch.set_clock(recorder.now, recorder.offset_s - recorder.perf0)
+    before = recorder.now()
+    shifted = time.perf_counter() + patch.perf_counter_shift_s
+    assert before <= shifted <= recorder.now() and shifted > 2.9
 
 
 def test_interceptors_run_the_last_registered_outermost():

@@ -217,8 +217,9 @@ class EventBus:
         # Subscribers whose failure is the job's (a checkpoint that cannot be written must not pass silently)
         self._strict: set[int] = set()
         self._event_types: dict[int, tuple[type, ...] | None] = {}
-        # Per event type, the subscribers that take it: built on first use (events fire every iteration)
-        self._targets: dict[type, tuple[Subscriber, ...]] = {}
+        # Per event type, the subscribers that take it: built on first use (events fire every iteration); read-only
+        # outside, a type absent is not built yet (an emitter on every step may skip an event no one takes)
+        self.targets: dict[type, tuple[Subscriber, ...]] = {}
         self.notes: list[str] = []
 
     def subscribe(self, subscriber: Subscriber, *, strict: bool = False,
@@ -230,7 +231,7 @@ class EventBus:
         self._event_types[id(subscriber)] = events if events is not None else getattr(subscriber, "event_types", None)
         if strict:
             self._strict.add(id(subscriber))
-        self._targets.clear()
+        self.targets.clear()
         return subscriber
 
     @contextlib.contextmanager
@@ -238,27 +239,27 @@ class EventBus:
         """No subscriber hears what is emitted inside: the observer's own probes (a copy of the job's optimizer
         stepped to time it) are not the job's iterations."""
         saved, self._subscribers = self._subscribers, []
-        self._targets.clear()
+        self.targets.clear()
         try:
             yield
         finally:
             self._subscribers = saved + self._subscribers
-            self._targets.clear()
+            self.targets.clear()
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         if subscriber in self._subscribers:
             self._subscribers.remove(subscriber)
             self._event_types.pop(id(subscriber), None)
-            self._targets.clear()
+            self.targets.clear()
 
     def _targets_of(self, kind: type) -> tuple[Subscriber, ...]:
         targets = tuple(s for s in self._subscribers
                         if (wanted := self._event_types.get(id(s))) is None or issubclass(kind, wanted))
-        self._targets[kind] = targets
+        self.targets[kind] = targets
         return targets
 
     def emit(self, event: Event) -> None:
-        targets = self._targets.get(type(event))
+        targets = self.targets.get(type(event))
         if targets is None:
             targets = self._targets_of(type(event))
         for subscriber in targets:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from trainwise.agent.events import Event, IterationEnd, ModelForward
+from trainwise.agent.events import UNSUBSCRIBE, Event, IterationEnd, ModelForward
 
 
 @dataclass
@@ -39,6 +39,12 @@ class EvalRegions:
         # The latest regions (a long run has one per epoch, or per iteration for a metric under no_grad)
         self.regions: deque[ValidationRegion] = deque(maxlen=64)
         self.count = 0
+
+    def on_first_iteration(self, event: IterationEnd) -> object:
+        """A subscriber of IterationEnd alone, beside the regions' own subscription to ModelForward: only the first
+        iteration matters to them (training began), so it leaves the bus then and the job's later steps skip it."""
+        self.iterations += 1
+        return UNSUBSCRIBE
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, IterationEnd):

@@ -44,7 +44,10 @@ class TorchPatch:
 
     def __init__(self, bus: EventBus | None = None, now: Callable[[], float] = time.perf_counter) -> None:
         self.bus = bus or EventBus()
-        self.now = now
+        self._now = now
+        # perf_counter's shift to the agent's clock, when it is one: the hook on every optimizer step reads it
+        # without a call
+        self.perf_counter_shift_s: float | None = None
         self.installed = False
         self.torch: Any = None
         self.in_scaler_step = False
@@ -54,6 +57,18 @@ class TorchPatch:
         self._originals: dict[str, Callable] = {}
         self._on_import: list[Callable[[], None]] = []
         self._watching = False
+
+    @property
+    def now(self) -> Callable[[], float]:
+        return self._now
+
+    @now.setter
+    def now(self, now: Callable[[], float]) -> None:
+        self._now, self.perf_counter_shift_s = now, None
+
+    def set_clock(self, now: Callable[[], float], perf_counter_shift_s: float) -> None:
+        """The agent's clock `now`, equal to `time.perf_counter() + perf_counter_shift_s`."""
+        self._now, self.perf_counter_shift_s = now, perf_counter_shift_s
 
     # ---- interceptors -----------------------------------------------------------------------
     def intercept(self, point: str, interceptor: Callable) -> Callable:
@@ -204,10 +219,13 @@ class TorchPatch:
     def _patch_steps(self, torch: Any) -> None:
         from torch.optim import optimizer as optimizer_module
 
-        patch, bus = self, self.bus
+        patch, bus, perf_counter = self, self.bus, time.perf_counter
 
         def step_post_hook(optimizer, args, kwargs):
-            bus.emit(OptimizerStep(patch.now(), id(optimizer), optimizer, in_scaler_step=patch.in_scaler_step))
+            # every optimizer step of the job: the clock read without a call where it can be
+            shift = patch.perf_counter_shift_s
+            t_s = perf_counter() + shift if shift is not None else patch.now()
+            bus.emit(OptimizerStep(t_s, id(optimizer), optimizer, in_scaler_step=patch.in_scaler_step))
 
         optimizer_module.register_optimizer_step_post_hook(step_post_hook)
         self._step_post_hook = step_post_hook

@@ -34,7 +34,7 @@ from typing import Any
 
 from trainwise.agent import cpu_steal, stop_rule
 from trainwise.agent.autograd_steps import BackwardIterations
-from trainwise.agent.events import EventBus, IterationEnd
+from trainwise.agent.events import EventBus, IterationEnd, ModelForward
 from trainwise.agent.torch_patch import process_patch
 from trainwise.agent.regions import EvalRegions
 from trainwise.agent.watchdog import NoIterationWatchdog
@@ -82,7 +82,7 @@ def arm() -> None:
         os.environ.pop(CONFIG_ENV, None)
     else:
         os.environ[CONFIG_ENV] = child_config
-    patch.now = _recorder.now
+    patch.set_clock(_recorder.now, _recorder.offset_s - _recorder.perf0)
     _torch_hooks.subscribe(_recorder, patch)
     patch.when_torch_imported(_recorder.install_torch_hooks)
     # Keras / Lightning / Hugging Face Trainer loops get trainwise's callback from the bootstrap, which installs
@@ -241,7 +241,9 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
         # epochs and validation where no optimizer step or DataLoader shows them.
         self.bus = bus if bus is not None else EventBus()
         self._backward_iterations = self.bus.subscribe(BackwardIterations(self._on_autograd_iteration))
-        self._regions = self.bus.subscribe(EvalRegions(self._on_region_start, self._on_region_end))
+        self._regions = EvalRegions(self._on_region_start, self._on_region_end)
+        self.bus.subscribe(self._regions, events=(ModelForward,))
+        self.bus.subscribe(self._regions.on_first_iteration, events=(IterationEnd,))
         self._init_loops_without_loader()
         # Only `trainwise profile` sets it: inside `trainwise run` the recorder never stops the job.
         # Not in a process the job started: its launched process may still be setting up the one that trains.
@@ -288,8 +290,10 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
         """Close the current iteration at this instant, or at `at_s` (an optimizer step seen to end one only
         later), the next one then starting there (used by hooks and the explicit API)."""
         torch = self._torch
-        # is_initialized first: it is a flag, is_available asks the driver (every iteration of a CPU job)
-        if self.sync_cuda and torch is not None and torch.cuda.is_initialized():
+        # is_initialized first: it is a flag, is_available asks the driver; its module's flag read first: no call on
+        # every step of a CPU job
+        if (self.sync_cuda and torch is not None and getattr(torch.cuda, "_initialized", True)
+                and torch.cuda.is_initialized()):
             torch.cuda.synchronize()  # CUDA is asynchronous: the boundary is when the GPU is done
         # Every optimizer step of the job runs this: `now()` inlined, the iteration count read once.
         end_s = time.perf_counter() - self.perf0 + self.offset_s if at_s is None else at_s
@@ -312,7 +316,9 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
             epochs[-1]["iterations"] += 1
         # _reset_iteration, inline: this runs on every optimizer step of the job
         self.iter_data_wait, self.iter_samples, self.iter_batches, self.iter_backwards = 0.0, 0, 0, 0
-        self.bus.emit(IterationEnd(end_s, count - 1, "explicit" if self.explicit_steps else "hooks"))
+        listeners = self.bus.targets.get(IterationEnd)
+        if listeners is None or listeners:  # none once the regions have seen the first (every step of the job)
+            self.bus.emit(IterationEnd(end_s, count - 1, "explicit" if self.explicit_steps else "hooks"))
         if count == 1:
             if not self._claim_profile():
                 return  # another process of the job trains and owns the profile
