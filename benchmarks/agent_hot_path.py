@@ -11,13 +11,18 @@ inside a training pass (the recorder's forward pre-hook is off there) and outsid
 every call of a loop without a training DataLoader), a backward pass through the backward interceptor, an optimizer step with
 the global step post-hook (the iteration's end). Their sum per micro-batch, against the plain micro-batch's
 time, is the agent's share of a step at this granularity, measured warm: in a running job the agent's code
-also loses cache lines to the job's data, which no microbenchmark sees (py-spy, when installed, samples the
-real loop for that: `--sample-seconds`).
+also loses cache lines to the job's data, which no microbenchmark sees. So the running loop is timed too
+(`--in-loop-steps`): one batch a step, the agent's three per-step entry points (batch request, backward,
+optimizer-step hook) swapped out and back in every `--in-loop-chunk` steps inside the same job, the median
+over adjacent chunk pairs of the per-step difference: on the 2-core VM ~22-25 us a 0.47-ms step, five to eight
+times the warm sum (each of the agent's calls and attribute reads misses cache after torch's kernels). py-spy,
+when installed, samples the real loop as well (`--sample-seconds`).
 
 Writes benchmarks/results/agent_hot_path.json; `summary`: per-event microseconds, `agent_us_per_micro_batch`,
 `agent_share_warm_hooked_model_calls` (the same step with every model call hooked),
-`plain_micro_batch_us`, `agent_share_warm`, `python_calls_per_step` (trainwise's Python calls on one step of a
-DataLoader + SGD loop, counted), and (with py-spy) `agent_share_sampled`.
+`plain_micro_batch_us`, `agent_share_warm`, `agent_us_per_step_in_loop` and `agent_share_in_loop` (the running
+loop), `python_calls_per_step` (trainwise's Python calls on one step of a DataLoader + SGD loop, counted), and
+(with py-spy) `agent_share_sampled`.
 Run: .venv/bin/python benchmarks/agent_hot_path.py [--repeats 30] [--sample-seconds 20]; many short timings,
 not a few long ones: on a shared host the least disturbed of many ~20-ms windows is the one that tells.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,7 +48,7 @@ RESULTS = Path(__file__).parent / "results"
 
 # The job: timed in its own process under the agent; it prints one JSON line.
 CHILD = r'''
-import itertools, json, sys, time, timeit
+import itertools, json, statistics, sys, time, timeit
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -66,6 +72,10 @@ def epoch():
 epoch()  # the first iteration's tracing hooks come and go here
 from torch.optim import optimizer as optimizer_module
 from trainwise.agent.torch_patch import process_patch
+try:
+    from trainwise.agent.torch_patch import entry_owner
+except ImportError:  # an agent before 2026-11-30
+    entry_owner = None
 from trainwise.profile import _child
 
 recorder, patch = _child._recorder, process_patch()
@@ -87,15 +97,49 @@ def least_per_call(fn, calls):
 
 def agent_off(point):
     if point == "next" or point == "backward":
-        patch._chains[point] = patch._originals[point]
+        entries = getattr(patch, "_entries", None)
+        if entries is None:  # an agent whose entries dispatch through its chains (before 2026-11-30)
+            patch._chains[point] = patch._originals[point]
+        else:
+            setattr(*entry_owner(patch.torch, point), patch._originals[point])
     elif point == "step":
         optimizer_module._global_optimizer_post_hooks.clear()
 
 def agent_on(point):
     if point == "next" or point == "backward":
-        patch._compose(point)
+        entries = getattr(patch, "_entries", None)
+        if entries is None:
+            patch._compose(point)
+        else:
+            setattr(*entry_owner(patch.torch, point), entries[point])
     elif point == "step":
         optimizer_module._global_optimizer_post_hooks.update(step_hooks)
+
+if "in_loop" in sys.argv[3:]:
+    # The running loop, one batch a step, its three per-step entry points swapped out and back in every `chunk`
+    # steps: adjacent chunks differ by the agent alone, in one process (its layout, its cold caches).
+    total, chunk = int(sys.argv[4]), int(sys.argv[5])
+    chunk_us, on, n, t0 = {True: [], False: []}, True, 0, time.perf_counter()
+    while n < total:
+        for xb_, yb_ in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb_), yb_).backward()
+            optimizer.step()
+            n += 1
+            if n % chunk == 0:
+                t1 = time.perf_counter()
+                chunk_us[on].append((t1 - t0) / chunk * 1e6)
+                on = not on
+                for point in ("next", "backward", "step"):
+                    (agent_on if on else agent_off)(point)
+                t0 = time.perf_counter()
+            if n >= total:
+                break
+    pairs = [a - b for a, b in zip(chunk_us[True], chunk_us[False])]
+    print(json.dumps({"in_loop_pairs_us": [round(v, 3) for v in pairs],
+                      "plain_step_us": round(statistics.median(chunk_us[False]), 2),
+                      "agent_step_us": round(statistics.median(chunk_us[True]), 2), "torch": torch.__version__}), flush=True)
+    sys.exit(0)
 
 def model_calls(in_pass, plain):
     # The model's calls in the agent's state inside a training pass after its first step (the loop's
@@ -180,6 +224,24 @@ def timed(repeats: int, samples: int) -> dict:
     return json.loads(lines[-1])
 
 
+def in_loop(steps: int, chunk: int, samples: int) -> dict:
+    """The agent's cost per step of the running loop: its per-step entry points (batch request, backward, optimizer
+    step hook) swapped out and back in every `chunk` steps inside one job; the median over adjacent chunk pairs."""
+    with tempfile.TemporaryDirectory(prefix="trainwise-hot-path-") as tmp:
+        proc = run_child(["1", str(samples), "in_loop", str(steps), str(chunk)], Path(tmp))
+        out, err = proc.communicate(timeout=1800)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"error: the in-loop job failed (exit {proc.returncode}): {err.strip().splitlines()[-1:]}")
+    result = json.loads(lines[-1])
+    pairs = sorted(result["in_loop_pairs_us"])
+    per_step = statistics.median(pairs)
+    return {"agent_us_per_step_in_loop": round(per_step, 2),
+            "agent_us_per_step_in_loop_iqr": [round(pairs[len(pairs) // 4], 2), round(pairs[3 * len(pairs) // 4], 2)],
+            "plain_step_us_in_loop": result["plain_step_us"],
+            "agent_share_in_loop": round(per_step / result["plain_step_us"], 4), "chunk_pairs": len(pairs)}
+
+
 def sampled_share(seconds: float, samples: int) -> dict | None:
     """py-spy's share of the running loop's samples whose innermost trainwise frame is the agent's own work
     (not a call into what it wraps: the DataLoader, autograd, the optimizer)."""
@@ -241,10 +303,16 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=30, help="alternating timings per hot path (the minimum is kept)")
     ap.add_argument("--samples", type=int, default=80_000, help="the job's dataset size (5,000 micro-batches)")
     ap.add_argument("--sample-seconds", type=float, default=20.0, help="py-spy sampling of the running loop (0: off)")
+    ap.add_argument("--in-loop-steps", type=int, default=160_000,
+                    help="steps of the in-loop measurement (0: off); its chunks are --in-loop-chunk steps")
+    ap.add_argument("--in-loop-chunk", type=int, default=500, help="steps between swaps of the agent's entry points")
     ap.add_argument("--results", type=Path, default=RESULTS / "agent_hot_path.json", help="where to write the JSON")
     args = ap.parse_args()
     if not 1 <= args.repeats <= 200 or not 1_600 <= args.samples <= 2_000_000 or not 0 <= args.sample_seconds <= 120:
         sys.exit("error: --repeats must be in [1, 200], --samples in [1600, 2000000], --sample-seconds in [0, 120]")
+    if not (args.in_loop_steps == 0 or 4 * args.in_loop_chunk <= args.in_loop_steps <= 2_000_000) \
+            or not 10 <= args.in_loop_chunk <= 100_000:
+        sys.exit("error: --in-loop-steps must be 0 or in [4 x --in-loop-chunk, 2000000], --in-loop-chunk in [10, 100000]")
     started = time.time()
     result = timed(args.repeats, args.samples)
     best = result["best_us"]
@@ -260,6 +328,12 @@ def main() -> int:
                "agent_share_warm_hooked_model_calls": round(hooked / result["plain_micro_batch_us"], 4),
                "method": "minimum over alternating repeats, agent hook in place vs taken out, inside one job "
                          "under `trainwise profile --full`; warm (hot caches)"}
+    if args.in_loop_steps:
+        summary.update(in_loop(args.in_loop_steps, args.in_loop_chunk, args.samples))
+        summary["method_in_loop"] = (
+            "the running loop (one 16-sample batch a step, AdamW) under `trainwise profile --full`, the agent's batch "
+            "request, backward and optimizer-step entry points swapped out and back in every "
+            f"{args.in_loop_chunk} steps; median over adjacent chunk pairs of the per-step difference (cold caches)")
     spy = sampled_share(args.sample_seconds, args.samples) if args.sample_seconds > 0 else None
     if spy is not None:
         summary["agent_share_sampled"] = spy["agent_share_sampled"]

@@ -12,7 +12,11 @@ Four points change what the script sees, not just observe it: a batch request (a
 an epoch early; a resumed run skips finished epochs), a pass's iterator (resume), a save or load path
 (a sampled profile writes scratch files) and a backward pass (whether to look at its graph). There,
 subscribers register an *interceptor*: `fn(proceed, *args, **kwargs)`, which calls `proceed(...)` to go
-on; the last one registered runs outermost, as stacked monkey-patches did. Standard library and torch only.
+on; the last one registered runs outermost, as stacked monkey-patches did. On the two points every step
+passes (a batch request, a backward pass) a subscriber may instead register a *wrapper*, `make(proceed)`
+returning the function to call: when the chain's head is such a function, it is itself what torch calls, with
+no frame between (in a running loop each frame costs microseconds: its code and data are out of cache
+after torch's kernels). Standard library and torch only.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import functools
 import os
 import sys
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +41,24 @@ from trainwise.agent.events import (CheckpointLoad, CheckpointSave, DdpBuilt, Ev
 
 # The points where subscribers may change what the script sees (see the module's docstring).
 INTERCEPTION_POINTS = ("next", "loader_iter", "save", "load", "backward", "optimizer_new")
+# The points every training step passes: their patched attribute is the chain's head itself when it can be
+DIRECT_POINTS = ("next", "backward")
+
+
+def entry_owner(torch: Any, point: str) -> tuple[Any, str]:
+    """Where torch looks up a DIRECT_POINTS point: (object, attribute name)."""
+    if point == "next":
+        return torch.utils.data.dataloader._BaseDataLoaderIter, "__next__"
+    return torch.autograd, "backward"
+
+
+class Wrapper:
+    """An interceptor given as `make(proceed) -> function`: the function runs in place of `proceed`."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[Callable], Callable]) -> None:
+        self.make = make
 
 
 class TorchPatch:
@@ -55,6 +78,7 @@ class TorchPatch:
         self._interceptors: dict[str, list[Callable]] = {point: [] for point in INTERCEPTION_POINTS}
         self._chains: dict[str, Callable] = {}
         self._originals: dict[str, Callable] = {}
+        self._entries: dict[str, Callable] = {}  # what a DIRECT_POINTS attribute was set to
         self._on_import: list[Callable[[], None]] = []
         self._watching = False
 
@@ -81,14 +105,40 @@ class TorchPatch:
             self._patch_optimizer_new()
         return interceptor
 
+    def wrap(self, point: str, make: Callable[[Callable], Callable]) -> Wrapper:
+        """Run `make(proceed)` (a function of the point's arguments) in place of `point`'s chain so far."""
+        if point not in DIRECT_POINTS:
+            raise ValueError(f"no wrapping point {point!r}; one of {', '.join(DIRECT_POINTS)}")
+        return self.intercept(point, Wrapper(make))
+
     def _compose(self, point: str) -> None:
         original = self._originals.get(point)
         if original is None:
             return
         chain = original
         for interceptor in self._interceptors[point]:
-            chain = functools.partial(interceptor, chain)
+            chain = interceptor.make(chain) if isinstance(interceptor, Wrapper) else functools.partial(interceptor, chain)
         self._chains[point] = chain
+        installed = self._entries.get(point)
+        if installed is not None:
+            # Added after the patch: the new head replaces the entry while it is still the attribute (a wrapper the
+            # script put over it since keeps calling the old one)
+            if getattr(*entry_owner(self.torch, point), None) is installed:
+                self._install_entry(point)
+
+    def _install_entry(self, point: str) -> None:
+        """Set the attribute torch calls at a DIRECT_POINTS point: the chain's head when it is a Python function
+        (the original, with nobody intercepting; a wrapper's function), else a lambda calling the chain."""
+        chain = self._chains[point]
+        if isinstance(chain, types.FunctionType):
+            entry = chain
+        elif point == "next":
+            entry = lambda iterator: chain(iterator)  # noqa: E731 - a partial is no method: it would get no iterator
+        else:
+            entry = lambda *args, **kwargs: chain(*args, **kwargs)  # noqa: E731
+        owner, name = entry_owner(self.torch, point)
+        setattr(owner, name, entry)
+        self._entries[point] = entry
 
     def _set_original(self, point: str, original: Callable) -> None:
         self._originals[point] = original
@@ -258,8 +308,7 @@ class TorchPatch:
 
         iter_class.__init__ = loader_iter_init
         self._set_original("next", iter_class.__next__)
-        chains = self._chains  # rebuilt in place when an interceptor is added
-        iter_class.__next__ = lambda iterator: chains["next"](iterator)
+        self._install_entry("next")
         loader_class = dataloader_module.DataLoader
         self._set_original("loader_iter", loader_class.__iter__)
         loader_class.__iter__ = lambda loader: patch._chains["loader_iter"](loader)
@@ -281,8 +330,7 @@ class TorchPatch:
         torch.save, torch.load = save, load
         # Tensor.backward calls torch.autograd.backward.
         self._set_original("backward", torch.autograd.backward)
-        chains = self._chains
-        torch.autograd.backward = lambda *args, **kwargs: chains["backward"](*args, **kwargs)
+        self._install_entry("backward")
 
     # ---- torch's global module hooks ---------------------------------------------------------
     def module_forward_hooks(self, pre: Callable | None = None, post: Callable | None = None) -> list[Any]:

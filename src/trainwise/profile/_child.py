@@ -41,7 +41,7 @@ from trainwise.agent.watchdog import NoIterationWatchdog
 from trainwise.profile import _torch_hooks
 from trainwise.profile._capture import WorkloadCapture
 from trainwise.profile._epochs_read import ScriptEpochs
-from trainwise.profile._no_loader import LoopsWithoutLoader
+from trainwise.profile._no_loader import MIN_SNAPSHOT_INTERVAL_S, LoopsWithoutLoader
 from trainwise.profile._optimizer_steps import OptimizerSteps
 from trainwise.profile._ownership import CONFIG_ENV, ProfileOwnership
 from trainwise.profile._passes import LoaderPasses, _LoaderState
@@ -55,8 +55,6 @@ from trainwise.profile._iteration_log import IterationLog
 from trainwise.profile._record import RAW_FORMAT_VERSION  # noqa: F401
 from trainwise.profile._watchers import _batch_length  # noqa: F401
 
-# A --full run's snapshot of its record is written at most once per this many times its own cost (0.2 %)
-SNAPSHOT_COST_RATIO = 500
 
 _recorder: "Recorder | None" = None
 
@@ -147,7 +145,7 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
 
         self.marks: dict[str, float] = {"bootstrap": self.now()}
         self.flush_denormal: bool | None = None  # set once torch is imported
-        self.iterations = IterationLog()  # typed columns: a long --full or `trainwise run` job stays small
+        self.iterations = IterationLog()  # one float array of rows: a long --full or `trainwise run` job stays small
         self.validations: list[dict[str, Any]] = []
         self.epochs: list[dict[str, Any]] = []
         self.loaders: dict[str, dict[str, Any]] = {}
@@ -250,10 +248,9 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
         self.no_iteration_limit_s = 0.0 if self.spawned else float(config.get("no_iteration_limit_s") or 0.0)
         self._watchdog = NoIterationWatchdog(self.no_iteration_limit_s, self._iterations_seen_or_coming,
                                              self._on_no_iteration)
-        # --full: the record is also written every so often (every 5 s, and at most 1/SNAPSHOT_COST_RATIO of the
-        # time: writing 200,000 iterations takes ~0.3 s), so that a killed run still reports what it recorded
-        self._snapshot_at_s = 0.0
-        self._snapshot_cost_s = 0.0
+        # --full: the record is also written every so often (trainwise.profile._no_loader.next_snapshot_due_s), so
+        # that a killed run still reports what it recorded
+        self._snapshot_due_s = MIN_SNAPSHOT_INTERVAL_S
 
     # ---- time -------------------------------------------------------------------------------
     def now(self) -> float:
@@ -326,7 +323,7 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
             self._watch_model_calls(start_s)
         if self._model_forward_hook is not None and self.current_train_state is not None:
             self._park_model_hook()
-        if not self.sampled and end_s - self._snapshot_at_s >= max(5.0, SNAPSHOT_COST_RATIO * self._snapshot_cost_s):
+        if not self.sampled and end_s >= self._snapshot_due_s:
             self._write_snapshot(end_s)
         if count in ZERO_COUNT_STEPS and self._optimizer_ref is not None and not self._zero_tracking_failed:
             self._track_state_zeros(count)

@@ -64,10 +64,11 @@ def subscribe(recorder: Any, patch: Any) -> None:
     patch.bus.subscribe(functools.partial(on_event, recorder), events=RECORDER_EVENTS)
     # its own subscription, a bound method: the job's every optimizer step goes through one call fewer
     patch.bus.subscribe(recorder.on_optimizer_step, events=(OptimizerStep,))
-    patch.intercept("next", functools.partial(loader_next, recorder))
+    # wrappers: on every step of the job the batch request and the backward pass enter them straight from torch
+    patch.wrap("next", functools.partial(next_batch_wrapper, recorder))
     patch.intercept("save", functools.partial(save, recorder))
     patch.intercept("load", functools.partial(load, recorder))
-    patch.intercept("backward", functools.partial(backward, recorder))
+    patch.wrap("backward", functools.partial(backward_wrapper, recorder))
 
 
 def install_after_import(recorder: Any) -> None:
@@ -85,37 +86,42 @@ def install_after_import(recorder: Any) -> None:
         pre=recorder._on_first_forward, post=recorder._capture_model_inputs)
 
 
-def loader_next(recorder: Any, proceed: Any, iterator: Any) -> Any:
-    """A batch request: a new pass, a batch of the current one, its end, or (sampling over) its early end."""
-    if recorder._torch is None or recorder.framework is not None or recorder.paused:
-        batch = proceed(iterator)
-        if recorder.framework is not None and recorder._first_batch_shapes is None and recorder.characterise:
-            # the batch a framework's next training batch_begin takes (its model may run only in compiled code)
-            recorder._fetched_batch_shapes = model_input_of_batch(batch)
+def next_batch_wrapper(recorder: Any, proceed: Any) -> Any:
+    """The DataLoader iterators' `__next__` while `recorder` records; `proceed` is the one it replaces."""
+
+    def next_batch(iterator: Any) -> Any:
+        """A batch request: a new pass, a batch of the current one, its end, or (sampling over) its early end."""
+        if recorder._torch is None or recorder.framework is not None or recorder.paused:
+            batch = proceed(iterator)
+            if recorder.framework is not None and recorder._first_batch_shapes is None and recorder.characterise:
+                # the batch a framework's next training batch_begin takes (its model may run only in compiled code)
+                recorder._fetched_batch_shapes = model_input_of_batch(batch)
+            return batch
+        state = getattr(iterator, "_trainwise_state", None)
+        # A DataLoader with persistent workers hands out the same iterator every epoch, reset
+        # (its yield count back to 0): that is a new pass too.
+        new_pass = state is None or (state.batches and getattr(iterator, "_num_yielded", 1) == 0)
+        undecided = recorder._undecided
+        if undecided is not None and (new_pass or state is not undecided):
+            # Another pass begins or goes on: the undecided one has ended without an optimizer step.
+            recorder._settle_undecided()
+        if new_pass:
+            state = recorder._new_loader_state(iterator)
+        if state.truncate:
+            recorder._on_truncated(iterator, state)
+            raise StopIteration
+        start = time.perf_counter()
+        try:
+            batch = proceed(iterator)
+        except StopIteration:
+            recorder._on_exhausted(iterator, state, start)
+            raise
+        recorder._on_batch(iterator, state, start, time.perf_counter(), batch)
+        recorder._last_batch_state = state
+        state.grad_at_last_batch = recorder._torch.is_grad_enabled()
         return batch
-    state = getattr(iterator, "_trainwise_state", None)
-    # A DataLoader with persistent workers hands out the same iterator every epoch, reset
-    # (its yield count back to 0): that is a new pass too.
-    new_pass = state is None or (state.batches and getattr(iterator, "_num_yielded", 1) == 0)
-    undecided = recorder._undecided
-    if undecided is not None and (new_pass or state is not undecided):
-        # Another pass begins or goes on: the undecided one has ended without an optimizer step.
-        recorder._settle_undecided()
-    if new_pass:
-        state = recorder._new_loader_state(iterator)
-    if state.truncate:
-        recorder._on_truncated(iterator, state)
-        raise StopIteration
-    start = time.perf_counter()
-    try:
-        batch = proceed(iterator)
-    except StopIteration:
-        recorder._on_exhausted(iterator, state, start)
-        raise
-    recorder._on_batch(iterator, state, start, time.perf_counter(), batch)
-    recorder._last_batch_state = state
-    state.grad_at_last_batch = recorder._torch.is_grad_enabled()
-    return batch
+
+    return next_batch
 
 
 def save(recorder: Any, proceed: Any, obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
@@ -138,20 +144,25 @@ def load(recorder: Any, proceed: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
     return proceed(f, *args, **kwargs)
 
 
-def backward(recorder: Any, proceed: Any, tensors: Any, *args: Any, **kwargs: Any) -> Any:
-    # Loops without an optimizer object: a backward pass that reaches the model's parameters ends an
-    # iteration (trainwise.agent.autograd_steps). Every backward is counted: a closure optimizer's step
-    # runs several, fewer as it converges.
-    if not (recorder.paused or recorder.finished):
-        recorder.iter_backwards += 1
-    if (recorder.primary_optimizer_id is not None or recorder.framework is not None or recorder.explicit_steps
-            or recorder.paused or recorder.finished):
-        return proceed(tensors, *args, **kwargs)
-    try:
-        reaches = reaches_parameters(tensors)
-    except Exception:  # noqa: BLE001 - looking at the graph must never break the backward
-        reaches = False
-    result = proceed(tensors, *args, **kwargs)
-    # every step of a loop that updates its parameters by hand: `now()` inline
-    recorder.bus.emit(BackwardEnd(time.perf_counter() - recorder.perf0 + recorder.offset_s, reaches))
-    return result
+def backward_wrapper(recorder: Any, proceed: Any) -> Any:
+    """torch.autograd.backward while `recorder` records; `proceed` is the one it replaces."""
+
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        # Loops without an optimizer object: a backward pass that reaches the model's parameters ends an
+        # iteration (trainwise.agent.autograd_steps). Every backward is counted: a closure optimizer's step
+        # runs several, fewer as it converges.
+        if not (recorder.paused or recorder.finished):
+            recorder.iter_backwards += 1
+        if (recorder.primary_optimizer_id is not None or recorder.framework is not None or recorder.explicit_steps
+                or recorder.paused or recorder.finished):
+            return proceed(tensors, *args, **kwargs)
+        try:
+            reaches = reaches_parameters(tensors)
+        except Exception:  # noqa: BLE001 - looking at the graph must never break the backward
+            reaches = False
+        result = proceed(tensors, *args, **kwargs)
+        # every step of a loop that updates its parameters by hand: `now()` inline
+        recorder.bus.emit(BackwardEnd(time.perf_counter() - recorder.perf0 + recorder.offset_s, reaches))
+        return result
+
+    return backward

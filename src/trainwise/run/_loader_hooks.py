@@ -98,40 +98,44 @@ class LoaderHooks:
 
         self.patch.intercept("loader_iter", loader_iter)
 
-        def iterator_next(original_next, iterator):
-            if getattr(iterator, "_trainwise_replay", 0) > 0:
-                # A batch of a pass the resume does not train (above): no checkpoint boundary, not
-                # counted, not measured.
-                iterator._trainwise_replay -= 1
-                agent._begin_replay(iterator)
-                return original_next(iterator)
-            if getattr(iterator, "_trainwise_replaying", False):
-                agent._end_replay(iterator)
-            restore = getattr(iterator, "_trainwise_restore", None)
-            if restore is not None:
-                iterator._trainwise_restore = None
-                agent._resume_from(agent.resume_state, *restore)
-            if getattr(iterator, "_trainwise_skip", False):
-                raise StopIteration
-            if not getattr(iterator, "_trainwise_train", False):
-                return original_next(iterator)
-            ahead = getattr(iterator, "_trainwise_ahead", False)
-            if ahead and not iterator._trainwise_primed:
-                # The wrapper's first request of the pass: nothing trained since the last boundary.
-                iterator._trainwise_primed = True
-                return original_next(iterator)
-            agent._boundary()
-            try:
-                batch = original_next(iterator)
-            except StopIteration:
-                if ahead:
-                    # the wrapper still trains the batch it fetched ahead: it is done before the next request
-                    agent.batches_in_epoch += 1
-                    agent.global_batches += 1
-                raise
-            agent._emptied_by_resume = None
-            agent.batches_in_epoch += 1
-            agent.global_batches += 1
-            return batch
+        def make_iterator_next(original_next):
+            # a wrapper: the job's batch requests enter iterator_next straight from torch (trainwise.agent.torch_patch)
+            def iterator_next(iterator):
+                if getattr(iterator, "_trainwise_replay", 0) > 0:
+                    # A batch of a pass the resume does not train (above): no checkpoint boundary, not
+                    # counted, not measured.
+                    iterator._trainwise_replay -= 1
+                    agent._begin_replay(iterator)
+                    return original_next(iterator)
+                if getattr(iterator, "_trainwise_replaying", False):
+                    agent._end_replay(iterator)
+                restore = getattr(iterator, "_trainwise_restore", None)
+                if restore is not None:
+                    iterator._trainwise_restore = None
+                    agent._resume_from(agent.resume_state, *restore)
+                if getattr(iterator, "_trainwise_skip", False):
+                    raise StopIteration
+                if not getattr(iterator, "_trainwise_train", False):
+                    return original_next(iterator)
+                ahead = getattr(iterator, "_trainwise_ahead", False)
+                if ahead and not iterator._trainwise_primed:
+                    # The wrapper's first request of the pass: nothing trained since the last boundary.
+                    iterator._trainwise_primed = True
+                    return original_next(iterator)
+                agent._boundary()
+                try:
+                    batch = original_next(iterator)
+                except StopIteration:
+                    if ahead:
+                        # the wrapper still trains the batch it fetched ahead: it is done before the next request
+                        agent.batches_in_epoch += 1
+                        agent.global_batches += 1
+                    raise
+                agent._emptied_by_resume = None
+                agent.batches_in_epoch += 1
+                agent.global_batches += 1
+                return batch
 
-        self.patch.intercept("next", iterator_next)
+            return iterator_next
+
+        self.patch.wrap("next", make_iterator_next)
