@@ -86,6 +86,16 @@ def test_lbfgs_closure_is_one_iteration_per_step():
     assert profile.steady_state.iteration.n == 2 and profile.steady_state.epoch_start_extra_s is None
 
 
+def test_a_loop_bound_by_an_unknown_flag_gives_its_range_as_the_step_budget():
+    # `--steps` is read as neither epochs nor a step budget (a rollout's length elsewhere); the loop around the
+    # optimizer step holds each epoch's validation, and its counter counts every iteration: its range is the run
+    profile = run_profile([sys.executable, str(SCRIPTS / "steps_loop.py"), "--steps", "100000"],
+                          ProfileOptions(**QUICK), quiet=True)
+    assert profile.script_epochs is None and profile.dataset.iterations_per_epoch == 1
+    assert profile.script_iterations.iterations == 100_000
+    assert "range(args.steps)" in profile.script_iterations.source and "steps_loop.py" in profile.script_iterations.source
+
+
 @pytest.mark.long
 def test_the_workload_trace_adds_no_iteration_and_no_backward(tmp_path):
     # the characterisation traces a training step on a meta-device copy after the first iteration: its

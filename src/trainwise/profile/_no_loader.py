@@ -132,9 +132,16 @@ class LoopsWithoutLoader:
         epochs = self.epochs
         if not epochs or epochs[-1]["end_s"] is not None or self._torch is None:
             return
-        trainwise_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        self._loop_passes = read_loop_length(int(epochs[-1]["iterations"]),
-                                             (os.path.dirname(self._torch.__file__), trainwise_dir))
+        skipped = (os.path.dirname(self._torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self._loop_passes = read_loop_length(int(epochs[-1]["iterations"]), skipped)
+        if self._loop_passes is not None or len(epochs) < 2 or self.script_epochs or self.script_iterations:
+            return
+        # Epochs have ended inside the loop around the step, and its counter counts every iteration of the run
+        # (`for i in range(opt.steps)`, a prediction after each step): its range is the run's step budget.
+        whole = read_loop_length(len(self.iterations), skipped)
+        if whole is not None:
+            self.note_script_iterations(whole[0], f"{whole[1]}, each pass an iteration, the epochs' validation inside",
+                                        rank=())
 
     def _loop_epoch_too_dear(self, epoch: int) -> bool:
         """Sampling has stopped in a loop without a DataLoader whose length was read from its source: the epoch is
