@@ -130,12 +130,8 @@ class TorchPatch:
         """Set the attribute torch calls at a DIRECT_POINTS point: the chain's head when it is a Python function
         (the original, with nobody intercepting; a wrapper's function), else a lambda calling the chain."""
         chain = self._chains[point]
-        if isinstance(chain, types.FunctionType):
-            entry = chain
-        elif point == "next":
-            entry = lambda iterator: chain(iterator)  # noqa: E731 - a partial is no method: it would get no iterator
-        else:
-            entry = lambda *args, **kwargs: chain(*args, **kwargs)  # noqa: E731
+        # a partial is no method (as __next__ it would get no iterator): a lambda around it is
+        entry = chain if isinstance(chain, types.FunctionType) else lambda *args, **kwargs: chain(*args, **kwargs)
         owner, name = entry_owner(self.torch, point)
         setattr(owner, name, entry)
         self._entries[point] = entry
