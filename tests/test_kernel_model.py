@@ -190,13 +190,17 @@ def test_regimes_without_data_on_two_gpu_families_fall_back():
 
 def test_a_regime_the_model_did_not_earn_on_the_split_keeps_the_rule():
     """`rule_regimes`: over the families both were scored on (the held-out one left out), the model keeps a regime
-    only with a smaller mean |systematic error| than the rule's; a tie keeps the rule. The packaged artifact's list
-    is that function of its own stored per-family errors, and predict_seconds leaves those regimes to the rule."""
+    only with a smaller mean |systematic error| than the rule's; a tie keeps the rule, and so does a regime no family
+    but the held-out one was scored on (no evidence). The packaged artifact's list is that function of its own stored
+    per-family errors, and predict_seconds leaves those regimes to the rule."""
     model_bias = {"gemm|simt|32": {"A": 0.1, "B": -0.2, "C": 0.9}, "softmax": {"A": 0.3, "B": -0.3},
-                  "norm": {"A": 0.2}}
-    rule_bias = {"gemm|simt|32": {"A": 0.5, "B": 0.4, "C": 0.1}, "softmax": {"A": -0.3, "B": 0.3}}
-    assert kf.rule_regimes(model_bias, rule_bias) == ["gemm|simt|32", "softmax"]  # 1.2 >= 1.0; a tie
-    assert kf.rule_regimes(model_bias, rule_bias, held_out="C") == ["softmax"]  # without C: 0.3 < 0.9
+                  "norm": {"A": 0.2}, "conv|tensor|32": {"C": 0.01}}
+    rule_bias = {"gemm|simt|32": {"A": 0.5, "B": 0.4, "C": 0.1}, "softmax": {"A": -0.3, "B": 0.3},
+                 "conv|tensor|32": {"C": 0.5}, "gemm|tensor|32": {"A": 0.3}}
+    # norm: the rule was never scored on it; gemm|tensor|32: the model never was
+    assert kf.rule_regimes(model_bias, rule_bias) == ["gemm|simt|32", "gemm|tensor|32", "norm", "softmax"]  # 1.2 >= 1.0; a tie
+    # without C: the CUDA-core GEMMs 0.3 < 0.9 earn the model; the TF32 convolutions were scored on C alone
+    assert kf.rule_regimes(model_bias, rule_bias, held_out="C") == ["conv|tensor|32", "gemm|tensor|32", "norm", "softmax"]
     packaged = km.load_kernel_model()
     meta = packaged.meta
     assert meta["rule_regimes"] == kf.rule_regimes(meta["regime_bias_by_family"], meta["fallback_regime_bias_by_family"])

@@ -4,6 +4,7 @@ source the packaged data keep (per-kernel data only)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import subprocess
 import sys
@@ -107,3 +108,71 @@ def test_a_gpus_graph_sweep_replaces_its_eager_sweep(tmp_path):
     mask = kf.host_bound(["trainwise-sweep-graph-H200"] * 2, ["add"] * 2, np.array([1.7e-6, 3.0e-6]),
                          np.array([0.5e-6, 2.5e-6]))
     assert mask.tolist() == [True, False]
+
+
+_KB_GEMM = '''import torch
+class Model(torch.nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+M = {m}
+K = 4096 * 2
+N = M // 2
+'''
+
+
+def test_kernelbench_problems_read_without_running_them():
+    """A problem's shape comes from its module constants (arithmetic on earlier ones included); a forward that is no
+    longer the expected call, a non-square convolution or a problem the kernel data cannot hold gives nothing."""
+    tool = _tool("kernelbench_rows")
+    assert tool.constants("a = 16\nb = a * 2 + 1\nc = 'x'\nd = b // 3\nf = foo(2)\n") == {"a": 16, "b": 33, "d": 11}
+    assert tool.problem_row(2, _KB_GEMM.format(m=1024)) == ("mm", (1, 1024, 512, 8192))
+    assert tool.problem_row(2, _KB_GEMM.format(m=1024).replace("torch.matmul(A, B)", "torch.matmul(A, B) * 2")) is None
+    assert tool.problem_row(40, "return self.ln(x)\nbatch_size = 16\n") is None  # layer norm over 16 rows: not kept
+    conv = "return self.conv2d(x)\nbatch_size = 8\nin_channels = 3\nout_channels = 64\nkernel_size = 3\n"
+    assert tool.problem_row(63, conv + "width = 256\nheight = 256\n") == ("conv", (8, 3, 64, 3, 256, 1, 0))
+    assert tool.problem_row(63, conv + "width = 256\nheight = 128\n") is None
+
+
+def test_kernelbench_timings_are_read_with_their_own_commits_problems(tmp_path):
+    """Each timing file is paired with the problem sources of the commit that wrote it (the problems grow between
+    releases); timings under MIN_US, unknown GPUs and failed entries are left out, and a file with a kernel faster
+    than its roofline (timed on other sizes) is skipped whole."""
+    tool = _tool("kernelbench_rows")
+    repo = tmp_path / "KernelBench"
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    repo.mkdir()
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    problem = repo / "KernelBench" / "level1" / "2_Standard_matrix_multiplication_.py"
+    problem.parent.mkdir(parents=True)
+
+    def commit(m: int, machine: str, entries: dict) -> None:
+        problem.write_text(_KB_GEMM.format(m=m), encoding="utf-8")
+        timing = repo / "results" / "timing" / machine / "baseline_time_torch.json"
+        timing.parent.mkdir(parents=True, exist_ok=True)
+        timing.write_text(json.dumps({"level1": entries}), encoding="utf-8")
+        git("add", "-A")
+        git("commit", "-q", "-m", machine)
+
+    t4 = {"2_Standard_matrix_multiplication_.py": {"mean": 3.0, "hardware": "Tesla T4"},
+          "1_Square_matrix_multiplication_.py": None, "19_ReLU.py": {"mean": 0.03, "hardware": "Tesla T4"}}
+    commit(1024, "T4_modal", t4)  # 1024 x 512 x 8192: 8.6 GFLOP, 1.1 ms at the T4's 8.1 TFLOPS: 3 ms is above it
+    commit(2048, "L4_modal", {"2_Standard_matrix_multiplication_.py": {"mean": 3.0, "hardware": "NVIDIA L4"}})
+    commit(4096, "H100_fast", {"2_Standard_matrix_multiplication_.py": {"mean": 0.3, "hardware": "NVIDIA H100 80GB HBM3"}})
+    commit(4096, "MI300", {"2_Standard_matrix_multiplication_.py": {"mean": 5.0, "hardware": "AMD Instinct MI300X"}})
+    rows = tool.kernelbench_rows(repo)
+    got = sorted((r["gpu"], r["op"], r["dims"], r["latency_us"]) for r in rows)
+    # T4 at its own commit's 1024 rows (the later sources have 2048 and 4096); the H100's 0.3 ms for 137 GFLOP
+    # would beat its 67 TFLOPS: skipped; the MI300X is not in the catalog
+    assert got == [("L4", "mm", "1x2048x1024x8192", "3000"), ("T4", "mm", "1x1024x512x8192", "3000")]
+    assert {(r["source"], r["dtype"]) for r in rows} == {("kernelbench", "fp32")}
+
+
+def test_packaged_dataset_has_kernelbench_kernels_on_new_families(dataset):
+    fams = {km.family(g) for g, s in zip(dataset.gpus, dataset.sources) if s == "kernelbench"}
+    assert {"A10G", "L40S", "B200", "L4", "T4", "A100", "H100"} <= fams and "A6000" not in fams
+    readme = (km.DATA_DIR / "README.md").read_text(encoding="utf-8")
+    commit = next(line for line in km.DATASET_PATH.read_text(encoding="utf-8").splitlines()
+                  if line.startswith("# KernelBench")).split("@")[1].split()[0]
+    assert "ScalingIntelligence/KernelBench" in readme and commit in readme and "MIT" in readme

@@ -15,11 +15,15 @@ Sources (per-kernel calibration data only; end-to-end step times never enter thi
 - with --vidur, Vidur's compute profiles (Agrawal et al., "Vidur: A Large-Scale Simulation Framework for LLM
   Inference", MLSys 2024; github.com/microsoft/vidur, MIT licence, data/profiling/compute/{a40,a100,h100}/*/mlp.csv):
   the four fp16 GEMMs of a transformer block, each the sum of its CUDA kernels' device times
-  under torch.profiler (median of 20 blocks), on an A40, an A100 80GB and an H100 SXM; source `vidur`.
+  under torch.profiler (median of 20 blocks), on an A40, an A100 80GB and an H100 SXM; source `vidur`;
+- with --kernelbench, KernelBench's eager timings of its single-operator problems (Ouyang et al., "KernelBench: Can
+  LLMs Write Efficient GPU Kernels?", 2025; github.com/ScalingIntelligence/KernelBench, MIT licence): fp32 GEMMs,
+  convolutions, activations, softmax, layer and batch norm at large shapes on the T4, L4, A100 40/80 GB SXM4, A10G,
+  A6000, L40S, H100 SXM and PCIe, B200 (tools/kernelbench_rows.py); source `kernelbench`.
 
 Each (operator, GPU) is subsampled deterministically to at most --cap rows so the packaged CSV stays small.
 Run: .venv/bin/python tools/build_kernel_dataset.py --neusight /path/to/NeuSight [--commit SHA]
-[--deepbench /path/to/DeepBench] [--vidur /path/to/vidur] (any checkout may be a bare git directory: files are read
+[--deepbench /path/to/DeepBench] [--vidur /path/to/vidur] [--kernelbench /path/to/KernelBench] (any checkout may be a bare git directory: files are read
 with `git show`).
 """
 
@@ -310,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vidur-commit", default=None, help="Vidur commit to read (default HEAD)")
     ap.add_argument("--vidur-adds", action="store_true",
                     help="also Vidur's residual adds (left out of the packaged data: see tools/source_ablation.py)")
+    ap.add_argument("--kernelbench", type=Path, default=None,
+                    help="KernelBench checkout or bare git directory (its whole history is read: tools/kernelbench_rows.py)")
     ap.add_argument("--cap", type=int, default=900, help="rows kept per (operator, GPU)")
     ap.add_argument("--output", type=Path, default=OUT)
     args = ap.parse_args(argv)
@@ -321,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.vidur is not None and not args.vidur.exists():
         print(f"error: {args.vidur} does not exist: clone github.com/microsoft/vidur first", file=sys.stderr)
+        return 2
+    if args.kernelbench is not None and not args.kernelbench.exists():
+        print(f"error: {args.kernelbench} does not exist: clone github.com/ScalingIntelligence/KernelBench first",
+              file=sys.stderr)
         return 2
     if args.deepbench is not None:
         try:
@@ -360,6 +370,13 @@ def _build(args: argparse.Namespace) -> int:
         vidur = Repo(args.vidur, args.vidur_commit, probe=VIDUR_COMPUTE)
         rows += vidur_rows(vidur, args.cap, random.Random(2), adds=args.vidur_adds)  # appended last: the rows above stay as they were
         header += f"# Vidur kernels: github.com/microsoft/vidur@{vidur.head()} (MIT licence); see README.md\n"
+    if args.kernelbench is not None:
+        from kernelbench_rows import kernelbench_rows  # tools/, beside this script
+
+        kernelbench = Repo(args.kernelbench, None, probe="KernelBench")
+        rows += kernelbench_rows(args.kernelbench)  # appended last: the rows above stay as they were
+        header += (f"# KernelBench kernels: github.com/ScalingIntelligence/KernelBench@{kernelbench.head()} "
+                   "(MIT licence); see README.md\n")
     buf = io.StringIO()
     buf.write(header)
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")

@@ -276,11 +276,13 @@ def rule_regimes(model_bias: dict[str, dict[str, float]], rule_bias: dict[str, d
     on (every family but `held_out`), the model's mean |systematic error| on a family held out of its fit
     (`model_bias`: {regime: {family: time-weighted mean log-residual}}) is not below the rule's on the same
     family's kernels (`rule_bias`). The learned model has to earn a regime on the per-kernel split; a tie keeps the
-    rule, which has no per-kernel fit to overfit. None of it reads an end-to-end step time."""
+    rule, which has no per-kernel fit to overfit, and so does a regime with no family scored but `held_out` (a few
+    kernels per GPU, under `systematic_error`'s row floor, are no evidence). None of it reads an end-to-end step time."""
     out = []
-    for regime, per_family in sorted(model_bias.items()):
+    for regime in sorted(set(model_bias) | set(rule_bias)):
+        per_family = model_bias.get(regime, {})
         both = [f for f in per_family if f != held_out and f in rule_bias.get(regime, {})]
-        if both and (sum(abs(per_family[f]) for f in both) >= sum(abs(rule_bias[regime][f]) for f in both)):
+        if not both or sum(abs(per_family[f]) for f in both) >= sum(abs(rule_bias[regime][f]) for f in both):
             out.append(regime)
     return out
 
