@@ -236,6 +236,28 @@ def label_kernel_consistency(doc: dict, measured: dict[tuple[str, str, str], flo
     return out
 
 
+def large_gemm_tflops_by_source(min_flop: float = 5e9) -> dict[str, dict[str, dict[str, float]]]:
+    """Diagnostic (predicts nothing, sets nothing): per GPU measured by two or more per-kernel sources, each source's
+    achieved fp32 GEMM throughput over its GEMMs of at least `min_flop` (median and 10-90 % range, TFLOP/s). Where
+    the sources agree they time the same hardware state; where one stands apart (the L4), it says which."""
+    import pandas as pd
+
+    df = pd.read_csv(km.DATASET_PATH, comment="#")
+    df = df[(df["dtype"] == "fp32") & df["op"].isin(["mm", "bmm"])]
+    dims = df["dims"].str.split("x", expand=True).astype(float)
+    flop = 2.0 * dims[0] * dims[1] * dims[2] * dims[3]
+    df = df.assign(tflops=flop / (df["latency_us"] * 1e-6) / 1e12)[flop >= min_flop]
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for gpu, by_gpu in df.groupby("gpu"):
+        if by_gpu["source"].nunique() < 2:
+            continue
+        out[str(gpu)] = {str(src): {"gemms": int(len(g)), "median_tflops": round(float(g["tflops"].median()), 1),
+                                    "p10_tflops": round(float(g["tflops"].quantile(0.1)), 1),
+                                    "p90_tflops": round(float(g["tflops"].quantile(0.9)), 1)}
+                         for src, g in by_gpu.groupby("source")}
+    return out
+
+
 def own_category_breakdown(catalog: Any, held: HeldOutModels, dm: Any) -> dict[str, Any]:
     """Diagnostic, in-sample on purpose (it predicts nothing and sets nothing): per operator category, the device
     time torch.profiler measured in the project's own H100 steps (`gpu_breakdowns_h100.json`, 9 configurations)
@@ -336,6 +358,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
         "best_choice": best_choice(all_rows, catalog),
         "own_kernel_ceiling": own_kernel_ceiling(doc, catalog, held, measured),
         "label_vs_kernel_gemm": label_kernel_consistency(doc, measured),
+        "large_gemm_tflops_by_source": large_gemm_tflops_by_source(),
         "own_category_breakdown": own_category_breakdown(catalog, held, dm) if own else {},
         "published_side_by_side": published_side_by_side(rows),
         "transfer": te.transfer_eval(catalog) if own else {"rows": []},
