@@ -124,7 +124,7 @@ def test_kernelbench_problems_read_without_running_them():
     """A problem's shape comes from its module constants (arithmetic on earlier ones included); a forward that is no
     longer the expected call, a non-square convolution or a problem the kernel data cannot hold gives nothing."""
     tool = _tool("kernelbench_rows")
-    assert tool.constants("a = 16\nb = a * 2 + 1\nc = 'x'\nd = b // 3\nf = foo(2)\n") == {"a": 16, "b": 33, "d": 11}
+    assert tool.constants("a = 16\nb = a * 2 + 1\nc = 'x'\nd = b // 3\nf = foo(2)\ng = a // 0\n") == {"a": 16, "b": 33, "d": 11}
     assert tool.problem_row(2, _KB_GEMM.format(m=1024)) == ("mm", (1, 1024, 512, 8192))
     assert tool.problem_row(2, _KB_GEMM.format(m=1024).replace("torch.matmul(A, B)", "torch.matmul(A, B) * 2")) is None
     assert tool.problem_row(40, "return self.ln(x)\nbatch_size = 16\n") is None  # layer norm over 16 rows: not kept

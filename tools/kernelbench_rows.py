@@ -84,7 +84,10 @@ def constants(source: str) -> dict[str, int]:
         if isinstance(node, ast.Name) and node.id in out:
             return out[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](value(node.left), value(node.right))
+            try:
+                return _BINOPS[type(node.op)](value(node.left), value(node.right))
+            except ZeroDivisionError:
+                raise ValueError("division by zero") from None
         raise ValueError("not an integer expression")
 
     for node in ast.parse(source).body:
