@@ -18,13 +18,13 @@ Sources (per-kernel calibration data only; end-to-end step times never enter thi
   under torch.profiler (median of 20 blocks), on an A40, an A100 80GB and an H100 SXM; source `vidur`;
 - with --kernelbench, KernelBench's eager timings of its single-operator problems (Ouyang et al., "KernelBench: Can
   LLMs Write Efficient GPU Kernels?", 2025; github.com/ScalingIntelligence/KernelBench, MIT licence): fp32 GEMMs,
-  convolutions, activations, softmax, layer and batch norm at large shapes on the T4, L4, A100 40/80 GB SXM4, A10G,
-  A6000, L40S, H100 SXM and PCIe, B200 (tools/kernelbench_rows.py); source `kernelbench`.
+  convolutions, activations and softmax (and batch norm, depthwise convolutions) at large shapes on the T4, L4,
+  A100 40/80 GB SXM4, A10G, L40S, H100 SXM and PCIe, B200 (tools/kernelbench_rows.py); source `kernelbench`.
 
 Each (operator, GPU) is subsampled deterministically to at most --cap rows so the packaged CSV stays small.
 Run: .venv/bin/python tools/build_kernel_dataset.py --neusight /path/to/NeuSight [--commit SHA]
-[--deepbench /path/to/DeepBench] [--vidur /path/to/vidur] [--kernelbench /path/to/KernelBench] (any checkout may be a bare git directory: files are read
-with `git show`).
+[--deepbench /path/to/DeepBench] [--vidur /path/to/vidur] [--kernelbench /path/to/KernelBench] (any checkout may be
+a bare git directory: files are read with `git show`).
 """
 
 from __future__ import annotations
