@@ -181,12 +181,16 @@ def neusight_band(workload: dict, gpu: km.GpuSpec, model: km.TreeEnsemble) -> fl
     return weighted / total if total else 0.25
 
 
-def measured_kernels() -> dict[tuple[str, str, str], float]:
-    """(gpu, op, dims) -> seconds of every packaged per-kernel measurement (NeuSight's grid and test set first:
-    the other sources only fill shapes they lack)."""
+def kernel_frame() -> Any:
+    """The packaged per-kernel measurements (data/kernel_latency.csv) as a DataFrame, read once per evaluation."""
     import pandas as pd
 
-    df = pd.read_csv(km.DATASET_PATH, comment="#")
+    return pd.read_csv(km.DATASET_PATH, comment="#")
+
+
+def measured_kernels(df: Any) -> dict[tuple[str, str, str], float]:
+    """(gpu, op, dims) -> seconds of every packaged per-kernel measurement (`kernel_frame()`; NeuSight's grid and
+    test set first: the other sources only fill shapes they lack)."""
     df = df[df["dtype"] == "fp32"].sort_values("source", key=lambda s: ~s.str.startswith("neusight"), kind="stable")
     out: dict[tuple[str, str, str], float] = {}
     for gpu, op, dims, us in zip(df["gpu"], df["op"], df["dims"], df["latency_us"]):
@@ -199,7 +203,7 @@ def own_kernel_ceiling(doc: dict, catalog: Any, held: HeldOutModels,
     """A diagnostic, in-sample on purpose: each NeuSight row priced with its own GPU's measured kernels wherever the
     per-kernel data has the shape (NeuSight's per-kernel test set measured most of these models' GEMMs on every
     row's GPU), the held-out model elsewhere. What a per-kernel predictor could reach at best if it were exact on
-    the kernels measured; it predicts nothing and scores nothing. `measured`: `measured_kernels()`."""
+    the kernels measured; it predicts nothing and scores nothing. `measured`: `measured_kernels(kernel_frame())`."""
     rows = []
     for r in doc["rows"]:
         acc = catalog.accelerator(r["gpu"])
@@ -223,7 +227,7 @@ def label_kernel_consistency(doc: dict, measured: dict[tuple[str, str, str], flo
     """Two NeuSight measurements of the same fp32 GEMM on the same GPU: its per-kernel test set (one nn.Linear
     call timed alone, repeated) against the forward time of the same Linear node inside the model (the per-node
     file beside each end-to-end label). Per GPU: the median ratio kernel / in-model and its 10-90 % range.
-    `measured`: `measured_kernels()`."""
+    `measured`: `measured_kernels(kernel_frame())`."""
     out: dict[str, Any] = {}
     for gpu, by_workload in sorted(doc.get("label_linear_fw", {}).items()):
         kernel_s = [(measured.get((gpu, "mm", f"1x{rows}x{n_out}x{red}")), fw_ms)
@@ -236,13 +240,11 @@ def label_kernel_consistency(doc: dict, measured: dict[tuple[str, str, str], flo
     return out
 
 
-def large_gemm_tflops_by_source(min_flop: float = 5e9) -> dict[str, dict[str, dict[str, float]]]:
+def large_gemm_tflops_by_source(df: Any, min_flop: float = 5e9) -> dict[str, dict[str, dict[str, float]]]:
     """Diagnostic (predicts nothing, sets nothing): per GPU measured by two or more per-kernel sources, each source's
     achieved fp32 GEMM throughput over its GEMMs of at least `min_flop` (median and 10-90 % range, TFLOP/s). Where
-    the sources agree they time the same hardware state; where one stands apart (the L4), it says which."""
-    import pandas as pd
-
-    df = pd.read_csv(km.DATASET_PATH, comment="#")
+    the sources agree they time the same hardware state; where one stands apart (the L4), it says which.
+    `df`: `kernel_frame()`."""
     df = df[(df["dtype"] == "fp32") & df["op"].isin(["mm", "bmm"])]
     dims = df["dims"].str.split("x", expand=True).astype(float)
     flop = 2.0 * dims[0] * dims[1] * dims[2] * dims[3]
@@ -333,7 +335,8 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
     without_test_set = neusight_logo(doc, catalog, HeldOutModels(frozenset({"neusight-test"}), data=held.data))
     logo_err = [r["error"] for r in rows]
     all_rows = rows + own_rows
-    measured = measured_kernels()  # the packaged per-kernel measurements, read once for both diagnostics
+    kernels = kernel_frame()  # the packaged per-kernel measurements, read once for the three diagnostics
+    measured = measured_kernels(kernels)
     result: dict[str, Any] = {
         "logo": _summ(logo_err),
         "logo_by_gpu": {g: _summ([r["error"] for r in rows if r["gpu"] == g]) for g in sorted({r["gpu"] for r in rows})},
@@ -358,7 +361,7 @@ def evaluate(catalog: Any, own: bool = True) -> dict[str, Any]:
         "best_choice": best_choice(all_rows, catalog),
         "own_kernel_ceiling": own_kernel_ceiling(doc, catalog, held, measured),
         "label_vs_kernel_gemm": label_kernel_consistency(doc, measured),
-        "large_gemm_tflops_by_source": large_gemm_tflops_by_source(),
+        "large_gemm_tflops_by_source": large_gemm_tflops_by_source(kernels),
         "own_category_breakdown": own_category_breakdown(catalog, held, dm) if own else {},
         "published_side_by_side": published_side_by_side(rows),
         "transfer": te.transfer_eval(catalog) if own else {"rows": []},
