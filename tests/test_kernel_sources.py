@@ -176,3 +176,68 @@ def test_packaged_dataset_has_kernelbench_kernels_on_new_families(dataset):
     commit = next(line for line in km.DATASET_PATH.read_text(encoding="utf-8").splitlines()
                   if line.startswith("# KernelBench")).split("@")[1].split()[0]
     assert "ScalingIntelligence/KernelBench" in readme and commit in readme and "MIT" in readme
+
+
+_XLA_TABLE = """# proto-message: xla.GemmPerfTable
+entries {{
+  key: "sm_90"
+  value {{
+    entries {{
+      b: 2
+      m: 4096
+      n: 1024
+      k: 512
+      flops {{ key: "bf16xbf16->bf16" value: {bf16} }}
+      flops {{ key: "f32xf32->f32" value: {f32} }}
+      flops {{ key: "f8e4m3fnxf8e4m3fn->bf16" value: 900000000000000 }}
+    }}
+  }}
+}}
+entries {{
+  key: "sm_107"
+  value {{
+    entries {{
+      b: 1
+      m: 256
+      n: 256
+      k: 256
+      flops {{ key: "bf16xbf16->bf16" value: 4809981651376 }}
+    }}
+  }}
+}}
+"""
+
+
+def test_xla_tables_become_gemm_rows(tmp_path):
+    """tools/xla_rows.py: a table's b x m x n x k entries become bf16 and TF32 GEMM rows at 2bmnk / FLOP/s (fp8 and
+    tables of GPUs the catalog lacks left out); the table is found inside a binary as its compiled-in string; a
+    table whose f32 GEMMs never outrun the FP32 units (not TF32) or with a kernel under its roofline is skipped."""
+    tool = _tool("xla_rows")
+    table = tmp_path / "table.txtpb"
+    table.write_text(_XLA_TABLE.format(bf16=500_000_000_000_000, f32=250_000_000_000_000), encoding="utf-8")
+    rows = tool.xla_rows(table)
+    flop = 2.0 * 2 * 4096 * 1024 * 512
+    assert [(r["gpu"], r["op"], r["dtype"], r["dims"]) for r in rows] == [("H100", "bmm", "bf16", "2x4096x1024x512"),
+                                                                        ("H100", "bmm", "tf32", "2x4096x1024x512")]
+    assert float(rows[0]["latency_us"]) == pytest.approx(flop / 5e14 * 1e6, rel=1e-3)
+    blob = tmp_path / "plugin.so"
+    blob.write_bytes(b"\x7fELF\0junk\0" + table.read_bytes() + b"\0more\0")
+    assert tool.xla_rows(blob) == rows
+    table.write_text(_XLA_TABLE.format(bf16=500_000_000_000_000, f32=60_000_000_000_000), encoding="utf-8")
+    assert tool.xla_rows(table) == []  # 60 TFLOP/s f32 on an H100 (67 FP32): not TF32
+    table.write_text(_XLA_TABLE.format(bf16=1_500_000_000_000_000, f32=250_000_000_000_000), encoding="utf-8")
+    assert tool.xla_rows(table) == []  # 1.5 PFLOP/s bf16 beats the H100's dense peak: a mislabelled table
+    blob.write_bytes(b"no table here")
+    with pytest.raises(ValueError, match="not in it"):
+        tool.table_text(blob)
+
+
+def test_packaged_dataset_has_xla_tensor_core_gemms(dataset):
+    """B200 and H100 bf16 and TF32 GEMMs from XLA's tables; the data README names the source and its licence."""
+    got = {(g, op_dtype) for g, s, op_dtype in zip(dataset.gpus, dataset.sources,
+                                                   (km.CLASSES[int(c)] + str(int(d)) for c, d in
+                                                    zip(dataset.x[:, km.FEATURES.index("class")], dataset.dtype_code)))
+           if s == "xla"}
+    assert {g for g, _ in got} == {"B200", "H100"} and {d for _, d in got} == {"gemm1", "gemm3"}
+    readme = (km.DATA_DIR / "README.md").read_text(encoding="utf-8")
+    assert "openxla/xla" in readme and "jax-cuda12-pjrt" in readme and "Apache-2.0" in readme

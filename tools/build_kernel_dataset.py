@@ -19,18 +19,23 @@ Sources (per-kernel calibration data only; end-to-end step times never enter thi
 - with --kernelbench, KernelBench's eager timings of its single-operator problems (Ouyang et al., "KernelBench: Can
   LLMs Write Efficient GPU Kernels?", 2025; github.com/ScalingIntelligence/KernelBench, MIT licence): fp32 GEMMs,
   convolutions, activations and softmax (and batch norm, depthwise convolutions) at large shapes on the T4, L4,
-  A100 40/80 GB SXM4, A10G, L40S, H100 SXM and PCIe, B200 (tools/kernelbench_rows.py); source `kernelbench`.
+  A100 40/80 GB SXM4, A10G, L40S, H100 SXM and PCIe, B200 (tools/kernelbench_rows.py); source `kernelbench`;
+- with --xla, XLA's GEMM performance tables (OpenXLA, github.com/openxla/xla, Apache-2.0 licence): bf16 and TF32
+  GEMMs on a b x m x n x k grid, median traced kernel time, on the H100 SXM and the B200, read from an XLA GPU build
+  such as the `jax-cuda12-pjrt` wheel (tools/xla_rows.py); source `xla`.
 
 Each (operator, GPU) is subsampled deterministically to at most --cap rows so the packaged CSV stays small.
 Run: .venv/bin/python tools/build_kernel_dataset.py --neusight /path/to/NeuSight [--commit SHA]
-[--deepbench /path/to/DeepBench] [--vidur /path/to/vidur] [--kernelbench /path/to/KernelBench] (any checkout may be
-a bare git directory: files are read with `git show`).
+[--deepbench /path/to/DeepBench] [--vidur /path/to/vidur] [--kernelbench /path/to/KernelBench]
+[--xla /path/to/jax_cuda12_pjrt-0.12.0.1-*.whl] (any checkout may be a bare git directory: files are read with
+`git show`).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
 import itertools
 import json
@@ -316,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also Vidur's residual adds (left out of the packaged data: see tools/source_ablation.py)")
     ap.add_argument("--kernelbench", type=Path, default=None,
                     help="KernelBench checkout or bare git directory (its whole history is read: tools/kernelbench_rows.py)")
+    ap.add_argument("--xla", type=Path, default=None,
+                    help="an XLA GPU build holding its GEMM performance table (the jax-cuda12-pjrt wheel, its .so) or "
+                         "the .txtpb itself (tools/xla_rows.py)")
     ap.add_argument("--cap", type=int, default=900, help="rows kept per (operator, GPU)")
     ap.add_argument("--output", type=Path, default=OUT)
     args = ap.parse_args(argv)
@@ -332,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.kernelbench} does not exist: clone github.com/ScalingIntelligence/KernelBench first",
               file=sys.stderr)
         return 2
+    if args.xla is not None and not args.xla.is_file():
+        print(f"error: {args.xla} is not a file: pip download jax-cuda12-pjrt==0.12.0.1 --no-deps first", file=sys.stderr)
+        return 2
     if args.deepbench is not None:
         try:
             import openpyxl  # noqa: F401  (pandas.read_excel reads .xlsx with it)
@@ -346,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
               "the right commit?", file=sys.stderr)
     except OSError as exc:
         print(f"error: {exc}: is that a checkout of the right repository?", file=sys.stderr)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
     except KeyError as exc:
         print(f"error: a DeepBench workbook lacks the sheet {exc}: is that github.com/baidu-research/DeepBench?",
               file=sys.stderr)
@@ -377,6 +390,13 @@ def _build(args: argparse.Namespace) -> int:
         rows += kernelbench_rows(args.kernelbench)  # appended last: the rows above stay as they were
         header += (f"# KernelBench kernels: github.com/ScalingIntelligence/KernelBench@{kernelbench.head()} "
                    "(MIT licence); see README.md\n")
+    if args.xla is not None:
+        from xla_rows import xla_rows  # tools/, beside this script
+
+        rows += xla_rows(args.xla)  # appended last: the rows above stay as they were
+        digest = hashlib.sha256(args.xla.read_bytes()).hexdigest()
+        header += (f"# XLA kernels: the GEMM performance table in {args.xla.name} (sha256 {digest[:16]}; OpenXLA, "
+                   "Apache-2.0 licence); see README.md\n")
     buf = io.StringIO()
     buf.write(header)
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")

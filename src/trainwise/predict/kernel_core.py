@@ -15,7 +15,7 @@ CORES = ("kernel", "roofline")
 # The per-operator core: "kernel" = the learned kernel model (`kernel_model`) for every operator whose regime its
 # data covers, the roofline-with-efficiencies rule for the rest; "roofline" = the rule for every operator. The
 # default stays the rule: on GPUs held out of its fit the kernel core is further off trainwise's own H100/H200 steps
-# (docs/accuracy.md): its fp16 GEMMs now beat the rule per kernel (five families), but 16-bit batch norm and
+# (docs/accuracy.md): its fp16 GEMMs now beat the rule per kernel (six families), but 16-bit batch norm and
 # tensor-core convolutions have kernel data on Hopper only (TF32 ones a few per GPU elsewhere), and the rule's slow
 # GEMMs no longer hide what they miss.
 DEFAULT_CORE = "roofline"
