@@ -21,7 +21,9 @@ for Deep Learning Training", USENIX ATC 2021). This is an independent implementa
 Training data (`data/kernel_latency.csv`): NeuSight's published per-kernel latencies (its grid on the P4, P100, T4,
 V100, A100, its test set's model-sized kernels on those and the L4, H100, A100 80GB; fp32, each less its host dispatch
 gap: `kernel_fit.dispatch_gaps`), DeepBench's cuBLAS/cuDNN kernels on a V100 and a T4 (fp32, fp16 on tensor cores),
-Vidur's fp16 transformer GEMMs on an A40, A100 80GB and H100 (device times under torch.profiler), trainwise's own H100 microbenchmarks and its H100/H200 kernel sweeps (less the rows that timed the host:
+Vidur's fp16 transformer GEMMs on an A40, A100 80GB and H100 (device times under torch.profiler), KernelBench's eager
+single-operator timings on ten GPUs, XLA's bf16/TF32 GEMM tables for the H100 and B200 (median traced kernel time),
+trainwise's own H100 microbenchmarks and its H100/H200 kernel sweeps (less the rows that timed the host:
 `kernel_fit.host_bound`); end-to-end step times never enter it. The trained regressor is packaged as JSON trees
 (`data/kernel_model.json`) and evaluated with numpy; rebuild it with `REBUILD_COMMAND` (the fit: `kernel_fit`).
 Operators without kernel data (attention kernels, grouped/depthwise convolutions, unknown operators) and regimes the
