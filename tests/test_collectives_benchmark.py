@@ -1,0 +1,81 @@
+"""XLA's collective table read from a serialized proto, and the all-reduce evaluation on it (no GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmark_modules import load_benchmark
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("xla_collectives", ROOT / "tools" / "xla_collectives.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes) -> bytes:
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def _profile(op: str, elements: int, groups: int, per_group: int, throughput: int) -> bytes:
+    shape = _field(2, 11) + _field(3, _varint(elements))  # F32, packed dimensions
+    iota = _field(1, groups) + _field(2, per_group) + _field(3, _varint(8)) + _field(4, _varint(0))
+    instruction = _field(1, b"_") + _field(2, op.encode()) + _field(3, shape) + _field(92, iota)
+    return _field(1, instruction) + _field(3, b"f" * 32) + _field(6, throughput)
+
+
+def _table(key: str, profiles: list[bytes]) -> bytes:
+    value = b"".join(_field(1, p) for p in profiles)
+    return _field(2, _field(1, key.encode()) + _field(2, value))
+
+
+def test_collective_table_read_from_a_serialized_proto(tmp_path):
+    """Each kept machine's all-reduce/reduce-scatter rows at tensor bytes / throughput (a reduce-scatter's shape is
+    its output: the table's size is k times it); collective permutes and machines the catalog lacks left out."""
+    tool = _tool()
+    h100 = _table("sm_90", [_profile("all-reduce", 1 << 20, 1, 8, 200_000_000_000),
+                            _profile("reduce-scatter", 1 << 17, 1, 8, 100_000_000_000),
+                            _profile("collective-permute", 1 << 20, 1, 8, 50_000_000_000)])
+    amd = _table("gfx942", [_profile("all-reduce", 1 << 20, 1, 8, 100_000_000_000)])
+    blob = tmp_path / "plugin.so"
+    blob.write_bytes(b"\x7fELF junk\0" + amd + b"\0\0" + h100 + b"\0tail")
+    rows = tool.read_rows(blob)
+    assert [(r["gpu"], r["op"], r["groups"], r["devices_per_group"], r["bytes"]) for r in rows] == [
+        ("H100", "all-reduce", 1, 8, 4 << 20), ("H100", "reduce-scatter", 1, 8, 4 << 20)]
+    assert float(rows[0]["time_us"]) == pytest.approx((4 << 20) / 2e11 * 1e6, rel=1e-3)
+    blob.write_bytes(b"no table")
+    with pytest.raises(ValueError, match="no collective table"):
+        tool.read_rows(blob)
+
+
+def test_allreduce_evaluation_on_the_packaged_table():
+    """Every packaged all-reduce gets the plan's and the device model's prediction; the headline covers the DDP
+    bucket sizes on all eight GPUs of both machines, and the bus bandwidth is read at 1 GiB."""
+    bench = load_benchmark("collectives")
+    rows = bench.load_rows()
+    assert {r["gpu"] for r in rows} == {"H100", "B200"} and {r["devices_per_group"] for r in rows} == {2, 4, 8}
+    result = bench.evaluate(rows)
+    summary = result["summary"]
+    assert summary["allreduce_rows"] == 14  # 1-100 MiB, powers of two: 7 sizes x 2 machines
+    assert all(math.isfinite(r["plan_auto_error"]) and r["measured_s"] > 0 for r in result["rows"])
+    assert set(summary["busbw_gbs_at_1gib"]) == {"H100", "B200"}
+    # the measured bus bandwidth of a 1-GiB all-reduce over eight GPUs is an NVLink machine's, not a PCIe one's
+    assert all(bw > 200 for bw in summary["busbw_gbs_at_1gib"].values())
