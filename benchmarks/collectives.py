@@ -1,21 +1,21 @@
 """trainwise's intra-node all-reduce models against XLA's measured NCCL all-reduces on 8-GPU H100 and B200 machines.
 
-A data-parallel prediction on one machine prices the gradient all-reduce twice over: `trainwise plan` and
-`predict_ddp` with `data_parallel.allreduce_time_s` over `intra_node_link` (ring or double binary tree, the
-catalog's effective NVLink bandwidth per device, 5 µs a hop: the plan's `algorithm="auto"`), and the device model's
-whole-machine step with one ring all-reduce of the gradient at the fitted link efficiency plus a fitted constant
-(`device_model.predict_iteration`). Neither was fitted on a measured collective. XLA's table
+A data-parallel plan on one machine prices the gradient all-reduce with `data_parallel.allreduce_time_s(...,
+"node")` over `intra_node_link`: a floor per call plus the ring's bytes at a fraction of the catalog's effective
+NVLink bandwidth, both per group size (`data_parallel.NODE_ALLREDUCE`). Those constants come from XLA's table
 (`benchmarks/data/xla_collectives.csv`, tools/xla_collectives.py: one f32 all-reduce per size from 1 KiB to 2 GiB,
-over one group of 8, two of 4 and four of 2 GPUs, median of 20 runs through XLA's NCCL backend) is the evaluation:
-every row is held out.
+over one group of 8, two of 4 and four of 2 GPUs, median of 20 runs through XLA's NCCL backend): per group size the
+median time under 64 KiB and the bus bandwidth at 1 GiB over the catalog's figure, geometric mean over the machines
+(`--fit` prints them). Held out machine by machine: each machine's rows are predicted with the constants fitted on
+the other alone (`allreduce_*`). Also scored, never fitted on a collective: the idealised ring/tree the plan used
+before (`idealised_auto_*`, the ring alone) and the device model's ring at its fitted link efficiency
+(`device_model_wire_*`; its fitted per-step constant, `t_allreduce_s`, stands for all of a step's DDP work, not one
+all-reduce, so it is reported apart).
 
-Headline (`summary`): median |error| of the plan's all-reduce on the sizes DDP sends (its buckets: 1-100 MiB) over
-all eight GPUs of each machine (`allreduce_median_abs_error`), and the same for every grouping; the device model's
-term on whole gradients (16 MiB - 2 GiB); the bus bandwidth the machines reached at 1 GiB against the catalog's
-effective figure (the device model's ring at its fitted link efficiency, `device_model_wire_*`; its fitted per-step
-constant, `t_allreduce_s`, stands for all of a step's DDP work, not one all-reduce, so it is reported apart); the
-small-message floor (XLA's run time of an all-reduce under 64 KiB, launch included).
-Run: .venv/bin/python benchmarks/collectives.py (a second; reads no GPU).
+Headline (`summary`): `allreduce_median_abs_error` on the sizes DDP sends (its buckets: 1-100 MiB) over all eight
+GPUs of each machine, by machine and by group size; the bus bandwidth reached at 1 GiB against the catalog's
+effective figure; the small-message floor.
+Run: .venv/bin/python benchmarks/collectives.py [--fit] (a second; reads no GPU).
 """
 
 from __future__ import annotations
@@ -49,13 +49,36 @@ def load_rows(path: Path = DATA) -> list[dict]:
              "time_s": float(r["time_us"]) * 1e-6} for r in rows if r["op"] == "all-reduce"]
 
 
-def predictions(row: dict, catalog, params) -> dict:
+def fit_node(rows: list[dict], gpus: set[str], catalog) -> dict[int, tuple[float, float]]:
+    """`data_parallel.NODE_ALLREDUCE` from the machines `gpus`: per group size, the median time of an all-reduce
+    under 64 KiB and the bus bandwidth at 1 GiB over the catalog's effective link figure; geometric mean over them."""
+    out = {}
+    for k in sorted({r["devices_per_group"] for r in rows}):
+        floors, fractions = [], []
+        for g in sorted(gpus):
+            mine = [r for r in rows if r["gpu"] == g and r["devices_per_group"] == k]
+            floors.append(statistics.median(r["time_s"] for r in mine if r["bytes"] < 64 * 1024))
+            big = next(r for r in mine if r["bytes"] == 1024 * MIB)
+            busbw = big["bytes"] / big["time_s"] * 2 * (k - 1) / k
+            fractions.append(busbw / (link_bandwidth_gbs(catalog.accelerator(g)) * 1e9))
+        out[k] = (round(statistics.geometric_mean(floors), 7), round(statistics.geometric_mean(fractions), 3))
+    return out
+
+
+def node_time_s(nbytes: int, k: int, link_bytes_per_s: float, table: dict[int, tuple[float, float]]) -> float:
+    floor_s, efficiency = dp.node_allreduce_terms(k, table)
+    return floor_s + 2.0 * (k - 1) / k * nbytes / (link_bytes_per_s * efficiency)
+
+
+def predictions(row: dict, catalog, params, held_out_table: dict[int, tuple[float, float]]) -> dict:
     acc = catalog.accelerator(row["gpu"])
     k, nbytes = row["devices_per_group"], row["bytes"]
     link = dp.intra_node_link(acc)
     device_bps = link_bandwidth_gbs(acc) * 1e9 * params.link_efficiency
     wire_s = 2.0 * (k - 1) / k * nbytes / device_bps
-    return {"plan_auto_s": dp.allreduce_time_s(nbytes, k, link, "auto"),
+    return {"node_held_out_s": node_time_s(nbytes, k, link.bandwidth_bps / 8, held_out_table),
+            "plan_node_s": dp.allreduce_time_s(nbytes, k, link, "node"),
+            "plan_auto_s": dp.allreduce_time_s(nbytes, k, link, "auto"),
             "ring_s": dp.allreduce_time_s(nbytes, k, link, "ring"),
             "device_model_wire_s": wire_s, "device_model_s": wire_s + params.t_allreduce_s}
 
@@ -66,9 +89,11 @@ def _median_abs(errors: list[float]) -> float | None:
 
 def evaluate(rows: list[dict]) -> dict:
     catalog, params = load_catalog(), load_params()
+    gpus = {r["gpu"] for r in rows}
+    held_out = {g: fit_node(rows, gpus - {g}, catalog) for g in gpus}  # each machine from the other(s) alone
     out_rows = []
     for r in rows:
-        pred = predictions(r, catalog, params)
+        pred = predictions(r, catalog, params, held_out[r["gpu"]])
         out_rows.append({"gpu": r["gpu"], "devices": r["devices_per_group"], "groups": int(r["groups"]),
                          "bytes": r["bytes"], "measured_s": r["time_s"],
                          **{k: round(v, 9) for k, v in pred.items()},
@@ -80,13 +105,23 @@ def evaluate(rows: list[dict]) -> dict:
 
     ddp8 = pick(*DDP_BYTES, devices=8)
     summary = {
-        "allreduce_median_abs_error": _median_abs([r["plan_auto_error"] for r in ddp8]),
+        "allreduce_median_abs_error": _median_abs([r["node_held_out_error"] for r in ddp8]),
+        "allreduce_method": "the plan's node all-reduce (data_parallel.NODE_ALLREDUCE) with its constants fitted on "
+                            "the other machine only, on DDP's bucket sizes (1-100 MiB) over all 8 GPUs",
         "allreduce_rows": len(ddp8),
-        "allreduce_median_error_signed": round(statistics.median(r["plan_auto_error"] for r in ddp8), 4),
-        "allreduce_median_abs_error_by_gpu": {g: _median_abs([r["plan_auto_error"] for r in pick(*DDP_BYTES, 8, g)])
-                                              for g in sorted({r["gpu"] for r in out_rows})},
-        "allreduce_median_abs_error_by_devices": {k: _median_abs([r["plan_auto_error"] for r in pick(*DDP_BYTES, k)])
+        "allreduce_median_error_signed": round(statistics.median(r["node_held_out_error"] for r in ddp8), 4),
+        "allreduce_median_abs_error_by_gpu": {g: _median_abs([r["node_held_out_error"] for r in pick(*DDP_BYTES, 8, g)])
+                                              for g in sorted(gpus)},
+        "allreduce_median_abs_error_by_devices": {k: _median_abs([r["node_held_out_error"] for r in pick(*DDP_BYTES, k)])
                                                   for k in (2, 4, 8)},
+        "node_constants_in_sample_median_abs_error": _median_abs([r["plan_node_error"] for r in ddp8]),
+        "node_constants_fitted": {str(k): list(v) for k, v in fit_node(rows, gpus, catalog).items()},
+        "node_constants_shipped": {str(k): list(v) for k, v in dp.NODE_ALLREDUCE.items()},
+        "idealised_auto_median_abs_error": _median_abs([r["plan_auto_error"] for r in ddp8]),
+        "idealised_auto_median_abs_error_by_devices": {
+            k: _median_abs([r["plan_auto_error"] for r in pick(*DDP_BYTES, k)]) for k in (2, 4, 8)},
+        "idealised_auto_median_abs_error_by_gpu": {
+            g: _median_abs([r["plan_auto_error"] for r in pick(*DDP_BYTES, 8, g)]) for g in sorted(gpus)},
         "allreduce_ring_median_abs_error": _median_abs([r["ring_error"] for r in ddp8]),
         "device_model_wire_median_abs_error": _median_abs(
             [r["device_model_wire_error"] for r in pick(*GRADIENT_BYTES, devices=8)]),
@@ -103,12 +138,22 @@ def evaluate(rows: list[dict]) -> dict:
         "small_message_floor_us": {g: round(statistics.median(r["measured_s"] for r in out_rows if r["gpu"] == g
                                                               and r["bytes"] < 64 * 1024) * 1e6, 1)
                                    for g in sorted({r["gpu"] for r in out_rows})},
-        "held_out": "every row: neither all-reduce model was fitted or set on a measured collective",
+        "held_out": "allreduce_*: each machine's rows predicted with constants fitted on the other machine alone; "
+                    "idealised_auto_*, ring, device_model_*: never fitted on a collective; "
+                    "node_constants_in_sample_*: the shipped constants, fitted on both machines (in-sample)",
     }
     return {"summary": summary, "rows": out_rows}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fit", action="store_true", help="print data_parallel.NODE_ALLREDUCE fitted on both machines")
+    args = ap.parse_args(argv)
+    if args.fit:
+        print(fit_node(load_rows(), {"H100", "B200"}, load_catalog()))
+        return 0
     result = evaluate(load_rows())
     result["summary"]["machine"] = machine()
     payload = {"benchmark": "collectives", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -354,8 +354,8 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                     overlap = 1.0
                 if job_batch > n_train:
                     continue  # a global batch larger than the training set: less than one step per epoch
-                pred = dp.predict_ddp(compute.worker, int(gradient_bytes), group.workers, link, algorithm="auto",
-                                      overlap=overlap)
+                pred = dp.predict_ddp(compute.worker, int(gradient_bytes), group.workers, link,
+                                      algorithm="node" if group.kind == "ddp-node" else "auto", overlap=overlap)
                 samples_per_s, g, comm = pred.samples_per_s, pred.granularity, pred.exposed_communication_s
                 global_batch = pred.global_batch_size
                 band = compute.relative_error + DDP_EXTRA_BAND

@@ -17,7 +17,9 @@ The all-reduce runs in DDP's buckets (the first 1 MiB, then 25 MiB: `torch.distr
 defaults), each bucket launched when its gradients are ready during backward and the buckets
 reduced one after another (one communication stream). A ring all-reduce of b bytes costs
 2(N−1)/N × b / bandwidth + 2(N−1) × latency; a (double binary) tree 2 × b / bandwidth +
-2 log2(N) × latency; "auto" takes the cheaper per bucket, as NCCL does. Gradients are assumed to
+2 log2(N) × latency; "auto" takes the cheaper per bucket. Inside one NVLink machine ("node", what `plan` uses)
+NCCL's measured all-reduce is neither: a floor per call (launch included) plus the ring's bytes at the bus bandwidth
+a group of N GPUs reaches, a fraction of the link's (`NODE_ALLREDUCE`). Gradients are assumed to
 become ready uniformly (by bytes) over backward; `overlap` scales how much of that overlap is real
 (1: GPU with its own communication stream; less where communication competes with compute for
 the same CPU cores). N = 1 has no communication.
@@ -78,6 +80,12 @@ BACKWARD_FRACTION = 2.0 / 3.0          # backward ≈ 2 × forward FLOPs: 2/3 of
 
 # Where each intra-node link figure comes from when the catalog's interconnect text gives none.
 INTRA_NODE_LATENCY_S = 5e-6            # NVLink/PCIe peer-to-peer launch + hop, order of NCCL's ~5 µs
+# NCCL all-reduce inside one NVLink machine, per group size: (seconds of an all-reduce under 64 KiB, launch included;
+# the bus bandwidth reached at 1 GiB as a fraction of the catalog's effective per-device link figure). XLA's measured
+# table on an 8-GPU H100 SXM machine and an HGX B200 (benchmarks/data/xla_collectives.csv), geometric mean of the
+# two; `benchmarks/collectives.py --fit` prints them. Fitted on one machine and tested on the other:
+# docs/accuracy.md ("All-reduce on one machine").
+NODE_ALLREDUCE = {2: (21.9e-6, 0.666), 4: (33.5e-6, 0.806), 8: (41.0e-6, 0.976)}
 LOOPBACK_NOTE = "measure it with `trainwise net probe` against a server on 127.0.0.1"
 
 
@@ -179,12 +187,30 @@ def bucket_sizes(gradient_bytes: int, bucket_bytes: int = DDP_BUCKET_BYTES,
     return sizes
 
 
+def node_allreduce_terms(workers: int, table: dict[int, tuple[float, float]] | None = None) -> tuple[float, float]:
+    """(floor seconds, bus-bandwidth fraction) of an all-reduce over `workers` GPUs of one NVLink machine: the
+    measured group sizes' values, log2-interpolated between them, the largest group's beyond it."""
+    table = table or NODE_ALLREDUCE
+    sizes = sorted(table)
+    k = min(max(workers, sizes[0]), sizes[-1])
+    lo = max(s for s in sizes if s <= k)
+    hi = min(s for s in sizes if s >= k)
+    if lo == hi:
+        return table[lo]
+    w = (math.log2(k) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+    return tuple(a + w * (b - a) for a, b in zip(table[lo], table[hi]))  # type: ignore[return-value]
+
+
 def allreduce_time_s(nbytes: float, workers: int, link: LinkSpec,
-                     algorithm: Literal["ring", "tree", "auto"] = "ring") -> float:
-    """One all-reduce of `nbytes` over `workers` (ring or double binary tree; see the module docstring)."""
+                     algorithm: Literal["ring", "tree", "auto", "node"] = "ring") -> float:
+    """One all-reduce of `nbytes` over `workers` (ring, double binary tree, or NCCL inside one NVLink machine;
+    see the module docstring)."""
     if workers <= 1 or nbytes <= 0:
         return 0.0
     bytes_per_s = link.bandwidth_bps / 8.0
+    if algorithm == "node":
+        floor_s, efficiency = node_allreduce_terms(workers)
+        return floor_s + 2.0 * (workers - 1) / workers * nbytes / (bytes_per_s * efficiency)
     ring = 2.0 * (workers - 1) / workers * nbytes / bytes_per_s + 2.0 * (workers - 1) * link.latency_s
     tree = 2.0 * nbytes / bytes_per_s + 2.0 * math.ceil(math.log2(workers)) * link.latency_s
     if algorithm == "ring":
@@ -193,13 +219,13 @@ def allreduce_time_s(nbytes: float, workers: int, link: LinkSpec,
         return tree
     if algorithm == "auto":
         return min(ring, tree)
-    raise TrainwiseError(f"unknown all-reduce algorithm {algorithm!r}: use ring, tree or auto")
+    raise TrainwiseError(f"unknown all-reduce algorithm {algorithm!r}: use ring, tree, auto or node")
 
 
 def predict_ddp(compute: WorkerCompute, gradient_bytes: int, workers: int, link: LinkSpec, *,
                 gradient_accumulation: int = 1, bucket_bytes: int = DDP_BUCKET_BYTES,
                 first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES,
-                algorithm: Literal["ring", "tree", "auto"] = "ring", overlap: float = 1.0,
+                algorithm: Literal["ring", "tree", "auto", "node"] = "ring", overlap: float = 1.0,
                 concurrent_buckets: bool = False, per_step_overhead_s: float = 0.0) -> DDPPrediction:
     """Synchronous data-parallel step on `workers` identical workers (weak scaling: the per-worker
     batch is fixed, the global batch grows with N). See the module docstring for the model.
