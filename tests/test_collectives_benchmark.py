@@ -108,3 +108,14 @@ def test_shipped_node_constants_are_the_fit_on_the_packaged_table():
 
     bench = load_benchmark("collectives")
     assert bench.fit_node(bench.load_rows(), {"H100", "B200"}, load_catalog()) == dp.NODE_ALLREDUCE
+
+
+def test_the_held_out_error_plans_quote_is_the_benchmarks():
+    """The ±x % a DDP plan inside one machine quotes for its all-reduce is the current held-out result."""
+    import json
+
+    from benchmark_modules import BENCHMARKS
+    from trainwise.predict import data_parallel as dp
+
+    summary = json.loads((BENCHMARKS / "results" / "collectives.json").read_text(encoding="utf-8"))["summary"]
+    assert dp.NODE_ALLREDUCE_HELD_OUT_ERROR == pytest.approx(summary["allreduce_median_abs_error"], abs=5e-4)

@@ -359,9 +359,14 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
                 samples_per_s, g, comm = pred.samples_per_s, pred.granularity, pred.exposed_communication_s
                 global_batch = pred.global_batch_size
                 band = compute.relative_error + DDP_EXTRA_BAND
+                how = ""
+                if group.kind == "ddp-node":  # NCCL inside one machine: where its two constants come from
+                    floor_s, fraction = dp.node_allreduce_terms(group.workers)
+                    how = (f" (NCCL in one machine: {fraction:.0%} of it, {floor_s * 1e6:.0f} µs a call, from XLA's "
+                           f"measured H100/B200 all-reduces, ±{dp.NODE_ALLREDUCE_HELD_OUT_ERROR:.0%} held out)")
                 what = (f"modelled ±{band * 100:.0f} %: DDP {group.workers} workers, per-worker batch "
                         f"{compute.worker.per_worker_batch_size} (global {pred.global_batch_size}), all-reduce over "
-                        f"{link.bandwidth_bps / 1e9:.3g} Gb/s; compute {compute.worker.source}")
+                        f"{link.bandwidth_bps / 1e9:.3g} Gb/s{how}; compute {compute.worker.source}")
                 notes = list(pred.notes)
             else:
                 peers = []

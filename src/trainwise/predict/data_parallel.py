@@ -86,6 +86,9 @@ INTRA_NODE_LATENCY_S = 5e-6            # NVLink/PCIe peer-to-peer launch + hop, 
 # two; `benchmarks/collectives.py --fit` prints them. Fitted on one machine and tested on the other:
 # docs/accuracy.md ("All-reduce on one machine").
 NODE_ALLREDUCE = {2: (21.9e-6, 0.666), 4: (33.5e-6, 0.806), 8: (41.0e-6, 0.976)}
+# its median |error| on DDP's bucket sizes over 8 GPUs, each machine with the other's constants
+# (benchmarks/results/collectives.json `allreduce_median_abs_error`)
+NODE_ALLREDUCE_HELD_OUT_ERROR = 0.177
 LOOPBACK_NOTE = "measure it with `trainwise net probe` against a server on 127.0.0.1"
 
 
