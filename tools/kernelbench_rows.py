@@ -19,7 +19,7 @@ import json
 import operator
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 TIMING = "results/timing"
 PROBLEMS = "KernelBench/level1"
@@ -125,6 +125,9 @@ class _Git:
 def kernelbench_rows(path: Path) -> list[dict]:
     """Rows of every eager timing file in KernelBench's history (a checkout or a bare git directory), each with the
     problem sources of its own commit; a file's latest version per machine."""
+    from trainwise.catalog import load_catalog
+
+    catalog = load_catalog()  # once: every row's roofline check reads it
     git = _Git(path, bare=not (path / ".git").exists() and not (path / "KernelBench").exists())
     names = git("log", "--all", "--format=", "--name-only", "--diff-filter=AM", "--", TIMING).split()
     rows: list[dict] = []
@@ -132,23 +135,26 @@ def kernelbench_rows(path: Path) -> list[dict]:
         commit = git("log", "--all", "-1", "--format=%H", "--diff-filter=AM", "--", rel).strip()
         got = timing_rows(json.loads(git("show", f"{commit}:{rel}")),
                           lambda name, c=commit: git("show", f"{c}:{PROBLEMS}/{name}"))
-        if any(below_roofline(r) for r in got):
+        if any(below_roofline(r, catalog) for r in got):
             print(f"kernelbench: {rel} skipped: a kernel below its roofline (timed on other problem sizes)")
             continue
         rows += got
     return rows
 
 
-def below_roofline(row: dict) -> bool:
+def below_roofline(row: dict, catalog: Any = None) -> bool:
     """Whether a row's latency is under its kernel's roofline on the catalog GPU (an operator the kernel model has
-    no class for is not checked)."""
-    from trainwise.catalog import load_catalog
+    no class for is not checked); pass `catalog` when checking many rows."""
     from trainwise.predict import kernel_model as km
 
     if row["op"] not in km.OP_CLASS:
         return False
+    if catalog is None:
+        from trainwise.catalog import load_catalog
+
+        catalog = load_catalog()
     kernel = km.kernel_from_dims(row["op"], row["dtype"], tuple(int(d) for d in row["dims"].split("x")))
-    roofline_s = km.features(kernel, km.GpuSpec.of(load_catalog().accelerator(row["gpu"])))[1]
+    roofline_s = km.features(kernel, km.GpuSpec.of(catalog.accelerator(row["gpu"])))[1]
     return float(row["latency_us"]) * 1e-6 < roofline_s
 
 

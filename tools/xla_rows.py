@@ -24,6 +24,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))  # tools/, also when loaded by path (the tests)
+from kernelbench_rows import below_roofline  # noqa: E402 - the shared roofline check
+
 MARKER = b"# proto-message: xla.GemmPerfTable"
 # table key -> catalog GPU
 GPU_NAMES = {"sm_100_B200": "B200", "sm_90": "H100"}
@@ -84,34 +88,20 @@ def xla_rows(path: Path) -> list[dict]:
         if gpu is None:
             print(f"xla: table {key} skipped: no catalog GPU for it")
             continue
-        got = []
+        got, tf32_top = [], 0.0
         for b, m, n, k, flops in sorted(entries):
+            tf32_top = max(tf32_top, float(flops.get("f32xf32->f32", 0)))
             for dtype_key, dtype in DTYPES.items():
                 rate = flops.get(dtype_key)
                 if rate:
                     got.append({"source": "xla", "gpu": gpu, "op": "mm" if b == 1 else "bmm", "dtype": dtype,
                                 "dims": f"{b}x{m}x{n}x{k}", "latency_us": f"{2.0 * b * m * n * k / rate * 1e6:.4g}"})
         fp32_peak = float(catalog.accelerator(gpu).fp32_tflops or 0.0) * 1e12
-        tf32_top = max((2.0 * _dims(r) / float(r["latency_us"]) * 1e6 for r in got if r["dtype"] == "tf32"), default=0.0)
         if tf32_top <= 1.5 * fp32_peak:
             print(f"xla: table {key} skipped: its f32 GEMMs never outrun the FP32 units (not TF32)")
             continue
-        if any(below_roofline(r) for r in got):
+        if any(below_roofline(r, catalog) for r in got):
             print(f"xla: table {key} skipped: a kernel below its roofline on the catalog's {gpu}")
             continue
         rows += got
     return rows
-
-
-def _dims(row: dict) -> int:
-    b, m, n, k = (int(v) for v in row["dims"].split("x"))
-    return b * m * n * k
-
-
-def below_roofline(row: dict) -> bool:
-    """Whether a row's latency is under its kernel's roofline on the catalog GPU (tools/kernelbench_rows.py's check)."""
-    if str(Path(__file__).parent) not in sys.path:
-        sys.path.insert(0, str(Path(__file__).parent))  # beside this script, also when loaded by path (the tests)
-    from kernelbench_rows import below_roofline as check
-
-    return check(row)
