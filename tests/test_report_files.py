@@ -15,7 +15,7 @@ from trainwise.catalog import load_catalog, load_user_offerings
 from trainwise.plan import Objective, PlanOptions, plan
 from trainwise.plan.synthetic import synthetic_profile
 from trainwise.report.bundle import REPORT_FILES, write_report
-from trainwise.report.charts import pareto_chart_png
+from trainwise.report.charts import add_bundled_fonts, pareto_chart_png
 from trainwise.report.html import render_html
 from trainwise.report.markdown import render_markdown
 from trainwise.report.terminal import print_plan
@@ -127,3 +127,32 @@ def test_html_footnote_codes_are_stable(result):
     for table in ("plans-table", "pareto-table"):
         body = page.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
         assert set(re.findall(r">(T\d+) P\d+<", body)) <= set(codes)
+
+
+def test_chart_restores_bundled_fonts_a_stale_font_cache_hides(result, monkeypatch, caplog):
+    """A font list cached by a matplotlib without its bundled fonts (same cache format) made every chart's
+    log-axis ticks print a findfont warning per font family; the chart now adds the bundled fonts back."""
+    import logging
+    from pathlib import Path
+
+    import matplotlib
+    from matplotlib import font_manager
+    from matplotlib.figure import Figure
+
+    manager = font_manager.fontManager
+    bundled = (Path(matplotlib.get_data_path()) / "fonts" / "ttf").resolve()
+    stale = [entry for entry in manager.ttflist if Path(entry.fname).resolve().parent != bundled]
+    monkeypatch.setattr(manager, "ttflist", stale)
+    manager._findfont_cached.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="matplotlib.font_manager"):
+            assert pareto_chart_png(result)[:8] == b"\x89PNG\r\n\x1a\n"
+            figure = Figure()
+            figure.text(0.5, 0.5, r"$\mathdefault{10^{2}}$ and $x_1$")
+            figure.savefig(__import__("io").BytesIO(), format="png")
+        assert not [r for r in caplog.records if "findfont" in r.getMessage()]
+        assert {Path(e.fname).name for e in manager.ttflist} >= {"STIXGeneral.ttf", "cmr10.ttf"}
+        assert add_bundled_fonts() == 0  # once back, nothing is added twice
+    finally:
+        monkeypatch.undo()
+        manager._findfont_cached.cache_clear()

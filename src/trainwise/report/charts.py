@@ -9,6 +9,7 @@ the legend outside the plotting area, so it never covers a point."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,11 +27,35 @@ def _engines(frame) -> np.ndarray:
     return np.where(kind == "", "single", np.where(kind == "hivemind", "Hivemind", "DDP"))
 
 
+def add_bundled_fonts() -> int:
+    """Give matplotlib back the fonts it ships when its font list lacks them; returns how many files were added.
+
+    matplotlib caches its font list per user (~/.cache/matplotlib/fontlist-v<format>.json) under a cache-format
+    version that several releases share, and trusts any list of that version whose files exist: a list written by
+    an install without the bundled fonts (a distribution's matplotlib uses the system's) hides STIX and
+    Computer Modern from every other install. Its mathtext, which the log axes' tick labels use, then prints a
+    `findfont` warning per missing family on each run (21 lines in `make run` here) and falls back to DejaVu Sans.
+    The fonts are added to this process's font manager only; the user's cache file is left as it is."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    bundled = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+    if not bundled.is_dir():
+        return 0
+    manager = font_manager.fontManager
+    known = {Path(entry.fname).resolve() for entry in manager.ttflist}
+    missing = [path for path in sorted(bundled.glob("*.ttf")) if path.resolve() not in known]
+    for path in missing:
+        manager.addfont(path)
+    return len(missing)
+
+
 def pareto_chart_png(result: Any, *, dpi: int = 100) -> bytes:
     """PNG of the ranked plans at the headline epoch option (cost vs wall time)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    add_bundled_fonts()
     from matplotlib.figure import Figure
 
     from trainwise.report.terminal import distinct_choices
