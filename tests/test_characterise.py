@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from trainwise.agent.trace.live import batch_shapes_of
-from trainwise.agent.trace.step import characterise_model, normalise_precision, trace_training_step
+from trainwise.agent.trace.characterisation import characterise_model, trace_training_step
+from trainwise.agent.trace.step import normalise_precision
 from trainwise.core.workload import WorkloadCharacterisation
 from trainwise.errors import TrainwiseError
 from trainwise.predict.characterise import characterise_named
@@ -160,7 +161,7 @@ def test_trace_training_step_for_the_recorder():
 def test_a_forward_needing_real_values_is_traced_on_the_cpu_instead_of_meta():
     import torch
 
-    from trainwise.agent.trace.step import trace_training_step
+    from trainwise.agent.trace.characterisation import trace_training_step
 
     class NeedsValues(torch.nn.Module):
         def __init__(self) -> None:
@@ -325,7 +326,7 @@ def test_sequence_first_lstm_batch_is_dim_1():
     """An nn.LSTM built with PyTorch's default batch_first=False takes (seq, batch, features): the batch is dim 1."""
     import torch
 
-    from trainwise.agent.trace.step import characterise_model
+    from trainwise.agent.trace.characterisation import characterise_model
 
     class SeqFirst(torch.nn.Module):
         def __init__(self, batch_first: bool) -> None:
@@ -342,3 +343,59 @@ def test_sequence_first_lstm_batch_is_dim_1():
     batch_first = characterise_model(SeqFirst(True), ((4, 20, 8), torch.float32))
     assert batch_first.per_device_batch == 4
     assert seq_first.total_flops() == pytest.approx(batch_first.total_flops(), rel=0.05)
+
+
+def test_the_profilers_trace_needs_no_pydantic_in_the_jobs_environment():
+    """Inside the user's job (their venv: torch, nothing of trainwise's dependencies) the profiler traces the step
+    into plain fields; before, the tracer imported core's pydantic model and every profile taken in another
+    environment said "workload characterisation skipped: No module named 'pydantic'". The fields it writes
+    validate into the same characterisation trainwise's own process builds."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    child = (
+        "import sys, json\n"
+        "sys.modules['pydantic'] = None  # as in an environment without it: any import of it fails\n"
+        "import torch\n"
+        "from trainwise.agent.trace.step import trace_step_fields\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))\n"
+        "fields = trace_step_fields(model, (torch.randn(4, 8),), optimizer_name='adam', model_name='mlp')\n"
+        "assert 'trainwise.core.workload' not in sys.modules\n"
+        "print(json.dumps(fields))\n")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    traced = WorkloadCharacterisation.model_validate(json.loads(out.stdout))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    here = characterise_model(model, torch.randn(4, 8), None, "adam", model_name="mlp")
+    drop = {"trace_seconds"}
+    assert traced.model_dump(exclude=drop) == here.model_dump(exclude=drop)
+    assert traced.per_device_batch == 4 and traced.total_flops() > 0 and traced.optimizer == "adam"
+
+
+def test_a_model_keeping_tensors_with_history_in_its_attributes_is_traced():
+    """REINFORCE in PyTorch's examples keeps each action's log-probability (a tensor with autograd history) in a
+    list on the policy module; deepcopy refuses such tensors, so the trace of every such job was skipped."""
+    import torch
+
+    class Policy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.affine = torch.nn.Linear(4, 2)
+            self.saved_log_probs: list = []
+            self.cache = {"last": [torch.zeros(3)]}
+
+        def forward(self, x):
+            return torch.softmax(self.affine(x), dim=1)
+
+    policy = Policy()
+    for _ in range(3):
+        policy.saved_log_probs.append(torch.log(policy(torch.randn(1, 4))[0, 0]))  # non-leaf, requires grad
+    for device in ("meta", "cpu"):
+        char = characterise_model(policy, torch.randn(1, 4), None, "adam", model_name="policy", device=device)
+        assert char.per_device_batch == 1 and char.parameters == 10
+    assert len(policy.saved_log_probs) == 3 and policy.saved_log_probs[0].grad_fn is not None  # the job's own left as they were
+    assert trace_training_step(policy, (((1, 4), torch.float32),), optimizer_name="adam") is not None

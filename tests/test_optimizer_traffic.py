@@ -8,7 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainwise.agent.trace.optimizers import FOREACH_TRAFFIC, OPTIMIZER_STATE, optimizer_name_of, step_traffic
-from trainwise.agent.trace.step import characterise_model
+from trainwise.agent.trace.characterisation import characterise_model
 
 # each FOREACH_TRAFFIC key as torch builds it at its defaults
 TORCH_OPTIMIZERS = {

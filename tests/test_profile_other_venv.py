@@ -76,8 +76,11 @@ def test_profiling_a_job_in_another_venv_with_another_torch():
 
     assert other_torch != torch.__version__ and no_pydantic == "True"
     profile = run_profile([OTHER_PYTHON, str(SCRIPTS / "mlp_train.py"), "--epochs", "1"],
-                          ProfileOptions(mode="full", characterise=False, host_noise=False), quiet=True)
+                          ProfileOptions(mode="full", host_noise=False), quiet=True)
     assert profile.environment.torch_version == other_torch
+    # the step traced there without pydantic, validated here (was: "characterisation skipped: No module named ...")
+    assert profile.characterisation is not None, profile.notes
+    assert profile.characterisation.torch_version == other_torch and profile.characterisation.total_flops() > 0
     assert len(profile.iterations) == 40 and len(profile.validations) == 1
     manual = run_profile([OTHER_PYTHON, str(SCRIPTS / "clients" / "manual_sgd_lm.py"), "--epochs", "2", "--batches", "8"],
                          ProfileOptions(mode="full", characterise=False, host_noise=False), quiet=True)

@@ -9,12 +9,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainwise.core.precisions import PRECISIONS
+
 Category = Literal["matmul", "conv", "attention", "elementwise", "reduction", "normalisation", "embedding",
                    "optimizer", "copy", "other"]
 Precision = Literal["fp32", "tf32", "amp_fp16", "amp_bf16"]
 Phase = Literal["forward", "backward", "optimizer"]
 
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp_fp16", "amp_bf16")
 COMPUTE_CATEGORIES = ("matmul", "conv", "attention")
 MEMORY_CATEGORIES = ("elementwise", "reduction", "normalisation", "embedding", "optimizer", "copy", "other")
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from trainwise._io import cache_root
-from trainwise.agent.trace.step import characterise_model, default_loss, normalise_precision
+from trainwise.agent.trace.characterisation import characterise_model
+from trainwise.agent.trace.step import default_loss, normalise_precision
 from trainwise.core.workload import WorkloadCharacterisation
 from trainwise.errors import TrainwiseError
 

@@ -133,7 +133,7 @@ class WorkloadCapture:
         try:
             from trainwise.agent.trace.live import unwrap_model
             from trainwise.agent.trace.optimizers import optimizer_name_of
-            from trainwise.agent.trace.step import trace_training_step
+            from trainwise.agent.trace.step import trace_step_fields
 
             optimizer = self._optimizer_ref() if self._optimizer_ref is not None else None
             # No optimizer object, iterations from autograd: a hand-written update, p -= lr * grad (SGD's traffic)
@@ -142,14 +142,15 @@ class WorkloadCapture:
             # The reason a trace fails is the profile's note, not a warning in the middle of the job's output.
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                char = trace_training_step(model, self._model_inputs, precision=self._model_precision,
-                                           optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else fallback,
-                                           model_name=name, memory_format=self._model_memory_format)
+                char = trace_step_fields(model, self._model_inputs, precision=self._model_precision,
+                                         optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else fallback,
+                                         model_name=name, memory_format=self._model_memory_format)
             if char is None:
                 why = next((str(w.message).removeprefix("trainwise: workload characterisation skipped: ")
                             for w in caught if issubclass(w.category, RuntimeWarning)), "the model could not be traced")
                 self.notes.append(f"workload characterisation skipped: {why}")
                 return
-            self.characterisation = json.loads(char.model_dump_json())
+            # plain fields (no pydantic in the job's environment); the profile's reader validates them
+            self.characterisation = json.loads(json.dumps(char))
         except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
             self.notes.append(f"workload characterisation skipped: {exc}")

@@ -1,6 +1,6 @@
 """The step tracer: what one training step of a model costs, operator by operator.
 
-`step.characterise_model` traces one full training step (forward, loss, backward; the optimizer
+`characterisation.characterise_model` traces one full training step (forward, loss, backward; the optimizer
 step is added analytically, see below) under a `TorchDispatchMode`, on the *meta* device by default,
 so a model far too large for this machine's memory can be characterised at a realistic batch
 size (ConvNeXt-Large at batch 64, RoBERTa-large at sequence 512) without allocating a byte of data.
@@ -41,8 +41,9 @@ is 4.1 GMACs = 8.2 GFLOPs forward.
 Modules: `categories` (which kernel each ATen operator is, autocast's policy), `flops` (FLOPs, bytes
 and alignment of one call), `dispatch` (the TorchDispatchMode recording every operator), `fused`
 (the TorchFunctionMode: simulated autocast, fused attention and recurrent layers), `optimizers` (the
-analytic optimizer step), `live` (what the recorder reads off the running job) and `step` (the
-public entry points). All but `step`, which builds core's WorkloadCharacterisation (a pydantic
-model), import only the standard library, torch and trainwise.errors (the agent-side-stdlib
-contract in .importlinter).
+analytic optimizer step), `live` (what the recorder reads off the running job), `step` (the traced
+step as plain fields; the profiler's entry point) and `characterisation` (the public entry points,
+which return core's WorkloadCharacterisation, a pydantic model). All but `characterisation` import
+only the standard library, torch and trainwise's leaf modules (the agent-side-stdlib contract in
+.importlinter): they run inside the user's job, whose environment need hold nothing but torch.
 """

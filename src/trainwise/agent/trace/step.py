@@ -1,5 +1,7 @@
-"""Trace one training step of a model and build its WorkloadCharacterisation (see trainwise.agent.trace);
-`trace_training_step` is the profiler's entry point."""
+"""Trace one training step of a model into the plain fields of its WorkloadCharacterisation (see
+trainwise.agent.trace); `trace_step_fields` is the profiler's entry point. This module runs inside the user's job,
+whose environment may hold nothing but torch: it imports only the standard library, torch and trainwise's leaf
+modules, and `trainwise.agent.trace.characterisation` turns the fields into the pydantic model."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from trainwise.agent.trace.flops import tensor_bytes
 from trainwise.agent.trace.fused import make_function_mode
 from trainwise.agent.trace.live import unwrap_model
 from trainwise.agent.trace.optimizers import OPTIMIZER_STATE, normalise_optimizer, step_traffic
-from trainwise.core.workload import PRECISIONS, OpRecord, WorkloadCharacterisation
+from trainwise.core.precisions import PRECISIONS
 from trainwise.errors import TrainwiseError
 
 
@@ -83,22 +85,62 @@ def default_loss(output: Any) -> Any:
     return output.float().mean()
 
 
-def meta_copy(model: Any) -> Any:
-    """A copy of `model` whose parameters and buffers live on the meta device, without copying data.
+# How deep and how many of a module's plain attributes are searched for tensors (`attribute_tensors`).
+ATTRIBUTE_TENSOR_DEPTH = 3
+ATTRIBUTE_TENSORS_MAX = 100_000
 
-    Uses deepcopy with a memo that maps every parameter and buffer to an empty meta tensor, so a
-    20 GB model on a GPU costs nothing to copy. Hooks and plain attributes are copied as usual.
+
+def attribute_tensors(model: Any) -> list[Any]:
+    """Tensors the model's modules keep in plain attributes, also inside lists, tuples and dicts (an RL policy's
+    saved log-probabilities and rewards, a cache): deepcopy refuses a tensor that is not a graph leaf, so a copy
+    must map them itself. Bounded: `ATTRIBUTE_TENSOR_DEPTH` levels, `ATTRIBUTE_TENSORS_MAX` values."""
+    import torch
+
+    found: list[Any] = []
+    budget = [ATTRIBUTE_TENSORS_MAX]
+
+    def walk(value: Any, depth: int) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif depth < ATTRIBUTE_TENSOR_DEPTH and isinstance(value, (list, tuple, set, frozenset)):
+            for item in value:
+                walk(item, depth + 1)
+        elif depth < ATTRIBUTE_TENSOR_DEPTH and isinstance(value, dict):
+            for item in value.values():
+                walk(item, depth + 1)
+
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if name not in ("_parameters", "_buffers", "_modules"):
+                walk(value, 0)
+    return found
+
+
+def trace_copy(model: Any, device: str = "meta") -> Any:
+    """A copy of `model` to trace on `device`; on the meta device without copying data.
+
+    deepcopy with a memo that maps every parameter and buffer (and every tensor kept in a plain attribute,
+    `attribute_tensors`) to an empty meta tensor, so a 20 GB model on a GPU costs nothing to copy; on the CPU
+    the attribute tensors are detached copies. Hooks and other attributes are copied as usual.
     """
     import torch
 
     memo: dict[int, Any] = {}
-    for p in model.parameters():
-        if id(p) not in memo:
-            memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
-    for b in model.buffers():
-        if id(b) not in memo:
-            memo[id(b)] = torch.empty_like(b, device="meta")
-    return copy.deepcopy(model, memo)
+    if device == "meta":
+        for p in model.parameters():
+            if id(p) not in memo:
+                memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+        for b in model.buffers():
+            if id(b) not in memo:
+                memo[id(b)] = torch.empty_like(b, device="meta")
+    for t in attribute_tensors(model):
+        if id(t) not in memo:
+            memo[id(t)] = torch.empty_like(t, device="meta") if device == "meta" else t.detach().to("cpu", copy=True)
+    copied = copy.deepcopy(model, memo)
+    return copied if device == "meta" else copied.to("cpu")
 
 
 _TRACE_LOCK = threading.Lock()
@@ -121,12 +163,13 @@ def infer_batch_size(model: Any, flat_inputs: Sequence[Any]) -> int:
     return int(first.shape[0])
 
 
-def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., Any] | None = None,
-                       optimizer_name: str = "sgd_momentum", precision: str = "fp32", *, model_name: str = "model",
-                       per_device_batch: int | None = None, device: Literal["meta", "cpu"] = "meta",
-                       seq_len: int | None = None, image_size: int | None = None,
-                       copy_model: bool = True, memory_format: str = "nchw") -> WorkloadCharacterisation:
-    """Trace one training step of `model` and return its characterisation.
+def step_fields(model: Any, example_inputs: Any, loss_fn: Callable[..., Any] | None = None,
+                optimizer_name: str = "sgd_momentum", precision: str = "fp32", *, model_name: str = "model",
+                per_device_batch: int | None = None, device: Literal["meta", "cpu"] = "meta",
+                seq_len: int | None = None, image_size: int | None = None,
+                copy_model: bool = True, memory_format: str = "nchw") -> dict[str, Any]:
+    """Trace one training step of `model` and return its characterisation's fields (JSON-ready:
+    `WorkloadCharacterisation.model_validate` takes them; `characterisation.characterise_model` does that).
 
     - `example_inputs`: the model's positional input(s) for one step at the per-device batch — a
       tensor (any device: only its shape and dtype are used on meta), a (shape, dtype) pair, or a
@@ -145,7 +188,7 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
     optimizer_name = normalise_optimizer(optimizer_name)
     started = time.perf_counter()
     if copy_model:
-        traced = meta_copy(model) if device == "meta" else copy.deepcopy(model).to("cpu")
+        traced = trace_copy(model, device)
     else:
         traced = model
     traced.train()
@@ -220,13 +263,14 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
         tracer.add("amp.unscale_", "optimizer", per_launch, 4 * per_launch, 4 * per_launch, "float32",
                    [[n_trainable]], phase="optimizer")
         tracer.records[next(reversed(tracer.records))]["count"] = launches
-    records = [OpRecord(**r) for r in tracer.records.values()]
+    records = [dict(r) for r in tracer.records.values()]
     activation_bytes = int(sum(b for _, b in saved.values()))
     inputs_desc = [f"{'x'.join(str(int(s)) for s in t.shape)}:{str(t.dtype).replace('torch.', '')}" for t in flat_inputs]
     notes = []
     if tracer.unsupported:
         notes.append("operators without a cost rule are modelled as memory-bound and widen the error band")
-    return WorkloadCharacterisation(
+    return dict(
+        format="trainwise.workload/1",
         model=model_name, per_device_batch=batch, precision=precision, optimizer=optimizer_name, inputs=inputs_desc,
         seq_len=seq_len, image_size=image_size, memory_format="nhwc" if memory_format in ("nhwc", "channels_last") else "nchw",
         records=records, parameters=int(n_params),
@@ -241,9 +285,10 @@ def characterise_model(model: Any, example_inputs: Any, loss_fn: Callable[..., A
 CPU_TRACE_MAX_PARAMETERS = 50_000_000
 
 
-def trace_training_step(model: Any, batch_shapes: Any, *, precision: str = "fp32", optimizer_name: str = "sgd_momentum",
-                        model_name: str | None = None, memory_format: str = "nchw") -> WorkloadCharacterisation | None:
-    """The profiler's entry point: characterise a live model from the shapes/dtypes of its first batch.
+def trace_step_fields(model: Any, batch_shapes: Any, *, precision: str = "fp32", optimizer_name: str = "sgd_momentum",
+                      model_name: str | None = None, memory_format: str = "nchw") -> dict[str, Any] | None:
+    """The profiler's entry point: characterise a live model from the shapes/dtypes of its first batch (the
+    fields of its WorkloadCharacterisation, as `step_fields` returns them).
 
     `batch_shapes` is what the recorder captured in a forward pre-hook (`batch_shapes_of(args, kwargs)`):
     (shape, dtype) pairs (or the tensors themselves), a tuple for positional inputs or a dict for
@@ -257,8 +302,8 @@ def trace_training_step(model: Any, batch_shapes: Any, *, precision: str = "fp32
     inner = unwrap_model(model)
     name = model_name or type(inner).__name__
     try:
-        return characterise_model(inner, batch_shapes, None, optimizer_name, precision,
-                                  model_name=name, memory_format=memory_format)
+        return step_fields(inner, batch_shapes, None, optimizer_name, precision,
+                           model_name=name, memory_format=memory_format)
     except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
         meta_error = exc
     # A forward that needs real values (HF models call .item() on masks, data-dependent shapes)
@@ -267,9 +312,9 @@ def trace_training_step(model: Any, batch_shapes: Any, *, precision: str = "fp32
     parameters = sum(p.numel() for p in inner.parameters())
     if parameters <= CPU_TRACE_MAX_PARAMETERS:
         try:
-            char = characterise_model(inner, batch_shapes, None, optimizer_name, precision, model_name=name,
-                                      memory_format=memory_format, device="cpu")
-            char.notes.append(f"traced on the CPU with random inputs: the meta trace failed ({meta_error})")
+            char = step_fields(inner, batch_shapes, None, optimizer_name, precision, model_name=name,
+                               memory_format=memory_format, device="cpu")
+            char["notes"].append(f"traced on the CPU with random inputs: the meta trace failed ({meta_error})")
             return char
         except Exception as exc:  # noqa: BLE001
             meta_error = exc
