@@ -192,6 +192,15 @@ class SigtermReceived:
 
 
 @dataclass(frozen=True)
+class AcceleratorQueried:
+    """The job asked torch whether (or which) accelerator it has (`query`, e.g. torch.cuda.is_available), first from
+    `caller` (file:line): it would use one where there is one (trainwise.agent.accelerator_queries)."""
+    t_s: float
+    query: str
+    caller: str
+
+
+@dataclass(frozen=True)
 class ProcessExit:
     t_s: float
     status: Any = None
@@ -200,7 +209,7 @@ class ProcessExit:
 Event = Union[ModelForward, BackwardEnd, TorchImportStarted, TorchImported, ModuleBuilt, LoaderBuilt, LoaderIteratorBuilt,
               OptimizerBuilding, OptimizerBuilt, OptimizerStateLoad, OptimizerStep, SchedulerBuilt, ScalerBuilt,
               TrainModeSet, DdpBuilt, BucketReady, BucketReduced, HivemindRound, HivemindAveraging, IterationEnd,
-              CheckpointSave, CheckpointLoad, IterationBoundary, SigtermReceived, ProcessExit]
+              CheckpointSave, CheckpointLoad, IterationBoundary, SigtermReceived, AcceleratorQueried, ProcessExit]
 Subscriber = Callable[[Event], None]
 
 

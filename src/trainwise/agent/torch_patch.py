@@ -5,7 +5,8 @@ Patched once, after the script's own `import torch` (so that what the script set
 OMP_NUM_THREADS, keeps its effect): Module.__init__/train, DataLoader.__init__, its iterators' __init__
 and __next__, DataLoader.__iter__, Optimizer.__init__/load_state_dict, the global optimizer step
 post-hook, GradScaler.__init__/step, LR schedulers' __init__, DistributedDataParallel.__init__,
-torch.save/load and torch.autograd.backward; torch's global module forward hooks are registered here too. Each patch emits a typed event (trainwise.agent.events)
+torch.save/load, torch.autograd.backward and the accelerator availability queries (until the job's first);
+torch's global module forward hooks are registered here too. Each patch emits a typed event (trainwise.agent.events)
 on the process's bus.
 
 Four points change what the script sees, not just observe it: a batch request (a sampled profile ends
@@ -30,11 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 from trainwise.agent import warning_origin
+from trainwise.agent.accelerator_queries import AcceleratorQueries
 from trainwise.agent.import_watch import watch_import
 from trainwise.agent.compiled_code import (CompiledCodeSafeHook, agent_caused_warning, register_hook,
                                            run_eagerly_under_compile, trainwise_code_objects, when_dynamo_imported,
                                            with_agent_hooks_eager)
-from trainwise.agent.events import (CheckpointLoad, CheckpointSave, DdpBuilt, EventBus, LoaderBuilt,
+from trainwise.agent.events import (AcceleratorQueried, CheckpointLoad, CheckpointSave, DdpBuilt, EventBus, LoaderBuilt,
                                     LoaderIteratorBuilt, ModuleBuilt, OptimizerBuilding, OptimizerBuilt,
                                     OptimizerStateLoad, OptimizerStep, ScalerBuilt, SchedulerBuilt,
                                     TorchImported, TorchImportStarted, TrainModeSet)
@@ -81,6 +83,7 @@ class TorchPatch:
         self._entries: dict[str, Callable] = {}  # what a DIRECT_POINTS attribute was set to
         self._on_import: list[Callable[[], None]] = []
         self._watching = False
+        self.accelerator_queries: AcceleratorQueries | None = None
 
     @property
     def now(self) -> Callable[[], float]:
@@ -177,6 +180,10 @@ class TorchPatch:
         self._patch_steps(torch)
         self._patch_loaders(torch)
         self._patch_files_and_backward(torch)
+        # whether the job would use an accelerator where there is one (a CPU-only command leaves a GPU idle)
+        self.accelerator_queries = AcceleratorQueries(
+            lambda query, caller: self.bus.emit(AcceleratorQueried(self.now(), query, caller)))
+        self.accelerator_queries.install(torch)
         if self._interceptors["optimizer_new"]:
             self._patch_optimizer_new()
         # Called from compiled code, trainwise's code runs as plain Python, never compiled by dynamo; the hooks

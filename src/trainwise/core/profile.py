@@ -274,6 +274,15 @@ class TorchCompile(_Model):
                                     "(code generation, C++/Triton builds): what a graph found in its cache skips")
 
 
+class AcceleratorQuery(_Model):
+    """Whether the profiled command asked torch for an accelerator (trainwise.agent.accelerator_queries)."""
+
+    asked: bool = Field(description="it called torch.cuda.is_available(), torch.accelerator... (or imported torch_xla)")
+    query: str | None = Field(default=None, description="the first such call, e.g. torch.cuda.is_available")
+    caller: str | None = Field(default=None, description="file:line of that call (the script or a library)")
+    t_s: float | None = Field(default=None, ge=0, description="when, seconds after the launch")
+
+
 class FullRun(_Model):
     """Recorded only with `--full`: the real totals the prediction is judged against."""
 
@@ -335,7 +344,19 @@ class Profile(_Model):
         "share of the host's CPU time its hypervisor gave to other guests during the sampled steps (/proc/stat)"))
     # None when nothing was compiled (or in profiles made before trainwise read it)
     torch_compile: TorchCompile | None = None
+    # None when torch was never imported (or in profiles made before trainwise looked)
+    accelerator_query: AcceleratorQuery | None = None
     notes: list[str] = []
+
+    @property
+    def cpu_only_command(self) -> bool:
+        """Profiled on the CPU by a command that never asked torch for an accelerator: on a GPU machine it would
+        run on the CPU just the same (its model never moves to a device it was not told of)."""
+        env = self.environment
+        if self.workload is not None or any(str(arg).startswith("trainwise.workloads.") for arg in self.command):
+            return False  # trainwise's reference workloads take --device; a saved GPU plan passes `--device cuda`
+        return (self.accelerator_query is not None and not self.accelerator_query.asked
+                and env.device_name is None and str(env.device or "cpu").startswith("cpu"))
 
     # ---- persistence ----
     def to_json(self) -> str:

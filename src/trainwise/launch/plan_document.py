@@ -319,6 +319,17 @@ def default_engine(nodes: int, accelerator_count: float) -> str:
     return "ddp" if nodes > 1 or accelerator_count > 1 else "local"
 
 
+def on_the_gpu(command: list[str], accelerator: str | None, count: float) -> tuple[list[str], str | None]:
+    """The command of a trainwise reference workload (`-m trainwise.workloads.NAME`, whose --device defaults to cpu)
+    with `--device cuda` when the plan puts it on GPUs and it names no device; else the command as it is. Without
+    it a saved plan of the default workload trained on the CPU of the GPU machine it paid for."""
+    reference = any(str(arg).startswith("trainwise.workloads.") for arg in command)
+    gpu = bool(accelerator) and count >= 1 and not str(accelerator).upper().startswith(("TPU", "TRAINIUM", "INFERENTIA"))
+    if not (reference and gpu) or any(str(arg) == "--device" or str(arg).startswith("--device=") for arg in command):
+        return list(command), None
+    return [*command, "--device", "cuda"], "the reference workload trains on the GPUs: `--device cuda` added to its command"
+
+
 def portable_command(command: list[str]) -> list[str]:
     """A command recorded for another machine: this interpreter's path becomes `python`."""
     if command and command[0] == sys.executable:
@@ -450,6 +461,9 @@ def build_plan_document(result: Any, catalog: Any, *, command: list[str], worklo
                          "$TRAINWISE_CHECKPOINT_DIR")
     elif offering.spot and not checkpoint_uri:
         notes.append("spot plan without --checkpoint-uri: a preempted run restarts from the beginning")
+    command, device_note = on_the_gpu(command, offering.accelerator, count)
+    if device_note:
+        notes.append(device_note)
     try:
         return PlanDocument(
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), name=job_name, offering=offering,

@@ -15,7 +15,7 @@ from trainwise.plan.candidates import object_storage_egress
 from trainwise.plan.feasibility import global_batch_sizes
 from trainwise.plan.models import PlanOptions
 from trainwise.plan.objectives import Constraints, Objective, format_hours
-from trainwise.plan.runtime import NOT_PREDICTED, LabelledProfile
+from trainwise.plan.runtime import CPU_ONLY_FIX, NOT_PREDICTED, LabelledProfile
 from trainwise.plan.scaling import is_slice, job_global_batch
 
 # A recommendation whose global batch grew past one 8-GPU node's weak scaling, or that leaves fewer
@@ -25,11 +25,14 @@ LARGE_BATCH_GROWTH = 8
 FEW_STEPS_PER_EPOCH = 50
 
 
-def profile_flags(profiles: Sequence[LabelledProfile], runtime: pd.DataFrame) -> list[str]:
-    """A flag for each profile no offering was priced on, saying why."""
+def profile_flags(profiles: Sequence[LabelledProfile], runtime: pd.DataFrame, assume_accelerator: bool = False) -> list[str]:
+    """A flag for each profile no offering was priced on, saying why; and for each whose command would leave an
+    accelerator idle."""
     flags = []
     used = set(runtime["profile"].unique()) if len(runtime) else set()
     for p in profiles:
+        if p.profile.cpu_only_command and not assume_accelerator:
+            flags.append(f"profile {p.label}: no GPU/TPU plan (the command never asks torch for one): {CPU_ONLY_FIX}")
         if p.label in used:
             continue
         if p.accelerator is None and p.profile.environment.device != "cpu":

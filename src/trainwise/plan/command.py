@@ -49,6 +49,7 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
                  interruption_frequency_30d: float | None = None, checkpoint_write_s: float | None = None,
                  reference: str | None = None, top: int = 10, this_host: str | None = None,
                  billing: str | None = None, min_billed_seconds: float | None = None, distributed: Any = None,
+                 assume_accelerator: bool = False,
                  pipeline_profile: str | None = None, pipeline_strategy: str | None = None):
     """(Objective, Constraints, PlanOptions) from CLI-style values, with one-line errors."""
     deadline_s = parse_duration(deadline) if deadline else None
@@ -111,6 +112,8 @@ def build_inputs(*, objective: str = "cheapest", weights: str | None = None, dea
     if checkpoint_write_s is not None:
         check_option_number(checkpoint_write_s, "--checkpoint-write-s", "seconds", maximum=MAX_SECONDS_OPTION)
         update["checkpoint_write_s"] = checkpoint_write_s
+    if assume_accelerator:
+        update["assume_accelerator"] = True
     return objective_model, constraints, PlanOptions(**{k: v for k, v in update.items() if v is not None})
 
 
@@ -143,7 +146,7 @@ def inputs_of(request: PlanRequest):
                         interruption_frequency_30d=request.interruption_frequency_30d,
                         checkpoint_write_s=request.checkpoint_write_s, reference=request.reference, top=request.top,
                         billing=request.billing, min_billed_seconds=request.min_billed_seconds,
-                        distributed=request.distributed_options(),
+                        distributed=request.distributed_options(), assume_accelerator=request.assume_accelerator,
                         pipeline_profile=None if request.pipeline is None else str(request.pipeline),
                         pipeline_strategy=request.pipeline_strategy)
 

@@ -288,7 +288,7 @@ def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], ca
 
 def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
     """Runtime rows for every group in `context.groups` (see the module docstring)."""
-    from trainwise.plan.runtime import RUNTIME_COLUMNS
+    from trainwise.plan.runtime import REASON_CPU_ONLY, RUNTIME_COLUMNS, leaves_accelerators_idle
 
     groups: dict[str, Group] = getattr(context, "groups", None) or {}
     options: DistributedOptions = getattr(context, "distributed", None) or DistributedOptions()
@@ -301,6 +301,9 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
     cache: dict = {}
     records: list[dict[str, Any]] = []
     for profile_idx, item in enumerate(context.profiles):
+        if leaves_accelerators_idle(item, context):
+            context.leave_idle(REASON_CPU_ONLY, len(groups))
+            continue
         predictions = context.predictions[context.predictions["profile"] == item.label][
             ["epochs", "init_s", "validation_s"]].to_dict("records")
         profile = item.profile

@@ -12,7 +12,7 @@ import pandas as pd
 
 from trainwise.plan.models import InfeasiblePlanError, plan_ids
 from trainwise.plan.objectives import Constraints, Objective, format_hours, format_money
-from trainwise.plan.runtime import NOT_PREDICTED, LabelledProfile
+from trainwise.plan.runtime import CPU_ONLY_FIX, NOT_PREDICTED, LabelledProfile
 
 CONSTRAINT_ORDER = ("cloud", "region", "accelerator", "spot", "min-gpu-memory", "model-fit", "global-batch", "deadline",
                     "budget")
@@ -113,7 +113,8 @@ def _describe_constraint(name: str, constraints: Constraints) -> str:
 
 
 def infeasible_error(frame: pd.DataFrame, objective: Objective, constraints: Constraints, exclusions: Mapping[str, int],
-                     primary: int, not_predicted: pd.DataFrame, profiles: Sequence[LabelledProfile]) -> InfeasiblePlanError:
+                     primary: int, not_predicted: pd.DataFrame, profiles: Sequence[LabelledProfile],
+                     assume_accelerator: bool = False) -> InfeasiblePlanError:
     """The error naming the constraint that excluded the last candidates and the best option it excluded."""
     at_primary = frame[frame["epochs"] == primary]
     if at_primary.empty:
@@ -122,6 +123,12 @@ def infeasible_error(frame: pd.DataFrame, objective: Objective, constraints: Con
         if len(not_predicted):
             hint = (f"; {int(not_predicted['offerings'].sum())} offerings match the filters but are "
                     f"{NOT_PREDICTED} — profile the job on one of their accelerators and pass --profile")
+        cpu_only = [p.label for p in profiles if p.profile.cpu_only_command]
+        if cpu_only and len(cpu_only) == len(profiles) and not assume_accelerator:
+            return InfeasiblePlanError(
+                f"no offering could be predicted: the command of {', '.join(cpu_only)} never asks torch for an accelerator "
+                "(no torch.cuda.is_available(), torch.accelerator, torch_xla), so it would run on the CPU of any machine "
+                f"and only this machine applies (price it with --local-offering FILE); {CPU_ONLY_FIX}", None, None)
         return InfeasiblePlanError(f"no offering could be predicted: the profiles were measured on {devices}, and no "
                                    f"offering left by the filters runs on that{hint}", None, None)
     excluded = at_primary[at_primary["excluded_by"] != ""]

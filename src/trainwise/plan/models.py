@@ -52,6 +52,8 @@ class PlanOptions(BaseModel):
     min_billed_seconds: float | None = Field(default=None, ge=0, description="override the minimum billed time")
     distributed: Any = Field(default=None, description="a trainwise.plan.distributed.DistributedOptions: also rank "
                                                        "multi-GPU, multi-node, Hivemind and hybrid groups; None: single machines")
+    assume_accelerator: bool = Field(default=False, description="rank accelerators for a profile whose command never "
+                                     "asked torch for one (Profile.cpu_only_command): the user will run it with its device flag")
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class PlanResult:
     # reason -> offerings/groups not ranked because they would change the job's global batch
     pruned: Mapping[str, int] = field(default_factory=dict)
     job_global_batch: int | None = None
+    # reason -> offerings/groups not ranked because the job would leave their accelerators idle
+    idle: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def ranked(self) -> pd.DataFrame:

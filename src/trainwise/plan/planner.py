@@ -89,7 +89,8 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
                                   ignore_index=True)
         sources = (dist.data_parallel_source, *sources)
     context = RuntimeContext(profiles=tuple(labelled), predictions=predictions, local_offering_ids=frozenset(local_ids),
-                             catalog=catalog, groups=groups, distributed=options.distributed)
+                             catalog=catalog, groups=groups, distributed=options.distributed,
+                             assume_accelerator=options.assume_accelerator)
     runtime = collect(offerings, context, sources)
     extra = predictions[["profile", "epochs", "samples", "checkpoint_write_s", "device_memory_gib"]]
     runtime = runtime.merge(extra, on=["profile", "epochs"], how="left")
@@ -113,9 +114,10 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
     mark_pareto(candidates)
 
     not_predicted = list_not_predicted(offerings, runtime, clouds, regions, accelerators, constraints, local_ids)
-    flags += profile_flags(labelled, runtime)
+    flags += profile_flags(labelled, runtime, options.assume_accelerator)
     if not (candidates["feasible"].to_numpy() & (candidates["epochs"].to_numpy() == primary)).any():
-        raise infeasible_error(candidates, objective, constraints, exclusions, primary, not_predicted, labelled)
+        raise infeasible_error(candidates, objective, constraints, exclusions, primary, not_predicted, labelled,
+                              options.assume_accelerator)
     flags += robustness_flags(candidates, objective, epochs_list, constraints)
     flags += large_batch_flags(candidates, labelled, primary, constraints)
     assumptions = list_assumptions(catalog, options, locals_, candidates, predictions) + slice_assumptions(labelled)
@@ -132,5 +134,5 @@ def plan(profiles: Any, catalog: Catalog, objective: Objective | None = None, co
                       profiles=profile_rows,
                       inconsistencies=tuple(f"{i.where}: stated {i.stated}, inputs give {i.computed:.3g} — {i.explanation}"
                                             for i in inconsistencies()),
-                      pruned=dict(sorted(context.pruned.items(), key=lambda kv: -kv[1])),
+                      pruned=dict(sorted(context.pruned.items(), key=lambda kv: -kv[1])), idle=dict(context.idle),
                       job_global_batch=job_global_batch(labelled[0].profile) if len(labelled) == 1 else None)

@@ -55,6 +55,7 @@ class PlanRequest(BaseModel):
     reference: str | None = None
     billing: str | None = None
     min_billed_seconds: float | None = None
+    assume_accelerator: bool = False
     top: int = 8
     show_all: bool = False
     out_dir: Path = Path("trainwise-out")

@@ -79,12 +79,29 @@ class RuntimeContext:
     distributed: object = None
     # reason -> offerings (or groups) not ranked because they would change the job's global batch
     pruned: dict = field(default_factory=dict)
+    # reason -> offerings (or groups) not ranked because the command would leave their accelerators idle
+    idle: dict = field(default_factory=dict)
+    # plan accelerators for a command that never asked torch for one (the user will give it its device flag)
+    assume_accelerator: bool = False
 
     def prune(self, reason: str, count: int = 1) -> None:
         self.pruned[reason] = self.pruned.get(reason, 0) + int(count)
 
+    def leave_idle(self, reason: str, count: int = 1) -> None:
+        self.idle[reason] = self.idle.get(reason, 0) + int(count)
+
 
 RuntimeSource = Callable[[pd.DataFrame, RuntimeContext], pd.DataFrame]
+
+# Why a CPU-profiled command gets no accelerator plan (Profile.cpu_only_command): its model would stay on the CPU.
+REASON_CPU_ONLY = "the command never asks torch for an accelerator, so it runs on the CPU on any machine"
+# What the user can do about it
+CPU_ONLY_FIX = "profile it with its GPU flag or plan with --assume-accelerator"
+
+
+def leaves_accelerators_idle(item: LabelledProfile, context: RuntimeContext) -> bool:
+    """The profile's command would not use an accelerator (and the user did not say it will)."""
+    return item.profile.cpu_only_command and not context.assume_accelerator
 
 
 def _empty() -> pd.DataFrame:
@@ -184,6 +201,9 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
     groups = gpu.groupby(["accelerator", "accelerator_count"], sort=False).indices
     frames = []
     for profile_idx, item in enumerate(context.profiles):
+        if leaves_accelerators_idle(item, context):
+            context.leave_idle(REASON_CPU_ONLY, len(gpu))
+            continue
         char = characterisation_or_none(item.profile)
         if char is None:
             continue

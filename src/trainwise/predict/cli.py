@@ -253,6 +253,10 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
         moved = transfer_from_profile(profile, char, pred, catalog)  # a GPU profile of the same family
         pred, how = (moved, "transferred") if moved is not None else (pred, "modelled")
         render_device_predictions([pred], f"{path.name}: {how} iteration on {count} × {pred.accelerator}", out)
+        if profile.cpu_only_command:
+            out.print(f"[yellow]{path.name}: the command never asks torch for an accelerator, so as profiled it would run "
+                      f"on the CPU of a {pred.accelerator} machine too; these times are for it with its model on the "
+                      "accelerator (give the script its GPU flag)[/yellow]")
         steps = iterations_per_epoch or device_iterations_per_epoch(profile, char, count)
         # the measured iteration's samples (all micro-batches of an accumulated step) against the traced step's
         measured_samples = measured_samples_per_iteration(profile, char)

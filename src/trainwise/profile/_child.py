@@ -154,6 +154,8 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
         self._described_optimizers: set[int] = set()
         self._described_parameters: set[int] = set()
         self.stop_reason = "script_exited"
+        # The job's first accelerator availability query (trainwise.agent.accelerator_queries), if it made one
+        self.accelerator_query: dict[str, Any] | None = None
         # Set when the script calls sys.exit() with a training pass unfinished or before sampling stopped
         self.exit_mid_training: str | None = None
         self.stability: dict[str, Any] = {}

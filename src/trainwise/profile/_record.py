@@ -108,6 +108,17 @@ class RecordOutput:
             env["device_name"] = torch.cuda.get_device_name()
         return env
 
+    def _accelerator_query(self) -> dict[str, Any] | None:
+        """Whether the job asked torch for an accelerator (None: torch was never imported, nothing to tell)."""
+        patch = getattr(self, "patch", None)
+        if self._torch is None or patch is None or getattr(patch, "accelerator_queries", None) is None:
+            return None
+        if self.accelerator_query is not None:
+            return {"asked": True, **self.accelerator_query}
+        if "torch_xla" in sys.modules:  # a TPU job asks torch_xla for its device
+            return {"asked": True, "query": "import torch_xla", "caller": None, "t_s": None}
+        return {"asked": False}
+
     def _memory(self) -> dict[str, Any]:
         peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
         memory: dict[str, Any] = {"peak_rss_bytes": int(peak_rss_kib) * 1024, "peak_device_bytes": None}
@@ -128,6 +139,7 @@ class RecordOutput:
             "level_probes": self.level_probes,
             "sample_cpu_steal": self._sample_cpu_steal(),
             "torch_compile": compile_summary(),
+            "accelerator_query": self._accelerator_query(),
             "marks": self.marks,
             "iterations": self.iterations,
             "validations": self.validations,

@@ -12,14 +12,14 @@ from typing import Any
 from trainwise import denormals
 from trainwise.agent.autograd_steps import reaches_parameters
 from trainwise.agent.trace.live import model_input_of_batch
-from trainwise.agent.events import (BackwardEnd, Event, LoaderBuilt, LoaderIteratorBuilt, ModuleBuilt,
+from trainwise.agent.events import (AcceleratorQueried, BackwardEnd, Event, LoaderBuilt, LoaderIteratorBuilt, ModuleBuilt,
                                     OptimizerBuilding, OptimizerBuilt, OptimizerStep, ProcessExit, TorchImportStarted,
                                     TorchImported, TrainModeSet)
 
 
 # The events on_event reads (the bus hands it no other: a model call or an iteration's end costs it nothing)
 RECORDER_EVENTS = (TrainModeSet, ModuleBuilt, LoaderIteratorBuilt, LoaderBuilt, OptimizerBuilding,
-                   OptimizerBuilt, TorchImportStarted, TorchImported, ProcessExit)
+                   OptimizerBuilt, TorchImportStarted, TorchImported, AcceleratorQueried, ProcessExit)
 
 
 def on_event(recorder: Any, event: Event) -> None:
@@ -50,6 +50,8 @@ def on_event(recorder: Any, event: Event) -> None:
         recorder.mark_at("torch_import_start", event.t_s)
     elif kind is TorchImported:
         recorder.mark_at("torch_imported", event.t_s)
+    elif kind is AcceleratorQueried:
+        recorder.accelerator_query = {"query": event.query, "caller": event.caller, "t_s": round(event.t_s, 6)}
     elif kind is ProcessExit and event.status == "sigterm":
         # `trainwise run` ending on SIGTERM (after its checkpoint): the record of what ran, written now
         recorder.stop_reason = "sigterm"

@@ -382,4 +382,5 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
         sample_cpu_steal=raw.get("sample_cpu_steal"),
         torch_compile=raw.get("torch_compile"),
+        accelerator_query=raw.get("accelerator_query"),
     )

@@ -108,6 +108,7 @@ def plan_payload(result: Any, top_n: int = 10, *, all_plans: bool = False) -> di
         "excluded": {k: int(v) for k, v in result.exclusions.items()},
         "job_global_batch": result.job_global_batch,
         "pruned": {k: int(v) for k, v in (result.pruned or {}).items()},
+        "idle": {k: int(v) for k, v in (result.idle or {}).items()},
         "not_predicted": records(result.not_predicted, list(result.not_predicted.columns)),
         "profiles": [dict(p) for p in result.profiles],
         "flags": list(result.flags),

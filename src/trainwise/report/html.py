@@ -188,6 +188,8 @@ def _answer(result: Any, best: dict[str, Any], sources: "Sources") -> str:
     if pruned:
         out.append(f'<p id="pruned"><b>Not ranked</b> (they would not train the job at global batch {batch:,}): '
                    + "; ".join(f"{v:,} × {_e(k)}" for k, v in pruned.items()) + "</p>")
+    for reason, count in (result.idle or {}).items():
+        out.append(f'<p id="idle"><b>Not ranked</b>: {count:,} offerings or groups with accelerators ({_e(reason)})</p>')
     if result.flags:
         from trainwise.report.terminal import headline_flags
 

@@ -376,6 +376,9 @@ def print_answer(console: Console, result, top_n: int = ANSWER_ALTERNATIVES, rep
     if pruned:
         console.print(f"[yellow]not ranked[/yellow] (would change the global batch {batch:,}): "
                       + "; ".join(f"{count:,} × {reason}" for reason, count in pruned.items()), highlight=False)
+    for reason, count in (result.idle or {}).items():
+        console.print(f"[yellow]not ranked[/yellow]: {count:,} offerings or groups with accelerators ({reason})",
+                      highlight=False)
     flags, others = headline_flags(result)
     for flag in flags[:2]:
         console.print(f"[yellow]⚠[/yellow] {_short(flag, 2 * console.width - 24)}", highlight=False)
