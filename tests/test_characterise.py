@@ -399,3 +399,15 @@ def test_a_model_keeping_tensors_with_history_in_its_attributes_is_traced():
         assert char.per_device_batch == 1 and char.parameters == 10
     assert len(policy.saved_log_probs) == 3 and policy.saved_log_probs[0].grad_fn is not None  # the job's own left as they were
     assert trace_training_step(policy, (((1, 4), torch.float32),), optimizer_name="adam") is not None
+
+
+def test_an_unbatched_sample_is_a_batch_of_one():
+    """PyTorch's actor-critic example feeds its policy one 4-value state at a time, shape (4,): that is one sample,
+    not a batch of 4 (the profile said "samples per iteration: 4"). A (4, 4) input stays a batch of 4."""
+    import torch
+
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    assert characterise_model(policy, torch.randn(4), None, "adam").per_device_batch == 1
+    assert characterise_model(policy, torch.randn(4, 4), None, "adam").per_device_batch == 4
+    embed = torch.nn.Embedding(100, 8)
+    assert characterise_model(embed, torch.randint(0, 100, (6,)), None, "adam").per_device_batch == 6  # token ids

@@ -155,6 +155,9 @@ def infer_batch_size(model: Any, flat_inputs: Sequence[Any]) -> int:
     if not flat_inputs or flat_inputs[0].dim() == 0:
         return 1
     first = flat_inputs[0]
+    if first.dim() == 1 and first.is_floating_point() and any(
+            isinstance(m, torch.nn.Linear) and m.in_features == first.shape[0] for m in model.modules()):
+        return 1  # one unbatched sample (an RL policy fed one state): its length is a Linear's input width
     seq_layers = (torch.nn.RNNBase, torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer,
                   torch.nn.MultiheadAttention)
     flags = [bool(getattr(m, "batch_first", False)) for m in model.modules() if isinstance(m, seq_layers)]
