@@ -111,3 +111,19 @@ def test_a_saved_gpu_plan_of_a_reference_workload_runs_it_on_the_gpu():
     assert on_the_gpu(command, None, 0.0) == (command, None)  # this machine's CPU
     assert on_the_gpu(command, "TPU-v5e", 4.0) == (command, None)
     assert on_the_gpu(["python", "train.py"], "A100", 1.0) == (["python", "train.py"], None)  # the user's own
+
+
+def test_a_compile_before_any_query_leaves_the_answer_unknown_and_the_queries_torchs_own():
+    """dynamo would trace a wrapper called inside compiled code as a graph break the plain job has not: at the job's
+    first compile the wrappers come off, and a job that had not asked yet is "unknown", not "CPU only"."""
+    original = torch.cuda.is_available
+    queries = AcceleratorQueries(lambda query, caller: None)
+    queries.install(torch)
+    try:
+        queries.watch_compiles()
+        assert torch.cuda.is_available is not original
+        compiled = torch.compile(lambda x: x * 2 + 1, backend="eager")
+        assert float(compiled(torch.ones(1))) == 3.0
+        assert queries.gave_up and not queries.asked and torch.cuda.is_available is original
+    finally:
+        queries.uninstall()

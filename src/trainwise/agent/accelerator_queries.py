@@ -6,7 +6,8 @@ leaves idle (PyTorch's REINFORCE example; dcgan and the word language model with
 The availability queries are wrapped once torch is imported; a call whose caller is outside torch (the script, or
 a library that picks the device for it: Lightning, the Hugging Face Trainer) is reported once, and the wrappers
 are taken off then. Calls torch makes itself (a DataLoader's pinned memory, GradScaler) do not count. The wrappers
-return what torch returns. Standard library and torch only."""
+return what torch returns, and come off unasked when the job first compiles with torch.compile (the answer is then
+unknown). Standard library and torch only."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ class AcceleratorQueries:
     def __init__(self, on_query: Callable[[str, str], None]) -> None:
         self.on_query = on_query
         self.asked = False
+        # Stopped looking before the job asked (torch.compile's dynamo imported): whether it would ask is unknown
+        self.gave_up = False
         self._patched: list[tuple[Any, str, Any, Any]] = []
 
     def install(self, torch: Any) -> None:
@@ -57,6 +60,24 @@ class AcceleratorQueries:
         self.asked = True
         self.uninstall()  # once is enough: from here the job's own calls cost it nothing
         self.on_query(query, caller)
+
+    def watch_compiles(self) -> None:
+        """Once dynamo is imported (constructing an optimizer imports it): give up at the job's first compile."""
+        if self.asked or not self._patched:
+            return
+        try:
+            from torch._dynamo.callback import callback_handler
+
+            callback_handler.register_start_callback(lambda _args: self.give_up())
+        except Exception:  # noqa: BLE001 - a torch without compile callbacks: stop looking now
+            self.give_up()
+
+    def give_up(self) -> None:
+        """Stop looking: dynamo would trace a wrapper called inside compiled code (a graph break the plain job has
+        not), so once the job compiles, the queries are torch's own again and the answer is unknown."""
+        if not self.asked and self._patched:
+            self.gave_up = True
+        self.uninstall()
 
     def uninstall(self) -> None:
         for owner, name, original, wrapper in self._patched:

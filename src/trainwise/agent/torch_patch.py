@@ -184,6 +184,7 @@ class TorchPatch:
         self.accelerator_queries = AcceleratorQueries(
             lambda query, caller: self.bus.emit(AcceleratorQueried(self.now(), query, caller)))
         self.accelerator_queries.install(torch)
+        when_dynamo_imported(self.accelerator_queries.watch_compiles)
         if self._interceptors["optimizer_new"]:
             self._patch_optimizer_new()
         # Called from compiled code, trainwise's code runs as plain Python, never compiled by dynamo; the hooks

@@ -111,13 +111,14 @@ class RecordOutput:
     def _accelerator_query(self) -> dict[str, Any] | None:
         """Whether the job asked torch for an accelerator (None: torch was never imported, nothing to tell)."""
         patch = getattr(self, "patch", None)
-        if self._torch is None or patch is None or getattr(patch, "accelerator_queries", None) is None:
+        queries = getattr(patch, "accelerator_queries", None) if patch is not None else None
+        if self._torch is None or queries is None:
             return None
         if self.accelerator_query is not None:
             return {"asked": True, **self.accelerator_query}
         if "torch_xla" in sys.modules:  # a TPU job asks torch_xla for its device
             return {"asked": True, "query": "import torch_xla", "caller": None, "t_s": None}
-        return {"asked": False}
+        return None if queries.gave_up else {"asked": False}
 
     def _memory(self) -> dict[str, Any]:
         peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
