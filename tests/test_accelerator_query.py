@@ -16,7 +16,7 @@ from trainwise.catalog import load_catalog
 from trainwise.core.profile import AcceleratorQuery
 from trainwise.launch.plan_document import on_the_gpu
 from trainwise.plan import InfeasiblePlanError, Objective, PlanOptions, plan
-from trainwise.plan.runtime import REASON_CPU_ONLY
+from trainwise.plan.runtime import REASON_CPU_ONLY, REASON_NO_XLA, xla_kind
 from trainwise.plan.synthetic import synthetic_profile
 from trainwise.profile.runner import ProfileOptions, run_profile
 
@@ -73,20 +73,28 @@ def test_a_profile_says_whether_its_command_asks_for_an_accelerator(tmp_path, mo
     assert silent.accelerator_query.asked is False and silent.cpu_only_command
 
 
-def _cpu_profile(asked: bool | None, host: str):
+def _cpu_profile(asked: bool | None, host: str, query: str | None = None):
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     char = characterise_model(model, torch.randn(32, 64), None, "sgd_momentum", model_name="mlp")
     profile = synthetic_profile(host=host, iteration_s=0.05, workload="mlp")
     return profile.model_copy(update={
         "workload": None, "characterisation": char,
-        "accelerator_query": None if asked is None else AcceleratorQuery(asked=asked)})
+        "accelerator_query": None if asked is None else AcceleratorQuery(asked=asked, query=query)})
+
+
+def _xla_rows(result, catalog) -> int:
+    return sum(xla_kind(catalog, a) for a in result.plans["accelerator"].dropna().unique())
 
 
 def test_no_accelerator_plan_for_a_command_that_never_asks_unless_assumed():
     catalog = load_catalog("packaged")
     here = socket.gethostname()
-    asked = plan([_cpu_profile(True, here)], catalog, Objective(kind="cheapest"))
-    assert (asked.plans["time_source"].astype(str) == "device model").any() and not asked.idle
+    asked = plan([_cpu_profile(True, here, "torch.cuda.is_available")], catalog, Objective(kind="cheapest"))
+    assert (asked.plans["time_source"].astype(str) == "device model").any() and REASON_CPU_ONLY not in asked.idle
+    # GPUs, yes; TPUs and Trainium only for a command that imports torch_xla
+    assert asked.idle.get(REASON_NO_XLA, 0) > 100 and not _xla_rows(asked, catalog)
+    xla = plan([_cpu_profile(True, here, "import torch_xla")], catalog, Objective(kind="cheapest"))
+    assert _xla_rows(xla, catalog) and not xla.idle
     silent = plan([_cpu_profile(False, here)], catalog, Objective(kind="cheapest"))
     sources = set(silent.plans["time_source"].astype(str))
     assert sources == {"this machine"}, sources
@@ -95,9 +103,10 @@ def test_no_accelerator_plan_for_a_command_that_never_asks_unless_assumed():
     assumed = plan([_cpu_profile(False, here)], catalog, Objective(kind="cheapest"),
                    options=PlanOptions(assume_accelerator=True))
     assert (assumed.plans["time_source"].astype(str) == "device model").any() and not assumed.idle
-    # profiles from before trainwise looked (None) keep their accelerator plans
+    assert _xla_rows(assumed, catalog)
+    # profiles from before trainwise looked (None) keep their accelerator plans, TPUs too
     old = plan([_cpu_profile(None, here)], catalog, Objective(kind="cheapest"))
-    assert (old.plans["time_source"].astype(str) == "device model").any()
+    assert (old.plans["time_source"].astype(str) == "device model").any() and _xla_rows(old, catalog)
     # taken elsewhere: no offering is left, and the error says why and what to do
     with pytest.raises(InfeasiblePlanError, match=r"never asks torch for an accelerator.*--assume-accelerator"):
         plan([_cpu_profile(False, "another-host")], catalog, Objective(kind="cheapest"))

@@ -71,7 +71,7 @@ def _ranking_options(
     reference: Annotated[Optional[str], typer.Option(help="offering_id of the reference platform (default: this machine, else the best plan)")] = None,
     billing: Annotated[Optional[str], typer.Option(help="Override billing granularity: per_second, per_minute or per_hour")] = None,
     min_billed_seconds: Annotated[Optional[float], typer.Option(help="Override the minimum billed seconds")] = None,
-    assume_accelerator: Annotated[bool, typer.Option(help="Rank GPUs and TPUs for a profile whose command never asked torch for an accelerator (it would run on their CPU as profiled): you will run it with its device flag")] = False,
+    assume_accelerator: Annotated[bool, typer.Option(help="Rank GPUs for a profile whose command never asked torch for an accelerator, and TPUs/Trainium for one that never imported torch_xla (as profiled it would not use them): you will run it with its device flag or port it")] = False,
     top: Annotated[int, typer.Option(help="Alternatives in the answer (rows of each table with --all)")] = 8,
     all_tables: Annotated[bool, typer.Option("--all", help="Every table: top plans, Pareto set, best per epoch option, groups")] = False,
     out_dir: Annotated[Path, typer.Option(help="Where the profile and the default report are written")] = Path("trainwise-out"),

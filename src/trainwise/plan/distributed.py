@@ -288,7 +288,8 @@ def _compute_for(accelerator: str | None, item: Any, siblings: Sequence[Any], ca
 
 def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
     """Runtime rows for every group in `context.groups` (see the module docstring)."""
-    from trainwise.plan.runtime import REASON_CPU_ONLY, RUNTIME_COLUMNS, leaves_accelerators_idle
+    from trainwise.plan.runtime import (REASON_CPU_ONLY, REASON_NO_XLA, RUNTIME_COLUMNS, leaves_accelerators_idle,
+                                        runs_on_xla, xla_kind)
 
     groups: dict[str, Group] = getattr(context, "groups", None) or {}
     options: DistributedOptions = getattr(context, "distributed", None) or DistributedOptions()
@@ -299,6 +300,7 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
     egress_prices = context.catalog.egress if context.catalog is not None else None
     network = options.net()
     cache: dict = {}
+    is_xla: dict = {}  # accelerator -> a TPU/Trainium (xla_kind), looked up once
     records: list[dict[str, Any]] = []
     for profile_idx, item in enumerate(context.profiles):
         if leaves_accelerators_idle(item, context):
@@ -313,8 +315,13 @@ def data_parallel_source(offerings: pd.DataFrame, context: Any) -> pd.DataFrame:
         parameters = profile.model.trainable_parameters or profile.model.parameters
         gradient_bytes = profile.model.gradient_bytes or parameters * 4
         job_batch = job_global_batch(profile)
+        xla_ok = runs_on_xla(item, context)
         for offering_id, group in groups.items():
             if offering_id not in row_of.index:
+                continue
+            if not xla_ok and any(is_xla.setdefault(m.accelerator, xla_kind(context.catalog, m.accelerator))
+                                  for m in group.members):
+                context.leave_idle(REASON_NO_XLA)
                 continue
             # the job's global batch, split over the group's workers (Hivemind: over its peers per round)
             if group.kind == "hivemind":

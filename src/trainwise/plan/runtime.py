@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -99,9 +100,38 @@ REASON_CPU_ONLY = "the command never asks torch for an accelerator, so it runs o
 CPU_ONLY_FIX = "profile it with its GPU flag or plan with --assume-accelerator"
 
 
+# Why a TPU or Trainium plan is not ranked: PyTorch runs there only through PyTorch/XLA (torch_xla, torch-neuronx)
+REASON_NO_XLA = "TPUs and Trainium run PyTorch only through PyTorch/XLA, which the command never imports"
+
+
 def leaves_accelerators_idle(item: LabelledProfile, context: RuntimeContext) -> bool:
     """The profile's command would not use an accelerator (and the user did not say it will)."""
     return item.profile.cpu_only_command and not context.assume_accelerator
+
+
+def runs_on_xla(item: LabelledProfile, context: RuntimeContext) -> bool:
+    """The profile's command can use a TPU or Trainium: it imported torch_xla, or the user says it will. Profiles from
+    before trainwise looked keep them (unknown); trainwise's reference workloads never (their --device is cpu or
+    cuda)."""
+    if context.assume_accelerator:
+        return True
+    query = item.profile.accelerator_query
+    if query is not None:
+        return query.query == "import torch_xla"
+    from trainwise.workloads import WORKLOADS
+
+    return not (item.profile.workload in WORKLOADS
+                or any(str(arg).startswith("trainwise.workloads.") for arg in item.profile.command))
+
+
+def xla_kind(catalog: Catalog | None, accelerator: Any) -> bool:
+    """A TPU, Trainium or other non-GPU accelerator (the catalog's kind), which PyTorch reaches through XLA."""
+    if catalog is None or accelerator is None or (isinstance(accelerator, float) and np.isnan(accelerator)):
+        return False
+    try:
+        return str(catalog.accelerator(str(accelerator)).kind) != "gpu"
+    except TrainwiseError:
+        return False
 
 
 def _empty() -> pd.DataFrame:
@@ -217,7 +247,11 @@ def device_model(offerings: pd.DataFrame, context: RuntimeContext) -> pd.DataFra
                                       else dm.host_overhead_from_profile(item.profile) / profile_batch)
         n_train = item.profile.dataset.n_train or ((item.profile.dataset.iterations_per_epoch or 1) * job_batch)
         scaled: dict[int, object] = {}
+        xla_ok = runs_on_xla(item, context)
         for (accelerator, count), positions in groups.items():
+            if not xla_ok and xla_kind(context.catalog, accelerator):
+                context.leave_idle(REASON_NO_XLA, len(positions))
+                continue
             per_device, reason = split_batch(job_batch, int(count))
             if per_device is None:
                 context.prune(reason, len(positions))
