@@ -463,3 +463,21 @@ def test_optimizer_state_that_can_turn_subnormal_widens_the_band_upwards_only():
         same = trainwise_estimate(base.model_copy(update={"optimizer_state_subnormals": quiet}), 3)
         assert same.high_s == pytest.approx(plain.high_s) and "subnormal" not in same.note
     assert OptimizerStateSubnormals.model_validate(state.model_dump()).worst_step_added_s == state.worst_step_added_s
+
+
+def test_a_sample_whose_steps_kept_growing_says_so_first():
+    """PyTorch's actor-critic example: its steps grow as the policy learns to balance longer (5 ms, then 73 ms a step
+    within 20 s of sampling); the prediction, the sample's mean, says which way they went and how far."""
+    from trainwise.plan.synthetic import synthetic_profile
+
+    def unsettled(profile):  # as the stop rule records a sample that never became stable
+        state = profile.steady_state.model_copy(update={"stabilised_after": None, "relative_drift": 1.8})
+        return profile.model_copy(update={"steady_state": state})
+
+    growing = unsettled(synthetic_profile(iterations=60, iteration_s=0.01, growth=4.0))
+    note = predict_total(growing, 2).note
+    assert note.startswith("the sampled steps never settled: they grew from ") and "takes longer" in note
+    falling = unsettled(synthetic_profile(iterations=60, iteration_s=0.05, growth=-0.8))
+    assert predict_total(falling, 2).note.startswith("the sampled steps never settled: they fell from ")
+    steady = synthetic_profile(iterations=60, iteration_s=0.01, jitter=0.02)
+    assert "never settled" not in predict_total(steady, 2).note

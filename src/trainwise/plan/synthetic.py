@@ -14,12 +14,14 @@ def synthetic_profile(*, iteration_s: float = 0.05, first_iteration_s: float | N
                       iterations: int = 30, batch_size: int = 32, batches_per_epoch: int = 100, val_batch_s: float = 0.01,
                       val_batches_total: int = 20, host: str = "synthetic-host", device_name: str | None = None,
                       jitter: float = 0.0, peak_device_bytes: int | None = None, parameters: int = 1_000_000,
-                      workload: str = "synthetic") -> Profile:
-    """A profile whose steady iteration takes `iteration_s` (± `jitter`, alternating), with
-    validation, an epoch-2 start and the given host and device (None: CPU)."""
+                      workload: str = "synthetic", growth: float = 0.0) -> Profile:
+    """A profile whose steady iteration takes `iteration_s` (± `jitter`, alternating; times 1 + `growth` x i / n for
+    the i-th of n, a step that keeps growing), with validation, an epoch-2 start and the given host and device (None:
+    CPU)."""
     t = init_s
     walls = [first_iteration_s if first_iteration_s is not None else iteration_s * 3]
-    walls += [iteration_s * (1 + (jitter if i % 2 else -jitter)) for i in range(iterations - 1)]
+    walls += [iteration_s * (1 + (jitter if i % 2 else -jitter)) * (1 + growth * i / iterations)
+              for i in range(iterations - 1)]
     records = []
     for wall in walls:
         records.append({"index": len(records), "epoch": 0, "start_s": t, "end_s": t + wall, "data_wait_s": wall * 0.1,

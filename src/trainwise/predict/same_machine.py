@@ -201,6 +201,33 @@ STATE_ZEROS_NOTE_FRACTION = 0.02
 MAX_MODELLED_SHARE = 0.5
 
 
+# A sample whose halves' medians differ by this much was not one level: say which way it went, first.
+DRIFT_NOTE_MIN = 0.5
+
+
+def drift_note(profile: Profile) -> str | None:
+    """When the sampled steps never settled and moved by DRIFT_NOTE_MIN or more, which way and how far (PyTorch's
+    actor-critic example: 7 ms a step over its first episodes, 89 ms after 20 s, 240 ms at the end of its run, as
+    the policy learns to balance longer): the estimate is the sample's mean, and a run whose steps keep growing
+    takes longer than that."""
+    steady = profile.steady_state
+    if steady.relative_drift is None or steady.relative_drift < DRIFT_NOTE_MIN:
+        return None
+    walls = [w for w in profile.iterations.column("wall_s")[steady.warmup_iterations:]]
+    quarter = len(walls) // 4
+    if quarter < 2:
+        return None
+    first, last = statistics.median(walls[:quarter]), statistics.median(walls[-quarter:])
+    if last > first:
+        return (f"the sampled steps never settled: they grew from {format_duration(first)} (first quarter) to "
+                f"{format_duration(last)} (last quarter, medians); the estimate is their mean, and a run whose steps "
+                "keep growing (a policy that learns to act longer, a growing sequence or graph) takes longer, possibly past "
+                "the band")
+    return (f"the sampled steps never settled: they fell from {format_duration(first)} (first quarter) to "
+            f"{format_duration(last)} (last quarter, medians); the estimate is their mean, and a run whose steps keep "
+            "falling takes less")
+
+
 def sampled_steps_s(profile: Profile) -> float:
     """Seconds of steady iterations the profile sampled: the window its steady step time speaks for."""
     return sum(profile.iterations.column("wall_s")[profile.steady_state.warmup_iterations:])
@@ -413,6 +440,9 @@ def trainwise_estimate(profile: Profile, epochs: int, iterations_per_epoch: int 
     # An estimate that was still drifting when sampling stopped gets the drift added to its band.
     if steady.stabilised_after is None and steady.relative_drift and math.isfinite(steady.relative_drift):
         band += iterations_s * steady.relative_drift / 2
+        drifting = drift_note(profile)
+        if drifting:
+            notes.insert(0, drifting)
     low, high = total - band, total + band
     capped = closure_still_capped(profile)
     if capped is not None:
