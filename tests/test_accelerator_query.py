@@ -73,13 +73,13 @@ def test_a_profile_says_whether_its_command_asks_for_an_accelerator(tmp_path, mo
     assert silent.accelerator_query.asked is False and silent.cpu_only_command
 
 
-def _cpu_profile(asked: bool | None, host: str, query: str | None = None):
+def _cpu_profile(asked: bool | None, host: str, query: str | None = None, xla: bool = False):
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     char = characterise_model(model, torch.randn(32, 64), None, "sgd_momentum", model_name="mlp")
     profile = synthetic_profile(host=host, iteration_s=0.05, workload="mlp")
     return profile.model_copy(update={
         "workload": None, "characterisation": char,
-        "accelerator_query": None if asked is None else AcceleratorQuery(asked=asked, query=query)})
+        "accelerator_query": None if asked is None else AcceleratorQuery(asked=asked, query=query, xla=xla)})
 
 
 def _xla_rows(result, catalog) -> int:
@@ -93,7 +93,7 @@ def test_no_accelerator_plan_for_a_command_that_never_asks_unless_assumed():
     assert (asked.plans["time_source"].astype(str) == "device model").any() and REASON_CPU_ONLY not in asked.idle
     # GPUs, yes; TPUs and Trainium only for a command that imports torch_xla
     assert asked.idle.get(REASON_NO_XLA, 0) > 100 and not _xla_rows(asked, catalog)
-    xla = plan([_cpu_profile(True, here, "import torch_xla")], catalog, Objective(kind="cheapest"))
+    xla = plan([_cpu_profile(True, here, "torch.cuda.is_available", xla=True)], catalog, Objective(kind="cheapest"))
     assert _xla_rows(xla, catalog) and not xla.idle
     silent = plan([_cpu_profile(False, here)], catalog, Objective(kind="cheapest"))
     sources = set(silent.plans["time_source"].astype(str))

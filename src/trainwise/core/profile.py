@@ -281,6 +281,7 @@ class AcceleratorQuery(_Model):
     query: str | None = Field(default=None, description="the first such call, e.g. torch.cuda.is_available")
     caller: str | None = Field(default=None, description="file:line of that call (the script or a library)")
     t_s: float | None = Field(default=None, ge=0, description="when, seconds after the launch")
+    xla: bool = Field(default=False, description="torch_xla was imported: the command can run on a TPU or Trainium")
 
 
 class FullRun(_Model):
@@ -293,6 +294,11 @@ class FullRun(_Model):
 # How a profile of a reference workload taken on a small slice says so in its notes (`trainwise plan` takes it
 # and models the full-size step): reports and `predict` find it by this opening.
 SLICE_NOTE_PREFIX = "profiled on a slice"
+
+
+def reference_workload_command(command: Any) -> bool:
+    """The command runs one of trainwise's reference workloads (`-m trainwise.workloads.NAME`): it takes --device."""
+    return any(str(arg).startswith("trainwise.workloads.") for arg in command)
 
 
 def slice_note(notes: Any) -> str:
@@ -349,11 +355,16 @@ class Profile(_Model):
     notes: list[str] = []
 
     @property
+    def reference_workload(self) -> bool:
+        """A profile of one of trainwise's reference workloads (named, or run by its module)."""
+        return self.workload is not None or reference_workload_command(self.command)
+
+    @property
     def cpu_only_command(self) -> bool:
         """Profiled on the CPU by a command that never asked torch for an accelerator: on a GPU machine it would
         run on the CPU just the same (its model never moves to a device it was not told of)."""
         env = self.environment
-        if self.workload is not None or any(str(arg).startswith("trainwise.workloads.") for arg in self.command):
+        if self.reference_workload:
             return False  # trainwise's reference workloads take --device; a saved GPU plan passes `--device cuda`
         return (self.accelerator_query is not None and not self.accelerator_query.asked
                 and env.device_name is None and str(env.device or "cpu").startswith("cpu"))

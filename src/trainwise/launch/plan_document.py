@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trainwise import __version__
 from trainwise._io import atomic_write_text
 from trainwise.errors import TrainwiseError
+from trainwise.core.profile import reference_workload_command
 from trainwise.launch import safety
 
 PLAN_SCHEMA_VERSION = 1
@@ -323,7 +324,7 @@ def on_the_gpu(command: list[str], accelerator: str | None, count: float) -> tup
     """The command of a trainwise reference workload (`-m trainwise.workloads.NAME`, whose --device defaults to cpu)
     with `--device cuda` when the plan puts it on GPUs and it names no device; else the command as it is. Without
     it a saved plan of the default workload trained on the CPU of the GPU machine it paid for."""
-    reference = any(str(arg).startswith("trainwise.workloads.") for arg in command)
+    reference = reference_workload_command(command)
     gpu = bool(accelerator) and count >= 1 and not str(accelerator).upper().startswith(("TPU", "TRAINIUM", "INFERENTIA"))
     if not (reference and gpu) or any(str(arg) == "--device" or str(arg).startswith("--device=") for arg in command):
         return list(command), None

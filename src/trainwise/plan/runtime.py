@@ -116,12 +116,7 @@ def runs_on_xla(item: LabelledProfile, context: RuntimeContext) -> bool:
     if context.assume_accelerator:
         return True
     query = item.profile.accelerator_query
-    if query is not None:
-        return query.query == "import torch_xla"
-    from trainwise.workloads import WORKLOADS
-
-    return not (item.profile.workload in WORKLOADS
-                or any(str(arg).startswith("trainwise.workloads.") for arg in item.profile.command))
+    return query.xla if query is not None else not item.profile.reference_workload
 
 
 def xla_kind(catalog: Catalog | None, accelerator: Any) -> bool:

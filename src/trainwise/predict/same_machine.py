@@ -213,7 +213,7 @@ def drift_note(profile: Profile) -> str | None:
     steady = profile.steady_state
     if steady.relative_drift is None or steady.relative_drift < DRIFT_NOTE_MIN:
         return None
-    walls = [w for w in profile.iterations.column("wall_s")[steady.warmup_iterations:]]
+    walls = list(profile.iterations.column("wall_s")[steady.warmup_iterations:])
     quarter = len(walls) // 4
     if quarter < 2:
         return None

@@ -4,7 +4,6 @@ step on the meta device, and the host-level probe beside the sampled steps. A mi
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 import weakref
@@ -150,7 +149,6 @@ class WorkloadCapture:
                             for w in caught if issubclass(w.category, RuntimeWarning)), "the model could not be traced")
                 self.notes.append(f"workload characterisation skipped: {why}")
                 return
-            # plain fields (no pydantic in the job's environment); the profile's reader validates them
-            self.characterisation = json.loads(json.dumps(char))
+            self.characterisation = char  # plain fields (no pydantic in the job's environment); the reader validates them
         except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
             self.notes.append(f"workload characterisation skipped: {exc}")

@@ -114,10 +114,11 @@ class RecordOutput:
         queries = getattr(patch, "accelerator_queries", None) if patch is not None else None
         if self._torch is None or queries is None:
             return None
+        xla = "torch_xla" in sys.modules  # a TPU job asks torch_xla for its device, whatever it asked torch
         if self.accelerator_query is not None:
-            return {"asked": True, **self.accelerator_query}
-        if "torch_xla" in sys.modules:  # a TPU job asks torch_xla for its device
-            return {"asked": True, "query": "import torch_xla", "caller": None, "t_s": None}
+            return {"asked": True, **self.accelerator_query, "xla": xla}
+        if xla:
+            return {"asked": True, "query": "import torch_xla", "caller": None, "t_s": None, "xla": True}
         return None if queries.gave_up else {"asked": False}
 
     def _memory(self) -> dict[str, Any]:
