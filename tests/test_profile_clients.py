@@ -116,6 +116,26 @@ def test_the_workload_trace_adds_no_iteration_and_no_backward(tmp_path):
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("mode, activations_kept", [("accumulate", 1), ("rollout", 5)])
+def test_a_step_of_several_model_calls_without_a_dataloader_is_traced_as_all_of_them(mode, activations_kept):
+    # nanoGPT's micro-steps, REINFORCE's per-action policy calls: the device model must run every pass, and the
+    # samples per step are all the calls' (the script's no_grad call after each step is not a training pass)
+    command = client("several_passes.py", "--mode", mode, "--calls", "5", "--steps", "400")
+    profile = run_profile(command, ProfileOptions(min_iterations=20, max_iterations=40, min_profile_seconds=0,
+                                                  host_noise=False), quiet=True)
+    char, batch = profile.characterisation, 8 if mode == "accumulate" else 1
+    assert char is not None and char.passes_per_step == 5 and char.traced_batch == batch
+    assert profile.dataset.global_batch_size == char.per_device_batch == 5 * batch
+    assert [it.backward_passes for it in profile.iterations][1:4] == [5 if mode == "accumulate" else 1] * 3
+    single = run_profile([*command[:-2], "--calls", "1", "--steps", "400"],
+                         ProfileOptions(min_iterations=20, max_iterations=40, min_profile_seconds=0, host_noise=False),
+                         quiet=True).characterisation
+    assert single.passes_per_step == 1
+    assert char.activation_bytes == activations_kept * single.activation_bytes
+    assert char.total_flops("forward") == pytest.approx(5 * single.total_flops("forward"))
+
+
+@pytest.mark.long
 def test_gan_with_two_optimizers_is_one_iteration_per_pair_of_steps():
     profile = run_profile(client("gan_two_optimizers.py", "--niter", "1", "--samples", "320"),
                           ProfileOptions(mode="full", **QUICK), quiet=True)

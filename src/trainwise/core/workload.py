@@ -72,6 +72,11 @@ class WorkloadCharacterisation(_Model):
     amp_weight_copy_bytes: int = Field(ge=0, description="low-precision copies of the weights autocast keeps during the step")
     peak_temporary_bytes: int = Field(ge=0, description="largest single backward output: the transient on top of the saved activations")
     unsupported_ops: list[str] = Field(default_factory=list, description="operators with no cost rule: modelled as memory-bound, band widened")
+    passes_per_step: int = Field(default=1, ge=1, description=(
+        "forward/backward passes of the traced input per optimizer step, all in `records` and `per_device_batch`: "
+        "gradient accumulation without a DataLoader, a closure optimizer's evaluations, a policy called per action"))
+    pass_batch: int | None = Field(default=None, ge=1, description=(
+        "the batch of one of several passes (None: one pass of `per_device_batch`)"))
     trace_device: Literal["meta", "cpu"] = "meta"
     trace_seconds: float = 0.0
     torch_version: str = ""
@@ -96,6 +101,30 @@ class WorkloadCharacterisation(_Model):
             entry["bytes"] += r.total_bytes
             entry["calls"] += r.count
         return out
+
+    @property
+    def traced_batch(self) -> int:
+        """The batch of one traced pass (`per_device_batch` is the step's samples, over all its passes)."""
+        return self.pass_batch or self.per_device_batch
+
+    def with_passes(self, passes: int, forwards_per_backward: float = 1.0,
+                    new_samples: bool = True) -> "WorkloadCharacterisation":
+        """This single-pass step as one of `passes` forward/backward passes of the traced input and one optimizer
+        step: the passes run one after another at the traced batch (their kernels as many times, none merged), each
+        on new samples (`new_samples`; a closure optimizer evaluates the same batch again), `forwards_per_backward`
+        > 1 when a graph holds several forwards' activations until one backward."""
+        passes = int(passes)
+        if passes <= 1 or self.passes_per_step != 1:
+            return self
+        records = [r if r.phase == "optimizer" else r.model_copy(update={"count": r.count * passes})
+                   for r in self.records]
+        kept = max(1.0, float(forwards_per_backward))
+        return self.model_copy(update={
+            "records": records, "per_device_batch": self.per_device_batch * (passes if new_samples else 1),
+            "passes_per_step": passes, "pass_batch": self.per_device_batch,
+            "activation_bytes": int(self.activation_bytes * kept),
+            "notes": [*self.notes, f"{passes} forward/backward passes of the traced batch {self.per_device_batch} "
+                                   "per optimizer step (counted in the profile)"]})
 
     def memory_breakdown(self, count: int = 1) -> dict[str, int]:
         """Bytes per device during the step; `count` > 1 adds DDP's gradient buckets."""

@@ -54,12 +54,15 @@ def split_batch(global_batch: int, devices: int) -> tuple[int | None, str]:
 
 
 def rebatch(char: Any, per_device_batch: int) -> Any:
-    """`char` (a WorkloadCharacterisation) at another per-device batch; itself when unchanged."""
+    """`char` (a WorkloadCharacterisation) at another per-device batch; itself when unchanged. A step of several
+    passes (`passes_per_step`) keeps them, each pass at its share of the new batch."""
     old = int(char.per_device_batch)
     new = int(per_device_batch)
     if new == old:
         return char
     ratio = new / old
+    old_pass = int(getattr(char, "pass_batch", None) or old)
+    new_pass = max(1, round(old_pass * ratio))
     records = []
     for record in char.records:
         if record.phase == "optimizer":
@@ -67,7 +70,7 @@ def rebatch(char: Any, per_device_batch: int) -> Any:
             continue
         shapes = [list(shape) for shape in record.shapes]
         for shape in shapes[:1]:  # the activation (first) argument leads with the batch
-            if shape and shape[0] % old == 0 and shape[0] >= old:
+            if shape and shape[0] % old_pass == 0 and shape[0] >= old_pass:
                 shape[0] = max(1, int(round(shape[0] * ratio)))
         records.append(record.model_copy(update={"flops": record.flops * ratio, "bytes_read": record.bytes_read * ratio,
                                                  "bytes_written": record.bytes_written * ratio, "shapes": shapes}))
@@ -75,11 +78,12 @@ def rebatch(char: Any, per_device_batch: int) -> Any:
     for spec in char.inputs:
         dims, _, dtype = str(spec).partition(":")
         parts = dims.split("x")
-        if parts and parts[0].isdigit() and int(parts[0]) == old:
-            parts[0] = str(new)
+        if parts and parts[0].isdigit() and int(parts[0]) == old_pass:
+            parts[0] = str(new_pass)
         inputs.append("x".join(parts) + (f":{dtype}" if dtype else ""))
     return char.model_copy(update={
         "per_device_batch": new, "records": records, "inputs": inputs,
+        "pass_batch": new_pass if getattr(char, "pass_batch", None) else None,
         "activation_bytes": int(char.activation_bytes * ratio),
         "peak_temporary_bytes": int(char.peak_temporary_bytes * ratio),
         "notes": [*char.notes, f"batch-sized work scaled from the traced batch {old} to {new}"]})

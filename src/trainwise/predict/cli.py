@@ -264,7 +264,9 @@ def predict_on_accelerator(loaded: list[tuple[Path, Any]], accelerator: str, cou
                                 predict_total(profile, n_epochs).breakdown_s.get("validation_s", 0.0), steps,
                                 samples_per_step=(float(measured_samples), float(char.per_device_batch)))
                 for n_epochs in epoch_list]
-        table = Table(title=f"{path.name}: whole run on {count} × {pred.accelerator} (batch {char.per_device_batch} per device)",
+        passes = (f": {char.passes_per_step} passes of {char.traced_batch} a step" if char.passes_per_step > 1 else "")
+        table = Table(title=f"{path.name}: whole run on {count} × {pred.accelerator} (batch {char.per_device_batch} per "
+                            f"device{passes})",
                       caption=f"init: measured in the profile; iterations: {pred.provenance}; validation: the profile's, "
                               "scaled by the modelled speed-up and split over the devices")
         for column in ("epochs", "iterations/epoch", "init", "iterations", "validation", "total", "band"):

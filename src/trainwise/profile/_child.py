@@ -172,6 +172,10 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
         self.iter_samples = 0
         self.iter_batches = 0
         self.iter_backwards = 0
+        # The model's training calls in this iteration and how many iterations had each count (its hook is on in
+        # loops without a training DataLoader: _no_loader), from the second iteration on
+        self.iter_forwards = 0
+        self.forward_tally: dict[int, int] = {}
         self.primary_optimizer_id: int | None = None
         # A secondary optimizer stepping with no primary step between (`_secondary_stepped_alone`)
         self._alone_id: int | None = None
@@ -284,6 +288,7 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
         self.iter_samples = 0
         self.iter_batches = 0
         self.iter_backwards = 0
+        self.iter_forwards = 0
 
     def end_iteration(self, samples: int | None = None, at_s: float | None = None) -> None:
         """Close the current iteration at this instant, or at `at_s` (an optimizer step seen to end one only
@@ -313,6 +318,10 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
                                samples if samples is not None else self.iter_samples, batches, self.iter_backwards)
         if epochs:
             epochs[-1]["iterations"] += 1
+        forwards = self.iter_forwards
+        if forwards:
+            self.forward_tally[forwards] = self.forward_tally.get(forwards, 0) + 1
+            self.iter_forwards = 0
         # _reset_iteration, inline: this runs on every optimizer step of the job
         self.iter_data_wait, self.iter_samples, self.iter_batches, self.iter_backwards = 0.0, 0, 0, 0
         listeners = self.bus.targets.get(IterationEnd)

@@ -179,7 +179,10 @@ class LoopsWithoutLoader:
             if (module is not target() or recorder.finished or recorder.paused or recorder._dataloader_validation
                     or recorder.framework is not None):
                 return None
-            recorder.bus.emit(ModelForward(recorder.now(), torch.is_grad_enabled(), module.training))
+            grad, training = torch.is_grad_enabled(), module.training
+            if grad and training:
+                recorder.iter_forwards += 1  # a training pass of the model: several make one step of several passes
+            recorder.bus.emit(ModelForward(recorder.now(), grad, training))
             if recorder._regions.current is not None:
                 recorder._after_region_call(recorder._regions.current)
             return None

@@ -155,6 +155,8 @@ class RecordOutput:
             "explicit_steps": self.explicit_steps,
             "observer_s": self.observer_s,
             "characterisation": self.characterisation,
+            # the model's training calls per iteration (loops without a DataLoader): {calls: iterations}
+            "forward_passes": {str(calls): n for calls, n in sorted(self.forward_tally.items())},
             "optimizer_state_zeros": self.optimizer_state_zeros,
             "optimizer_state_subnormals": self.optimizer_state_subnormals,
             "script_epochs": self.script_epochs,

@@ -29,6 +29,7 @@ from trainwise.core.profile import (PROFILE_SCHEMA_VERSION, DatasetShape, Enviro
 from trainwise.core.workload import WorkloadCharacterisation  # noqa: F401 - re-exported
 from trainwise.errors import TrainwiseError
 from trainwise.profile._iteration_log import iteration_columns
+from trainwise.profile.step_passes import step_passes
 
 
 def script_epochs_of(profiles: Sequence[Profile]) -> ScriptEpochs | None:
@@ -347,12 +348,24 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
     samples = [n for n in iterations.column("samples") if n > 0]
     global_batch = int(statistics.median(samples)) if samples else 0
     notes = list(raw.get("notes", []))
-    traced_batch = (raw.get("characterisation") or {}).get("per_device_batch")
+    characterisation = raw.get("characterisation")
+    traced_batch = (characterisation or {}).get("per_device_batch")
+    passes = step_passes(raw, iterations, bool(with_batches))
+    if characterisation is not None and passes is not None:
+        characterisation = WorkloadCharacterisation.model_validate(characterisation).with_passes(
+            passes.passes, passes.forwards_per_backward, passes.new_samples)
+        notes.append(f"{passes.passes} passes of the traced batch {traced_batch} per optimizer step ({passes.source}): "
+                     "the device model runs them all")
     if not global_batch and not with_batches and isinstance(traced_batch, int) and traced_batch > 0:
-        # No DataLoader counted the samples: the batch dimension of the model's traced input says it.
-        global_batch = traced_batch
-        notes.append(f"samples per iteration: {traced_batch}, the batch dimension of the model's traced input (no "
-                     f"DataLoader counted them; a loop that feeds the model several inputs per step does more)")
+        # No DataLoader counted the samples: the batch dimension of the model's traced input says it, times the
+        # model's training calls per step.
+        calls = passes.passes if passes is not None and passes.new_samples else 1
+        global_batch = traced_batch * calls
+        notes.append(f"samples per iteration: {global_batch}, the batch dimension of the model's traced input "
+                     + (f"({traced_batch}) times its {calls} training calls per optimizer step" if calls > 1 else
+                        "(the closure evaluates that batch again)" if passes is not None else
+                        "(the model was called once per optimizer step)" if raw.get("forward_passes") else
+                        "(a loop that feeds the model several inputs per step does more)") + " (no DataLoader counted them)")
     val_batch = None
     if validations and validations[0].batches_timed and validations[0].samples > 0:  # 0: no DataLoader counted them
         val_batch = round(validations[0].samples / validations[0].batches_timed)
@@ -377,7 +390,7 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         full_run=full_run, notes=notes,
         script_epochs=ScriptEpochs(**raw["script_epochs"]) if raw.get("script_epochs") else None,
         script_iterations=ScriptIterations(**raw["script_iterations"]) if raw.get("script_iterations") else None,
-        characterisation=raw.get("characterisation"), optimizer_state_zeros=raw.get("optimizer_state_zeros"),
+        characterisation=characterisation, optimizer_state_zeros=raw.get("optimizer_state_zeros"),
         optimizer_state_subnormals=raw.get("optimizer_state_subnormals"),
         level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
         sample_cpu_steal=raw.get("sample_cpu_steal"),

@@ -50,7 +50,14 @@ def profile_table(profile: Profile) -> Table:
     for n, v in enumerate(first_passes.values()):
         label = "validation (timed)" if len(first_passes) == 1 else f"validation (timed) #{n + 1}"
         table.add_row(label, format_duration(v.wall_s), f"{v.batches_timed} of {v.batches_total or '?'} batches")
-    table.add_row("samples / iteration", str(d.global_batch_size), f"{d.batches_per_iteration:g} batch(es) per optimizer step")
+    char = profile.characterisation
+    if char is not None and char.passes_per_step > 1:
+        per_step = (f"{char.passes_per_step} model passes of {char.traced_batch} per optimizer step"
+                    if char.per_device_batch > char.traced_batch else
+                    f"{char.passes_per_step} passes over one batch per optimizer step (a closure's evaluations)")
+    else:
+        per_step = f"{d.batches_per_iteration:g} batch(es) per optimizer step"
+    table.add_row("samples / iteration", str(d.global_batch_size), per_step)
     table.add_row("iterations / epoch", str(d.iterations_per_epoch or "unknown"), f"N_train={d.n_train}, N_val={d.n_val}")
     if profile.script_epochs is not None:
         table.add_row("epochs (the script's)", str(profile.script_epochs.epochs),

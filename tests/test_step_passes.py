@@ -1,0 +1,127 @@
+"""A step of several model passes (gradient accumulation without a DataLoader, a policy called per action, a
+closure optimizer's evaluations): the profile counts them, the characterisation repeats them, the device model
+and the planner's re-batching see them all."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainwise.agent.trace.characterisation import characterise_model
+from trainwise.catalog import load_catalog
+from trainwise.plan.scaling import rebatch
+from trainwise.predict.device_model import predict_iteration
+from trainwise.profile.schema import profile_from_raw
+from trainwise.profile.step_passes import step_passes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_same_machine import raw_profile  # noqa: E402
+
+
+def mlp_step(batch: int = 8):
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    return characterise_model(model, torch.randn(batch, 32), optimizer_name="adam")
+
+
+def no_loader_raw(backward_passes: int, tally: dict[str, int] | None, char) -> dict:
+    raw = raw_profile([0.01] * 12)
+    for it in raw["iterations"]:
+        it.update(samples=0, batches=0, backward_passes=backward_passes)
+    raw["loaders"] = {}
+    raw["characterisation"] = char.model_dump()
+    if tally is not None:
+        raw["forward_passes"] = tally
+    return raw
+
+
+def read(raw):
+    return profile_from_raw(raw, command=["python", "t.py"], process_wall_s=10.0, exit_code=0)
+
+
+def test_with_passes_repeats_the_passes_but_not_the_optimizer_step():
+    one = mlp_step()
+    four = one.with_passes(4)
+    assert four.passes_per_step == 4 and four.per_device_batch == 32 and four.traced_batch == 8
+    for a, b in zip(one.records, four.records):
+        assert b.count == (a.count if a.phase == "optimizer" else 4 * a.count)
+    assert four.total_flops("optimizer") == one.total_flops("optimizer")
+    assert four.total_flops("forward") == pytest.approx(4 * one.total_flops("forward"))
+    assert four.activation_bytes == one.activation_bytes  # a backward after each pass frees its graph
+    assert one.with_passes(3, forwards_per_backward=3).activation_bytes == 3 * one.activation_bytes
+    assert four.with_passes(2) is four and one.with_passes(1) is one  # applied once
+
+
+def test_the_device_model_runs_every_pass_and_one_optimizer_step():
+    catalog = load_catalog()
+    one = mlp_step(batch=256)
+    for name in ("H100", "T4"):
+        acc = catalog.accelerator(name)
+        single, four = predict_iteration(one, acc), predict_iteration(one.with_passes(4), acc)
+        optimizer_s = single.breakdown_s.get("optimizer", 0.0)
+        assert optimizer_s > 0
+        assert four.device_s == pytest.approx(4 * (single.device_s - optimizer_s) + optimizer_s, rel=0.02)
+        assert four.samples_per_s == pytest.approx(4 * 256 / four.iteration_s)
+
+
+def test_rebatching_a_step_of_several_passes_keeps_them():
+    four = mlp_step(batch=8).with_passes(4)
+    half = rebatch(four, 16)
+    assert half.passes_per_step == 4 and half.per_device_batch == 16 and half.traced_batch == 4
+    assert half.inputs == ["4x32:float32"]
+    relu = next(r for r in half.records if r.op == "aten.relu.default")
+    assert relu.shapes == [[4, 64]]  # each pass at its share of the new batch
+    assert half.total_flops("forward") == pytest.approx(four.total_flops("forward") / 2)
+
+
+def test_gradient_accumulation_without_a_dataloader_is_several_passes_and_their_samples():
+    char = mlp_step()
+    profile = read(no_loader_raw(4, {"4": 11}, char))
+    assert profile.characterisation.passes_per_step == 4 and profile.characterisation.per_device_batch == 32
+    assert profile.dataset.global_batch_size == 32
+    assert any("4 passes of the traced batch 8" in note for note in profile.notes)
+    assert any("samples per iteration: 32" in note and "4 training calls" in note for note in profile.notes)
+
+
+def test_a_policy_called_per_action_keeps_every_calls_activations_until_its_backward():
+    char = mlp_step(batch=1)
+    profile = read(no_loader_raw(1, {"37": 6, "40": 5}, char))
+    got = profile.characterisation
+    assert got.passes_per_step == 37 and got.activation_bytes == 37 * char.activation_bytes
+    assert profile.dataset.global_batch_size == 37
+
+
+def test_one_call_per_step_and_older_profiles_keep_the_single_pass():
+    char = mlp_step()
+    once = read(no_loader_raw(1, {"1": 11}, char))
+    assert once.characterisation == char and once.dataset.global_batch_size == 8
+    assert any("called once per optimizer step" in note for note in once.notes)
+    older = read(no_loader_raw(4, None, char))  # recorded before the calls were counted
+    lbfgs = no_loader_raw(6, {"6": 11}, char)
+    lbfgs["model"]["closure_evaluation_cap"] = 20
+    closure = read(lbfgs)  # a closure's evaluations without a DataLoader: one batch, six passes
+    assert closure.characterisation.passes_per_step == 6 and closure.dataset.global_batch_size == 8
+    assert closure.characterisation.per_device_batch == closure.characterisation.traced_batch == 8
+    assert older.characterisation == char
+    assert any("several inputs per step does more" in note for note in older.notes)
+
+
+def test_with_a_dataloader_only_a_closures_evaluations_add_passes():
+    char = mlp_step(batch=32)  # the DataLoader's batch (raw_profile's 32 samples)
+    gan = copy.deepcopy(raw_profile([0.01] * 12))
+    for it in gan["iterations"]:
+        it["backward_passes"] = 3  # a GAN: three backward passes over one batch are not three batches' work
+    gan["characterisation"] = char.model_dump()
+    assert step_passes(gan, read(gan).iterations, loader_batches=True) is None
+    assert read(gan).characterisation == char
+    lbfgs = copy.deepcopy(gan)
+    lbfgs["model"]["closure_evaluation_cap"] = 20
+    for it in lbfgs["iterations"]:
+        it["backward_passes"] = 6
+    profile = read(lbfgs)
+    assert profile.characterisation.passes_per_step == 6 and profile.characterisation.traced_batch == 32
+    assert profile.characterisation.per_device_batch == 32  # six evaluations of one batch: its samples once
+    assert profile.dataset.global_batch_size == 32  # the DataLoader's samples: one batch, evaluated six times
