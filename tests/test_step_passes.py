@@ -109,6 +109,29 @@ def test_one_call_per_step_and_older_profiles_keep_the_single_pass():
     assert any("several inputs per step does more" in note for note in older.notes)
 
 
+def test_gradient_accumulation_over_a_dataloader_is_a_pass_per_batch():
+    from types import SimpleNamespace
+
+    from trainwise.predict.offerings import device_iterations_per_epoch, measured_samples_per_iteration
+
+    char = mlp_step(batch=32)
+    raw = raw_profile([0.04] * 12, batches_per_epoch=400)
+    for it in raw["iterations"]:
+        it.update(samples=128, batches=4, backward_passes=4)
+    raw["characterisation"] = char.model_dump()
+    profile = read(raw)
+    got = profile.characterisation
+    assert got.passes_per_step == 4 and got.traced_batch == 32 and got.per_device_batch == 128
+    assert profile.dataset.global_batch_size == 128 and profile.dataset.iterations_per_epoch == 100
+    # the characterisation is the whole optimizer step: 100 of them an epoch on one device, not 400 micro-steps
+    assert device_iterations_per_epoch(profile, got, 1) == 100
+    assert measured_samples_per_iteration(profile, got) == 128
+    no_count = SimpleNamespace(dataset=SimpleNamespace(n_train=None, iterations_per_epoch=100, batches_per_iteration=4.0,
+                                                       global_batch_size=0))
+    assert measured_samples_per_iteration(no_count, got) == 128 and device_iterations_per_epoch(no_count, got, 1) == 100
+    assert device_iterations_per_epoch(no_count, char, 1) == 400  # a single-pass trace of an older profile
+
+
 def test_with_a_dataloader_only_a_closures_evaluations_add_passes():
     char = mlp_step(batch=32)  # the DataLoader's batch (raw_profile's 32 samples)
     gan = copy.deepcopy(raw_profile([0.01] * 12))

@@ -95,10 +95,17 @@ class DeviceFullRun:
     high_s: float
 
 
+def _micro_batches(profile: Any, char: WorkloadCharacterisation) -> float:
+    """Traced steps per measured iteration: an optimizer step of a job with gradient accumulation takes several
+    micro-batches, which a characterisation from before `passes_per_step` traced as one step each."""
+    if getattr(char, "pass_batch", None) and char.per_device_batch > char.traced_batch:
+        return 1.0  # the characterisation is the whole step, every micro-batch a pass
+    return max(1.0, float(profile.dataset.batches_per_iteration or 1.0))
+
+
 def device_iterations_per_epoch(profile: Any, char: WorkloadCharacterisation, count: int) -> int:
     """Steps per epoch with `count` devices at the profile's batch per device (weak scaling)."""
-    # an optimizer step of a job with gradient accumulation takes several traced (micro-)batches
-    micro_batches = max(1.0, float(profile.dataset.batches_per_iteration or 1.0))
+    micro_batches = _micro_batches(profile, char)
     n_train = profile.dataset.n_train or ((profile.dataset.iterations_per_epoch or 1) * char.per_device_batch * micro_batches)
     return int(math.ceil(n_train / (count * char.per_device_batch)))
 
@@ -106,8 +113,7 @@ def device_iterations_per_epoch(profile: Any, char: WorkloadCharacterisation, co
 def measured_samples_per_iteration(profile: Any, char: WorkloadCharacterisation) -> float:
     """Samples of the profile's measured iteration: all micro-batches of an accumulated step, where the traced
     step (`char`) is one micro-batch."""
-    return float(profile.dataset.global_batch_size or 0) or char.per_device_batch * max(
-        1.0, float(profile.dataset.batches_per_iteration or 1.0))
+    return float(profile.dataset.global_batch_size or 0) or char.per_device_batch * _micro_batches(profile, char)
 
 
 def device_full_run(profile: Any, pred: dm.DevicePrediction, epochs: int, same_machine_validation_s: float,

@@ -4,7 +4,7 @@ The trace covers one pass of the model on the input it first saw; a step may run
 accumulation without a DataLoader (nanoGPT's micro-steps), a closure optimizer's evaluations (LBFGS), a policy
 called once per action before one backward (REINFORCE, actor-critic). The device model must see them all (a GPU
 runs each pass's kernels again), so the characterisation is repeated that many times (`with_passes`); with a
-DataLoader, its batches per step already count gradient accumulation and only a closure's evaluations are added.
+DataLoader, its batches per step are the passes (gradient accumulation), or a closure's evaluations of each batch.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _median_of_tally(tally: dict[str, int]) -> float | None:
 
 def step_passes(raw: dict[str, Any], iterations: Any, loader_batches: bool) -> StepPasses | None:
     """The passes per optimizer step (None when one): the model's training calls per iteration without a training
-    DataLoader, backward passes per batch for a closure optimizer with one. Medians over the iterations after the
+    DataLoader; with one, its batches per iteration, or a closure optimizer's backward passes per batch. Medians over the iterations after the
     first (the recorder counts calls from the second on)."""
     backwards = [n for n in list(iterations.column("backward_passes"))[1:] if n]
     closure = (raw.get("model") or {}).get("closure_evaluation_cap") is not None
@@ -47,9 +47,13 @@ def step_passes(raw: dict[str, Any], iterations: Any, loader_batches: bool) -> S
         return StepPasses(int(round(forwards)), max(1.0, per_backward), not closure,
                           "the closure's model calls per optimizer step" if closure else
                           "the model's training calls per optimizer step")
-    if not closure:
-        return None
     batches = list(iterations.column("batches"))[1:]
+    if not closure:
+        # gradient accumulation: each of the step's batches is a pass (the trace is one of them)
+        per_step = statistics.median([n for n in batches if n]) if any(batches) else 1
+        if round(per_step) < 2:
+            return None
+        return StepPasses(int(round(per_step)), 1.0, True, "the DataLoader's batches per optimizer step")
     per_batch = [b / n for b, n in zip(list(iterations.column("backward_passes"))[1:], batches) if b and n]
     if not per_batch or round(statistics.median(per_batch)) < 2:
         return None
