@@ -436,7 +436,10 @@ def test_characterisation_sees_keyword_inputs_and_picks_the_largest_module():
                                                                      validation_batches=0), quiet=True)
     char = profile.characterisation
     assert char is not None, profile.notes
-    assert char.parameters == 100 * 32 + 32 * 32 + 32 + 32 * 3 + 3  # the Encoder, not aux/normalise
+    # the Encoder is the model (its inputs, its batch), not aux or normalise; aux, which the optimizer steps too,
+    # is traced beside it (once a step, at its own input), so its 4 parameters add to the Encoder's
+    assert char.model == "Encoder+Linear" and char.inputs == ["8x12:int64", "8x12:float32"]
+    assert char.parameters == 100 * 32 + 32 * 32 + 32 + 32 * 3 + 3 + 4
     assert char.per_device_batch == 8
     assert any(r.category == "embedding" for r in char.records)
 
@@ -585,3 +588,14 @@ def test_two_optimizers_one_iteration_per_batch_and_the_whole_model_described():
     assert profile.model.parameters == 424 + 161
     assert profile.model.gradient_bytes == (424 + 161) * 4
     assert profile.model.optimizer == "Adam"
+
+
+def test_a_second_model_that_trains_is_traced_beside_the_largest():
+    # the device model's step held the generator alone (the largest model): now the critic too, called three times
+    # a step (fake.detach(), real, fake), each model with its own optimizer's step
+    char = run_profile(script("two_optimizers.py"), ProfileOptions(mode="full", host_noise=False),
+                       quiet=True).characterisation
+    assert char.parameters == 424 + 161 and char.model == "Sequential+Sequential"
+    assert any("also trains: Sequential (161 parameters, inputs 16x8:float32), called 3x" in note and "its own adam"
+               in note for note in char.notes)
+    assert {r.op for r in char.records if r.phase == "optimizer"} == {"optimizer.sgd", "optimizer.adam"}

@@ -148,3 +148,28 @@ def test_with_a_dataloader_only_a_closures_evaluations_add_passes():
     assert profile.characterisation.passes_per_step == 6 and profile.characterisation.traced_batch == 32
     assert profile.characterisation.per_device_batch == 32  # six evaluations of one batch: its samples once
     assert profile.dataset.global_batch_size == 32  # the DataLoader's samples: one batch, evaluated six times
+
+
+def test_another_model_that_trains_adds_its_calls_and_its_own_optimizer_step():
+    generator = mlp_step(batch=32)
+    discriminator = characterise_model(torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Linear(16, 1)),
+                                       torch.randn(32, 4), optimizer_name="adam", model_name="D")
+    both = generator.with_other_model(discriminator, 3)
+    assert both.model == "model+D" and both.per_device_batch == 32
+    assert both.parameters == generator.parameters + discriminator.parameters
+    assert both.gradient_bytes == generator.gradient_bytes + discriminator.gradient_bytes
+    assert both.total_flops("forward") == pytest.approx(generator.total_flops("forward")
+                                                        + 3 * discriminator.total_flops("forward"))
+    assert both.total_flops("optimizer") == pytest.approx(generator.total_flops("optimizer")
+                                                          + discriminator.total_flops("optimizer"))
+    assert both.activation_bytes == generator.activation_bytes + 3 * discriminator.activation_bytes
+    assert any("also trains: D" in note and "3x per optimizer step" in note for note in both.notes)
+
+
+def test_a_profile_joins_the_models_its_job_traced_beside_the_largest():
+    generator, discriminator = mlp_step(batch=32), mlp_step(batch=32).model_copy(update={"model": "D"})
+    raw = raw_profile([0.01] * 12)
+    raw["characterisation"] = generator.model_dump()
+    raw["other_models"] = [{"fields": discriminator.model_dump(), "calls": 3}]
+    got = read(raw).characterisation
+    assert got == generator.with_other_model(discriminator, 3)

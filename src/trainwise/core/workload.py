@@ -126,6 +126,26 @@ class WorkloadCharacterisation(_Model):
             "notes": [*self.notes, f"{passes} forward/backward passes of the traced batch {self.per_device_batch} "
                                    "per optimizer step (counted in the profile)"]})
 
+    def with_other_model(self, other: "WorkloadCharacterisation", calls: int) -> "WorkloadCharacterisation":
+        """This step and another model's that trains beside it (a GAN's discriminator, a decoder called apart):
+        its forward/backward `calls` times an optimizer step, its own optimizer step once; parameters, gradients
+        and state add up, and the activations of all its calls (held until their backward)."""
+        calls = max(1, int(calls))
+        records = [*self.records, *(r if r.phase == "optimizer" else r.model_copy(update={"count": r.count * calls})
+                                    for r in other.records)]
+        summed = {key: getattr(self, key) + getattr(other, key) for key in (
+            "parameters", "trainable_parameters", "parameter_tensors", "parameter_bytes", "gradient_bytes",
+            "optimizer_state_bytes", "amp_weight_copy_bytes")}
+        return self.model_copy(update={
+            **summed, "model": f"{self.model}+{other.model}", "records": records,
+            "activation_bytes": self.activation_bytes + other.activation_bytes * calls,
+            "peak_temporary_bytes": max(self.peak_temporary_bytes, other.peak_temporary_bytes),
+            "unsupported_ops": sorted(set(self.unsupported_ops) | set(other.unsupported_ops)),
+            "trace_seconds": round(self.trace_seconds + other.trace_seconds, 3),
+            "notes": [*self.notes, f"also trains: {other.model} ({other.parameters:,} parameters, inputs "
+                                   f"{', '.join(other.inputs)}), called {calls}x per optimizer step, its own "
+                                   f"{other.optimizer} step"]})
+
     def memory_breakdown(self, count: int = 1) -> dict[str, int]:
         """Bytes per device during the step; `count` > 1 adds DDP's gradient buckets."""
         parts = {

@@ -25,13 +25,18 @@ class WorkloadCapture:
                 return None
             self._seen_modules.add(key)
             count = sum(p.numel() for p in module.parameters())
+            if not count:
+                return None
+            from trainwise.agent.trace.live import batch_shapes_of, detect_memory_format, detect_precision
+
+            if self.characterise:
+                self._note_called_module(module, count, batch_shapes_of(args, kwargs))  # another model, maybe
             if count <= self._model_parameters:
                 return None
             self._model_ref = weakref.ref(module)
             self._model_parameters = count
             if not self.characterise:
                 return None
-            from trainwise.agent.trace.live import batch_shapes_of, detect_memory_format, detect_precision
 
             device_type = "cpu"
             for p in module.parameters():
@@ -141,8 +146,11 @@ class WorkloadCapture:
             # The reason a trace fails is the profile's note, not a warning in the middle of the job's output.
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
+                # the optimizer stepping the model's parameters (a GAN's first to step may be the other model's)
+                optimizer_name = self._optimizer_name_for(unwrap_model(model)) or (
+                    optimizer_name_of(optimizer) if optimizer is not None else fallback)
                 char = trace_step_fields(model, self._model_inputs, precision=self._model_precision,
-                                         optimizer_name=optimizer_name_of(optimizer) if optimizer is not None else fallback,
+                                         optimizer_name=optimizer_name,
                                          model_name=name, memory_format=self._model_memory_format)
             if char is None:
                 why = next((str(w.message).removeprefix("trainwise: workload characterisation skipped: ")
@@ -150,5 +158,6 @@ class WorkloadCapture:
                 self.notes.append(f"workload characterisation skipped: {why}")
                 return
             self.characterisation = char  # plain fields (no pydantic in the job's environment); the reader validates them
+            self.other_models_traced = self._trace_other_models(trace_step_fields)
         except Exception as exc:  # noqa: BLE001 - a profile must survive a failed characterisation
             self.notes.append(f"workload characterisation skipped: {exc}")

@@ -43,6 +43,7 @@ from trainwise.profile._capture import WorkloadCapture
 from trainwise.profile._epochs_read import ScriptEpochs
 from trainwise.profile._no_loader import MIN_SNAPSHOT_INTERVAL_S, LoopsWithoutLoader
 from trainwise.profile._optimizer_steps import OptimizerSteps
+from trainwise.profile._other_models import OtherModels
 from trainwise.profile._ownership import CONFIG_ENV, ProfileOwnership
 from trainwise.profile._passes import LoaderPasses, _LoaderState
 from trainwise.profile._record import RecordOutput
@@ -94,8 +95,8 @@ class _FinishNow(Exception):
     """Internal: the profile is complete."""
 
 
-class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, StateZerosRecording,
-               StateSubnormalsRecording, ScriptEpochs, RecordOutput, ProfileOwnership):
+class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, OtherModels,
+               StateZerosRecording, StateSubnormalsRecording, ScriptEpochs, RecordOutput, ProfileOwnership):
     """The profile's record of one training process: iterations, epochs, validation, the stop rule's verdict, and
     writing it. Its parts live in the mixins' modules (_optimizer_steps, _passes, _no_loader, _capture, _state_zeros,
     _state_subnormals), _torch_hooks."""
@@ -223,6 +224,7 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
         self._shape_hook = None
         self._optimizer_ref: Any = None
         self.characterisation: dict[str, Any] | None = None
+        self.other_models_traced: list[dict[str, Any]] = []
         self.optimizer_state_zeros: dict[str, Any] | None = None
         self.state_zeros_trajectory: list[list[int]] = []
         self._sparse_state_elements: int | None = None
@@ -249,6 +251,7 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
         self.bus.subscribe(self._regions, events=(ModelForward,))
         self.bus.subscribe(self._regions.on_first_iteration, events=(IterationEnd,))
         self._init_loops_without_loader()
+        self._init_other_models()
         # Only `trainwise profile` sets it: inside `trainwise run` the recorder never stops the job.
         # Not in a process the job started: its launched process may still be setting up the one that trains.
         self.no_iteration_limit_s = 0.0 if self.spawned else float(config.get("no_iteration_limit_s") or 0.0)
@@ -338,13 +341,16 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, Workl
             self._write_snapshot(end_s)
         if count in ZERO_COUNT_STEPS and self._optimizer_ref is not None and not self._zero_tracking_failed:
             self._track_state_zeros(count)
-        if self.sampled and count == 1:
+        if count == 2 and self._other_counters:
+            self._stop_counting_other_models()  # the iteration after the first step: other models' calls counted
+        if self.sampled and count == 2:
             # Trace the workload now rather than at the end: its cost (up to seconds for a large or
             # recurrent model) is then part of the elapsed time the cost budget sees, so the profile
             # samples fewer iterations instead of overrunning the budget. Its time is observer time
             # (below): it is in no iteration. A --full run keeps it for the end, outside the
-            # training time it measures.
+            # training time it measures. After the second iteration: the first counted other models' calls.
             self._characterise()
+        if self.sampled and count == 1:
             self._probe_level("before")
         if count == 1:
             self._steal_start = cpu_steal.read_counters()

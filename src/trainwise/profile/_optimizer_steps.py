@@ -28,6 +28,7 @@ class OptimizerSteps:
             self._optimizer_ref = weakref.ref(optimizer)
             self._stop_capturing()
             self._describe_model(optimizer)
+            self._count_other_models()
         elif id(optimizer) != self.primary_optimizer_id:
             # A secondary optimizer's step is part of the primary's iteration; its parameters (a GAN's
             # generator) are still the model's: gradients to all-reduce, state to checkpoint.

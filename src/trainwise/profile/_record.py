@@ -12,6 +12,7 @@ import socket
 import sys
 import tempfile
 import threading
+import weakref
 from typing import Any
 
 from trainwise.agent import cpu_steal
@@ -62,6 +63,7 @@ class RecordOutput:
         """Add the parameters `optimizer` steps to the model's description (every optimizer that steps,
         each parameter once; the optimizer named is the primary's, the first to step)."""
         self._described_optimizers.add(id(optimizer))
+        self._stepped_optimizers.append(weakref.ref(optimizer))
         params = [p for group in getattr(optimizer, "param_groups", []) for p in group.get("params", [])]
         self._describe_parameters(params, type(optimizer).__name__)
         cap = (getattr(optimizer, "defaults", None) or {}).get("max_iter")
@@ -155,6 +157,7 @@ class RecordOutput:
             "explicit_steps": self.explicit_steps,
             "observer_s": self.observer_s,
             "characterisation": self.characterisation,
+            "other_models": self.other_models_traced,  # models that train beside it: step fields, calls per iteration
             # the model's training calls per iteration (loops without a DataLoader): {calls: iterations}
             "forward_passes": {str(calls): n for calls, n in sorted(self.forward_tally.items())},
             "optimizer_state_zeros": self.optimizer_state_zeros,

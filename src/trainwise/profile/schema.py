@@ -356,6 +356,9 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
             passes.passes, passes.forwards_per_backward, passes.new_samples)
         notes.append(f"{passes.passes} passes of the traced batch {traced_batch} per optimizer step ({passes.source}): "
                      "the device model runs them all")
+    for other in raw.get("other_models") or [] if characterisation is not None else []:
+        characterisation = WorkloadCharacterisation.model_validate(characterisation).with_other_model(
+            WorkloadCharacterisation.model_validate(other["fields"]), other["calls"])
     if not global_batch and not with_batches and isinstance(traced_batch, int) and traced_batch > 0:
         # No DataLoader counted the samples: the batch dimension of the model's traced input says it, times the
         # model's training calls per step.
