@@ -174,6 +174,7 @@ def test_agent_hot_path_times_each_hook_inside_a_profiled_job(tmp_path):
     assert 0.1 < summary["agent_us_per_event"]["step"] < 1000
 
 
+@pytest.mark.long
 def test_synthetic_cora_has_the_format_and_sizes_the_graph_attention_example_reads(tmp_path):
     np = pytest.importorskip("numpy")
     sys.path.insert(0, str(BENCHMARKS))

@@ -153,7 +153,8 @@ def test_torch_compiles_global_hooks_warning_is_dropped_only_while_every_global_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("in_place", [False, True], ids=["torch.compile(model)", "model.compile()"])
+@pytest.mark.parametrize("in_place", [False, pytest.param(True, marks=pytest.mark.long)],
+                         ids=["torch.compile(model)", "model.compile()"])
 def test_a_fullgraph_compiled_model_is_profiled_without_graph_breaks_or_the_agents_warning(tmp_path, in_place):
     # before: the recorder's hooks were traced into the model, and fullgraph=True failed before the first iteration
     out = tmp_path / "profile.json"
@@ -229,6 +230,7 @@ def test_the_model_input_of_a_batch_is_its_tensor_its_first_tensor_or_its_tensor
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_compiled_lightning_module_is_characterised_and_a_metric_built_before_its_init_breaks_nothing():
     # the recorder keeps the modules built (for a model only compiled code calls); a torchmetrics Metric's hash reads
     # state its __init__ sets, so a set of them dropped the recorder's subscriber at the metric's construction

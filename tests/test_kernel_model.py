@@ -188,6 +188,7 @@ def test_regimes_without_data_on_two_gpu_families_fall_back():
     assert (len(covered) >= km.MIN_FAMILIES and earned) == bool(np.isfinite(t[1]))
 
 
+@pytest.mark.long
 def test_a_regime_the_model_did_not_earn_on_the_split_keeps_the_rule():
     """`rule_regimes`: over the families both were scored on (the held-out one left out), the model keeps a regime
     only with a smaller mean |systematic error| than the rule's; a tie keeps the rule, and so does a regime no family

@@ -60,6 +60,7 @@ def test_trainwise_own_warnings_and_plain_ones_keep_their_location(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_dataloader_warning_under_the_profiler_names_torch_not_trainwise(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
