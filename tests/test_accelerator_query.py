@@ -62,6 +62,7 @@ def _script(tmp_path, name: str, asks: bool) -> list[str]:
     return ["python", str(path)]
 
 
+@pytest.mark.long
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_profile_says_whether_its_command_asks_for_an_accelerator(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
