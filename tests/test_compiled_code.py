@@ -165,8 +165,13 @@ def test_a_fullgraph_compiled_model_is_profiled_without_graph_breaks_or_the_agen
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Graph break" not in done.stderr and "global hooks" not in done.stderr
     profile = load_profile(out)
-    assert len(profile.iterations) == 3 * 64 and profile.characterisation.model == "Sequential"
-    assert [(v.batches_timed, v.batches_total) for v in profile.validations] == [(4, 4)] * 3
+    # a short run: the profile follows it to its end, or sampling stops before (as the host's timing has it: 1 run
+    # in 6-8 here, on this commit and the one before; more on a loaded host) and later steps are not recorded
+    assert profile.epochs[0].iterations == 64 and profile.epochs[0].end_s is not None
+    if profile.stop_reason == "script_exited":
+        assert len(profile.iterations) == 3 * 64
+    assert profile.characterisation.model == "Sequential"
+    assert profile.validations and all((v.batches_timed, v.batches_total) == (4, 4) for v in profile.validations)
     compiled = profile.torch_compile  # dynamo's eager backend: graphs, no inductor cache
     assert compiled is not None and compiled.graphs >= 2 and compiled.compile_s > 0 and compiled.fx_cache_misses == 0
     prediction = trainwise_estimate(profile, 3)

@@ -599,3 +599,13 @@ def test_a_second_model_that_trains_is_traced_beside_the_largest():
     assert any("also trains: Sequential (161 parameters, inputs 16x8:float32), called 3x" in note and "its own adam"
                in note for note in char.notes)
     assert {r.op for r in char.records if r.phase == "optimizer"} == {"optimizer.sgd", "optimizer.adam"}
+
+
+@pytest.mark.long
+def test_an_encoder_and_a_decoder_called_apart_are_both_traced():
+    # the script never calls the module holding both: before, the trace held the encoder alone (the largest called)
+    char = run_profile(script("encoder_decoder_apart.py"), ProfileOptions(mode="full", host_noise=False),
+                       quiet=True).characterisation
+    assert char.model == "Encoder+Decoder" and char.parameters == 2_632 + 1_344
+    assert char.inputs == ["16x32:float32"] and char.per_device_batch == 16
+    assert any("also trains: Decoder (1,344 parameters, inputs 16x8:float32), called 1x" in note for note in char.notes)

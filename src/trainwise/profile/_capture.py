@@ -31,7 +31,9 @@ class WorkloadCapture:
 
             if self.characterise:
                 self._note_called_module(module, count, batch_shapes_of(args, kwargs))  # another model, maybe
-            if count <= self._model_parameters:
+            # a module holding as many as the model so far holds the same ones around it (post-hooks run inner
+            # modules first): the outer one is the model (an Encoder, not its Sequential)
+            if count < self._model_parameters:
                 return None
             self._model_ref = weakref.ref(module)
             self._model_parameters = count

@@ -37,7 +37,9 @@ class OtherModels:
             return
         covered = {id(p) for p in model.parameters()}
         torch, shapes_of = self._torch, {}
-        for reference, _, shapes in sorted(called, key=lambda entry: -entry[1]):
+        # the most parameters first; of modules holding the same ones, the outermost (called last: post-hooks)
+        ranked = sorted(enumerate(called), key=lambda item: (-item[1][1], -item[0]))
+        for reference, _, shapes in (entry for _, entry in ranked):
             module = reference()
             first = next(module.parameters(), None) if module is not None else None
             if first is None or id(first) in covered or len(self._other_counters) >= MAX_OTHER_MODELS:
