@@ -60,7 +60,7 @@ class WorkloadCapture:
             self._seen_modules.clear()
 
     def _characterise(self) -> None:
-        """Trace one training step of the captured model on the meta device: once, after the first
+        """Trace one training step of the captured model on the meta device: once, after the second
         iteration of a sampled profile, at the end of a --full run."""
         if not self.characterise or self._characterise_tried:
             return

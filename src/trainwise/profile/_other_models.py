@@ -20,7 +20,7 @@ class OtherModels:
 
     def _init_other_models(self) -> None:
         self._called_modules: list[tuple] = []  # (weakref, parameters, input shapes) of the first iteration's calls
-        self._other_counters: list[tuple] = []  # (weakref, hook, calls) while the second iteration is counted
+        self._other_counters: list[tuple] = []  # (weakref, hook, [calls], input shapes) while counted
         self._other_models: list[tuple] = []  # (weakref, input shapes, calls per iteration) once counted
         self._stepped_optimizers: list = []  # weakrefs to every optimizer that stepped
 
@@ -36,7 +36,7 @@ class OtherModels:
         if model is None or not self.characterise or self.framework is not None or self.explicit_steps:
             return
         covered = {id(p) for p in model.parameters()}
-        torch, shapes_of = self._torch, {}
+        torch = self._torch
         # the most parameters first; of modules holding the same ones, the outermost (called last: post-hooks)
         ranked = sorted(enumerate(called), key=lambda item: (-item[1][1], -item[0]))
         for reference, _, shapes in (entry for _, entry in ranked):
@@ -45,7 +45,6 @@ class OtherModels:
             if first is None or id(first) in covered or len(self._other_counters) >= MAX_OTHER_MODELS:
                 continue
             covered.update(id(p) for p in module.parameters())
-            shapes_of[id(module)] = shapes
             counter = [0]
 
             def count_call(called_module, args, counter=counter):
