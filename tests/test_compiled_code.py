@@ -166,8 +166,10 @@ def test_a_fullgraph_compiled_model_is_profiled_without_graph_breaks_or_the_agen
     assert "Graph break" not in done.stderr and "global hooks" not in done.stderr
     profile = load_profile(out)
     # a short run: the profile follows it to its end, or sampling stops before (as the host's timing has it: 1 run
-    # in 6-8 here, on this commit and the one before; more on a loaded host) and later steps are not recorded
-    assert profile.epochs[0].iterations == 64 and profile.epochs[0].end_s is not None
+    # in 6-8 here, on this commit and the one before; more on a loaded host, where it stopped inside epoch 1) and
+    # later steps are not recorded
+    first = profile.epochs[0]
+    assert first.end_s is not None and (first.iterations == 64 or (first.truncated and first.batches_per_epoch == 64))
     if profile.stop_reason == "script_exited":
         assert len(profile.iterations) == 3 * 64
     assert profile.characterisation.model == "Sequential"

@@ -136,6 +136,25 @@ def test_a_step_of_several_model_calls_without_a_dataloader_is_traced_as_all_of_
 
 
 @pytest.mark.long
+def test_a_loop_with_no_length_in_its_header_is_read_from_its_exit_or_told_within_seconds():
+    # `for step in count(1)` leaving at `step >= args.updates`: the run's steps, above a flag the loop does not test
+    steps = run_profile(client("unbounded_loop.py", "--until", "steps", "--max-steps", "1000000"), ProfileOptions(**QUICK),
+                        quiet=True)
+    assert steps.stop_reason == "sampled" and steps.dataset.iterations_per_epoch == 200_000
+    assert steps.script_iterations.iterations == 200_000 and "`step >= args.updates`" in steps.script_iterations.source
+    assert any(note.startswith("the training loop runs 200,000 optimizer steps") and "max_steps=1000000" in note
+               for note in steps.notes)
+    # REINFORCE-style: leaves when a running reward passes a threshold; neither its 600-s cap nor --max-epoch-wait's
+    # 600 s is waited for
+    started = time.monotonic()
+    reward = run_profile(client("unbounded_loop.py", "--until", "reward", "--seconds", "600"), ProfileOptions(**QUICK),
+                         quiet=True)
+    assert time.monotonic() - started < 150
+    assert reward.stop_reason == "sampled_no_dataloader" and reward.script_iterations is None
+    assert any("has no length in its code: it ends when `running_reward > args.threshold`" in note for note in reward.notes)
+
+
+@pytest.mark.long
 def test_gan_with_two_optimizers_is_one_iteration_per_pair_of_steps():
     profile = run_profile(client("gan_two_optimizers.py", "--niter", "1", "--samples", "320"),
                           ProfileOptions(mode="full", **QUICK), quiet=True)

@@ -41,6 +41,7 @@ from trainwise.agent.watchdog import NoIterationWatchdog
 from trainwise.profile import _torch_hooks
 from trainwise.profile._capture import WorkloadCapture
 from trainwise.profile._epochs_read import ScriptEpochs
+from trainwise.profile._loop_reading import LoopReading
 from trainwise.profile._no_loader import MIN_SNAPSHOT_INTERVAL_S, LoopsWithoutLoader
 from trainwise.profile._optimizer_steps import OptimizerSteps
 from trainwise.profile._other_models import OtherModels
@@ -95,10 +96,10 @@ class _FinishNow(Exception):
     """Internal: the profile is complete."""
 
 
-class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, WorkloadCapture, OtherModels,
+class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, LoopReading, WorkloadCapture, OtherModels,
                StateZerosRecording, StateSubnormalsRecording, ScriptEpochs, RecordOutput, ProfileOwnership):
     """The profile's record of one training process: iterations, epochs, validation, the stop rule's verdict, and
-    writing it. Its parts live in the mixins' modules (_optimizer_steps, _passes, _no_loader, _capture, _state_zeros,
+    writing it. Its parts live in the mixins' modules (_optimizer_steps, _passes, _no_loader, _loop_reading, _capture, _state_zeros,
     _state_subnormals), _torch_hooks."""
 
     def __init__(self, config: dict[str, Any], bus: EventBus | None = None) -> None:

@@ -111,8 +111,9 @@ class _Reader:
         raise _Refused("call")
 
 
-def _innermost_loop(code: types.CodeType, lineno: int) -> ast.For | None:
-    """The innermost `for` around `lineno` in the scope `code` runs (not one of an enclosing function's)."""
+def _innermost_loop(code: types.CodeType, lineno: int, kinds: tuple[type, ...] = (ast.For,)) -> Any:
+    """The innermost loop of `kinds` (`for` by default) around `lineno` in the scope `code` runs (not one of an
+    enclosing function's)."""
     lines = linecache.getlines(code.co_filename)
     if not lines or sum(len(line) for line in lines) > _MAX_SOURCE_BYTES:
         return None
@@ -128,13 +129,13 @@ def _innermost_loop(code: types.CodeType, lineno: int) -> ast.For | None:
         if not scopes:
             return None
         scope = max(scopes, key=lambda node: node.lineno)
-    found: ast.For | None = None
+    found: Any = None
     stack = list(ast.iter_child_nodes(scope))
     while stack:
         node = stack.pop()
         if isinstance(node, _SCOPES) or not hasattr(node, "lineno") or not inside(node):
             continue
-        if isinstance(node, ast.For) and (found is None or node.lineno > found.lineno):
+        if isinstance(node, kinds) and (found is None or node.lineno > found.lineno):
             found = node
         stack.extend(ast.iter_child_nodes(node))
     return found

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 import weakref
 
-from trainwise.agent import stop_rule
 from trainwise.agent.compiled_code import compiled_in_process, register_module_pre_hook
 from trainwise.agent.events import ModelForward
 from trainwise.agent.regions import ValidationRegion
-from trainwise.profile._loop_length import read_loop_length
 
 # A --full run's snapshots of its record cost at most 1/SNAPSHOT_COST_RATIO of its time (0.2 %) where they can
 SNAPSHOT_COST_RATIO = 500
@@ -40,9 +37,7 @@ class LoopsWithoutLoader:
         self._autograd_noted = False
         # Sampled, stable, no DataLoader to end epoch 1 early: waiting for the epoch's end (a validation region)
         self._waiting_for_epoch_end = False
-        # The training loop's passes and where they were read (_loop_length), read once while sampling
-        self._loop_passes: tuple[int, str] | None = None
-        self._loop_passes_read = False
+        self._init_loop_reading()
 
     def _iterations_seen_or_coming(self) -> bool:
         return (bool(self.iterations) or self.finished or self.framework is not None or self.explicit_steps
@@ -103,64 +98,6 @@ class LoopsWithoutLoader:
                else "no training DataLoader and no validation region")
         self.notes.append(f"{how}: the script ran to its end during the profile, so its {iterations} iterations are "
                           f"the whole training ({planned} epoch(s) of {per_epoch}), measured here")
-        return True
-
-    def _take_as_epoch(self, iterations: int, note: str) -> None:
-        """The epoch's length is known without its end: sampling ends here, the epoch truncated at `iterations`
-        (validation, if the script runs any after it, not timed)."""
-        batches = iterations * max(1, self._most_batches_per_iteration)
-        epoch = self.epochs[-1]
-        epoch.update(end_s=self.iterations[-1]["end_s"], truncated=True, batches_per_epoch=batches)
-        self.loaders["train"] = {**(self.loaders.get("train") or _tensor_pass(0)), "batches_per_pass": batches}
-        self._waiting_for_epoch_end = False
-        self.epoch1_truncated = True
-        self._truncated_epoch = epoch["index"]
-        self.notes.append(note)
-        self._finish("sampled")
-
-    def _take_step_budget_as_epoch(self) -> None:
-        """No epoch boundary came within the profile's budget, but the script's step budget says how long the run
-        is: its steps are taken as one epoch."""
-        steps = int(self.script_iterations["iterations"])
-        self._take_as_epoch(steps, f"no epoch boundary (a validation region) within the profile's share of the run: the "
-                                   f"script's {steps:,} optimizer steps ({self.script_iterations['source']}) are taken "
-                                   "as one epoch; validation it may run later is not timed")
-
-    def _read_loop_passes(self) -> None:
-        """Once, while sampling a loop without a DataLoader: its epoch's length from the loop's source."""
-        self._loop_passes_read = True
-        epochs = self.epochs
-        if not epochs or epochs[-1]["end_s"] is not None or self._torch is None:
-            return
-        skipped = (os.path.dirname(self._torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        self._loop_passes = read_loop_length(int(epochs[-1]["iterations"]), skipped)
-        if self._loop_passes is not None or len(epochs) < 2 or self.script_epochs or self.script_iterations:
-            return
-        # Epochs have ended inside the loop around the step, and its counter counts every iteration of the run
-        # (`for i in range(opt.steps)`, a prediction after each step): its range is the run's step budget.
-        whole = read_loop_length(len(self.iterations), skipped)
-        if whole is not None:
-            self.note_script_iterations(whole[0], f"{whole[1]}, each pass an iteration, the epochs' validation inside",
-                                        rank=())
-
-    def _loop_epoch_too_dear(self, epoch: int) -> bool:
-        """Sampling has stopped in a loop without a DataLoader whose length was read from its source: the epoch is
-        waited out, to time the validation after it, only when that fits (stop_rule.epoch_end_too_dear). True when it
-        did not and the profile ended here."""
-        budget = self._budget_inputs(epoch)
-        passes, source = self._loop_passes
-        left = passes - int(self.epochs[-1]["iterations"])
-        dear = stop_rule.epoch_end_too_dear(self.iterations.walls(), budget, self._stop_settings, left) \
-            if budget is not None else None
-        if dear is None:
-            return False
-        wait_s, needed = dear
-        self._take_as_epoch(passes, f"no DataLoader: {passes:,} iterations an epoch, read from {source}; waiting out "
-                                    f"the epoch's other {left:,} (~{wait_s:.0f} s) to time the validation after it "
-                                    f"would cost {needed:.0%} of the predicted run, past the "
-                                    f"{stop_rule.EPOCH_WAIT_SHARE:.0%} a profile waits for an epoch's end and past "
-                                    f"--budget {self.budget_fraction:g}, so validation (if the script runs any after "
-                                    f"the epoch) is not timed: --budget {math.ceil(needed * 100) / 100:g} times it")
         return True
 
     def _watch_model_calls(self, first_start_s: float) -> None:

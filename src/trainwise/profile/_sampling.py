@@ -20,8 +20,13 @@ class Sampling:
             if self._step_budget_wait_over():
                 self._take_step_budget_as_epoch()
                 return
+            if self._loop_bound_ends_sampling():
+                return
             waited_s = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
             if waited_s >= max(self.max_seconds, self.max_epoch_wait_s):
+                if self.planned_steps is not None:  # the run's length is known without an epoch boundary
+                    self._take_step_budget_as_epoch()
+                    return
                 self.notes.append(f"no end of epoch seen within --max-epoch-wait {self.max_epoch_wait_s:g} s "
                                   "(no DataLoader, no model.eval()/no_grad validation): iterations per epoch unknown, "
                                   "give predict --iterations-per-epoch N")

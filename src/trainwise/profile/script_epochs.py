@@ -28,7 +28,8 @@ EPOCH_ARGUMENT_NAMES = ("epochs", "num_epochs", "n_epochs", "max_epochs", "num_t
 # step), `steps` or `n_steps` (a rollout's length in reinforcement learning), `iterations` (too general).
 ITERATION_ARGUMENT_NAMES = ("max_iters", "max_steps", "max_iterations", "num_iterations", "num_iters", "n_iters",
                             "total_steps", "total_iters", "total_iterations", "num_steps", "train_steps",
-                            "num_train_steps", "num_training_steps", "training_steps", "train_iters")
+                            "num_train_steps", "num_training_steps", "training_steps", "train_iters",
+                            "max_train_steps")  # Hugging Face's accelerate and diffusers example scripts
 _FLAGS = {f"--{name}": name for name in EPOCH_ARGUMENT_NAMES} | {
     f"--{name.replace('_', '-')}": name for name in EPOCH_ARGUMENT_NAMES}
 _STEP_FLAGS = {f"--{name}": name for name in ITERATION_ARGUMENT_NAMES} | {

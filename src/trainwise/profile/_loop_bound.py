@@ -1,0 +1,296 @@
+"""A training loop with no length in its code (`while True:`, `for step in itertools.count():`, `while step <
+max_steps:`), read from its source for a loop without a DataLoader: where it stops, if a counter says so.
+
+Such a loop runs until a statement inside it leaves (`if step >= 60000: break`, `return`) or, for `while`, until its
+test fails. When that test compares a counter that advances once a pass with an expression the small evaluator of
+trainwise.profile._loop_length can read (names, integer arithmetic, attributes stored on a settings object), the run's
+step budget follows from the counter's value now and where the test sits against the step; a test that reads
+anything else (a running reward, a loss) ends the run when training decides, which no sample foresees, and is named
+so that the user can say how long they expect it to run. Standard library only; nothing of the script runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import os
+import sys
+from dataclasses import dataclass
+
+from trainwise.profile._loop_length import _USER_FRAMES, _innermost_loop, _is_library, _Reader, _Refused
+
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.For, ast.AsyncFor, ast.While)
+# the test is checked as `counter OP bound` (the counter on the left): the smallest counter value that leaves
+_LEAVES_AT = {ast.GtE: 0, ast.Eq: 0, ast.Gt: 1}
+_MIRROR = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE, ast.Eq: ast.Eq}
+_FLIP = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt, ast.NotEq: ast.Eq, ast.Eq: ast.NotEq}
+_SOURCE_CHARS = 80
+
+
+@dataclass(frozen=True)
+class LoopBound:
+    """What the source says of the loop around the training step."""
+
+    where: str  # "train.py:7: for step in itertools.count(1)"
+    counter: str | None  # the name that advances once a pass (the `count()` target, or `step += 1`)
+    counter_value: int | None  # its value at the step when read
+    iterations_done: int  # the run's iterations when read (1-based: the one now ending counts)
+    steps: int | None  # the run's optimizer steps, when a test on the counter ends the loop
+    bound: str | None  # that test, as written
+    other_exits: tuple[str, ...]  # tests that end the loop on something else (a loss, a reward)
+    periodic: bool  # a test reads `counter % K`: something runs every K passes (validation, a checkpoint, a log)
+    period: int | None = None  # the largest such K the evaluator reads (by its next multiple, every test has come)
+
+    def passes_to_next_period(self) -> int | None:
+        """Passes from the one now ending until the counter is next a multiple of `period` (the next periodic test
+        that holds), give or take the one the counter's increment shifts it by."""
+        if self.period is None or self.counter_value is None:
+            return None
+        return (-self.counter_value) % self.period or self.period
+
+    def advanced_with(self, later: LoopBound) -> bool:
+        """The counter advanced by exactly the iterations run between this reading and `later`'s: one a pass."""
+        return (self.counter is not None and later.counter == self.counter and self.counter_value is not None
+                and later.counter_value is not None and later.where == self.where
+                and later.counter_value - self.counter_value == later.iterations_done - self.iterations_done > 0)
+
+    def describe(self) -> str:
+        if self.steps is not None:
+            exits = f"; it may leave earlier: {' or '.join(self.other_exits)}" if self.other_exits else ""
+            return f"the training loop ({self.where}) stops at `{self.bound}`: {self.steps:,} iterations{exits}"
+        ends = f"ends when {' or '.join(self.other_exits)}" if self.other_exits else "has no exit in its code"
+        return f"the training loop ({self.where}) has no length in its code: it {ends}"
+
+
+def _short(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= _SOURCE_CHARS else text[: _SOURCE_CHARS - 3] + "..."
+
+
+def _is_unbounded_iterable(node: ast.AST, reader: _Reader) -> ast.Call | None:
+    """`count(...)` or `itertools.count(...)`, when the name is itertools' own: the call, else None."""
+    if not isinstance(node, ast.Call) or node.keywords:
+        return None
+    try:
+        func = reader.value(node.func) if isinstance(node.func, ast.Name) else (
+            getattr(reader.name(node.func.value.id), node.func.attr, None)
+            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and reader.name(node.func.value.id) is itertools else None)
+    except _Refused:
+        return None
+    return node if func is itertools.count else None
+
+
+def _walk_body(body: list[ast.stmt]):
+    """The loop body's nodes, not those of a nested loop (its `break` leaves only it) or function."""
+    stack = [node for node in body if not isinstance(node, _NESTED)]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, _NESTED))
+
+
+def _leaves(statements: list[ast.stmt]) -> bool:
+    return any(isinstance(statement, (ast.Break, ast.Return)) for statement in statements)
+
+
+def _counter_increments(body: list[ast.stmt]) -> dict[str, int | None]:
+    """Names the loop body adds one to unconditionally (`step += 1` at its top level or in a `with`): their lines."""
+    found: dict[str, int] = {}
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.With):
+            stack.extend(node.body)
+        elif (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name)
+              and isinstance(node.value, ast.Constant) and node.value.value == 1):
+            found[node.target.id] = node.lineno
+    return found
+
+
+def _comparison(test: ast.AST, counter: str) -> tuple[type, ast.AST] | None:
+    """(operator, bound) of `counter OP bound` or `bound OP counter` (mirrored to the counter's side)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, op, right = test.left, type(test.ops[0]), test.comparators[0]
+    if isinstance(left, ast.Name) and left.id == counter:
+        return op, right
+    if isinstance(right, ast.Name) and right.id == counter and op in _MIRROR:
+        return _MIRROR[op], left
+    return None
+
+
+class _Analysis:
+    """One loop's exits, read against the frame's values at the step's line."""
+
+    def __init__(self, loop: ast.For | ast.While, reader: _Reader, step_line: int, iterations_done: int) -> None:
+        self.loop, self.reader, self.step_line, self.done = loop, reader, step_line, iterations_done
+        self.counter: str | None = None
+        self.increment_line: int | None = None  # None: the counter advances between passes (a `for` target)
+        self.steps: int | None = None
+        self.bound: str | None = None
+        self.other_exits: list[str] = []
+
+    def exits(self) -> list[tuple[ast.AST, int]]:
+        """(test, line) of every test that leaves the loop: `while`'s own (checked before each pass), then each `if`
+        whose body breaks or returns."""
+        found: list[tuple[ast.AST, int]] = []
+        if isinstance(self.loop, ast.While) and not (isinstance(self.loop.test, ast.Constant) and self.loop.test.value):
+            found.append((_negated(self.loop.test), self.loop.lineno))
+        for node in _walk_body(self.loop.body):
+            if isinstance(node, ast.If) and _leaves(node.body):
+                found.append((node.test, node.lineno))
+        return sorted(found, key=lambda pair: pair[1])
+
+    def counter_value(self) -> int | None:
+        if self.counter is None:
+            return None
+        try:
+            return self.reader.integer(ast.Name(id=self.counter))
+        except _Refused:
+            return None
+
+    def steps_left(self, op: type, bound: int, check_line: int) -> int | None:
+        """Steps still to run after the one now ending, when the loop leaves at the first pass whose check finds
+        `counter OP bound` (ops mirrored to >=, >, ==). Pass k from now sees the counter at a line X as
+        value + k + [X after the increment] - [the step after the increment]."""
+        value = self.counter_value()
+        if value is None or op not in _LEAVES_AT:
+            return None
+        inc = self.increment_line if self.increment_line is not None else -1
+        shift = int(check_line > inc) - int(self.step_line > inc)
+        first_pass = 0 if check_line > self.step_line else 1  # a check before the step has run in this pass
+        leaving = max(first_pass, bound + _LEAVES_AT[op] - value - shift)
+        if op is ast.Eq and bound - value - shift < first_pass:
+            return None  # the counter is already past the value it waits for: that test never ends this loop
+        # the pass that leaves runs its step only when its check comes after the step
+        return leaving if check_line > self.step_line else leaving - 1
+
+    def read(self) -> None:
+        """The loop's counter (of several names the body adds one to, the one an exit test compares: nanoGPT counts
+        `iter_num` and `local_iter_num`), the step budget its exit tests give, and the exits on anything else."""
+        loop = self.loop
+        if isinstance(loop, ast.For):
+            candidates = {loop.target.id: None} if isinstance(loop.target, ast.Name) else {}
+        else:
+            candidates = _counter_increments(loop.body)
+        read: list[_Analysis] = []
+        for name, line in candidates.items():
+            trial = _Analysis(loop, self.reader, self.step_line, self.done)
+            trial.counter, trial.increment_line = name, line
+            trial._read_exits()
+            read.append(trial)
+        chosen = min((trial for trial in read if trial.steps is not None), key=lambda trial: trial.steps, default=None)
+        if chosen is None:
+            if len(read) == 1:
+                chosen = read[0]
+            else:
+                self._read_exits()
+                return
+        self.counter, self.increment_line = chosen.counter, chosen.increment_line
+        self.steps, self.bound, self.other_exits = chosen.steps, chosen.bound, chosen.other_exits
+
+    def _read_exits(self) -> None:
+        remaining: list[tuple[int, str]] = []
+        for test, line in self.exits():
+            if self._never_again(test, line):
+                continue
+            operands = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]
+            for operand in operands:
+                pair = _comparison(operand, self.counter) if self.counter else None
+                left = None
+                if pair is not None:
+                    try:
+                        left = self.steps_left(pair[0], self.reader.integer(pair[1]), line)
+                    except _Refused:
+                        pass
+                if left is not None and left >= 0:
+                    remaining.append((left, _short(operand)))
+                else:
+                    self.other_exits.append(f"`{_short(operand)}`")
+        if remaining:
+            left, text = min(remaining)
+            self.steps, self.bound = self.done + left, text
+
+    def _never_again(self, test: ast.AST, line: int) -> bool:
+        """An `and` of a counter test that cannot hold from now on (nanoGPT's `iter_num == 0 and eval_only`)."""
+        if not (self.counter and isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)):
+            return False
+        for operand in test.values:
+            pair = _comparison(operand, self.counter)
+            if pair is not None and pair[0] is ast.Eq:
+                try:
+                    if self.steps_left(ast.Eq, self.reader.integer(pair[1]), line) is None:
+                        return True
+                except _Refused:
+                    continue
+        return False
+
+    def periods(self) -> tuple[bool, int | None]:
+        """(a test reads `counter % K`, the largest K read) over the loop body: nanoGPT logs every pass and evaluates
+        every 250th."""
+        moduli = [node.right for node in _walk_body(self.loop.body)
+                  if self.counter is not None and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
+                  and isinstance(node.left, ast.Name) and node.left.id == self.counter]
+        read = []
+        for modulus in moduli:
+            try:
+                value = self.reader.integer(modulus)
+            except _Refused:
+                continue
+            if value > 0:
+                read.append(value)
+        return bool(moduli), max(read) if read else None
+
+
+def _negated(test: ast.AST) -> ast.AST:
+    """What leaves a `while` loop: its test failing, written as a test that holds (`step < n` -> `step >= n`,
+    `not done` -> `done`, `a and b` -> `not a or not b`)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _FLIP:
+        return ast.Compare(left=test.left, ops=[_FLIP[type(test.ops[0])]()], comparators=test.comparators)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return test.operand
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return ast.BoolOp(op=ast.Or(), values=[_negated(value) for value in test.values])
+    return ast.UnaryOp(op=ast.Not(), operand=test)
+
+
+def _unbounded(loop: ast.For | ast.While, reader: _Reader) -> bool:
+    """A loop whose own header sets no length: `while ...` (any test) or `for ... in count(...)`."""
+    if isinstance(loop, ast.While):
+        return True
+    return _is_unbounded_iterable(loop.iter, reader) is not None
+
+
+def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...]) -> LoopBound | None:
+    """What the source says of the loop around this training step when it has no length in its header; None when it
+    has one (a `range`, a DataLoader) or no loop of the script's is found. `iterations_done`: the run's iterations so
+    far, the one now ending counted. `skipped_dirs`: the frames of these packages (torch, trainwise) are not the
+    script's."""
+    skipped = tuple(os.path.join(os.path.realpath(d), "") for d in skipped_dirs)
+    frame = sys._getframe(1)
+    user_frames = 0
+    while frame is not None and user_frames < _USER_FRAMES:
+        code = frame.f_code
+        if not _is_library(os.path.realpath(code.co_filename), skipped):
+            user_frames += 1
+            try:
+                loop = _innermost_loop(code, frame.f_lineno, (ast.For, ast.While))
+                reader = _Reader(frame)
+                if loop is not None and _unbounded(loop, reader):
+                    analysis = _Analysis(loop, reader, frame.f_lineno, iterations_done)
+                    analysis.read()
+                    periodic, period = analysis.periods()
+                    header = f"while {_short(loop.test)}" if isinstance(loop, ast.While) else \
+                        f"for {_short(loop.target)} in {_short(loop.iter)}"
+                    return LoopBound(where=f"{os.path.basename(code.co_filename)}:{loop.lineno}: {header}",
+                                     counter=analysis.counter, counter_value=analysis.counter_value(),
+                                     iterations_done=iterations_done, steps=analysis.steps, bound=analysis.bound,
+                                     other_exits=tuple(dict.fromkeys(analysis.other_exits)),
+                                     periodic=periodic, period=period)
+                if loop is not None:
+                    return None  # a loop with a length in its header: trainwise.profile._loop_length reads it
+            except Exception:  # noqa: BLE001 - source that does not parse or a value refused: nothing is known
+                return None
+        frame = frame.f_back
+    return None

@@ -1,0 +1,147 @@
+"""What a loop without a DataLoader says of its own length, read from its source (trainwise.profile._loop_length:
+a `range` header; trainwise.profile._loop_bound: a loop with none, and what leaves it), and the epoch taken from it
+when waiting out the real one is too dear or cannot end. A mixin of the recorder.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from trainwise.agent import stop_rule
+from trainwise.profile._loop_bound import LoopBound, read_loop_bound
+from trainwise.profile._loop_length import read_loop_length
+from trainwise.profile._no_loader import _tensor_pass
+
+
+class LoopReading:
+    """Methods of trainwise.profile._child.Recorder; they use its state."""
+
+    def _init_loop_reading(self) -> None:
+        # The training loop's passes and where they were read (_loop_length), read once while sampling
+        self._loop_passes: tuple[int, str] | None = None
+        self._loop_passes_read = False
+        # A loop with no length in its header (`while True`, `count()`), read beside it; checked again once waiting
+        self._loop_bound: LoopBound | None = None
+        self._loop_bound_checked = False
+        self._periodic_until: int | None = None  # waiting to this iteration for the loop's every-K-passes test
+
+    def _take_as_epoch(self, iterations: int, note: str) -> None:
+        """The epoch's length is known without its end: sampling ends here, the epoch truncated at `iterations`
+        (validation, if the script runs any after it, not timed)."""
+        batches = iterations * max(1, self._most_batches_per_iteration)
+        epoch = self.epochs[-1]
+        epoch.update(end_s=self.iterations[-1]["end_s"], truncated=True, batches_per_epoch=batches)
+        self.loaders["train"] = {**(self.loaders.get("train") or _tensor_pass(0)), "batches_per_pass": batches}
+        self._waiting_for_epoch_end = False
+        self.epoch1_truncated = True
+        self._truncated_epoch = epoch["index"]
+        self.notes.append(note)
+        self._finish("sampled")
+
+    def _take_step_budget_as_epoch(self) -> None:
+        """No epoch boundary came within the profile's budget, but the script's step budget says how long the run
+        is: its steps are taken as one epoch."""
+        steps = int(self.script_iterations["iterations"])
+        self._take_as_epoch(steps, f"no epoch boundary (a validation region) within the profile's share of the run: the "
+                                   f"script's {steps:,} optimizer steps ({self.script_iterations['source']}) are taken "
+                                   "as one epoch; validation it may run later is not timed")
+
+    def _read_loop_passes(self) -> None:
+        """Once, while sampling a loop without a DataLoader: its epoch's length from the loop's source."""
+        self._loop_passes_read = True
+        epochs = self.epochs
+        if not epochs or epochs[-1]["end_s"] is not None or self._torch is None:
+            return
+        skipped = self._library_dirs()
+        self._loop_passes = read_loop_length(int(epochs[-1]["iterations"]), skipped)
+        if self._loop_passes is None and len(epochs) == 1:
+            self._loop_bound = read_loop_bound(int(epochs[-1]["iterations"]), skipped)
+        if self._loop_passes is not None or len(epochs) < 2 or self.script_epochs or self.script_iterations:
+            return
+        # Epochs have ended inside the loop around the step, and its counter counts every iteration of the run
+        # (`for i in range(opt.steps)`, a prediction after each step): its range is the run's step budget.
+        whole = read_loop_length(len(self.iterations), skipped)
+        if whole is not None:
+            self.note_script_iterations(whole[0], f"{whole[1]}, each pass an iteration, the epochs' validation inside",
+                                        rank=())
+
+    def _library_dirs(self) -> tuple[str, ...]:
+        return (os.path.dirname(self._torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def _loop_bound_ends_sampling(self) -> bool:
+        """Sampled and waiting for an epoch boundary in a loop with no length in its header: read it again (an
+        iteration or more after the first reading, so that its counter is seen to advance once an iteration). A test
+        on the counter that ends the loop is the run's step budget, taken as one epoch. When something runs every K
+        passes (`step % K`: a validation, or a log line), the usual wait for a validation region goes on (a tenth of
+        the steps, --max-epoch-wait), ended sooner when the K-th pass comes and goes without one. A loop that ends only
+        when training decides (a reward, a loss) has no epoch to wait for: sampling ends, and the note says what
+        predict needs. True when sampling ended here."""
+        if self._loop_bound is None or self.epochs_hint:
+            return False
+        n = int(self.epochs[-1]["iterations"])
+        if self._loop_bound_checked:
+            if self._periodic_until is None or n < self._periodic_until:
+                return False
+            bound = self._loop_bound
+            seen = (f"its test every {bound.period:,} passes (`{bound.counter} % {bound.period}`) came at iteration "
+                    f"~{n - 1:,} without a validation region")
+            return self._end_at_loop_bound(bound, seen)
+        self._loop_bound_checked = True
+        first, later = self._loop_bound, read_loop_bound(n, self._library_dirs())
+        if later is None or later.where != first.where or self._script_iterations_from_framework:
+            return False
+        self._loop_bound = later
+        flag = self.script_iterations  # a step budget read from a flag or a global, or None
+        if later.steps is not None and not first.advanced_with(later):
+            return False  # its counter does not count iterations: the usual wait
+        if later.steps is not None:
+            if flag is not None and int(flag["iterations"]) != later.steps:
+                self.notes.append(f"the training loop runs {later.steps:,} optimizer steps (its exit `{later.bound}`, "
+                                  f"{later.where}), not the {int(flag['iterations']):,} of {flag['source']}")
+            # what the loop tests is what runs: above any flag's reading
+            self.note_script_iterations(later.steps, f"the training loop's exit ({later.where}: `{later.bound}`)",
+                                        rank=(True, True, True, True))
+        elif flag is not None:
+            self.notes.append(f"{flag['source']} may not be what the training loop runs: {later.describe()}; "
+                              f"predict takes the {int(flag['iterations']):,} steps, give predict --epochs 1 "
+                              "--iterations-per-epoch N if it runs another count")
+            return False
+        if later.periodic:
+            wait = later.passes_to_next_period()
+            self._periodic_until = None if wait is None else n + wait + 2  # its region, the increment's margin
+            return False
+        return self._end_at_loop_bound(later, "")
+
+    def _end_at_loop_bound(self, bound: LoopBound, seen: str) -> bool:
+        """Sampling ends at a loop read by _loop_bound_ends_sampling: its step budget as one epoch, or, with none, a
+        note of what ends it and what predict needs."""
+        seen = f": {seen}" if seen else ""
+        if bound.steps is not None:
+            self._take_as_epoch(bound.steps, f"no DataLoader: {bound.describe()}, taken as one epoch{seen}; validation "
+                                             "after the loop, if any, is not timed")
+        else:
+            self.notes.append(f"no DataLoader: {bound.describe()}, which no sample foresees{seen}; give predict --epochs "
+                              "1 --iterations-per-epoch N with the optimizer steps you expect it to run")
+            self._finish("sampled_no_dataloader")
+        return True
+
+    def _loop_epoch_too_dear(self, epoch: int) -> bool:
+        """Sampling has stopped in a loop without a DataLoader whose length was read from its source: the epoch is
+        waited out, to time the validation after it, only when that fits (stop_rule.epoch_end_too_dear). True when it
+        did not and the profile ended here."""
+        budget = self._budget_inputs(epoch)
+        passes, source = self._loop_passes
+        left = passes - int(self.epochs[-1]["iterations"])
+        dear = stop_rule.epoch_end_too_dear(self.iterations.walls(), budget, self._stop_settings, left) \
+            if budget is not None else None
+        if dear is None:
+            return False
+        wait_s, needed = dear
+        self._take_as_epoch(passes, f"no DataLoader: {passes:,} iterations an epoch, read from {source}; waiting out "
+                                    f"the epoch's other {left:,} (~{wait_s:.0f} s) to time the validation after it "
+                                    f"would cost {needed:.0%} of the predicted run, past the "
+                                    f"{stop_rule.EPOCH_WAIT_SHARE:.0%} a profile waits for an epoch's end and past "
+                                    f"--budget {self.budget_fraction:g}, so validation (if the script runs any after "
+                                    f"the epoch) is not timed: --budget {math.ceil(needed * 100) / 100:g} times it")
+        return True

@@ -1,0 +1,240 @@
+"""The source reader for training loops with no length in their header (trainwise.profile._loop_bound): each test runs
+a real loop of that shape here and reads it at its step's line, as the recorder does at a step's end."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+from itertools import count
+
+from trainwise.profile._loop_bound import read_loop_bound
+
+
+class _Done(Exception):
+    """Leaves a test loop without a statement the reader would take as the loop's exit."""
+
+
+def _stop_after(readings: list, passes: int = 2) -> None:
+    if len(readings) >= passes:
+        raise _Done
+
+
+def _run(loop) -> list:
+    readings: list = []
+    try:
+        loop(readings)
+    except _Done:
+        pass
+    return readings
+
+
+def test_a_count_loop_that_breaks_at_a_step_count_runs_that_many_steps():
+    def loop(readings):
+        budget = 60_000
+        for step in itertools.count(1):
+            readings.append(read_loop_bound(step, ()))
+            if step >= budget:
+                break
+            _stop_after(readings)
+
+    first, later = _run(loop)
+    assert later.steps == 60_000 and first.steps == 60_000
+    assert first.advanced_with(later) and later.counter == "step"
+    assert "itertools.count(1)" in later.where and later.bound == "step >= budget" and not later.other_exits
+
+
+def test_a_check_before_the_step_leaves_before_the_last_step_runs():
+    def loop(readings):
+        for step in count(1):
+            if step > 500:
+                break
+            readings.append(read_loop_bound(step, ()))
+            _stop_after(readings)
+
+    assert _run(loop)[-1].steps == 500
+
+
+def test_a_while_true_loop_with_its_own_counter_as_nanogpt_writes_it():
+    settings = {"max_iters": 2000}
+
+    def loop(readings):
+        iter_num = 0
+        while True:
+            readings.append(read_loop_bound(iter_num + 1, ()))  # the step, at iter_num 0 on the first pass
+            iter_num += 1
+            if iter_num > settings_max:
+                break
+            _stop_after(readings)
+
+    settings_max = settings["max_iters"]
+    first, later = _run(loop)
+    assert later.steps == 2001  # iter_num 0..2000 each run a step, as nanoGPT's loop does
+    assert first.advanced_with(later) and later.counter == "iter_num"
+
+
+def test_of_two_counters_the_one_an_exit_compares_is_the_loops():
+    max_iters = 5_000
+
+    def loop(readings):
+        iter_num, local_iter_num = 0, 0
+        while True:
+            readings.append(read_loop_bound(local_iter_num + 1, ()))
+            iter_num += 1
+            local_iter_num += 1
+            if iter_num % 250 == 0:
+                pass  # nanoGPT's evaluation
+            if iter_num > max_iters:
+                break
+            _stop_after(readings)
+
+    first, later = _run(loop)
+    assert later.counter == "iter_num" and later.steps == 5_001 and first.advanced_with(later)
+    assert later.periodic and later.period == 250
+
+
+def test_a_while_loop_whose_test_is_the_step_budget_read_from_argparse():
+    args = argparse.Namespace(max_steps=300)
+
+    def loop(readings):
+        global_step = 0
+        while global_step < args.max_steps:
+            global_step += 1
+            readings.append(read_loop_bound(global_step, ()))
+            _stop_after(readings)
+
+    first, later = _run(loop)
+    assert later.steps == 300 and later.bound == "global_step >= args.max_steps"
+    assert first.advanced_with(later)
+
+
+def test_a_loop_that_ends_when_training_decides_has_no_step_budget_and_says_what_ends_it():
+    threshold = 195.0
+
+    def loop(readings):
+        running_reward = 10.0
+        for episode in count(1):
+            running_reward = 0.05 * 20 + 0.95 * running_reward
+            readings.append(read_loop_bound(episode, ()))
+            if running_reward > threshold:
+                break
+            _stop_after(readings)
+
+    reading = _run(loop)[-1]
+    assert reading.steps is None and reading.other_exits == ("`running_reward > threshold`",)
+    assert "has no length in its code: it ends when `running_reward > threshold`" in reading.describe()
+    assert not reading.periodic
+
+
+def test_a_step_count_or_a_loss_bounds_the_run_by_the_count_and_names_the_other_exit():
+    def loop(readings):
+        loss = 1.0
+        for step in count(0):
+            readings.append(read_loop_bound(step + 1, ()))
+            loss *= 0.99
+            if step + 1 >= 10_000 or loss < 1e-3:
+                break
+            if step >= 7_000:
+                break
+            _stop_after(readings)
+
+    reading = _run(loop)[-1]
+    # `step + 1 >= 10_000` is not a plain counter test; `step >= 7_000` is (passes 0..7000 run their step)
+    assert reading.steps == 7_001 and reading.bound == "step >= 7000"
+    assert "`loss < 0.001`" in reading.other_exits
+
+
+def test_a_return_inside_a_function_ends_its_loop_and_a_nested_loops_break_does_not():
+    def train(readings):
+        step = 0
+        while True:
+            for micro in range(4):
+                if micro >= 2:
+                    break  # leaves the inner loop only
+            step += 1
+            readings.append(read_loop_bound(step, ()))
+            if step == 1_000:
+                return
+            _stop_after(readings)
+
+    first, later = _run(train)
+    assert later.steps == 1_000 and first.advanced_with(later)
+
+
+def test_an_episode_loop_as_reinforce_writes_it_ends_on_its_reward_not_its_rollouts_break():
+    # pytorch/examples' reinforcement_learning/reinforce.py: the rollout's `break` leaves the inner loop only
+    reward_threshold, log_interval = 475.0, 10
+
+    def loop(readings):
+        running_reward = 10.0
+        for i_episode in count(1):
+            for t in range(1, 10_000):
+                terminated = t >= 3
+                if terminated:
+                    break
+            running_reward = 0.05 * t + 0.95 * running_reward
+            readings.append(read_loop_bound(i_episode, ()))
+            if i_episode % log_interval == 0:
+                pass
+            if running_reward > reward_threshold:
+                break
+            _stop_after(readings)
+
+    reading = _run(loop)[-1]
+    assert reading.steps is None and reading.other_exits == ("`running_reward > reward_threshold`",)
+    assert reading.periodic and reading.period == 10 and reading.passes_to_next_period() == 8
+
+
+def test_a_test_every_k_passes_is_read_as_periodic_with_its_period():
+    every = 250
+
+    def loop(readings):
+        for it in count(1):
+            readings.append(read_loop_bound(it, ()))
+            if it % every == 0:
+                pass  # a validation or a log line
+            if it >= 5_000:
+                break
+            _stop_after(readings)
+
+    reading = _run(loop)[-1]
+    assert reading.periodic and reading.period == 250 and reading.steps == 5_000
+    assert reading.passes_to_next_period() == 248  # read at it == 2: the next multiple of 250 is 248 passes away
+
+
+def test_a_counter_that_advances_more_than_once_an_iteration_is_not_taken_as_the_step_count():
+    def loop(readings):
+        micro = 0
+        for step in count(1):
+            micro += 4  # not an increment by one: the loop's own counter is `step`, read at iterations 1 and 3
+            readings.append(read_loop_bound(1 + 2 * len(readings), ()))
+            if step >= 100:
+                break
+            _stop_after(readings)
+
+    first, later = _run(loop)
+    assert not first.advanced_with(later)  # two passes, but two iterations recorded between them
+
+
+def test_a_loop_with_a_length_in_its_header_or_a_count_that_is_not_itertools_is_left_to_the_range_reader():
+    def ranged(readings):
+        for step in range(100):
+            readings.append(read_loop_bound(step + 1, ()))
+            _stop_after(readings)
+
+    def shadowed(readings):
+        count = range  # noqa: F841 - a name `count` that is not itertools.count
+        for step in count(100):
+            readings.append(read_loop_bound(step + 1, ()))
+            _stop_after(readings)
+
+    assert _run(ranged) == [None, None]
+    assert _run(shadowed) == [None, None]
+
+
+def test_no_loop_around_the_step_reads_nothing():
+    import _pytest
+    import pluggy
+
+    # pytest's own frames (its loops over hooks) are a library's, as torch's and trainwise's are in a profile
+    assert read_loop_bound(1, (os.path.dirname(_pytest.__file__), os.path.dirname(pluggy.__file__))) is None
