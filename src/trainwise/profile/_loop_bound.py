@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from trainwise.profile._loop_length import _USER_FRAMES, _innermost_loop, _is_library, _Reader, _Refused
+from trainwise.profile._loop_length import _innermost_loop, _Reader, _Refused, script_frames
 
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.For, ast.AsyncFor, ast.While)
 # the test is checked as `counter OP bound` (the counter on the left): the smallest counter value that leaves
@@ -267,30 +267,24 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...]) -> Loop
     has one (a `range`, a DataLoader) or no loop of the script's is found. `iterations_done`: the run's iterations so
     far, the one now ending counted. `skipped_dirs`: the frames of these packages (torch, trainwise) are not the
     script's."""
-    skipped = tuple(os.path.join(os.path.realpath(d), "") for d in skipped_dirs)
-    frame = sys._getframe(1)
-    user_frames = 0
-    while frame is not None and user_frames < _USER_FRAMES:
+    for frame in script_frames(sys._getframe(1), skipped_dirs):
         code = frame.f_code
-        if not _is_library(os.path.realpath(code.co_filename), skipped):
-            user_frames += 1
-            try:
-                loop = _innermost_loop(code, frame.f_lineno, (ast.For, ast.While))
-                reader = _Reader(frame)
-                if loop is not None and _unbounded(loop, reader):
-                    analysis = _Analysis(loop, reader, frame.f_lineno, iterations_done)
-                    analysis.read()
-                    periodic, period = analysis.periods()
-                    header = f"while {_short(loop.test)}" if isinstance(loop, ast.While) else \
-                        f"for {_short(loop.target)} in {_short(loop.iter)}"
-                    return LoopBound(where=f"{os.path.basename(code.co_filename)}:{loop.lineno}: {header}",
-                                     counter=analysis.counter, counter_value=analysis.counter_value(),
-                                     iterations_done=iterations_done, steps=analysis.steps, bound=analysis.bound,
-                                     other_exits=tuple(dict.fromkeys(analysis.other_exits)),
-                                     periodic=periodic, period=period)
-                if loop is not None:
-                    return None  # a loop with a length in its header: trainwise.profile._loop_length reads it
-            except Exception:  # noqa: BLE001 - source that does not parse or a value refused: nothing is known
-                return None
-        frame = frame.f_back
+        try:
+            loop = _innermost_loop(code, frame.f_lineno, (ast.For, ast.While))
+            if loop is None:
+                continue
+            reader = _Reader(frame)
+            if not _unbounded(loop, reader):
+                return None  # a loop with a length in its header: trainwise.profile._loop_length reads it
+            analysis = _Analysis(loop, reader, frame.f_lineno, iterations_done)
+            analysis.read()
+            periodic, period = analysis.periods()
+            header = f"while {_short(loop.test)}" if isinstance(loop, ast.While) else \
+                f"for {_short(loop.target)} in {_short(loop.iter)}"
+            return LoopBound(where=f"{os.path.basename(code.co_filename)}:{loop.lineno}: {header}",
+                             counter=analysis.counter, counter_value=analysis.counter_value(),
+                             iterations_done=iterations_done, steps=analysis.steps, bound=analysis.bound,
+                             other_exits=tuple(dict.fromkeys(analysis.other_exits)), periodic=periodic, period=period)
+        except Exception:  # noqa: BLE001 - source that does not parse or a value refused: nothing is known
+            return None
     return None

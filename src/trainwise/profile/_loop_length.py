@@ -176,21 +176,27 @@ def read_loop_length(iterations_done: int, skipped_dirs: tuple[str, ...]) -> tup
     """(passes of the training loop, where it was read) when the loop running this training step iterates a range
     whose pass now running is iteration number `iterations_done` of its epoch (1-based); None otherwise.
     `skipped_dirs`: the frames of these packages (torch, trainwise) are not the script's."""
+    for frame in script_frames(sys._getframe(1), skipped_dirs):
+        code = frame.f_code
+        try:
+            loop = _innermost_loop(code, frame.f_lineno)
+            if loop is not None:
+                loop_range, position = _range_and_position(loop, _Reader(frame))
+                if position + 1 == iterations_done:
+                    where = f"{os.path.basename(code.co_filename)}:{loop.lineno}"
+                    return len(loop_range), f"the training loop's range ({where}: {ast.unparse(loop.iter)})"
+        except Exception:  # noqa: BLE001 - refused, or source that does not parse: the length stays unknown
+            pass
+    return None
+
+
+def script_frames(frame: types.FrameType | None, skipped_dirs: tuple[str, ...]):
+    """The script's frames from `frame` outwards, at most _USER_FRAMES of them: those of the packages in
+    `skipped_dirs` (torch, trainwise) and of generated code are passed over."""
     skipped = tuple(os.path.join(os.path.realpath(d), "") for d in skipped_dirs)
-    frame = sys._getframe(1)
     user_frames = 0
     while frame is not None and user_frames < _USER_FRAMES:
-        code = frame.f_code
-        if not _is_library(os.path.realpath(code.co_filename), skipped):
+        if not _is_library(os.path.realpath(frame.f_code.co_filename), skipped):
             user_frames += 1
-            try:
-                loop = _innermost_loop(code, frame.f_lineno)
-                if loop is not None:
-                    loop_range, position = _range_and_position(loop, _Reader(frame))
-                    if position + 1 == iterations_done:
-                        where = f"{os.path.basename(code.co_filename)}:{loop.lineno}"
-                        return len(loop_range), f"the training loop's range ({where}: {ast.unparse(loop.iter)})"
-            except Exception:  # noqa: BLE001 - refused, or source that does not parse: the length stays unknown
-                pass
+            yield frame
         frame = frame.f_back
-    return None

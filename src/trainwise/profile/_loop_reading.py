@@ -95,14 +95,15 @@ class LoopReading:
         flag = self.script_iterations  # a step budget read from a flag or a global, or None
         if later.steps is not None and not first.advanced_with(later):
             return False  # its counter does not count iterations: the usual wait
-        if later.steps is not None:
-            if flag is not None and int(flag["iterations"]) != later.steps:
+        if later.steps is not None and (flag is None or abs(int(flag["iterations"]) - later.steps) > 1):
+            # a flag the loop agrees with, give or take its last step (nanoGPT's `iter_num > max_iters` runs
+            # max_iters + 1), stands; one it does not test gives way to what the loop tests, which is what runs
+            if flag is not None:
                 self.notes.append(f"the training loop runs {later.steps:,} optimizer steps (its exit `{later.bound}`, "
                                   f"{later.where}), not the {int(flag['iterations']):,} of {flag['source']}")
-            # what the loop tests is what runs: above any flag's reading
             self.note_script_iterations(later.steps, f"the training loop's exit ({later.where}: `{later.bound}`)",
                                         rank=(True, True, True, True))
-        elif flag is not None:
+        elif later.steps is None and flag is not None:
             self.notes.append(f"{flag['source']} may not be what the training loop runs: {later.describe()}; "
                               f"predict takes the {int(flag['iterations']):,} steps, give predict --epochs 1 "
                               "--iterations-per-epoch N if it runs another count")
@@ -118,8 +119,9 @@ class LoopReading:
         note of what ends it and what predict needs."""
         seen = f": {seen}" if seen else ""
         if bound.steps is not None:
-            self._take_as_epoch(bound.steps, f"no DataLoader: {bound.describe()}, taken as one epoch{seen}; validation "
-                                             "after the loop, if any, is not timed")
+            steps = self.planned_steps or bound.steps  # a flag the loop agrees with stands (above)
+            self._take_as_epoch(steps, f"no DataLoader: {bound.describe()}, taken as one epoch of "
+                                       f"{steps:,}{seen}; validation after the loop, if any, is not timed")
         else:
             self.notes.append(f"no DataLoader: {bound.describe()}, which no sample foresees{seen}; give predict --epochs "
                               "1 --iterations-per-epoch N with the optimizer steps you expect it to run")

@@ -26,27 +26,29 @@ schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.max_
 data = torch.randn(1024, 32)
 start = time.monotonic()
 
+
+def train_step(step):
+    """One optimizer step (a helper the loop calls: the loop is read from the caller's frame)."""
+    batch = data[(step * 16) % 1024:(step * 16) % 1024 + 16]
+    loss = model(batch).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 if args.until == "steps":
     for step in count(1):
-        batch = data[(step * 16) % 1024:(step * 16) % 1024 + 16]
-        loss = model(batch).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = train_step(step)
         schedule.step()
         if step % args.log_every == 0:
-            print(f"step {step} loss {loss.item():.4f}", flush=True)
+            print(f"step {step} loss {loss:.4f}", flush=True)
         if step >= args.updates:
             break
 else:
     running_reward = 10.0
     for episode in count(1):
-        batch = data[(episode * 16) % 1024:(episode * 16) % 1024 + 16]
-        loss = model(batch).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        running_reward = 0.05 * float(-loss.item()) + 0.95 * running_reward
+        running_reward = 0.05 * -train_step(episode) + 0.95 * running_reward
         if running_reward > args.threshold or time.monotonic() - start > args.seconds:
             break
 print("done", flush=True)
