@@ -238,3 +238,77 @@ def test_no_loop_around_the_step_reads_nothing():
 
     # pytest's own frames (its loops over hooks) are a library's, as torch's and trainwise's are in a profile
     assert read_loop_bound(1, (os.path.dirname(_pytest.__file__), os.path.dirname(pluggy.__file__))) is None
+
+
+def test_a_count_loop_that_an_epoch_loop_runs_again_gives_an_epochs_length_not_the_runs():
+    def loop(readings):
+        for epoch in range(3):
+            for step in count(1):
+                readings.append(read_loop_bound(step, ()))
+                if step >= 400:
+                    break
+                _stop_after(readings)
+
+    first, later = _run(loop)
+    assert later.steps == 400 and later.header_counter and later.enclosed and later.per_epoch
+    assert "400 iterations each time it runs" in later.describe()
+
+
+def test_a_global_counter_inside_an_epoch_loop_is_the_runs_budget():
+    def loop(readings):
+        step = 0
+        for epoch in count():
+            while True:
+                step += 1
+                readings.append(read_loop_bound(step, ()))
+                if step >= 900:
+                    return
+                _stop_after(readings)
+
+    reading = _run(loop)[-1]
+    assert reading.steps == 900 and reading.enclosed and not reading.header_counter and not reading.per_epoch
+
+
+def _stream_loader():
+    import torch
+
+    class Stream(torch.utils.data.IterableDataset):  # no __len__: a stream
+        def __iter__(self):
+            while True:
+                yield torch.zeros(2)
+
+    return torch.utils.data.DataLoader(Stream(), batch_size=4)
+
+
+def test_a_loop_over_a_stream_is_read_only_when_asked_and_its_enumerate_index_is_an_epochs_length():
+    loader = _stream_loader()
+
+    def loop(readings, loaders):
+        for i, batch in enumerate(loader):
+            readings.append(read_loop_bound(i + 1, (), loaders=loaders))
+            if i >= 1_000:
+                break
+            _stop_after(readings)
+
+    assert _run(lambda readings: loop(readings, False)) == [None, None]
+    first, later = _run(lambda readings: loop(readings, True))
+    assert later.loader and later.steps == 1_001 and later.per_epoch and first.advanced_with(later)
+
+
+def test_a_global_step_over_a_stream_is_the_runs_budget_and_a_sized_loader_is_left_alone():
+    import torch
+
+    stream, sized = _stream_loader(), torch.utils.data.DataLoader(torch.zeros(64, 2), batch_size=4)
+
+    def loop(readings, loader):
+        global_step = 0
+        for batch in loader:
+            global_step += 1
+            readings.append(read_loop_bound(global_step, (), loaders=True))
+            if global_step == 5_000:
+                break
+            _stop_after(readings)
+
+    reading = _run(lambda readings: loop(readings, stream))[-1]
+    assert reading.loader and reading.steps == 5_000 and not reading.per_epoch
+    assert _run(lambda readings: loop(readings, sized)) == [None, None]

@@ -155,6 +155,24 @@ def test_a_loop_with_no_length_in_its_header_is_read_from_its_exit_or_told_withi
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("counter", ["index", "global"])
+def test_a_stream_without_length_takes_its_epoch_from_the_loops_exit(counter):
+    # an IterableDataset: the DataLoader has no length; before, predict asked for --iterations-per-epoch
+    from trainwise.predict.epochs import decide_epochs
+
+    profile = run_profile(client("stream_loop.py", "--counter", counter, "--updates", "30000", "--rounds", "2"),
+                          ProfileOptions(**QUICK), quiet=True)
+    assert profile.dataset.iterations_per_epoch == 30_000
+    assert any(note.startswith("the training DataLoader has no length") for note in profile.notes)
+    decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
+                             profiles=[("p", profile)], what="epochs")
+    if counter == "global":
+        assert profile.script_iterations.iterations == 30_000 and decision.headline == 1
+    else:
+        assert profile.script_iterations is None and "`i >= args.updates - 1`" in " ".join(profile.notes)
+
+
+@pytest.mark.long
 def test_gan_with_two_optimizers_is_one_iteration_per_pair_of_steps():
     profile = run_profile(client("gan_two_optimizers.py", "--niter", "1", "--samples", "320"),
                           ProfileOptions(mode="full", **QUICK), quiet=True)

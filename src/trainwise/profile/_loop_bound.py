@@ -17,8 +17,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from trainwise.profile._loop_length import _innermost_loop, _Reader, _Refused, script_frames
+from trainwise.profile._loop_length import _innermost_loop, _Reader, _Refused, scope_and_innermost_loop, script_frames
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.For, ast.AsyncFor, ast.While)
 # the test is checked as `counter OP bound` (the counter on the left): the smallest counter value that leaves
 _LEAVES_AT = {ast.GtE: 0, ast.Eq: 0, ast.Gt: 1}
@@ -40,6 +41,16 @@ class LoopBound:
     other_exits: tuple[str, ...]  # tests that end the loop on something else (a loss, a reward)
     periodic: bool  # a test reads `counter % K`: something runs every K passes (validation, a checkpoint, a log)
     period: int | None = None  # the largest such K the evaluator reads (by its next multiple, every test has come)
+    # The counter is the loop header's own (a `count()` target, `enumerate`'s index): it starts again each time the
+    # loop runs, so `steps` are one run of the loop, an epoch when another loop (here or in a caller) runs it again
+    header_counter: bool = False
+    enclosed: bool = False  # another loop, in this function or a caller's, runs this one
+    loader: bool = False  # the loop iterates a DataLoader of unknown length (an IterableDataset: a stream)
+
+    @property
+    def per_epoch(self) -> bool:
+        """`steps` are the passes of one run of the loop (an epoch's iterations), not the whole run's."""
+        return self.header_counter and (self.enclosed or self.loader)
 
     def passes_to_next_period(self) -> int | None:
         """Passes from the one now ending until the counter is next a multiple of `period` (the next periodic test
@@ -57,7 +68,8 @@ class LoopBound:
     def describe(self) -> str:
         if self.steps is not None:
             exits = f"; it may leave earlier: {' or '.join(self.other_exits)}" if self.other_exits else ""
-            return f"the training loop ({self.where}) stops at `{self.bound}`: {self.steps:,} iterations{exits}"
+            per = " each time it runs" if self.per_epoch else ""
+            return f"the training loop ({self.where}) stops at `{self.bound}`: {self.steps:,} iterations{per}{exits}"
         ends = f"ends when {' or '.join(self.other_exits)}" if self.other_exits else "has no exit in its code"
         return f"the training loop ({self.where}) has no length in its code: it {ends}"
 
@@ -79,6 +91,41 @@ def _is_unbounded_iterable(node: ast.AST, reader: _Reader) -> ast.Call | None:
     except _Refused:
         return None
     return node if func is itertools.count else None
+
+
+def _unsized_loader(node: ast.AST, reader: _Reader) -> bool:
+    """`loader` or `enumerate(loader[, start])`, `loader` a DataLoader over an IterableDataset that has no length
+    (a stream: the loop's length is not in its header). Only stored values are read (nothing of the script runs)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "enumerate" and node.args:
+        if reader.name("enumerate") is not enumerate:
+            return False
+        node = node.args[0]
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(node, (ast.Name, ast.Attribute)):
+        return False
+    try:
+        loader = reader.value(node)
+    except _Refused:
+        return False
+    data = sys.modules.get("torch.utils.data")
+    if data is None or not isinstance(loader, data.DataLoader):
+        return False
+    dataset = vars(loader).get("dataset")
+    return isinstance(dataset, data.IterableDataset) and not hasattr(type(dataset), "__len__")
+
+
+def _enclosed(tree_scope: ast.AST, loop: ast.AST) -> bool:
+    """`loop` sits inside another `for`/`while` of the same function."""
+    stack: list[tuple[ast.AST, bool]] = [(child, False) for child in ast.iter_child_nodes(tree_scope)]
+    while stack:
+        node, inside = stack.pop()
+        if node is loop:
+            return inside
+        if isinstance(node, _SCOPES):
+            continue
+        looping = inside or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        stack.extend((child, looping) for child in ast.iter_child_nodes(node))
+    return False
 
 
 def _walk_body(body: list[ast.stmt]):
@@ -170,10 +217,10 @@ class _Analysis:
         """The loop's counter (of several names the body adds one to, the one an exit test compares: nanoGPT counts
         `iter_num` and `local_iter_num`), the step budget its exit tests give, and the exits on anything else."""
         loop = self.loop
-        if isinstance(loop, ast.For):
-            candidates = {loop.target.id: None} if isinstance(loop.target, ast.Name) else {}
-        else:
-            candidates = _counter_increments(loop.body)
+        candidates = _counter_increments(loop.body)
+        header = _header_counter(loop)
+        if header is not None:
+            candidates = {header: None, **{name: line for name, line in candidates.items() if name != header}}
         read: list[_Analysis] = []
         for name, line in candidates.items():
             trial = _Analysis(loop, self.reader, self.step_line, self.done)
@@ -189,6 +236,10 @@ class _Analysis:
                 return
         self.counter, self.increment_line = chosen.counter, chosen.increment_line
         self.steps, self.bound, self.other_exits = chosen.steps, chosen.bound, chosen.other_exits
+
+    @property
+    def header_counter(self) -> bool:
+        return self.counter is not None and self.counter == _header_counter(self.loop)
 
     def _read_exits(self) -> None:
         remaining: list[tuple[int, str]] = []
@@ -255,6 +306,16 @@ def _negated(test: ast.AST) -> ast.AST:
     return ast.UnaryOp(op=ast.Not(), operand=test)
 
 
+def _header_counter(loop: ast.AST) -> str | None:
+    """The counter a `for` header makes: `step` of `for step in count()`, `i` of `for i, batch in enumerate(...)`."""
+    if not isinstance(loop, ast.For):
+        return None
+    if isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "enumerate":
+        first = loop.target.elts[0] if isinstance(loop.target, ast.Tuple) and loop.target.elts else None
+        return first.id if isinstance(first, ast.Name) else None
+    return loop.target.id if isinstance(loop.target, ast.Name) else None
+
+
 def _unbounded(loop: ast.For | ast.While, reader: _Reader) -> bool:
     """A loop whose own header sets no length: `while ...` (any test) or `for ... in count(...)`."""
     if isinstance(loop, ast.While):
@@ -262,29 +323,34 @@ def _unbounded(loop: ast.For | ast.While, reader: _Reader) -> bool:
     return _is_unbounded_iterable(loop.iter, reader) is not None
 
 
-def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...]) -> LoopBound | None:
+def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, loaders: bool = False) -> LoopBound | None:
     """What the source says of the loop around this training step when it has no length in its header; None when it
-    has one (a `range`, a DataLoader) or no loop of the script's is found. `iterations_done`: the run's iterations so
-    far, the one now ending counted. `skipped_dirs`: the frames of these packages (torch, trainwise) are not the
-    script's."""
-    for frame in script_frames(sys._getframe(1), skipped_dirs):
+    has one (a `range`, a DataLoader) or no loop of the script's is found. With `loaders`, a loop over a DataLoader
+    of unknown length (a stream) is read too. `iterations_done`: the iterations of this run of the loop so far, the
+    one now ending counted. `skipped_dirs`: the frames of these packages (torch, trainwise) are not the script's."""
+    frames = list(script_frames(sys._getframe(1), skipped_dirs))
+    for index, frame in enumerate(frames):
         code = frame.f_code
         try:
-            loop = _innermost_loop(code, frame.f_lineno, (ast.For, ast.While))
+            scope, loop = scope_and_innermost_loop(code, frame.f_lineno, (ast.For, ast.While))
             if loop is None:
                 continue
             reader = _Reader(frame)
-            if not _unbounded(loop, reader):
+            loader = loaders and isinstance(loop, ast.For) and _unsized_loader(loop.iter, reader)
+            if not (loader or _unbounded(loop, reader)):
                 return None  # a loop with a length in its header: trainwise.profile._loop_length reads it
             analysis = _Analysis(loop, reader, frame.f_lineno, iterations_done)
             analysis.read()
             periodic, period = analysis.periods()
             header = f"while {_short(loop.test)}" if isinstance(loop, ast.While) else \
                 f"for {_short(loop.target)} in {_short(loop.iter)}"
+            enclosed = _enclosed(scope, loop) or any(_innermost_loop(outer.f_code, outer.f_lineno, (ast.For, ast.While))
+                                                     is not None for outer in frames[index + 1:])
             return LoopBound(where=f"{os.path.basename(code.co_filename)}:{loop.lineno}: {header}",
                              counter=analysis.counter, counter_value=analysis.counter_value(),
                              iterations_done=iterations_done, steps=analysis.steps, bound=analysis.bound,
-                             other_exits=tuple(dict.fromkeys(analysis.other_exits)), periodic=periodic, period=period)
+                             other_exits=tuple(dict.fromkeys(analysis.other_exits)), periodic=periodic, period=period,
+                             header_counter=analysis.header_counter, enclosed=enclosed, loader=bool(loader))
         except Exception:  # noqa: BLE001 - source that does not parse or a value refused: nothing is known
             return None
     return None

@@ -114,9 +114,15 @@ class _Reader:
 def _innermost_loop(code: types.CodeType, lineno: int, kinds: tuple[type, ...] = (ast.For,)) -> Any:
     """The innermost loop of `kinds` (`for` by default) around `lineno` in the scope `code` runs (not one of an
     enclosing function's)."""
+    return scope_and_innermost_loop(code, lineno, kinds)[1]
+
+
+def scope_and_innermost_loop(code: types.CodeType, lineno: int, kinds: tuple[type, ...]) -> tuple[Any, Any]:
+    """(the scope `code` runs: a function's node or the module's, the innermost loop of `kinds` around `lineno`
+    in it); (None, None) when the source is not there."""
     lines = linecache.getlines(code.co_filename)
     if not lines or sum(len(line) for line in lines) > _MAX_SOURCE_BYTES:
-        return None
+        return None, None
     tree = ast.parse("".join(lines))
 
     def inside(node: ast.AST) -> bool:
@@ -127,7 +133,7 @@ def _innermost_loop(code: types.CodeType, lineno: int, kinds: tuple[type, ...] =
         scopes = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name
                   and inside(node)]
         if not scopes:
-            return None
+            return None, None
         scope = max(scopes, key=lambda node: node.lineno)
     found: Any = None
     stack = list(ast.iter_child_nodes(scope))
@@ -138,7 +144,7 @@ def _innermost_loop(code: types.CodeType, lineno: int, kinds: tuple[type, ...] =
         if isinstance(node, kinds) and (found is None or node.lineno > found.lineno):
             found = node
         stack.extend(ast.iter_child_nodes(node))
-    return found
+    return scope, found
 
 
 def _range_and_position(loop: ast.For, reader: _Reader) -> tuple[range, int]:

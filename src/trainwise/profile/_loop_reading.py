@@ -95,15 +95,15 @@ class LoopReading:
         flag = self.script_iterations  # a step budget read from a flag or a global, or None
         if later.steps is not None and not first.advanced_with(later):
             return False  # its counter does not count iterations: the usual wait
-        if later.steps is not None and (flag is None or abs(int(flag["iterations"]) - later.steps) > 1):
+        if later.steps is not None and later.per_epoch:
+            # `for step in count()` run again by an epoch loop: its exit is the epoch's length, as a range's would be
+            self._loop_passes = (later.steps, f"the training loop's exit ({later.where}: `{later.bound}`)")
+            return self._loop_epoch_too_dear(int(self.epochs[-1]["index"]))
+        if later.steps is not None:
             # a flag the loop agrees with, give or take its last step (nanoGPT's `iter_num > max_iters` runs
             # max_iters + 1), stands; one it does not test gives way to what the loop tests, which is what runs
-            if flag is not None:
-                self.notes.append(f"the training loop runs {later.steps:,} optimizer steps (its exit `{later.bound}`, "
-                                  f"{later.where}), not the {int(flag['iterations']):,} of {flag['source']}")
-            self.note_script_iterations(later.steps, f"the training loop's exit ({later.where}: `{later.bound}`)",
-                                        rank=(True, True, True, True))
-        elif later.steps is None and flag is not None:
+            self._note_loop_steps(later)
+        elif flag is not None:
             self.notes.append(f"{flag['source']} may not be what the training loop runs: {later.describe()}; "
                               f"predict takes the {int(flag['iterations']):,} steps, give predict --epochs 1 "
                               "--iterations-per-epoch N if it runs another count")
@@ -113,6 +113,55 @@ class LoopReading:
             self._periodic_until = None if wait is None else n + wait + 2  # its region, the increment's margin
             return False
         return self._end_at_loop_bound(later, "")
+
+    def _read_loader_loop(self) -> None:
+        """Once, while sampling epoch 1 over a DataLoader of unknown length (an IterableDataset: a stream): the loop
+        around the step, whose exit may say how long an epoch or the run is (`if i >= args.max_updates: break`)."""
+        self._loop_passes_read = True
+        epoch = self.epochs[-1] if self.epochs else None
+        if epoch is None or epoch["batches_per_epoch"] is not None or self._torch is None:
+            return
+        self._loop_bound = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True)
+
+    def _loader_loop_length(self) -> None:
+        """Sampling stops inside epoch 1 of a stream: read its loop again (its counter must have advanced once an
+        iteration). `enumerate`'s index tested against a bound gives the epoch's length; a counter the loop adds one
+        to, the run's step budget, which is then one epoch too (a stream shows no boundary before the run ends)."""
+        first = self._loop_bound
+        if first is None or not first.loader or self._loop_bound_checked:
+            return
+        self._loop_bound_checked = True
+        epoch = self.epochs[-1]
+        later = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True)
+        if later is None or later.steps is None or not first.advanced_with(later):
+            return
+        source = f"the training loop's exit ({later.where}: `{later.bound}`)"
+        if later.per_epoch:
+            steps, note = later.steps, f"{later.steps:,} iterations an epoch, read from {source}"
+        else:
+            if self._script_iterations_from_framework:
+                return
+            self._note_loop_steps(later)
+            steps = self.planned_steps
+            if steps is None:
+                return
+            note = f"one epoch taken as the run's {steps:,} optimizer steps ({self.script_iterations['source']})"
+        batches = steps * max(1, self._most_batches_per_iteration)
+        epoch["batches_per_epoch"] = batches
+        if self.loaders.get("train") is not None:
+            self.loaders["train"]["batches_per_pass"] = batches
+        self.notes.append(f"the training DataLoader has no length (an IterableDataset, a stream): {note}")
+
+    def _note_loop_steps(self, bound: LoopBound) -> None:
+        """The loop's step budget, unless a step flag it agrees with (give or take its last step) stands."""
+        flag = self.script_iterations
+        if flag is not None and abs(int(flag["iterations"]) - bound.steps) <= 1:
+            return
+        if flag is not None:
+            self.notes.append(f"the training loop runs {bound.steps:,} optimizer steps (its exit `{bound.bound}`, "
+                              f"{bound.where}), not the {int(flag['iterations']):,} of {flag['source']}")
+        self.note_script_iterations(bound.steps, f"the training loop's exit ({bound.where}: `{bound.bound}`)",
+                                    rank=(True, True, True, True))
 
     def _end_at_loop_bound(self, bound: LoopBound, seen: str) -> bool:
         """Sampling ends at a loop read by _loop_bound_ends_sampling: its step budget as one epoch, or, with none, a

@@ -24,6 +24,12 @@ class Sampling:
                 return
             waited_s = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
             if waited_s >= max(self.max_seconds, self.max_epoch_wait_s):
+                if self._loop_passes is not None:  # the epoch's length is known without its end
+                    passes, source = self._loop_passes
+                    self._take_as_epoch(passes, f"no epoch boundary within --max-epoch-wait {self.max_epoch_wait_s:g} s: "
+                                                f"{passes:,} iterations an epoch, read from {source}; validation after "
+                                                "it, if any, is not timed")
+                    return
                 if self.planned_steps is not None:  # the run's length is known without an epoch boundary
                     self._take_step_budget_as_epoch()
                     return
@@ -44,9 +50,11 @@ class Sampling:
         elapsed = self.now() - self.marks["first_iteration_start"] - self.characterise_s - self.level_probes_s
         if n < stop_rule.first_check_iterations(self._stop_settings) and elapsed < self.max_seconds:
             return
-        if (self.current_train_state is None and not self._loop_passes_read and self.framework is None
-                and not self.explicit_steps):
-            self._read_loop_passes()
+        if not self._loop_passes_read and self.framework is None and not self.explicit_steps:
+            if self.current_train_state is None:
+                self._read_loop_passes()
+            else:
+                self._read_loader_loop()
         # The stability test costs O(n log n): run it on a geometric schedule (about every 5 % more
         # iterations) so that its cost per iteration stays negligible even for millisecond iterations.
         if n < self._next_check and n < self.max_iterations and elapsed < self.max_seconds:
@@ -78,6 +86,7 @@ class Sampling:
             # No DataLoader to end early and no epoch boundary to wait for: stop here.
             self._finish("sampled_no_dataloader")
             return
+        self._loader_loop_length()
         self._mark_train_truncation()
 
     def _closure_capped(self, last: int = 5) -> bool:

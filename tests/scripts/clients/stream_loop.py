@@ -1,0 +1,52 @@
+"""Training over a stream: a DataLoader over an IterableDataset with no length (as webdataset or a streaming
+dataset gives), the loop leaving at a step count no flag trainwise knows names. `--counter index`: `for i, (x, y) in
+enumerate(loader)` leaving at `i >= args.updates - 1`, inside `for epoch in range(args.rounds)` (each round an epoch
+of --updates steps); `--counter global`: `global_step += 1` and `if global_step >= args.updates: break`, one pass."""
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--counter", choices=["index", "global"], default="index")
+parser.add_argument("--updates", type=int, default=100_000)
+parser.add_argument("--rounds", type=int, default=2)
+args = parser.parse_args()
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(0)
+        while True:
+            x = torch.randn(32, generator=generator)
+            yield x, x[:1]
+
+
+loader = torch.utils.data.DataLoader(Stream(), batch_size=16)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+
+def train_step(x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+if args.counter == "index":
+    for epoch in range(args.rounds):
+        for i, (x, y) in enumerate(loader):
+            train_step(x, y)
+            if i >= args.updates - 1:
+                break
+else:
+    global_step = 0
+    for x, y in loader:
+        train_step(x, y)
+        global_step += 1
+        if global_step >= args.updates:
+            break
+print("done", flush=True)
