@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import linecache
 import operator
 import os
@@ -111,6 +112,12 @@ class _Reader:
         raise _Refused("call")
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed(source: str) -> ast.Module:
+    """A script's tree, parsed once for the frames and readings that ask (the same few files each time)."""
+    return ast.parse(source)
+
+
 def _innermost_loop(code: types.CodeType, lineno: int, kinds: tuple[type, ...] = (ast.For,)) -> Any:
     """The innermost loop of `kinds` (`for` by default) around `lineno` in the scope `code` runs (not one of an
     enclosing function's)."""
@@ -123,7 +130,7 @@ def scope_and_innermost_loop(code: types.CodeType, lineno: int, kinds: tuple[typ
     lines = linecache.getlines(code.co_filename)
     if not lines or sum(len(line) for line in lines) > _MAX_SOURCE_BYTES:
         return None, None
-    tree = ast.parse("".join(lines))
+    tree = _parsed("".join(lines))
 
     def inside(node: ast.AST) -> bool:
         return node.lineno <= lineno <= (node.end_lineno or node.lineno)
