@@ -292,10 +292,10 @@ def test_a_loop_over_a_stream_is_read_only_when_asked_and_its_enumerate_index_is
 
     assert _run(lambda readings: loop(readings, False)) == [None, None]
     first, later = _run(lambda readings: loop(readings, True))
-    assert later.loader and later.steps == 1_001 and later.per_epoch and first.advanced_with(later)
+    assert later.loader == "stream" and later.steps == 1_001 and later.per_epoch and first.advanced_with(later)
 
 
-def test_a_global_step_over_a_stream_is_the_runs_budget_and_a_sized_loader_is_left_alone():
+def test_a_global_step_over_a_stream_or_a_sized_loader_is_the_runs_budget():
     import torch
 
     stream, sized = _stream_loader(), torch.utils.data.DataLoader(torch.zeros(64, 2), batch_size=4)
@@ -310,5 +310,22 @@ def test_a_global_step_over_a_stream_is_the_runs_budget_and_a_sized_loader_is_le
             _stop_after(readings)
 
     reading = _run(lambda readings: loop(readings, stream))[-1]
-    assert reading.loader and reading.steps == 5_000 and not reading.per_epoch
-    assert _run(lambda readings: loop(readings, sized)) == [None, None]
+    assert reading.loader == "stream" and reading.steps == 5_000 and not reading.per_epoch
+    reading = _run(lambda readings: loop(readings, sized))[-1]
+    assert reading.loader == "sized" and reading.steps == 5_000 and not reading.per_epoch
+
+
+def test_an_index_that_leaves_a_sized_loaders_pass_early_is_an_epochs_length():
+    import torch
+
+    loader = torch.utils.data.DataLoader(torch.zeros(400, 2), batch_size=4)  # 100 batches
+
+    def loop(readings):
+        for batch_idx, batch in enumerate(loader):
+            readings.append(read_loop_bound(batch_idx + 1, (), loaders=True))
+            if batch_idx >= 24:  # a --limit-batches flag
+                break
+            _stop_after(readings)
+
+    reading = _run(loop)[-1]
+    assert reading.loader == "sized" and reading.steps == 25 and reading.per_epoch

@@ -155,15 +155,18 @@ def test_a_loop_with_no_length_in_its_header_is_read_from_its_exit_or_told_withi
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("counter", ["index", "global"])
+@pytest.mark.parametrize("counter", ["index", "global", "limit"])
 def test_a_stream_without_length_takes_its_epoch_from_the_loops_exit(counter):
-    # an IterableDataset: the DataLoader has no length; before, predict asked for --iterations-per-epoch
+    # an IterableDataset: the DataLoader has no length; before, predict asked for --iterations-per-epoch. `limit`:
+    # a sized loader of 4,000 batches whose passes the loop cuts at 3,000 (before: epochs of 4,000)
     from trainwise.predict.epochs import decide_epochs
 
-    profile = run_profile(client("stream_loop.py", "--counter", counter, "--updates", "30000", "--rounds", "2"),
+    updates = 3_000 if counter == "limit" else 30_000
+    profile = run_profile(client("stream_loop.py", "--counter", counter, "--updates", str(updates), "--rounds", "2"),
                           ProfileOptions(**QUICK), quiet=True)
-    assert profile.dataset.iterations_per_epoch == 30_000
-    assert any(note.startswith("the training DataLoader has no length") for note in profile.notes)
+    assert profile.dataset.iterations_per_epoch == updates
+    said = "the training loop leaves each pass" if counter == "limit" else "the training DataLoader has no length"
+    assert any(note.startswith(said) for note in profile.notes)
     decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
                              profiles=[("p", profile)], what="epochs")
     if counter == "global":

@@ -45,12 +45,12 @@ class LoopBound:
     # loop runs, so `steps` are one run of the loop, an epoch when another loop (here or in a caller) runs it again
     header_counter: bool = False
     enclosed: bool = False  # another loop, in this function or a caller's, runs this one
-    loader: bool = False  # the loop iterates a DataLoader of unknown length (an IterableDataset: a stream)
+    loader: str | None = None  # the loop iterates a DataLoader: "stream" (no length: an IterableDataset), "sized"
 
     @property
     def per_epoch(self) -> bool:
         """`steps` are the passes of one run of the loop (an epoch's iterations), not the whole run's."""
-        return self.header_counter and (self.enclosed or self.loader)
+        return self.header_counter and (self.enclosed or self.loader is not None)
 
     def passes_to_next_period(self) -> int | None:
         """Passes from the one now ending until the counter is next a multiple of `period` (the next periodic test
@@ -93,25 +93,25 @@ def _is_unbounded_iterable(node: ast.AST, reader: _Reader) -> ast.Call | None:
     return node if func is itertools.count else None
 
 
-def _unsized_loader(node: ast.AST, reader: _Reader) -> bool:
-    """`loader` or `enumerate(loader[, start])`, `loader` a DataLoader over an IterableDataset that has no length
-    (a stream: the loop's length is not in its header). Only stored values are read (nothing of the script runs)."""
+def _loader_kind(node: ast.AST, reader: _Reader) -> str | None:
+    """For `loader` or `enumerate(loader[, start])`, `loader` a DataLoader: "stream" when it has no length (an
+    IterableDataset without one: the loop's length is not in its header), else "sized"; None for anything else.
+    Only stored values are read (nothing of the script runs)."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "enumerate" and node.args:
         if reader.name("enumerate") is not enumerate:
-            return False
+            return None
         node = node.args[0]
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(node, (ast.Name, ast.Attribute)):
-        return False
+    data = sys.modules.get("torch.utils.data")
+    if data is None or not isinstance(node, (ast.Name, ast.Attribute)):
+        return None
     try:
         loader = reader.value(node)
     except _Refused:
-        return False
-    data = sys.modules.get("torch.utils.data")
-    if data is None or not isinstance(loader, data.DataLoader):
-        return False
+        return None
+    if not isinstance(loader, data.DataLoader):
+        return None
     dataset = vars(loader).get("dataset")
-    return isinstance(dataset, data.IterableDataset) and not hasattr(type(dataset), "__len__")
+    return "stream" if isinstance(dataset, data.IterableDataset) and not hasattr(type(dataset), "__len__") else "sized"
 
 
 def _enclosed(tree_scope: ast.AST, loop: ast.AST) -> bool:
@@ -326,7 +326,7 @@ def _unbounded(loop: ast.For | ast.While, reader: _Reader) -> bool:
 def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, loaders: bool = False) -> LoopBound | None:
     """What the source says of the loop around this training step when it has no length in its header; None when it
     has one (a `range`, a DataLoader) or no loop of the script's is found. With `loaders`, a loop over a DataLoader
-    of unknown length (a stream) is read too. `iterations_done`: the iterations of this run of the loop so far, the
+    is read too (its exit may end a pass before the loader does, or the run). `iterations_done`: the iterations of this run of the loop so far, the
     one now ending counted. `skipped_dirs`: the frames of these packages (torch, trainwise) are not the script's."""
     frames = list(script_frames(sys._getframe(1), skipped_dirs))
     for index, frame in enumerate(frames):
@@ -336,7 +336,7 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
             if loop is None:
                 continue
             reader = _Reader(frame)
-            loader = loaders and isinstance(loop, ast.For) and _unsized_loader(loop.iter, reader)
+            loader = _loader_kind(loop.iter, reader) if loaders and isinstance(loop, ast.For) else None
             if not (loader or _unbounded(loop, reader)):
                 return None  # a loop with a length in its header: trainwise.profile._loop_length reads it
             analysis = _Analysis(loop, reader, frame.f_lineno, iterations_done)
@@ -350,7 +350,7 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
                              counter=analysis.counter, counter_value=analysis.counter_value(),
                              iterations_done=iterations_done, steps=analysis.steps, bound=analysis.bound,
                              other_exits=tuple(dict.fromkeys(analysis.other_exits)), periodic=periodic, period=period,
-                             header_counter=analysis.header_counter, enclosed=enclosed, loader=bool(loader))
+                             header_counter=analysis.header_counter, enclosed=enclosed, loader=loader)
         except Exception:  # noqa: BLE001 - source that does not parse or a value refused: nothing is known
             return None
     return None

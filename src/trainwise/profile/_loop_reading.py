@@ -115,42 +115,52 @@ class LoopReading:
         return self._end_at_loop_bound(later, "")
 
     def _read_loader_loop(self) -> None:
-        """Once, while sampling epoch 1 over a DataLoader of unknown length (an IterableDataset: a stream): the loop
-        around the step, whose exit may say how long an epoch or the run is (`if i >= args.max_updates: break`)."""
+        """Once, while sampling epoch 1 over a DataLoader: the loop around the step, whose exit may end a pass before
+        the loader does (`if i >= args.max_batches: break`), or the run (`if step >= total: break`), or say how long
+        a pass over a stream (an IterableDataset with no length) is."""
         self._loop_passes_read = True
         epoch = self.epochs[-1] if self.epochs else None
-        if epoch is None or epoch["batches_per_epoch"] is not None or self._torch is None:
+        if epoch is None or self._torch is None:
             return
         self._loop_bound = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True)
 
     def _loader_loop_length(self) -> None:
-        """Sampling stops inside epoch 1 of a stream: read its loop again (its counter must have advanced once an
-        iteration). `enumerate`'s index tested against a bound gives the epoch's length; a counter the loop adds one
-        to, the run's step budget, which is then one epoch too (a stream shows no boundary before the run ends)."""
+        """Sampling stops inside epoch 1 of a DataLoader pass: read its loop again (its counter must have advanced
+        once an iteration). `enumerate`'s index tested against a bound gives the epoch's length when the loader's own
+        is longer or unknown; a counter the loop adds one to gives the run's step budget, which over a stream is also
+        one epoch (a stream shows no boundary before the run ends)."""
         first = self._loop_bound
-        if first is None or not first.loader or self._loop_bound_checked:
+        if first is None or first.loader is None or self._loop_bound_checked:
             return
         self._loop_bound_checked = True
         epoch = self.epochs[-1]
         later = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True)
         if later is None or later.steps is None or not first.advanced_with(later):
             return
+        per_iteration = max(1, self._most_batches_per_iteration)
+        known = epoch["batches_per_epoch"]
         source = f"the training loop's exit ({later.where}: `{later.bound}`)"
         if later.per_epoch:
-            steps, note = later.steps, f"{later.steps:,} iterations an epoch, read from {source}"
+            if known is not None and later.steps * per_iteration >= known:
+                return  # the loader ends its pass first
+            steps = later.steps
+            note = (f"{steps:,} iterations an epoch, read from {source}" if known is None else
+                    f"the training loop leaves each pass over its DataLoader after {steps:,} iterations, not the "
+                    f"loader's {known:,} batches ({source})")
         else:
             if self._script_iterations_from_framework:
                 return
             self._note_loop_steps(later)
             steps = self.planned_steps
-            if steps is None:
-                return
+            if known is not None or steps is None:
+                return  # a sized loader keeps its epochs; the step budget ends the run where it comes first
             note = f"one epoch taken as the run's {steps:,} optimizer steps ({self.script_iterations['source']})"
-        batches = steps * max(1, self._most_batches_per_iteration)
+        batches = steps * per_iteration
         epoch["batches_per_epoch"] = batches
         if self.loaders.get("train") is not None:
             self.loaders["train"]["batches_per_pass"] = batches
-        self.notes.append(f"the training DataLoader has no length (an IterableDataset, a stream): {note}")
+        self.notes.append(note if known is not None else
+                          f"the training DataLoader has no length (an IterableDataset, a stream): {note}")
 
     def _note_loop_steps(self, bound: LoopBound) -> None:
         """The loop's step budget, unless a step flag it agrees with (give or take its last step) stands."""

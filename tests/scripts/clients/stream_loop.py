@@ -1,13 +1,14 @@
 """Training over a stream: a DataLoader over an IterableDataset with no length (as webdataset or a streaming
 dataset gives), the loop leaving at a step count no flag trainwise knows names. `--counter index`: `for i, (x, y) in
 enumerate(loader)` leaving at `i >= args.updates - 1`, inside `for epoch in range(args.rounds)` (each round an epoch
-of --updates steps); `--counter global`: `global_step += 1` and `if global_step >= args.updates: break`, one pass."""
+of --updates steps); `--counter global`: `global_step += 1` and `if global_step >= args.updates: break`, one pass;
+`--counter limit`: a sized DataLoader (4,000 batches) whose passes the index cuts at --updates (a --limit-batches)."""
 import argparse
 
 import torch
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--counter", choices=["index", "global"], default="index")
+parser.add_argument("--counter", choices=["index", "global", "limit"], default="index")
 parser.add_argument("--updates", type=int, default=100_000)
 parser.add_argument("--rounds", type=int, default=2)
 args = parser.parse_args()
@@ -25,6 +26,9 @@ class Stream(torch.utils.data.IterableDataset):
 
 
 loader = torch.utils.data.DataLoader(Stream(), batch_size=16)
+if args.counter == "limit":
+    x = torch.randn(64_000, 32)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x[:, :1]), batch_size=16)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 
@@ -36,7 +40,7 @@ def train_step(x, y):
     optimizer.step()
 
 
-if args.counter == "index":
+if args.counter in ("index", "limit"):
     for epoch in range(args.rounds):
         for i, (x, y) in enumerate(loader):
             train_step(x, y)
