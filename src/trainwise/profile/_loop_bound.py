@@ -1,5 +1,6 @@
-"""A training loop with no length in its code (`while True:`, `for step in itertools.count():`, `while step <
-max_steps:`), read from its source for a loop without a DataLoader: where it stops, if a counter says so.
+"""A training loop with no length in its header (`while True:`, `for step in itertools.count():`, `while step <
+max_steps:`, or a DataLoader's loop that leaves before the loader ends), read from its source: where it stops, if
+a counter says so.
 
 Such a loop runs until a statement inside it leaves (`if step >= 60000: break`, `return`) or, for `while`, until its
 test fails. When that test compares a counter that advances once a pass with an expression the small evaluator of
@@ -17,9 +18,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from trainwise.profile._loop_length import _innermost_loop, _Reader, _Refused, scope_and_innermost_loop, script_frames
+from trainwise.profile._loop_length import (_SCOPES, _innermost_loop, _Reader, _Refused, scope_and_innermost_loop,
+                                            script_frames)
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.For, ast.AsyncFor, ast.While)
 # the test is checked as `counter OP bound` (the counter on the left): the smallest counter value that leaves
 _LEAVES_AT = {ast.GtE: 0, ast.Eq: 0, ast.Gt: 1}
@@ -79,18 +80,14 @@ def _short(node: ast.AST) -> str:
     return text if len(text) <= _SOURCE_CHARS else text[: _SOURCE_CHARS - 3] + "..."
 
 
-def _is_unbounded_iterable(node: ast.AST, reader: _Reader) -> ast.Call | None:
-    """`count(...)` or `itertools.count(...)`, when the name is itertools' own: the call, else None."""
+def _is_count(node: ast.AST, reader: _Reader) -> bool:
+    """`count(...)` or `itertools.count(...)`, when the name is itertools' own."""
     if not isinstance(node, ast.Call) or node.keywords:
-        return None
+        return False
     try:
-        func = reader.value(node.func) if isinstance(node.func, ast.Name) else (
-            getattr(reader.name(node.func.value.id), node.func.attr, None)
-            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
-            and reader.name(node.func.value.id) is itertools else None)
+        return reader.value(node.func) is itertools.count  # a module's attribute is read from its namespace
     except _Refused:
-        return None
-    return node if func is itertools.count else None
+        return False
 
 
 def _loader_kind(node: ast.AST, reader: _Reader) -> str | None:
@@ -320,7 +317,7 @@ def _unbounded(loop: ast.For | ast.While, reader: _Reader) -> bool:
     """A loop whose own header sets no length: `while ...` (any test) or `for ... in count(...)`."""
     if isinstance(loop, ast.While):
         return True
-    return _is_unbounded_iterable(loop.iter, reader) is not None
+    return _is_count(loop.iter, reader)
 
 
 def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, loaders: bool = False) -> LoopBound | None:

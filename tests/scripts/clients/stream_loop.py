@@ -2,7 +2,8 @@
 dataset gives), the loop leaving at a step count no flag trainwise knows names. `--counter index`: `for i, (x, y) in
 enumerate(loader)` leaving at `i >= args.updates - 1`, inside `for epoch in range(args.rounds)` (each round an epoch
 of --updates steps); `--counter global`: `global_step += 1` and `if global_step >= args.updates: break`, one pass;
-`--counter limit`: a sized DataLoader (4,000 batches) whose passes the index cuts at --updates (a --limit-batches)."""
+`--counter limit`: a sized DataLoader (a third more batches than --updates) whose passes the index cuts at --updates
+(a --limit-batches)."""
 import argparse
 
 import torch
@@ -27,7 +28,7 @@ class Stream(torch.utils.data.IterableDataset):
 
 loader = torch.utils.data.DataLoader(Stream(), batch_size=16)
 if args.counter == "limit":
-    x = torch.randn(64_000, 32)
+    x = torch.randn(16 * (args.updates + args.updates // 3), 32)  # a third more batches than a pass takes
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x[:, :1]), batch_size=16)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
