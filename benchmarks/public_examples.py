@@ -31,6 +31,11 @@ batch 32, `--trainer.max_iters=1500`): its Trainer draws batches from a DataLoad
 samples: an "epoch" of 312 million steps), the step budget is `config.trainer.max_iters`, and every 500 steps it
 samples 500 characters under no_grad and saves the model; run from a copy beside the `mingpt` package (its README
 installs it with `pip install -e .`), with random characters in place of tiny Shakespeare.
+With `--xtransformers DIR` (a checkout of github.com/lucidrains/x-transformers, its dependencies einops, einx, loguru,
+fire, wandb and accelerate importable), also `train_enwik8.py` (`--num_batches 100 --seq_len 128 --cpu True`): batches
+drawn with next() from endless cycle()s over DataLoaders inside `for i in tqdm.tqdm(range(num_batches))`, four
+micro-batches a step, one validation batch every 10 steps, a 64-character sample every 50; from a copy beside its
+`x_transformers` package, with random letters in place of enwik8.
 (time_sequence_prediction's LBFGS takes minutes per step on a 2-core CPU and its torch.load needs
 weights_only=False on torch >= 2.6; vae and the others download their data.)
 For each: `trainwise profile` with the defaults (the epoch count read from the script's flag), the same-machine
@@ -40,7 +45,7 @@ whose launch → exit wall time is the truth. Nothing is fitted to these runs.
 Writes benchmarks/results/public_examples.json; `summary`: profiled_fraction, median_abs_error, max_abs_error,
 profiling_cost_fraction (median).
 Run: .venv/bin/python benchmarks/public_examples.py --examples PATH/TO/examples [--nanogpt PATH/TO/nanoGPT]
-[--mingpt PATH/TO/minGPT] [--size 1.0]
+[--mingpt PATH/TO/minGPT] [--xtransformers PATH/TO/x-transformers] [--size 1.0]
 [--only NAME ...]
 On a GPU, `--accel` runs each script there as its README does (nanoGPT: its GPU command, torch.compile on; the
 results of a lent H200: results/public_examples_h200.json), and `--no-cuda-sync` profiles without the wait for the
@@ -223,22 +228,52 @@ def mingpt(folder: Path, size: float, scratch: str) -> list[str]:
             "--trainer.batch_size=32"]
 
 
+def xtransformers_enwik8(folder: Path, size: float, scratch: str) -> list[str]:
+    # lucidrains' loop: `for i in tqdm.tqdm(range(num_batches))` drawing batches with next() from endless cycle()s
+    # over DataLoaders, four micro-batches a step, one validation batch every --validate_every steps and a sample
+    # generated every --generate_every; runs from a copy beside its `x_transformers` package, on a CPU (`--cpu True`
+    # for its accelerate.Accelerator), with sequences of 128 (its 1,024 take ~20 s a step on a 2-core CPU)
+    run_dir = Path(scratch) / "xtransformers_enwik8"
+    shutil.copytree(folder / "x_transformers", run_dir / "x_transformers")
+    shutil.copy(folder / "train_enwik8.py", run_dir / "train_enwik8.py")
+    write_enwik8_like(run_dir / "data" / "enwik8.gz")
+    return ["train_enwik8.py", "--num_batches", str(max(20, round(100 * size))), "--seq_len", "128", "--cpu", "True",
+            "--validate_every", "10", "--generate_every", "50", "--generate_length", "64"]
+
+
+def write_enwik8_like(path: Path, seed: int = 0) -> None:
+    """enwik8.gz's first 92 MB (the script reads 95e6 bytes and validates on those past 90e6), random lowercase letters
+    (the step's time depends on the shapes, not the text)."""
+    import gzip
+
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    letters = np.random.default_rng(seed).integers(97, 123, size=92_000_000, dtype=np.uint8)
+    with gzip.open(path, "wb", compresslevel=1) as file:
+        file.write(letters.tobytes())
+
+
 EXAMPLES = {"word_language_model": word_language_model, "dcgan": dcgan, "mnist": mnist, "nanogpt": nanogpt,
             "nanogpt_compiled": lambda folder, size, scratch: nanogpt(folder, size, scratch, compiled=True),
             "mingpt": mingpt, "mnist_hogwild": mnist_hogwild, "mnist_forward_forward": mnist_forward_forward,
-            "vae": vae, "mnist_rnn": mnist_rnn, "siamese_network": siamese_network, "gat": gat}
+            "vae": vae, "mnist_rnn": mnist_rnn, "siamese_network": siamese_network, "gat": gat,
+            "xtransformers_enwik8": xtransformers_enwik8}
 REQUIRED = {"word_language_model": ["main.py", "data/wikitext-2/train.txt", "data/wikitext-2/valid.txt",
                                     "data/wikitext-2/test.txt"], "dcgan": ["main.py"], "mnist": ["main.py"],
             "nanogpt": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"],
             "nanogpt_compiled": ["train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"],
             "mingpt": ["mingpt/trainer.py", "mingpt/model.py", "projects/chargpt/chargpt.py"],
             "mnist_hogwild": ["main.py", "train.py"], "mnist_forward_forward": ["main.py"], "vae": ["main.py"],
-            "mnist_rnn": ["main.py"], "siamese_network": ["main.py"], "gat": ["main.py"]}
+            "mnist_rnn": ["main.py"], "siamese_network": ["main.py"], "gat": ["main.py"],
+            "xtransformers_enwik8": ["train_enwik8.py", "x_transformers/x_transformers.py"]}
 PYTORCH_EXAMPLES = ("word_language_model", "dcgan", "mnist", "mnist_hogwild", "mnist_forward_forward", "vae", "mnist_rnn",
                     "siamese_network", "gat")
 # examples run from a copy of their folder in the scratch directory (they read data from a fixed relative path)
 RUN_IN_SCRATCH = {"mnist", "nanogpt", "nanogpt_compiled", "mingpt", "mnist_hogwild", "mnist_forward_forward", "vae",
-                  "mnist_rnn", "siamese_network", "gat"}
+                  "mnist_rnn", "siamese_network", "gat", "xtransformers_enwik8"}
+# the packages an example imports beyond torch and the benchmark's own environment
+EXAMPLE_PACKAGES = {"xtransformers_enwik8": ("einops", "einx", "loguru", "fire", "wandb", "accelerate", "tqdm")}
 
 
 # --accel: the flags that put a script on the machine's accelerator (mnist, vae, siamese_network and gat use one
@@ -271,6 +306,8 @@ def main() -> None:
     parser.add_argument("--examples", type=Path, help="a checkout of github.com/pytorch/examples")
     parser.add_argument("--nanogpt", type=Path, help="a checkout of github.com/karpathy/nanoGPT")
     parser.add_argument("--mingpt", type=Path, help="a checkout of github.com/karpathy/minGPT")
+    parser.add_argument("--xtransformers", type=Path, help="a checkout of github.com/lucidrains/x-transformers (its "
+                        "train_enwik8.py; with einops, einx, loguru, fire, wandb and accelerate importable)")
     parser.add_argument("--size", type=float, default=1.0, help="multiplies each script's epoch count")
     parser.add_argument("--only", nargs="*", choices=sorted(EXAMPLES), help="these examples only")
     parser.add_argument("--note", default="", help="a sentence kept in the results (how and where it ran)")
@@ -280,13 +317,15 @@ def main() -> None:
     parser.add_argument("--no-cuda-sync", action="store_true", help="profile without synchronising the GPU where each "
                         "step ends (a diagnostic: does the synchronisation slow a script that overlaps host and GPU?)")
     args = parser.parse_args()
-    if args.examples is None and args.nanogpt is None and args.mingpt is None:
+    if args.examples is None and args.nanogpt is None and args.mingpt is None and args.xtransformers is None:
         sys.exit("error: no scripts to run: give --examples (pytorch/examples) and/or --nanogpt (karpathy/nanoGPT), "
-                 "--mingpt (karpathy/minGPT)")
+                 "--mingpt (karpathy/minGPT), --xtransformers (lucidrains/x-transformers)")
     folders = {name: args.examples / name for name in PYTORCH_EXAMPLES if args.examples is not None}
     for name in ("nanogpt", "mingpt"):
         if getattr(args, name) is not None:
             folders[name] = getattr(args, name)
+    if args.xtransformers is not None:
+        folders["xtransformers_enwik8"] = args.xtransformers
     if args.nanogpt is not None:
         folders["nanogpt_compiled"] = args.nanogpt
     # on a GPU nanoGPT's own command compiles already: nanogpt_compiled would be the same run
@@ -294,13 +333,19 @@ def main() -> None:
     if not set(names) <= set(folders):
         lacking = sorted(set(names) - set(folders))
         sys.exit(f"error: --only {' '.join(lacking)} needs its checkout: give "
-                 + " ".join(f"--{name.removesuffix('_compiled')}" if name.startswith(("nanogpt", "mingpt")) else "--examples"
-                            for name in lacking))
+                 + " ".join(f"--{name.removesuffix('_compiled')}" if name.startswith(("nanogpt", "mingpt")) else
+                            "--xtransformers" if name.startswith("xtransformers") else "--examples" for name in lacking))
     missing = [f"{folders[n]}/{f}" for n in names for f in REQUIRED[n] if not (folders[n] / f).is_file()]
     if missing:
         sys.exit(f"error: {', '.join(missing)} missing: give --examples a checkout of github.com/pytorch/examples "
                  "(with its wikitext-2 data), --nanogpt one of github.com/karpathy/nanoGPT, --mingpt one of "
                  "github.com/karpathy/minGPT")
+    import importlib.util
+
+    absent = sorted({m for n in names for m in EXAMPLE_PACKAGES.get(n, ()) if importlib.util.find_spec(m) is None})
+    if absent:
+        sys.exit(f"error: {', '.join(absent)} not importable here: pip install {' '.join(absent)} (or put them on "
+                 "PYTHONPATH) for " + ", ".join(n for n in names if set(EXAMPLE_PACKAGES.get(n, ())) & set(absent)))
     if not 0 < args.size <= 20:
         sys.exit("error: --size must be in (0, 20]")
     started = time.time()
@@ -316,9 +361,12 @@ def main() -> None:
     commit = (git_commit(args.examples) if args.examples else None) or previous.get("examples_commit")
     nanogpt_commit = (git_commit(args.nanogpt) if args.nanogpt else None) or previous.get("nanogpt_commit")
     mingpt_commit = (git_commit(args.mingpt) if args.mingpt else None) or previous.get("mingpt_commit")
+    xtransformers_commit = ((git_commit(args.xtransformers) if args.xtransformers else None)
+                            or previous.get("xtransformers_commit"))
     result = {"benchmark": "public_examples", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "summary": summary, "rows": rows, "size": args.size, "examples_commit": commit,
               "nanogpt_commit": nanogpt_commit, "mingpt_commit": mingpt_commit,
+              "xtransformers_commit": xtransformers_commit,
               "benchmark_wall_s": time.time() - started,
               "run_notes": args.note + (f" | kept rows: {previous['run_notes']}" if previous.get("run_notes") and
                                         any(r.get("example") not in names for r in rows) else "")}

@@ -329,3 +329,60 @@ def test_an_index_that_leaves_a_sized_loaders_pass_early_is_an_epochs_length():
 
     reading = _run(loop)[-1]
     assert reading.loader == "sized" and reading.steps == 25 and reading.per_epoch
+
+
+def _cycle(loader):
+    while True:
+        for data in loader:
+            yield data
+
+
+def test_a_range_loop_that_draws_batches_with_next_runs_its_range_whatever_the_loaders_passes():
+    """lucidrains' `for i in tqdm.tqdm(range(NUM_BATCHES)): loss = model(next(train_loader))` over an endless cycle:
+    read only beside a DataLoader (`loaders`), its range is the run's when no loop runs it again, and a loader whose
+    passes restart under it (a small dataset) leaves the run's own count to match."""
+    import torch
+    import tqdm
+
+    train_loader = _cycle(torch.utils.data.DataLoader(torch.zeros(16, 2), batch_size=4))  # 4 batches a pass
+    num_batches = 20_000
+
+    def loop(readings, loaders, epoch_iterations):
+        for i in tqdm.tqdm(range(num_batches), mininterval=10.0, desc="training", disable=True):
+            next(train_loader)
+            readings.append(read_loop_bound(epoch_iterations(i), (), loaders=loaders, run_iterations=i + 1))
+            _stop_after(readings)
+
+    assert _run(lambda readings: loop(readings, False, lambda i: i + 1)) == [None, None]
+    first, later = _run(lambda readings: loop(readings, True, lambda i: i + 1))
+    assert later.range_header and later.steps == 20_000 and later.bound is None and not later.per_epoch
+    assert first.advanced_with(later) and later.source.startswith("the training loop's range (")
+    assert "runs 20,000 iterations" in later.describe()
+
+    def restarted(readings):
+        for i in tqdm.tqdm(range(num_batches), disable=True):
+            next(train_loader)
+            if i >= 5:  # the loader's passes are 4 batches: at the run's 6th and 7th iterations its epoch's 2nd and 3rd
+                readings.append(read_loop_bound(i % 4 + 1, (), loaders=True, run_iterations=i + 1))
+                _stop_after(readings)
+
+    first, later = _run(restarted)
+    assert later.steps == 20_000 and not later.header_counter and not later.per_epoch and first.advanced_with(later)
+
+
+def test_a_range_loop_an_epoch_loop_runs_again_is_an_epochs_length_and_a_counter_off_by_one_reads_nothing():
+    import torch
+
+    loader = torch.utils.data.DataLoader(torch.zeros(4_000, 2), batch_size=4)
+
+    def loop(readings, offset):
+        iterator = iter(loader)
+        for epoch in range(3):
+            for step in range(250):
+                next(iterator)
+                readings.append(read_loop_bound(step + 1 + offset, (), loaders=True, run_iterations=step + 1 + offset))
+                _stop_after(readings)
+
+    later = _run(lambda readings: loop(readings, 0))[-1]
+    assert later.range_header and later.steps == 250 and later.per_epoch
+    assert _run(lambda readings: loop(readings, 1)) == [None, None]  # its counter is not the iterations'

@@ -77,3 +77,28 @@ def test_a_closure_inside_the_loop_finds_the_loop_around_its_call(steps):
     for k in range(steps):
         found = closure()
     assert found[0] == steps
+
+
+def _loop_in_own_tqdm():
+    def tqdm(iterable, **options):  # a script's own `tqdm`: not tqdm's, so not read through
+        return list(iterable)
+
+    for _ in tqdm(range(30)):
+        return read_loop_length(1, SKIPPED)
+
+
+def test_a_range_in_a_tqdm_progress_bar_is_the_loops_range():
+    import tqdm
+    from tqdm.auto import trange
+
+    for step in tqdm.tqdm(range(args.bptt * 3), desc="training", disable=True):
+        assert read_loop_length(step + 1, SKIPPED)[0] == 60
+        break
+    for step in trange(5, 45, disable=True):
+        passes, source = read_loop_length(step - 4, SKIPPED)
+        assert passes == 40 and "trange(5, 45" in source
+        break
+    for i, step in enumerate(tqdm.tqdm(range(12), disable=True)):
+        assert read_loop_length(i + 1, SKIPPED)[0] == 12
+        break
+    assert _loop_in_own_tqdm() is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -174,6 +175,35 @@ def test_a_stream_without_length_takes_its_epoch_from_the_loops_exit(counter):
         assert profile.script_iterations.iterations == 30_000 and decision.headline == 1
     else:
         assert profile.script_iterations is None and "`i >= args.updates - 1`" in " ".join(profile.notes)
+
+
+@pytest.mark.long
+def test_batches_drawn_with_next_from_cycled_loaders_run_the_loops_range_and_validate_a_batch_at_a_time():
+    # lucidrains' loop (x-transformers' train_enwik8.py): `for i in tqdm.tqdm(range(N))` drawing from endless
+    # cycle()s over a 62,500-batch training loader and a validation loader, one validation batch every 10 steps.
+    # Before: an epoch of the loader's 31,250 iterations and no step count (predict offered 5, 10 or 20 of them), each
+    # validation "pass" the whole validation loader at the time of ten training steps a batch, those steps counted
+    # in the iterations as well, and no steady verdict before the 60-s cap.
+    from trainwise.predict.epochs import decide_epochs
+    from trainwise.predict.same_machine import trainwise_estimate, validation_passes_per_epoch
+
+    profile = run_profile(client("cycled_loader.py", "--batches", "20000"), ProfileOptions(**QUICK), quiet=True)
+    assert profile.script_iterations.iterations == 20_000
+    assert profile.script_iterations.source.startswith("the training loop's range (cycled_loader.py:")
+    validations = profile.validations
+    assert len(validations) >= 3 and all(v.batches_timed == 1 and v.batches_total == 1 for v in validations)
+    assert all(v.continued for v in validations[1:8])  # the same iterator, a batch at a time
+    assert validation_passes_per_epoch(profile, 20_000) == (2_000, 10)
+    decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
+                             profiles=[("p", profile)], what="epochs")
+    assert decision.headline == 1 and decision.iterations_per_epoch == 20_000
+    # each validation (20 forwards of a 512-row batch) costs several training steps; none is in a step
+    one_validation_s = statistics.median(v.batch_wall_s[0] for v in validations[1:])
+    assert one_validation_s > 2 * profile.steady_state.iteration.median_s
+    assert profile.steady_state.iteration.max_s < one_validation_s + profile.steady_state.iteration.median_s
+    assert profile.process_wall_s < 45  # sampled, not the whole ~60-s run
+    estimate = trainwise_estimate(profile, 1, iterations_per_epoch=20_000)
+    assert estimate.breakdown_s["validation_s"] == pytest.approx(2_000 * one_validation_s, rel=0.5)
 
 
 @pytest.mark.long

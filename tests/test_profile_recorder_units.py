@@ -526,3 +526,57 @@ def test_a_closure_optimizer_leaving_its_capped_phase_is_not_settled(recorder):
     recorder.model = {}
     recorder.iterations = steps(counts)
     assert not recorder._closure_leaving_cap()  # no closure optimizer
+
+
+def test_a_validation_batch_drawn_every_few_steps_from_a_kept_iterator_is_one_small_validation_each(recorder):
+    """lucidrains' loop (tests/scripts/clients/cycled_loader.py) in synthetic form: batches drawn with next() from
+    endless cycles over loaders, one validation batch under no_grad after every third step. Each is a validation of
+    one batch ended where training resumed, taken out of the iteration it interrupted, not a pass of the whole
+    loader's 50 batches whose batch times span three training steps."""
+    import time
+
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    train_it, val_it = FakeIterator(FakeLoader(1000)), FakeIterator(FakeLoader(50))
+    train, val = recorder._new_loader_state(train_it), None
+
+    def fetch(iterator, state):
+        start = time.perf_counter()
+        recorder._on_batch(iterator, state, start, time.perf_counter(), torch.zeros(16, 4))
+        recorder._last_batch_state = state
+        state.grad_at_last_batch = torch.is_grad_enabled()
+
+    for step in range(9):
+        fetch(train_it, train)
+        recorder._boundary(optimizer)
+        if step % 3 == 0:
+            with torch.no_grad():
+                val = val or recorder._new_loader_state(val_it)
+                fetch(val_it, val)
+                time.sleep(0.03)  # the evaluation of that batch
+    fetch(train_it, train)
+    recorder._boundary(optimizer)
+    shapes = [(len(v["batch_starts_s"]), v["batches_total"], v.get("continues", False)) for v in recorder.validations]
+    assert shapes == [(1, 1, False), (1, 1, True), (1, 1, True)]
+    assert all(v["end_s"] - v["start_s"] >= 0.03 for v in recorder.validations)
+    walls = [it["end_s"] - it["start_s"] for it in recorder.iterations]
+    assert len(walls) == 10 and max(walls[1:]) < 0.02  # the validations are in no iteration
+    assert [e["iterations"] for e in recorder.epochs] == [10]  # one training pass: the validations end no epoch
+
+
+def test_a_validation_pass_the_script_reads_to_its_end_is_one_pass(recorder):
+    """The usual loop beside it: the whole validation loader after the epoch, then the next epoch's pass; the first
+    training batch after it changes nothing."""
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    train, val = FakeLoader(8), FakeLoader(4)
+    for _ in range(2):
+        run_pass(recorder, train, optimizer)
+        with torch.no_grad():
+            run_pass(recorder, val)
+    assert [(len(v["batch_starts_s"]), v["batches_total"]) for v in recorder.validations] == [(4, 4), (4, 4)]
+    assert not any(v.get("continues") for v in recorder.validations)

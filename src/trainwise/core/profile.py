@@ -69,6 +69,9 @@ class ValidationPass(_Model):
     loader: int | None = Field(default=None, ge=0, description=(
         "which DataLoader the pass iterated, numbered in the order the script first iterated each (passes over one "
         "loader are alike: validation is modelled per loader); None when not known (a framework's validation loop)"))
+    continued: bool = Field(default=False, description=(
+        "a later segment of one iterator the script keeps (a validation batch drawn every N steps from an endless "
+        "cycle of the loader): its first batch starts no pass"))
 
 
 class LevelProbe(_Model):

@@ -102,12 +102,15 @@ def _loader_estimate(profile: Profile, passes: list) -> ValidationEstimate:
     fallback_batches = profile.dataset.val_batches_per_pass if first.loader is None else None
     total_batches = first.batches_total or fallback_batches or first.batches_timed
     first_batch_s = first.batch_wall_s[0]
-    rest = [t for v in passes for t in v.batch_wall_s[1:]]
+    # a later segment of an iterator the script keeps starts nothing: its first batch is a steady one
+    rest = [t for v in passes for t in (v.batch_wall_s if v.continued else v.batch_wall_s[1:])]
     steady_batch_s = statistics.fmean(rest) if rest else first_batch_s
     spread = statistics.stdev(rest) / math.sqrt(len(rest)) * 1.96 / steady_batch_s if len(rest) > 1 and steady_batch_s > 0 else 0.5
     first_pass = first_batch_s + (total_batches - 1) * steady_batch_s
-    # Without DataLoader workers a later pass starts warm; with workers each pass pays their start.
-    later_first = first_batch_s if profile.dataset.num_workers > 0 else steady_batch_s
+    # Without DataLoader workers a later pass starts warm; with workers each pass pays their start (not one that
+    # goes on drawing from the iterator it has).
+    kept = len(passes) > 1 and all(v.continued for v in passes[1:])
+    later_first = first_batch_s if profile.dataset.num_workers > 0 and not kept else steady_batch_s
     later_pass = later_first + (total_batches - 1) * steady_batch_s
     return ValidationEstimate(first_pass, later_pass, spread, total_batches, loader=first.loader)
 

@@ -202,6 +202,9 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, LoopR
         # The pass whose role waits on whether an optimizer step comes during it (at most one: the next
         # pass to begin settles it), and the DataLoaders optimizer steps were taken on
         self._undecided: _LoaderState | None = None
+        # A validation pass with a batch out and no end yet: training resuming ends its segment (_end_val_segment)
+        self._open_val_state: _LoaderState | None = None
+        self._val_segments_kept: dict[int | None, int] = {}  # later segments kept per loader (MAX_VALIDATION_SEGMENTS)
         self._training_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
         # Each DataLoader iterated, numbered in the order the script first iterated it: the passes over
         # one loader are alike, so validation is modelled per loader (a script that evaluates the

@@ -1,6 +1,6 @@
 """A training loop with no length in its header (`while True:`, `for step in itertools.count():`, `while step <
-max_steps:`, or a DataLoader's loop that leaves before the loader ends), read from its source: where it stops, if
-a counter says so.
+max_steps:`, or a DataLoader's loop that leaves before the loader ends, or a range loop that draws its batches from a
+DataLoader with `next()`), read from its source: where it stops, if a counter says so.
 
 Such a loop runs until a statement inside it leaves (`if step >= 60000: break`, `return`) or, for `while`, until its
 test fails. When that test compares a counter that advances once a pass with an expression the small evaluator of
@@ -18,8 +18,8 @@ import os
 import sys
 from dataclasses import dataclass
 
-from trainwise.profile._loop_length import (_SCOPES, _innermost_loop, _Reader, _Refused, scope_and_innermost_loop,
-                                            script_frames)
+from trainwise.profile._loop_length import (_SCOPES, _innermost_loop, _range_and_position, _Reader, _Refused,
+                                            scope_and_innermost_loop, script_frames)
 
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.For, ast.AsyncFor, ast.While)
 # the test is checked as `counter OP bound` (the counter on the left): the smallest counter value that leaves
@@ -47,6 +47,10 @@ class LoopBound:
     header_counter: bool = False
     enclosed: bool = False  # another loop, in this function or a caller's, runs this one
     loader: str | None = None  # the loop iterates a DataLoader: "stream" (no length: an IterableDataset), "sized"
+    # The loop iterates a range (in a tqdm bar or not) and draws its batches from a DataLoader with `next()`
+    # (lucidrains' `for i in tqdm(range(NUM_BATCHES)): loss = model(next(train_loader))` over an endless `cycle`):
+    # its length is in its header, and the loader's passes are not its epochs
+    range_header: bool = False
 
     @property
     def per_epoch(self) -> bool:
@@ -66,7 +70,17 @@ class LoopBound:
                 and later.counter_value is not None and later.where == self.where
                 and later.counter_value - self.counter_value == later.iterations_done - self.iterations_done > 0)
 
+    @property
+    def source(self) -> str:
+        """Where the step count was read, for notes."""
+        if self.range_header and self.bound is None:
+            return f"the training loop's range ({self.where})"
+        return f"the training loop's exit ({self.where}: `{self.bound}`)"
+
     def describe(self) -> str:
+        if self.steps is not None and self.range_header and self.bound is None:
+            per = " each time it runs" if self.per_epoch else ""
+            return f"the training loop ({self.where}) runs {self.steps:,} iterations{per}"
         if self.steps is not None:
             exits = f"; it may leave earlier: {' or '.join(self.other_exits)}" if self.other_exits else ""
             per = " each time it runs" if self.per_epoch else ""
@@ -320,11 +334,30 @@ def _unbounded(loop: ast.For | ast.While, reader: _Reader) -> bool:
     return _is_count(loop.iter, reader)
 
 
-def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, loaders: bool = False) -> LoopBound | None:
+def _range_reading(loop: ast.For, reader: _Reader, iterations_done: int,
+                   run_iterations: int | None) -> tuple[int, int, int, bool] | None:
+    """For a range loop (bare or in a tqdm bar) whose pass now running is this epoch's or this run's iteration number
+    `iterations_done` / `run_iterations`: (its passes, the pass's index, the count it matched, whether that was the
+    epoch's); None for another loop or a counter that does not count iterations."""
+    try:
+        loop_range, position = _range_and_position(loop, reader)
+    except _Refused:
+        return None
+    if position + 1 == iterations_done:
+        return len(loop_range), position, iterations_done, True
+    if run_iterations is not None and position + 1 == run_iterations:
+        return len(loop_range), position, run_iterations, False
+    return None
+
+
+def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, loaders: bool = False,
+                    run_iterations: int | None = None) -> LoopBound | None:
     """What the source says of the loop around this training step when it has no length in its header; None when it
-    has one (a `range`, a DataLoader) or no loop of the script's is found. With `loaders`, a loop over a DataLoader
-    is read too (its exit may end a pass before the loader does, or the run). `iterations_done`: the iterations of this run of the loop so far, the
-    one now ending counted. `skipped_dirs`: the frames of these packages (torch, trainwise) are not the script's."""
+    has one (a `range`, a DataLoader) or no loop of the script's is found. With `loaders` (the step's batches come from
+    a DataLoader), a loop over a DataLoader is read too (its exit may end a pass before the loader does, or the run),
+    and so is a range loop that draws its batches with `next()` (its range is what runs, whatever the loader's passes).
+    `iterations_done`: the iterations of this run of the loop so far (the epoch's), the one now ending counted;
+    `run_iterations`: the run's. `skipped_dirs`: the frames of these packages (torch, trainwise) are not the script's."""
     frames = list(script_frames(sys._getframe(1), skipped_dirs))
     for index, frame in enumerate(frames):
         code = frame.f_code
@@ -334,20 +367,32 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
                 continue
             reader = _Reader(frame)
             loader = _loader_kind(loop.iter, reader) if loaders and isinstance(loop, ast.For) else None
-            if not (loader or _unbounded(loop, reader)):
+            ranged = _range_reading(loop, reader, iterations_done, run_iterations) \
+                if loaders and not loader and isinstance(loop, ast.For) else None
+            if not (loader or ranged or _unbounded(loop, reader)):
                 return None  # a loop with a length in its header: trainwise.profile._loop_length reads it
-            analysis = _Analysis(loop, reader, frame.f_lineno, iterations_done)
+            done = ranged[2] if ranged else iterations_done
+            analysis = _Analysis(loop, reader, frame.f_lineno, done)
             analysis.read()
             periodic, period = analysis.periods()
             header = f"while {_short(loop.test)}" if isinstance(loop, ast.While) else \
                 f"for {_short(loop.target)} in {_short(loop.iter)}"
             enclosed = _enclosed(scope, loop) or any(_innermost_loop(outer.f_code, outer.f_lineno, (ast.For, ast.While))
                                                      is not None for outer in frames[index + 1:])
+            steps, bound, counter_value = analysis.steps, analysis.bound, analysis.counter_value()
+            header_counter = analysis.header_counter
+            if ranged:
+                passes, position, _, epoch_counted = ranged
+                if steps is None or steps >= passes:  # an exit on the counter before the range ends shortens it
+                    steps, bound = passes, None
+                # the counter's position in the range, for advanced_with; a range begun before this epoch counts the run
+                counter_value, header_counter = position, epoch_counted
             return LoopBound(where=f"{os.path.basename(code.co_filename)}:{loop.lineno}: {header}",
-                             counter=analysis.counter, counter_value=analysis.counter_value(),
-                             iterations_done=iterations_done, steps=analysis.steps, bound=analysis.bound,
+                             counter=analysis.counter, counter_value=counter_value,
+                             iterations_done=done, steps=steps, bound=bound,
                              other_exits=tuple(dict.fromkeys(analysis.other_exits)), periodic=periodic, period=period,
-                             header_counter=analysis.header_counter, enclosed=enclosed, loader=loader)
+                             header_counter=header_counter, enclosed=enclosed, loader=loader,
+                             range_header=ranged is not None)
         except Exception:  # noqa: BLE001 - source that does not parse or a value refused: nothing is known
             return None
     return None

@@ -1,13 +1,15 @@
-"""How many passes the training loop makes, read from its source, for a loop without a DataLoader.
+"""How many passes the training loop makes, read from its source: a loop without a DataLoader, or one that draws
+its batches from one with `next()` (trainwise.profile._loop_bound reads that one).
 
 A loop that slices its batches out of one tensor (`for i in range(0, data.size(0) - 1, bptt)`, the PyTorch
 examples' word_language_model) shows its epoch's length only when the epoch ends, and the profile would
 otherwise wait out a whole epoch to learn it. The frame that ran the training step is found on the stack; the
 `for` statement around the line it is at is parsed from its source, and when it iterates `range(...)` or
-`enumerate(range(...))` the range's arguments are evaluated from the frame's variables by a small evaluator
-that only reads: names, integer arithmetic, `len()`, `min`/`max`/`int`, a tensor's `.size(k)`/`.shape[k]`
-and attributes stored on an object or a module (never a property or other code the script defines). The
-loop's own counter must then say that each of its passes was one training iteration. Standard library only.
+`enumerate(range(...))`, bare or in a tqdm progress bar (`tqdm(range(n))`, `trange(n)`), the range's arguments are
+evaluated from the frame's variables by a small evaluator that only reads: names, integer arithmetic, `len()`,
+`min`/`max`/`int`, a tensor's `.size(k)`/`.shape[k]` and attributes stored on an object or a module (never a property
+or other code the script defines). The loop's own counter must then say that each of its passes was one training
+iteration. Standard library only.
 """
 
 from __future__ import annotations
@@ -154,6 +156,40 @@ def scope_and_innermost_loop(code: types.CodeType, lineno: int, kinds: tuple[typ
     return scope, found
 
 
+def _progress_bar(call: ast.AST, reader: _Reader) -> str | None:
+    """"tqdm" for `tqdm(iterable, **options)` and "trange" for `trange(n, ...)` (`tqdm.tqdm`, `tqdm.auto.trange`, ...),
+    the names being tqdm's own: a progress bar yields what it wraps, so its range is the loop's."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)) and call.args):
+        return None
+    try:
+        func = reader.value(call.func)
+    except _Refused:
+        return None
+    name = str(getattr(func, "__name__", ""))
+    if str(getattr(func, "__module__", "")).split(".")[0] != "tqdm":
+        return None
+    # tqdm's own classes and their range shorthands (tqdm.notebook's tqdm_notebook and tnrange, tqdm.rich's ...)
+    return "tqdm" if name.startswith("tqdm") else "trange" if name.endswith("range") and name != "range" else None
+
+
+def _loop_range(call: ast.AST, reader: _Reader) -> range:
+    """The range a loop header iterates: `range(...)`, or one a tqdm progress bar wraps (`tqdm(range(n), desc=...)`,
+    `trange(n)`)."""
+    bar = _progress_bar(call, reader)
+    if bar == "tqdm":
+        call = call.args[0]
+    elif bar == "trange":
+        if not 1 <= len(call.args) <= 3:
+            raise _Refused("trange")
+        return range(*(reader.integer(arg) for arg in call.args))
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"
+            and not call.keywords and 1 <= len(call.args) <= 3):
+        raise _Refused("not a range loop")
+    if reader.name("range") is not builtins.range:
+        raise _Refused("range")
+    return range(*(reader.integer(arg) for arg in call.args))
+
+
 def _range_and_position(loop: ast.For, reader: _Reader) -> tuple[range, int]:
     """The loop's range, and the index of the pass now running (from the loop's own variables)."""
     call, target = loop.iter, loop.target
@@ -163,12 +199,7 @@ def _range_and_position(loop: ast.For, reader: _Reader) -> tuple[range, int]:
             raise _Refused("enumerate")
         enumerate_start = reader.integer(call.args[1]) if len(call.args) == 2 else 0
         call = call.args[0]
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"
-            and not call.keywords and 1 <= len(call.args) <= 3):
-        raise _Refused("not a range loop")
-    if reader.name("range") is not builtins.range:
-        raise _Refused("range")
-    loop_range = range(*(reader.integer(arg) for arg in call.args))
+    loop_range = _loop_range(call, reader)
     if enumerate_start is not None:
         if not (isinstance(target, ast.Tuple) and target.elts and isinstance(target.elts[0], ast.Name)):
             raise _Refused("enumerate target")

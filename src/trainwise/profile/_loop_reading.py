@@ -122,7 +122,8 @@ class LoopReading:
         epoch = self.epochs[-1] if self.epochs else None
         if epoch is None or self._torch is None:
             return
-        self._loop_bound = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True)
+        self._loop_bound = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True,
+                                           run_iterations=len(self.iterations))
 
     def _loader_loop_length(self) -> None:
         """Sampling stops inside epoch 1 of a DataLoader pass: read its loop again (its counter must have advanced
@@ -130,16 +131,17 @@ class LoopReading:
         is longer or unknown; a counter the loop adds one to gives the run's step budget, which over a stream is also
         one epoch (a stream shows no boundary before the run ends)."""
         first = self._loop_bound
-        if first is None or first.loader is None or self._loop_bound_checked:
+        if first is None or (first.loader is None and not first.range_header) or self._loop_bound_checked:
             return
         self._loop_bound_checked = True
         epoch = self.epochs[-1]
-        later = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True)
+        later = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True,
+                                run_iterations=len(self.iterations))
         if later is None or later.steps is None or not first.advanced_with(later):
             return
         per_iteration = max(1, self._most_batches_per_iteration)
         known = epoch["batches_per_epoch"]
-        source = f"the training loop's exit ({later.where}: `{later.bound}`)"
+        source = later.source
         if later.per_epoch:
             if known is not None and later.steps * per_iteration >= known:
                 return  # the loader ends its pass first
@@ -168,10 +170,9 @@ class LoopReading:
         if flag is not None and abs(int(flag["iterations"]) - bound.steps) <= 1:
             return
         if flag is not None:
-            self.notes.append(f"the training loop runs {bound.steps:,} optimizer steps (its exit `{bound.bound}`, "
-                              f"{bound.where}), not the {int(flag['iterations']):,} of {flag['source']}")
-        self.note_script_iterations(bound.steps, f"the training loop's exit ({bound.where}: `{bound.bound}`)",
-                                    rank=(True, True, True, True))
+            self.notes.append(f"the training loop runs {bound.steps:,} optimizer steps ({bound.source}), not the "
+                              f"{int(flag['iterations']):,} of {flag['source']}")
+        self.note_script_iterations(bound.steps, bound.source, rank=(True, True, True, True))
 
     def _end_at_loop_bound(self, bound: LoopBound, seen: str) -> bool:
         """Sampling ends at a loop read by _loop_bound_ends_sampling: its step budget as one epoch, or, with none, a

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainwise.agent.trace.live import model_input_of_batch
+from trainwise.profile._validation_passes import MAX_VALIDATION_SEGMENTS, ValidationPasses
 from trainwise.profile._watchers import _batch_length
 
 
@@ -14,7 +15,7 @@ class _LoaderState:
     """One pass over a DataLoader (one iterator, or one reset of a persistent-workers iterator)."""
 
     __slots__ = ("role", "key", "batches", "truncate", "record", "info", "grad_at_last_batch", "loader",
-                 "loader_index", "undecided", "exhausted_s", "epoch", "reopen_epoch", "before")
+                 "loader_index", "undecided", "exhausted_s", "epoch", "reopen_epoch", "before", "segments")
 
     def __init__(self, role: str, key: int, info: dict[str, Any] | None = None) -> None:
         self.role = role
@@ -39,9 +40,12 @@ class _LoaderState:
         self.epoch: dict[str, Any] | None = None
         self.reopen_epoch: dict[str, Any] | None = None
         self.before: dict[str, Any] | None = None
+        # Validation segments this pass has given: the batches drawn before training resumed, each a validation
+        # (an endless `cycle(val_loader)` drawn one batch every N steps is one pass the script never ends)
+        self.segments = 0
 
 
-class LoaderPasses:
+class LoaderPasses(ValidationPasses):
     """Methods of trainwise.profile._child.Recorder; they use its state.
 
     A pass's role is guessed when it begins (_new_loader_state) and corrected at the one moment that
@@ -127,6 +131,8 @@ class LoaderPasses:
         shape = getattr(first, "shape", None) if first is not None else None
         samples = (int(shape[0]) if len(shape) else 1) if shape is not None else _batch_length(batch)
         if state.role == "train":
+            if self._open_val_state is not None:
+                self._end_val_segment(start_s)
             if self.iter_start is None:
                 self.iter_start = start_s
                 self.mark("first_iteration_start")
@@ -155,24 +161,20 @@ class LoaderPasses:
             record = state.record
             if record is None:
                 record = state.record = self._validation_record(start_s, state)
-                self.validations.append(record)
+                kept = self._val_segments_kept
+                if not state.segments:
+                    self.validations.append(record)
+                elif kept.get(state.loader_index, 0) < MAX_VALIDATION_SEGMENTS:
+                    record["continues"] = True  # a later segment of one iterator: its first batch starts nothing
+                    self.validations.append(record)
+                    kept[state.loader_index] = kept.get(state.loader_index, 0) + 1
                 self._dataloader_validation = True
             self._record_validation_batch(record, start_s, end_s, samples)
+            self._open_val_state = state
         if self.sampled and not self.validation_done and len(record["batch_starts_s"]) >= self.validation_batches \
                 and self.epoch1_truncated:
             # Enough validation batches timed: the next request ends this validation pass.
             state.truncate = True
-
-    def _validation_record(self, start_s: float, state: _LoaderState) -> dict[str, Any]:
-        return {"epoch": max(0, len(self.epochs) - 1), "start_s": start_s, "end_s": None,
-                "batch_starts_s": [], "data_wait_s": [], "samples": 0, "truncated": False,
-                "batches_total": state.info.get("batches_per_pass"), "loader": state.loader_index}
-
-    @staticmethod
-    def _record_validation_batch(record: dict[str, Any], start_s: float, end_s: float, samples: int | None) -> None:
-        record["batch_starts_s"].append(start_s)
-        record["data_wait_s"].append(end_s - start_s)
-        record["samples"] += samples or 0
 
     def _on_exhausted(self, iterator, state: _LoaderState, start: float) -> None:
         end_s = start - self.perf0 + self.offset_s
@@ -212,12 +214,6 @@ class LoaderPasses:
             state.record["truncated"] = True
             self._exclude_from_iteration(state.record)
             self._after_validation(another_may_follow=True)
-
-    def _exclude_from_iteration(self, record: dict[str, Any]) -> None:
-        """A validation pass run between two optimizer steps (validation every N steps) is timed as
-        validation; the training iteration it interrupted must not count it as well."""
-        if self.iter_start is not None and record["start_s"] >= self.iter_start and record["end_s"] is not None:
-            self.iter_start += record["end_s"] - record["start_s"]
 
     def _confirm_training(self, state: _LoaderState) -> None:
         """An optimizer step came during `state`: it is the training pass it was taken for."""
@@ -314,25 +310,3 @@ class LoaderPasses:
                 "step); it was recognised as training at its first optimizer step")
         if note not in self.notes:
             self.notes.append(note)
-
-    def _after_validation(self, *, another_may_follow: bool = False) -> None:
-        """A validation pass ended. After the truncated epoch, each pass is timed for
-        `validation_batches` batches until training resumes (_training_resumed): a script may evaluate
-        several loaders (the training set, then the validation set). A framework's callback reports
-        its one validation loop per epoch (`another_may_follow` False)."""
-        if not self.sampled or not self.epoch1_truncated or self.validation_done:
-            return
-        planned = self.planned_epochs
-        last_epoch = planned is not None and self._truncated_epoch >= planned - 1
-        if self.epoch2_iterations <= 0 or last_epoch:
-            # Nothing more to measure (or no epoch 2 to come): the script's end-of-training code must
-            # not run. (A second loader's pass after this one is then not seen.)
-            self.validation_done = True
-            self._finish("validation_timed")
-        elif not another_may_follow:
-            self.validation_done = True
-
-    def _training_resumed(self) -> None:
-        """An optimizer step on a new pass: after the truncated epoch, its validation passes are over."""
-        if self.sampled and self.epoch1_truncated:
-            self.validation_done = True

@@ -338,7 +338,7 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
             epoch=v["epoch"], start_s=v["start_s"], wall_s=max(0.0, end - v["start_s"]),
             batches_timed=len(starts), batches_total=v.get("batches_total"), samples=int(v["samples"]),
             truncated=bool(v["truncated"]), batch_wall_s=[max(0.0, b - a) for a, b in zip(bounds, bounds[1:])],
-            data_wait_s=max(0.0, sum(v["data_wait_s"])), loader=v.get("loader")))
+            data_wait_s=max(0.0, sum(v["data_wait_s"])), loader=v.get("loader"), continued=bool(v.get("continues"))))
     epochs = [Epoch(index=e["index"], start_s=e["start_s"], end_s=e["end_s"], iterations=e["iterations"],
                     truncated=e["truncated"], batches_per_epoch=e.get("batches_per_epoch")) for e in raw["epochs"]]
     train_info = raw["loaders"].get("train", {})

@@ -1,0 +1,71 @@
+"""Validation over DataLoaders as the recorder times it: a pass's record, its batches, where it ends (its loader
+exhausted or cut short, or training resuming while it has batches out), and what it takes out of the iteration it
+interrupted. A mixin of the recorder (trainwise.profile._passes decides which passes are validation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Later segments of an iterator kept in the profile, per loader (the interval and the cost of one come from the first
+# few; more are still taken out of the iterations they interrupt): a loop that draws a validation batch every step
+# gives one an iteration
+MAX_VALIDATION_SEGMENTS = 50
+
+
+class ValidationPasses:
+    """Methods of trainwise.profile._child.Recorder; they use its state."""
+
+    def _validation_record(self, start_s: float, state: Any) -> dict[str, Any]:
+        return {"epoch": max(0, len(self.epochs) - 1), "start_s": start_s, "end_s": None,
+                "batch_starts_s": [], "data_wait_s": [], "samples": 0, "truncated": False,
+                "batches_total": state.info.get("batches_per_pass"), "loader": state.loader_index}
+
+    @staticmethod
+    def _record_validation_batch(record: dict[str, Any], start_s: float, end_s: float, samples: int | None) -> None:
+        record["batch_starts_s"].append(start_s)
+        record["data_wait_s"].append(end_s - start_s)
+        record["samples"] += samples or 0
+
+    def _end_val_segment(self, at_s: float) -> None:
+        """Training resumed (a training batch requested) while a validation pass had batches out and no end: the
+        script drew those batches and went back to training (one validation batch every N steps from an endless
+        `cycle(val_loader)`, or a loop that breaks after a few). What it drew is one validation, ended here, its
+        length the batches drawn; the next batch of the same iterator begins another."""
+        state, self._open_val_state = self._open_val_state, None
+        record = state.record
+        if state.role != "val" or record is None or record["end_s"] is not None:
+            return
+        record["end_s"] = at_s
+        record["batches_total"] = len(record["batch_starts_s"])
+        self._exclude_from_iteration(record)
+        state.record = None
+        state.segments += 1
+
+    def _exclude_from_iteration(self, record: dict[str, Any]) -> None:
+        """A validation pass run between two optimizer steps (validation every N steps) is timed as
+        validation; the training iteration it interrupted must not count it as well."""
+        if self.iter_start is not None and record["start_s"] >= self.iter_start and record["end_s"] is not None:
+            self.iter_start += record["end_s"] - record["start_s"]
+
+    def _after_validation(self, *, another_may_follow: bool = False) -> None:
+        """A validation pass ended. After the truncated epoch, each pass is timed for
+        `validation_batches` batches until training resumes (_training_resumed): a script may evaluate
+        several loaders (the training set, then the validation set). A framework's callback reports
+        its one validation loop per epoch (`another_may_follow` False)."""
+        if not self.sampled or not self.epoch1_truncated or self.validation_done:
+            return
+        planned = self.planned_epochs
+        last_epoch = planned is not None and self._truncated_epoch >= planned - 1
+        if self.epoch2_iterations <= 0 or last_epoch:
+            # Nothing more to measure (or no epoch 2 to come): the script's end-of-training code must
+            # not run. (A second loader's pass after this one is then not seen.)
+            self.validation_done = True
+            self._finish("validation_timed")
+        elif not another_may_follow:
+            self.validation_done = True
+
+    def _training_resumed(self) -> None:
+        """An optimizer step on a new pass: after the truncated epoch, its validation passes are over."""
+        if self.sampled and self.epoch1_truncated:
+            self.validation_done = True
