@@ -580,3 +580,31 @@ def test_a_validation_pass_the_script_reads_to_its_end_is_one_pass(recorder):
             run_pass(recorder, val)
     assert [(len(v["batch_starts_s"]), v["batches_total"]) for v in recorder.validations] == [(4, 4), (4, 4)]
     assert not any(v.get("continues") for v in recorder.validations)
+
+
+def test_an_evaluation_loop_that_breaks_early_is_as_long_as_it_read_and_fresh_loaders_over_one_dataset_are_one(recorder):
+    """makemore's evaluate(): a new DataLoader over the training set, then one over the test set, each left after 11
+    batches (`if i >= max_batches: break`), every 500 steps. Each pass ends where the next begins or training resumes,
+    as long as the batches it read, not its loader's 300; the loaders built anew over one dataset get one number,
+    the two datasets two, and a number is not given again once its loader is gone."""
+    import gc
+
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    train_set, test_set = object.__new__(FakeLoader), object.__new__(FakeLoader)  # two datasets (weakly referable)
+    train = FakeLoader(1000)
+    run_pass(recorder, train, optimizer, batches=3)
+    for _ in range(2):
+        for dataset in (train_set, test_set):
+            loader = FakeLoader(300, batch_size=100)
+            loader.dataset = dataset
+            with torch.no_grad():
+                run_pass(recorder, loader, batches=11)
+            del loader
+            gc.collect()
+        run_pass(recorder, train, optimizer, batches=2)
+    shapes = [(v["loader"], len(v["batch_starts_s"]), v["batches_total"]) for v in recorder.validations]
+    assert shapes == [(1, 11, 11), (2, 11, 11), (1, 11, 11), (2, 11, 11)]
+    assert all(v["end_s"] is not None for v in recorder.validations)

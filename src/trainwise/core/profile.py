@@ -68,7 +68,8 @@ class ValidationPass(_Model):
     data_wait_s: float = Field(ge=0)
     loader: int | None = Field(default=None, ge=0, description=(
         "which DataLoader the pass iterated, numbered in the order the script first iterated each (passes over one "
-        "loader are alike: validation is modelled per loader); None when not known (a framework's validation loop)"))
+        "loader are alike: validation is modelled per loader; loaders over one dataset object with one batch size, "
+        "built anew for each evaluation, share a number); None when not known (a framework's validation loop)"))
     continued: bool = Field(default=False, description=(
         "a later segment of one iterator the script keeps (a validation batch drawn every N steps from an endless "
         "cycle of the loader): its first batch starts no pass"))

@@ -210,6 +210,8 @@ class Recorder(OptimizerSteps, Sampling, LoaderPasses, LoopsWithoutLoader, LoopR
         # one loader are alike, so validation is modelled per loader (a script that evaluates the
         # training and the validation set after each epoch has two passes of different sizes per epoch)
         self._loader_indices: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+        self._dataset_loader_indices: dict[tuple[int, Any], tuple[Any, int]] = {}  # (id(dataset), batch size)
+        self._next_loader_index = 0
         # The most batches one iteration has consumed (gradient accumulation: several)
         self._most_batches_per_iteration = 0
         self._lock = threading.Lock()

@@ -69,10 +69,11 @@ class LoaderPasses(ValidationPasses):
         state.loader = getattr(iterator, "_trainwise_loader", None)
         loader = state.loader() if state.loader is not None else None
         if loader is not None:
-            try:
-                state.loader_index = self._loader_indices.setdefault(loader, len(self._loader_indices))
-            except TypeError:  # pragma: no cover - a loader that cannot be weakly referenced
-                state.loader_index = None
+            state.loader_index = self._loader_index(loader)
+        if self._open_val_state is not None:
+            # another pass begins while a validation pass has batches out: the script left it (makemore's
+            # evaluate() breaks after max_batches, then evaluates the test set)
+            self._end_val_segment(self.now())
         state.undecided = not validation
         try:
             iterator._trainwise_state = state

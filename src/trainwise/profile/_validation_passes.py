@@ -1,10 +1,11 @@
-"""Validation over DataLoaders as the recorder times it: a pass's record, its batches, where it ends (its loader
-exhausted or cut short, or training resuming while it has batches out), and what it takes out of the iteration it
-interrupted. A mixin of the recorder (trainwise.profile._passes decides which passes are validation).
+"""Validation over DataLoaders as the recorder times it: which data a pass reads, a pass's record, its batches, where
+it ends (its loader exhausted or cut short, or training resuming or another pass beginning while it has batches out),
+and what it takes out of the iteration it interrupted. A mixin of the recorder (trainwise.profile._passes decides which passes are validation).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 # Later segments of an iterator kept in the profile, per loader (the interval and the cost of one come from the first
@@ -15,6 +16,35 @@ MAX_VALIDATION_SEGMENTS = 50
 
 class ValidationPasses:
     """Methods of trainwise.profile._child.Recorder; they use its state."""
+
+    def _loader_index(self, loader: Any) -> int | None:
+        """The number of the data `loader` reads: DataLoaders over one dataset object with one batch size share it (a
+        script that builds its evaluation loader anew each time, as makemore's evaluate() does, reads the same data
+        each time); numbered in the order the script first iterated each, never reused."""
+        try:
+            index = self._loader_indices.get(loader)
+        except TypeError:  # pragma: no cover - a loader that cannot be weakly referenced
+            return None
+        if index is not None:
+            return index
+        dataset, key, ref = vars(loader).get("dataset"), None, None
+        if dataset is not None:
+            try:
+                ref = weakref.ref(dataset)  # weakly: the recorder must not keep a dataset alive
+            except TypeError:
+                ref = None
+            if ref is not None:
+                key = (id(dataset), vars(loader).get("batch_size"))
+                known = self._dataset_loader_indices.get(key)
+                if known is not None and known[0]() is dataset:
+                    index = known[1]
+        if index is None:
+            index = self._next_loader_index
+            self._next_loader_index += 1
+            if key is not None:
+                self._dataset_loader_indices[key] = (ref, index)
+        self._loader_indices[loader] = index
+        return index
 
     def _validation_record(self, start_s: float, state: Any) -> dict[str, Any]:
         return {"epoch": max(0, len(self.epochs) - 1), "start_s": start_s, "end_s": None,
@@ -28,8 +58,8 @@ class ValidationPasses:
         record["samples"] += samples or 0
 
     def _end_val_segment(self, at_s: float) -> None:
-        """Training resumed (a training batch requested) while a validation pass had batches out and no end: the
-        script drew those batches and went back to training (one validation batch every N steps from an endless
+        """Training resumed (a training batch requested) or another pass began while a validation pass had batches
+        out and no end: the script drew those batches and went on (one validation batch every N steps from an endless
         `cycle(val_loader)`, or a loop that breaks after a few). What it drew is one validation, ended here, its
         length the batches drawn; the next batch of the same iterator begins another."""
         state, self._open_val_state = self._open_val_state, None
