@@ -386,3 +386,28 @@ def test_a_range_loop_an_epoch_loop_runs_again_is_an_epochs_length_and_a_counter
     later = _run(lambda readings: loop(readings, 0))[-1]
     assert later.range_header and later.steps == 250 and later.per_epoch
     assert _run(lambda readings: loop(readings, 1)) == [None, None]  # its counter is not the iterations'
+
+
+def test_a_trainers_own_attribute_counter_bounds_its_while_loop():
+    """lucidrains' denoising-diffusion-pytorch Trainer: `while self.step < self.train_num_steps:` with `self.step += 1`
+    after the optimizer step (a count kept on the object, resumable from a checkpoint), and a sample every
+    `self.step % self.save_every` steps."""
+
+    class Trainer:
+        def __init__(self):
+            self.step, self.train_num_steps, self.save_every = 0, 70_000, 1_000
+
+        def train(self, readings):
+            while self.step < self.train_num_steps:
+                readings.append(read_loop_bound(len(readings) + 1, (), loaders=True))  # the run's iterations
+                self.step += 1
+                if self.step % self.save_every == 0:
+                    pass  # sample and save
+                _stop_after(readings)
+
+    first, later = _run(Trainer().train)
+    assert later.counter == "self.step" and later.steps == 70_000 and first.advanced_with(later)
+    assert later.bound == "self.step >= self.train_num_steps" and later.period == 1_000 and not later.per_epoch
+    resumed = Trainer()
+    resumed.step = 20_000  # from a checkpoint: 50,000 steps left, the run's iterations counted from here
+    assert _run(lambda readings: Trainer.train(resumed, readings))[-1].steps == 50_000

@@ -207,6 +207,21 @@ def test_batches_drawn_with_next_from_cycled_loaders_run_the_loops_range_and_val
 
 
 @pytest.mark.long
+def test_a_trainer_class_counting_its_own_steps_runs_to_its_while_loops_bound():
+    # lucidrains' denoising-diffusion-pytorch Trainer: `while self.step < self.train_num_steps:` over next() batches
+    # from a cycled 12,500-batch loader; before, no step count (the counter an attribute, the loop not the loader's)
+    from trainwise.predict.epochs import decide_epochs
+
+    profile = run_profile(client("trainer_class.py", "--train-num-steps", "20000"), ProfileOptions(**QUICK), quiet=True)
+    assert profile.script_iterations.iterations == 20_000
+    assert "`self.step >= self.train_num_steps`" in profile.script_iterations.source
+    decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
+                             profiles=[("p", profile)], what="epochs")
+    # the cycle starts the loader's 6,250-step pass again 3.2 times: four epoch starts, the steps spread over them
+    assert decision.headline == 4 and decision.iterations_per_epoch == 5_000
+
+
+@pytest.mark.long
 def test_gan_with_two_optimizers_is_one_iteration_per_pair_of_steps():
     profile = run_profile(client("gan_two_optimizers.py", "--niter", "1", "--samples", "320"),
                           ProfileOptions(mode="full", **QUICK), quiet=True)

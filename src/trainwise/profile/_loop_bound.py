@@ -34,7 +34,7 @@ class LoopBound:
     """What the source says of the loop around the training step."""
 
     where: str  # "train.py:7: for step in itertools.count(1)"
-    counter: str | None  # the name that advances once a pass (the `count()` target, or `step += 1`)
+    counter: str | None  # what advances once a pass (the `count()` target, `step += 1`, a Trainer's `self.step += 1`)
     counter_value: int | None  # its value at the step when read
     iterations_done: int  # the run's iterations when read (1-based: the one now ending counts)
     steps: int | None  # the run's optimizer steps, when a test on the counter ends the loop
@@ -152,17 +152,28 @@ def _leaves(statements: list[ast.stmt]) -> bool:
     return any(isinstance(statement, (ast.Break, ast.Return)) for statement in statements)
 
 
+def _counter_name(node: ast.AST) -> str | None:
+    """A counter as written: a name (`step`) or an attribute of one (`self.step`: a Trainer class's own count, as
+    lucidrains' denoising-diffusion-pytorch keeps it); None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
 def _counter_increments(body: list[ast.stmt]) -> dict[str, int | None]:
-    """Names the loop body adds one to unconditionally (`step += 1` at its top level or in a `with`): their lines."""
+    """Counters the loop body adds one to unconditionally (`step += 1`, `self.step += 1`, at its top level or in a
+    `with`): their lines."""
     found: dict[str, int] = {}
     stack = list(body)
     while stack:
         node = stack.pop()
         if isinstance(node, ast.With):
             stack.extend(node.body)
-        elif (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name)
+        elif (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and _counter_name(node.target)
               and isinstance(node.value, ast.Constant) and node.value.value == 1):
-            found[node.target.id] = node.lineno
+            found[_counter_name(node.target)] = node.lineno
     return found
 
 
@@ -171,9 +182,9 @@ def _comparison(test: ast.AST, counter: str) -> tuple[type, ast.AST] | None:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
     left, op, right = test.left, type(test.ops[0]), test.comparators[0]
-    if isinstance(left, ast.Name) and left.id == counter:
+    if _counter_name(left) == counter:
         return op, right
-    if isinstance(right, ast.Name) and right.id == counter and op in _MIRROR:
+    if _counter_name(right) == counter and op in _MIRROR:
         return _MIRROR[op], left
     return None
 
@@ -204,7 +215,7 @@ class _Analysis:
         if self.counter is None:
             return None
         try:
-            return self.reader.integer(ast.Name(id=self.counter))
+            return self.reader.integer(ast.parse(self.counter, mode="eval").body)  # `step`, or `self.step`
         except _Refused:
             return None
 
@@ -293,7 +304,7 @@ class _Analysis:
         every 250th."""
         moduli = [node.right for node in _walk_body(self.loop.body)
                   if self.counter is not None and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
-                  and isinstance(node.left, ast.Name) and node.left.id == self.counter]
+                  and _counter_name(node.left) == self.counter]
         read = []
         for modulus in moduli:
             try:

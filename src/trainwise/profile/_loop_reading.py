@@ -129,9 +129,10 @@ class LoopReading:
         """Sampling stops inside epoch 1 of a DataLoader pass: read its loop again (its counter must have advanced
         once an iteration). `enumerate`'s index tested against a bound gives the epoch's length when the loader's own
         is longer or unknown; a counter the loop adds one to gives the run's step budget, which over a stream is also
-        one epoch (a stream shows no boundary before the run ends)."""
+        one epoch (a stream shows no boundary before the run ends). So does a loop that draws its batches with `next()`:
+        a range's length, or the exit of a `while` (a Trainer's `while self.step < self.train_num_steps`)."""
         first = self._loop_bound
-        if first is None or (first.loader is None and not first.range_header) or self._loop_bound_checked:
+        if first is None or self._loop_bound_checked:
             return
         self._loop_bound_checked = True
         epoch = self.epochs[-1]
