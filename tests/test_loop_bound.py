@@ -411,3 +411,24 @@ def test_a_trainers_own_attribute_counter_bounds_its_while_loop():
     resumed = Trainer()
     resumed.step = 20_000  # from a checkpoint: 50,000 steps left, the run's iterations counted from here
     assert _run(lambda readings: Trainer.train(resumed, readings))[-1].steps == 50_000
+
+
+def test_a_count_the_body_keeps_is_read_against_the_runs_iterations_not_a_loader_pass():
+    """denoising-diffusion-pytorch's Trainer over 200 images in batches of 8: its cycle starts the loader's pass every
+    12.5 steps, so the epoch's iteration count restarts while `self.step` goes on: the run's count is the one that
+    matches it."""
+
+    class Trainer:
+        def __init__(self):
+            self.step, self.train_num_steps = 0, 700
+
+        def train(self, readings):
+            while self.step < self.train_num_steps:
+                if self.step >= 30:
+                    run = self.step + 1
+                    readings.append(read_loop_bound(run % 12 + 1, (), loaders=True, run_iterations=run))
+                    _stop_after(readings)
+                self.step += 1
+
+    first, later = _run(Trainer().train)
+    assert later.steps == 700 and first.advanced_with(later) and later.iterations_done == 32

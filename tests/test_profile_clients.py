@@ -207,18 +207,22 @@ def test_batches_drawn_with_next_from_cycled_loaders_run_the_loops_range_and_val
 
 
 @pytest.mark.long
-def test_a_trainer_class_counting_its_own_steps_runs_to_its_while_loops_bound():
+@pytest.mark.parametrize("samples, epochs", [(200_000, (4, 4)), (400, (1_500, 1_700))])
+def test_a_trainer_class_counting_its_own_steps_runs_to_its_while_loops_bound(samples, epochs):
     # lucidrains' denoising-diffusion-pytorch Trainer: `while self.step < self.train_num_steps:` over next() batches
-    # from a cycled 12,500-batch loader; before, no step count (the counter an attribute, the loop not the loader's)
+    # from a cycled loader; before, no step count (the counter an attribute, the loop not the loader's). With 400
+    # samples the cycle starts the loader's pass every 12.5 steps, and the count is the run's, not a pass's.
     from trainwise.predict.epochs import decide_epochs
 
-    profile = run_profile(client("trainer_class.py", "--train-num-steps", "20000"), ProfileOptions(**QUICK), quiet=True)
+    profile = run_profile(client("trainer_class.py", "--train-num-steps", "20000", "--samples", str(samples)),
+                          ProfileOptions(**QUICK), quiet=True)
     assert profile.script_iterations.iterations == 20_000
     assert "`self.step >= self.train_num_steps`" in profile.script_iterations.source
     decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
                              profiles=[("p", profile)], what="epochs")
-    # the cycle starts the loader's 6,250-step pass again 3.2 times: four epoch starts, the steps spread over them
-    assert decision.headline == 4 and decision.iterations_per_epoch == 5_000
+    # the loader's passes (6,250 steps, or 12.5: the profile's epochs of 12 or 13) started again by the cycle
+    assert epochs[0] <= decision.headline <= epochs[1]
+    assert decision.headline * (decision.iterations_per_epoch or profile.dataset.iterations_per_epoch) >= 20_000
 
 
 @pytest.mark.long

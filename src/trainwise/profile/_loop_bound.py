@@ -385,6 +385,13 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
             done = ranged[2] if ranged else iterations_done
             analysis = _Analysis(loop, reader, frame.f_lineno, done)
             analysis.read()
+            if (not ranged and run_iterations is not None and run_iterations != done and analysis.counter is not None
+                    and not analysis.header_counter):
+                # a count the body keeps (`self.step += 1`) counts the run's iterations, not a loader pass's: a Trainer
+                # drawing from a small loader's cycle starts a pass every few steps
+                done = run_iterations
+                analysis = _Analysis(loop, reader, frame.f_lineno, done)
+                analysis.read()
             periodic, period = analysis.periods()
             header = f"while {_short(loop.test)}" if isinstance(loop, ast.While) else \
                 f"for {_short(loop.target)} in {_short(loop.iter)}"

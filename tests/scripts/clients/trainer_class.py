@@ -11,6 +11,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--train-num-steps", type=int, default=20_000)
 parser.add_argument("--accumulate", type=int, default=2)
 parser.add_argument("--sample-every", type=int, default=1_000)
+parser.add_argument("--samples", type=int, default=200_000)  # 400: the cycle starts the loader's pass every 12.5 steps
 
 
 def cycle(loader):
@@ -20,8 +21,8 @@ def cycle(loader):
 
 
 class Trainer:
-    def __init__(self, train_num_steps: int, accumulate: int, sample_every: int) -> None:
-        x = torch.randn(200_000, 64)
+    def __init__(self, train_num_steps: int, accumulate: int, sample_every: int, samples: int) -> None:
+        x = torch.randn(samples, 64)
         self.dl = cycle(DataLoader(TensorDataset(x, x[:, :1]), batch_size=16, shuffle=True, drop_last=True))
         self.model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4)
@@ -55,4 +56,4 @@ if __name__ == "__main__":
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    Trainer(args.train_num_steps, args.accumulate, args.sample_every).train()
+    Trainer(args.train_num_steps, args.accumulate, args.sample_every, args.samples).train()
