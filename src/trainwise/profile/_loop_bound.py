@@ -346,18 +346,16 @@ def _unbounded(loop: ast.For | ast.While, reader: _Reader) -> bool:
 
 
 def _range_reading(loop: ast.For, reader: _Reader, iterations_done: int,
-                   run_iterations: int | None) -> tuple[int, int, int, bool] | None:
+                   run_iterations: int | None) -> tuple[int, int, bool] | None:
     """For a range loop (bare or in a tqdm bar) whose pass now running is this epoch's or this run's iteration number
-    `iterations_done` / `run_iterations`: (its passes, the pass's index, the count it matched, whether that was the
-    epoch's); None for another loop or a counter that does not count iterations."""
+    `iterations_done` / `run_iterations`: (its passes, the pass's index, whether it matched the epoch's count); None
+    for another loop or a counter that does not count iterations."""
     try:
         loop_range, position = _range_and_position(loop, reader)
     except _Refused:
         return None
-    if position + 1 == iterations_done:
-        return len(loop_range), position, iterations_done, True
-    if run_iterations is not None and position + 1 == run_iterations:
-        return len(loop_range), position, run_iterations, False
+    if position + 1 == iterations_done or (run_iterations is not None and position + 1 == run_iterations):
+        return len(loop_range), position, position + 1 == iterations_done
     return None
 
 
@@ -382,7 +380,7 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
                 if loaders and not loader and isinstance(loop, ast.For) else None
             if not (loader or ranged or _unbounded(loop, reader)):
                 return None  # a loop with a length in its header: trainwise.profile._loop_length reads it
-            done = ranged[2] if ranged else iterations_done
+            done = ranged[1] + 1 if ranged else iterations_done  # the count the range's position matched
             analysis = _Analysis(loop, reader, frame.f_lineno, done)
             analysis.read()
             if (not ranged and run_iterations is not None and run_iterations != done and analysis.counter is not None
@@ -400,7 +398,7 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
             steps, bound, counter_value = analysis.steps, analysis.bound, analysis.counter_value()
             header_counter = analysis.header_counter
             if ranged:
-                passes, position, _, epoch_counted = ranged
+                passes, position, epoch_counted = ranged
                 if steps is None or steps >= passes:  # an exit on the counter before the range ends shortens it
                     steps, bound = passes, None
                 # the counter's position in the range, for advanced_with; a range begun before this epoch counts the run
