@@ -178,6 +178,23 @@ def test_a_stream_without_length_takes_its_epoch_from_the_loops_exit(counter):
 
 
 @pytest.mark.long
+def test_a_finite_stream_is_read_to_the_end_of_its_pass_to_count_the_epoch_and_its_validation():
+    # a DataLoader over a finite IterableDataset (webdataset's kind), `for x, y in loader` with nothing else to read:
+    # before, sampling cut the pass and predict asked for --iterations-per-epoch; the validation stream was cut after
+    # its 10 timed batches and taken as 10 batches long
+    from trainwise.predict.same_machine import trainwise_estimate
+
+    profile = run_profile(client("stream_loop.py", "--counter", "none", "--samples", "160000", "--rounds", "3"),
+                          ProfileOptions(**QUICK), quiet=True)
+    assert profile.stop_reason in ("sampled", "validation_timed") and profile.dataset.iterations_per_epoch == 10_000
+    assert any("ended after 10,000 batches" in note for note in profile.notes)
+    assert profile.validations and profile.validations[0].batches_total == 500
+    assert profile.validations[0].batches_timed == 500
+    estimate = trainwise_estimate(profile, 3)
+    assert estimate.total_s > 3 * 10_000 * profile.steady_state.iteration.mean_s
+
+
+@pytest.mark.long
 def test_batches_drawn_with_next_from_cycled_loaders_run_the_loops_range_and_validate_a_batch_at_a_time():
     # lucidrains' loop (x-transformers' train_enwik8.py): `for i in tqdm.tqdm(range(N))` drawing from endless
     # cycle()s over a 62,500-batch training loader and a validation loader, one validation batch every 10 steps.

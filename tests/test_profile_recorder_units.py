@@ -608,3 +608,83 @@ def test_an_evaluation_loop_that_breaks_early_is_as_long_as_it_read_and_fresh_lo
     shapes = [(v["loader"], len(v["batch_starts_s"]), v["batches_total"]) for v in recorder.validations]
     assert shapes == [(1, 11, 11), (2, 11, 11), (1, 11, 11), (2, 11, 11)]
     assert all(v["end_s"] is not None for v in recorder.validations)
+
+
+class StreamIterator(FakeIterator):
+    """A DataLoader iterator over an IterableDataset without a length: len() raises, as torch's does."""
+
+    def __len__(self) -> int:
+        raise TypeError("IterableDataset has no len()")
+
+
+def test_a_training_pass_over_a_stream_runs_to_its_end_to_count_the_epoch_then_validation_to_its_end(tmp_path, monkeypatch):
+    """A loader over a stream (webdataset, a streaming dataset) has no length: sampling stopped inside its pass waits
+    for the pass's end and counts its batches as the epoch's (cut short, predict could not scale the sample to a run);
+    a validation pass over a stream is read to its end too, not cut after the batches to time."""
+    import time
+
+    import torch
+
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "sampled", "validation_batches": 2,
+                                "epoch2_iterations": 2})
+    recorder._torch = torch
+    finished = []
+    monkeypatch.setattr(recorder, "_finish", lambda reason: finished.append(reason))
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+
+    def fetch(iterator, state):
+        start = time.perf_counter()
+        recorder._on_batch(iterator, state, start, time.perf_counter(), torch.zeros(16, 4))
+        recorder._last_batch_state = state
+        state.grad_at_last_batch = torch.is_grad_enabled()
+        return state.truncate
+
+    train_it = StreamIterator(FakeLoader(30))
+    train = recorder._new_loader_state(train_it)
+    for step in range(30):
+        fetch(train_it, train)
+        recorder._boundary(optimizer)
+        if step == 9:  # the stop rule found the steady state here (_check_stop's loader path)
+            assert recorder._stream_pass_to_wait_out()
+            assert recorder._waiting_for_epoch_end and not recorder.epoch1_truncated and not train.truncate
+    recorder._on_exhausted(train_it, train, time.perf_counter())
+    assert recorder.epochs[0]["batches_per_epoch"] == 30 and recorder.loaders["train"]["batches_per_pass"] == 30
+    assert recorder.epoch1_truncated and not recorder._waiting_for_epoch_end and recorder._truncated_epoch == 0
+    assert not recorder.epochs[0]["truncated"]  # the whole pass ran
+    val_it = StreamIterator(FakeLoader(7))
+    with torch.no_grad():
+        val = recorder._new_loader_state(val_it)
+        assert not any(fetch(val_it, val) for _ in range(7))  # past the 2 batches to time: the pass's length unknown
+        recorder._on_exhausted(val_it, val, time.perf_counter())
+    assert [(len(v["batch_starts_s"]), v["batches_total"]) for v in recorder.validations] == [(7, 7)]
+
+
+def test_a_stream_pass_that_outlasts_max_epoch_wait_is_cut_and_says_what_predict_needs(tmp_path):
+    import time
+
+    import torch
+
+    recorder = _child.Recorder({"out_path": str(tmp_path / "raw.json"), "mode": "sampled", "max_epoch_wait_s": 30.0,
+                                "max_profile_seconds": 10.0})
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    train_it = StreamIterator(FakeLoader(10))
+    train = recorder._new_loader_state(train_it)
+    for _ in range(3):
+        recorder._on_batch(train_it, train, time.perf_counter(), time.perf_counter(), torch.zeros(16, 4))
+        recorder._last_batch_state = train
+        recorder._boundary(optimizer)
+    assert recorder._stream_pass_to_wait_out()
+    recorder.marks["first_iteration_start"] = recorder.now() - 31.0
+    recorder._check_stop(0)
+    assert train.truncate and recorder.epoch1_truncated and not recorder._waiting_for_epoch_end
+    assert "--iterations-per-epoch" in recorder.notes[-1]
+    from trainwise.profile._loop_bound import LoopBound
+
+    recorder._loop_bound = LoopBound("train.py:9: for x, y in loader", None, None, 3, None, None, ("loss < 0.01",),
+                                     False, loader="stream")
+    assert not recorder._stream_pass_to_wait_out()  # it leaves on its own test: no pass end to wait for
+    recorder._loop_bound = None
+    sized = FakeIterator(FakeLoader(10))  # a sized loader is cut as ever
+    recorder.current_train_state = recorder._new_loader_state(sized)
+    assert not recorder._stream_pass_to_wait_out()

@@ -173,7 +173,7 @@ class LoaderPasses(ValidationPasses):
             self._record_validation_batch(record, start_s, end_s, samples)
             self._open_val_state = state
         if self.sampled and not self.validation_done and len(record["batch_starts_s"]) >= self.validation_batches \
-                and self.epoch1_truncated:
+                and self.epoch1_truncated and self._validation_length_known(record, start_s):
             # Enough validation batches timed: the next request ends this validation pass.
             state.truncate = True
 
@@ -193,11 +193,14 @@ class LoaderPasses(ValidationPasses):
         if state.role == "train":
             if self.epochs and self.epochs[-1]["end_s"] is None:
                 self.epochs[-1]["end_s"] = end_s
+            self._stream_pass_ended(state)
             self.iter_start = None
             self._reset_iteration()
             self._unpark_model_hook()
         elif state.record is not None:
             state.record["end_s"] = end_s
+            if state.record["batches_total"] is None:  # a stream's pass: its length is what it gave
+                state.record["batches_total"] = state.batches
             self._exclude_from_iteration(state.record)
             self._after_validation(another_may_follow=True)
 

@@ -33,6 +33,9 @@ class Sampling:
                 if self.planned_steps is not None:  # the run's length is known without an epoch boundary
                     self._take_step_budget_as_epoch()
                     return
+                if self.current_train_state is not None:  # a stream's pass went on past the wait: cut it here
+                    self._stream_wait_over()
+                    return
                 self.notes.append(f"no end of epoch seen within --max-epoch-wait {self.max_epoch_wait_s:g} s "
                                   "(no DataLoader, no model.eval()/no_grad validation): iterations per epoch unknown, "
                                   "give predict --iterations-per-epoch N")
@@ -87,6 +90,8 @@ class Sampling:
             self._finish("sampled_no_dataloader")
             return
         self._loader_loop_length()
+        if self._stream_pass_to_wait_out():
+            return
         self._mark_train_truncation()
 
     def _closure_capped(self, last: int = 5) -> bool:
@@ -164,3 +169,47 @@ class Sampling:
         # The active training iterator ends its epoch at its next request.
         if self.current_train_state is not None:
             self.current_train_state.truncate = True
+
+    # ---- a training DataLoader over a stream (an IterableDataset without a length) ----------------------
+    def _stream_pass_to_wait_out(self) -> bool:
+        """Sampling stopped inside a training pass whose length nothing gave (the loader has none, and no loop
+        reading found one): cut short, the epoch's length would be lost and predict could not scale the sample to a
+        run. The pass runs on to its end instead, bounded by --max-epoch-wait, and its batches count the epoch
+        (_stream_pass_ended). True when sampling now waits."""
+        state = self.current_train_state
+        if (state is None or state.role != "train" or state.undecided or not self.epochs
+                or state.info.get("batches_per_pass") is not None or self.epochs[-1]["batches_per_epoch"] is not None):
+            return False
+        bound = self._loop_bound
+        if bound is not None and bound.steps is None and bound.other_exits:
+            return False  # the loop leaves on a test of its own (a loss, a reward): no pass's end to wait for
+        self.epoch1_truncated = False
+        self._waiting_for_epoch_end = True
+        self.notes.append("the training DataLoader has no length (an IterableDataset, a stream): sampling went on to the "
+                          f"end of its pass (at most --max-epoch-wait {self.max_epoch_wait_s:g} s) to count its batches")
+        return True
+
+    def _stream_pass_ended(self, state) -> None:
+        """The awaited training pass over a stream ended: its batches are the epoch's, sampling stops there, and what
+        follows (validation, the next epoch's start) is timed as after any cut-short epoch."""
+        if not self._waiting_for_epoch_end or state.info.get("batches_per_pass") is not None or not self.epochs:
+            return
+        epoch = self.epochs[-1]
+        epoch["batches_per_epoch"] = state.batches
+        state.info["batches_per_pass"] = state.batches
+        self.loaders["train"] = {**(self.loaders.get("train") or state.info), "batches_per_pass": state.batches}
+        self._waiting_for_epoch_end = False
+        self.epoch1_truncated = True
+        self._truncated_epoch = epoch["index"]
+        self.notes.append(f"epoch {epoch['index'] + 1}'s pass over the stream ended after {state.batches:,} batches "
+                          f"({int(epoch['iterations']):,} iterations): its length, counted")
+
+    def _stream_wait_over(self) -> None:
+        """The stream's pass outlasted --max-epoch-wait: cut here, its length unknown (predict asks for it)."""
+        self._waiting_for_epoch_end = False
+        self.epoch1_truncated = True
+        self._truncated_epoch = int(self.epochs[-1]["index"])
+        self.notes.append(f"the training DataLoader's pass over a stream did not end within --max-epoch-wait "
+                          f"{self.max_epoch_wait_s:g} s: iterations per epoch unknown, give predict "
+                          "--iterations-per-epoch N")
+        self._mark_train_truncation()

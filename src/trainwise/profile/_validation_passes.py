@@ -51,6 +51,20 @@ class ValidationPasses:
                 "batch_starts_s": [], "data_wait_s": [], "samples": 0, "truncated": False,
                 "batches_total": state.info.get("batches_per_pass"), "loader": state.loader_index}
 
+    def _validation_length_known(self, record: dict[str, Any], now_s: float) -> bool:
+        """A validation pass may be cut short once its length is known: a stream's pass (an IterableDataset without a
+        length) runs to its end to count it, unless it outlasts --max-epoch-wait (then the batches timed stand for it,
+        said in a note)."""
+        if record["batches_total"] is not None:
+            return True
+        if now_s - record["start_s"] < self.max_epoch_wait_s:
+            return False
+        self.notes.append(f"a validation pass over a stream (no length) did not end within --max-epoch-wait "
+                          f"{self.max_epoch_wait_s:g} s: its {len(record['batch_starts_s']):,} batches timed are "
+                          "taken as the whole pass")
+        record["batches_total"] = len(record["batch_starts_s"])
+        return True
+
     @staticmethod
     def _record_validation_batch(record: dict[str, Any], start_s: float, end_s: float, samples: int | None) -> None:
         record["batch_starts_s"].append(start_s)
