@@ -195,6 +195,18 @@ def test_a_finite_stream_is_read_to_the_end_of_its_pass_to_count_the_epoch_and_i
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("ratio", ["1.5", "0.5"])
+def test_two_training_loaders_zipped_make_epochs_of_the_shorter_pass(ratio):
+    # zip(source_loader, target_loader): before, the first loader's pass was taken for a look at a batch and then for
+    # validation (a 1-batch pass each step), and the epoch was the second loader's length (938, not 625)
+    profile = run_profile(client("zipped_loaders.py", "--ratio", ratio), ProfileOptions(**QUICK), quiet=True)
+    assert profile.dataset.iterations_per_epoch == (625 if ratio == "1.5" else 313)
+    assert any(note.startswith("a second training DataLoader drawn in lockstep") for note in profile.notes)
+    assert len({v.loader for v in profile.validations}) == 1 and profile.validations[0].batches_total == 32
+    assert profile.dataset.global_batch_size == 32
+
+
+@pytest.mark.long
 def test_batches_drawn_with_next_from_cycled_loaders_run_the_loops_range_and_validate_a_batch_at_a_time():
     # lucidrains' loop (x-transformers' train_enwik8.py): `for i in tqdm.tqdm(range(N))` drawing from endless
     # cycle()s over a 62,500-batch training loader and a validation loader, one validation batch every 10 steps.

@@ -688,3 +688,68 @@ def test_a_stream_pass_that_outlasts_max_epoch_wait_is_cut_and_says_what_predict
     sized = FakeIterator(FakeLoader(10))  # a sized loader is cut as ever
     recorder.current_train_state = recorder._new_loader_state(sized)
     assert not recorder._stream_pass_to_wait_out()
+
+
+def _zip_epoch(recorder, optimizer, first, second, steps=None):
+    """One epoch of `for a, b in zip(first, second)` as the patched iterators report it: a batch of each, a step;
+    the shorter pass's StopIteration ends it (`steps`: the script leaves after that many, as sampling's cut would)."""
+    import time
+
+    import torch
+
+    iterators = [FakeIterator(first), FakeIterator(second)]
+    states = [None, None]
+    for step in range(min(first.batches, second.batches) if steps is None else steps):
+        for k, iterator in enumerate(iterators):
+            if states[k] is None:  # the patched __next__: a new pass settles an undecided one
+                if recorder._undecided is not None:
+                    recorder._settle_undecided()
+                states[k] = recorder._new_loader_state(iterator)
+            start = time.perf_counter()
+            recorder._on_batch(iterator, states[k], start, time.perf_counter(), torch.zeros(16, 4))
+            recorder._last_batch_state = states[k]
+            states[k].grad_at_last_batch = True
+        recorder._boundary(optimizer)
+    if steps is None:
+        shorter = 0 if first.batches <= second.batches else 1
+        if shorter == 1:  # zip asks the first for its batch before the second runs out
+            recorder._on_batch(iterators[0], states[0], time.perf_counter(), time.perf_counter(), torch.zeros(16, 4))
+        recorder._on_exhausted(iterators[shorter], states[shorter], time.perf_counter())
+    return states
+
+
+@pytest.mark.parametrize("shorter_first", [True, False])
+def test_two_training_loaders_zipped_are_one_pass_that_ends_with_the_shorter(recorder, shorter_first):
+    """Domain adaptation's `zip(source_loader, target_loader)`: the first step looks like a look at a batch followed by
+    the training loop; the first loader's second batch, one step later with gradients on, makes it the training pass's
+    companion. Epochs end with the shorter loader (6 batches, not the other's 9), nothing is validation, and the
+    companion's data wait is in the iterations."""
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    short, long = FakeLoader(6), FakeLoader(9)
+    first, second = (short, long) if shorter_first else (long, short)
+    for _ in range(2):
+        _zip_epoch(recorder, optimizer, first, second)
+    assert [e["batches_per_epoch"] for e in recorder.epochs] == [6, 6]
+    assert [e["iterations"] for e in recorder.epochs] == [6, 6] and all(e["end_s"] is not None for e in recorder.epochs)
+    assert recorder.validations == [] and "val" not in recorder.loaders
+    assert recorder.loaders["train"]["batches_per_pass"] == 6
+    assert any(note.startswith("a second training DataLoader drawn in lockstep") for note in recorder.notes)
+    assert not any("look at a batch" in note or "timed as validation" in note for note in recorder.notes)
+    assert all(it["batches"] == 1 for it in recorder.iterations)  # the epoch counted in one loader's batches
+
+
+def test_a_look_at_another_loaders_batch_before_training_stays_a_look(recorder):
+    """`fixed, _ = next(iter(val_loader))` (a batch to plot), then the training loop: the val pass never draws again, so
+    it is no companion."""
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    run_pass(recorder, FakeLoader(4), batches=1)  # the look
+    run_pass(recorder, FakeLoader(8), optimizer)
+    assert [e["batches_per_epoch"] for e in recorder.epochs] == [8] and recorder.validations == []
+    assert any("look at a batch" in note for note in recorder.notes)
+    assert not any("lockstep" in note for note in recorder.notes)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainwise.agent.trace.live import model_input_of_batch
+from trainwise.profile._companion_passes import CompanionPasses
 from trainwise.profile._validation_passes import MAX_VALIDATION_SEGMENTS, ValidationPasses
 from trainwise.profile._watchers import _batch_length
 
@@ -15,7 +16,7 @@ class _LoaderState:
     """One pass over a DataLoader (one iterator, or one reset of a persistent-workers iterator)."""
 
     __slots__ = ("role", "key", "batches", "truncate", "record", "info", "grad_at_last_batch", "loader",
-                 "loader_index", "undecided", "exhausted_s", "epoch", "reopen_epoch", "before", "segments")
+                 "loader_index", "undecided", "exhausted_s", "epoch", "reopen_epoch", "before", "segments", "settled")
 
     def __init__(self, role: str, key: int, info: dict[str, Any] | None = None) -> None:
         self.role = role
@@ -43,9 +44,11 @@ class _LoaderState:
         # Validation segments this pass has given: the batches drawn before training resumed, each a validation
         # (an endless `cycle(val_loader)` drawn one batch every N steps is one pass the script never ends)
         self.segments = 0
+        # What settling it as a look or a validation changed, while it may still be a companion (_companion_passes)
+        self.settled: dict[str, Any] | None = None
 
 
-class LoaderPasses(ValidationPasses):
+class LoaderPasses(ValidationPasses, CompanionPasses):
     """Methods of trainwise.profile._child.Recorder; they use its state.
 
     A pass's role is guessed when it begins (_new_loader_state) and corrected at the one moment that
@@ -159,6 +162,9 @@ class LoaderPasses(ValidationPasses):
             if not self.validation_done and self.validation_batches <= 0:
                 self._finish("sampled_without_validation")
         else:
+            if state.role == "companion" or (state.settled is not None and self._became_companion(state)):
+                self._on_companion_batch(start_s, end_s)
+                return
             record = state.record
             if record is None:
                 record = state.record = self._validation_record(start_s, state)
@@ -179,6 +185,9 @@ class LoaderPasses(ValidationPasses):
 
     def _on_exhausted(self, iterator, state: _LoaderState, start: float) -> None:
         end_s = start - self.perf0 + self.offset_s
+        if state.role == "companion":
+            self._on_companion_exhausted(state, end_s)
+            return
         if state.undecided and self.iterations:
             # Training has begun, and no optimizer step came during this pass: validation. (Before the
             # first step the pass may be one the script collects its batches with, to train on them
@@ -241,6 +250,7 @@ class LoaderPasses(ValidationPasses):
         state = self._undecided
         if state is None:
             return
+        began = self._settling_began()
         self._undecided = None
         state.undecided = False
         self.epochs = [e for e in self.epochs if e is not state.epoch]
@@ -283,6 +293,7 @@ class LoaderPasses(ValidationPasses):
                         "without model.eval() or torch.no_grad())")
         if note not in self.notes:
             self.notes.append(note)
+        state.settled = began
 
     def _reclassify_as_training(self, state: _LoaderState) -> None:
         """An optimizer step consumed batches of a pass first taken for validation: it is the

@@ -1,0 +1,73 @@
+"""Training DataLoaders drawn in lockstep: `for (xs, ys), (xt,) in zip(source_loader, target_loader)` (domain
+adaptation, semi-supervised learning, a labelled and an unlabelled set) asks each loader for one batch a step. A mixin
+of the recorder (trainwise.profile._passes decides the passes' roles).
+
+The first step cannot tell such a pair from a look at a batch (`next(iter(loader))`) followed by the training loop:
+when the second pass begins, the first, one batch in and no optimizer step since, is settled as a look (or, later in
+the run, as validation). The second step can: the first pass draws its next batch with gradients on and the model in
+train mode, one optimizer step after the second pass began. It then becomes the training pass's companion: what the
+settling recorded is undone, its batches' data wait is counted in the iteration (not its batches: the epoch is counted
+in the training pass's), and the epoch ends with the shorter pass, as zip does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COMPANION_NOTE = ("a second training DataLoader drawn in lockstep with the first (`zip(loader_a, loader_b)`: a batch of "
+                  "each per optimizer step): an epoch ends with the shorter pass, and its batches' data wait is in the "
+                  "iteration")
+
+
+class CompanionPasses:
+    """Methods of trainwise.profile._child.Recorder; they use its state."""
+
+    def _settling_began(self) -> dict[str, Any]:
+        """What a settling may change, taken before it (_settle_undecided), so that it can be undone."""
+        return {"notes": len(self.notes), "validations": len(self.validations), "val": self.loaders.get("val"),
+                "dataloader_validation": self._dataloader_validation, "iterations": len(self.iterations),
+                "by": None}
+
+    def _became_companion(self, state: Any) -> bool:
+        """`state`, settled when another training pass began, draws its second batch (counted) one optimizer step later, with
+        gradients on and the model in train mode, while that pass's epoch is open: a companion (made so here)."""
+        settled, train = state.settled, self.current_train_state
+        if (settled is None or state.batches != 2 or train is None or train is state or train.role != "train"
+                or train.undecided or len(self.iterations) != settled["iterations"] + 1 or not self.epochs
+                or self.epochs[-1]["end_s"] is not None or self.eval_mode or not self._torch.is_grad_enabled()):
+            return False
+        loader, train_loader = state.loader, train.loader
+        if loader is None or train_loader is None or loader() is train_loader():
+            return False
+        # undo the settling: its validation record, the validation loader it named, its notes
+        del self.validations[settled["validations"]:]
+        if settled["val"] is None and self.loaders.get("val") is state.info:
+            del self.loaders["val"]
+        self._dataloader_validation = settled["dataloader_validation"]
+        del self.notes[settled["notes"]:]
+        state.role, state.record, state.settled = "companion", None, None
+        self._training_loaders.add(loader())
+        ours, theirs = state.info.get("batches_per_pass"), train.info.get("batches_per_pass")
+        if ours is not None and (theirs is None or ours < theirs):
+            train.info["batches_per_pass"] = ours  # the loaders' "train" entry: the pass the loop runs
+            self.epochs[-1]["batches_per_epoch"] = ours
+        if COMPANION_NOTE not in self.notes:
+            self.notes.append(COMPANION_NOTE)
+        return True
+
+    def _on_companion_batch(self, start_s: float, end_s: float) -> None:
+        """A companion's batch: part of the iteration (its first request may come before the training pass's)."""
+        if self.iter_start is None:
+            self.iter_start = start_s
+        self.iter_data_wait += end_s - start_s
+
+    def _on_companion_exhausted(self, state: Any, end_s: float) -> None:
+        """The companion's pass ran out first: zip stops, and the epoch ends here."""
+        if self.epochs and self.epochs[-1]["end_s"] is None:
+            epoch = self.epochs[-1]
+            epoch["end_s"] = end_s
+            known = epoch.get("batches_per_epoch")
+            epoch["batches_per_epoch"] = state.batches if known is None else min(known, state.batches)
+        self.iter_start = None
+        self._reset_iteration()
+        self._unpark_model_hook()
