@@ -388,6 +388,31 @@ def test_a_range_loop_an_epoch_loop_runs_again_is_an_epochs_length_and_a_counter
     assert _run(lambda readings: loop(readings, 1)) == [None, None]  # its counter is not the iterations'
 
 
+def test_a_range_loop_an_epoch_loop_runs_over_loaders_it_restarts_is_an_epochs_length():
+    """FixMatch's loop: `for batch_idx in range(args.eval_step)` inside its epoch loop, drawing with next() from an
+    iterator it begins again when it runs out: the loader's passes (here 4 batches) are not its epochs, so the range's
+    position matches the run's count, not the pass's, and it is still an epoch's length."""
+    import torch
+
+    loader = torch.utils.data.DataLoader(torch.zeros(16, 2), batch_size=4)
+
+    def loop(readings):
+        iterator = iter(loader)
+        for epoch in range(3):
+            for batch_idx in range(10):
+                try:
+                    next(iterator)
+                except StopIteration:
+                    iterator = iter(loader)
+                    next(iterator)
+                if batch_idx >= 5:  # the run's 6th and 7th iterations: the pass's 2nd and 3rd
+                    readings.append(read_loop_bound(batch_idx % 4 + 1, (), loaders=True, run_iterations=batch_idx + 1))
+                    _stop_after(readings)
+
+    first, later = _run(loop)
+    assert later.range_header and later.steps == 10 and later.per_epoch and first.advanced_with(later)
+
+
 def test_a_trainers_own_attribute_counter_bounds_its_while_loop():
     """lucidrains' denoising-diffusion-pytorch Trainer: `while self.step < self.train_num_steps:` with `self.step += 1`
     after the optimizer step (a count kept on the object, resumable from a checkpoint), and a sample every

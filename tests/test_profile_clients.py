@@ -207,6 +207,25 @@ def test_two_training_loaders_zipped_make_epochs_of_the_shorter_pass(ratio):
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("single", [True, False])
+def test_a_range_of_steps_over_iterators_begun_again_is_the_epoch_whatever_the_loaders_passes(single):
+    # FixMatch's loop: before, the labelled loader's 125-batch passes were the epochs and the range, its position
+    # matching the run's count, was read as the run's 300 steps (a third of the 900 the script runs); with the
+    # unlabelled loader beside it, each restart of the labelled one was then a validation pass
+    from trainwise.predict.epochs import decide_epochs
+
+    profile = run_profile(client("restarted_iterators.py", *(["--single"] if single else [])), ProfileOptions(**QUICK),
+                          quiet=True)
+    assert profile.dataset.iterations_per_epoch == 300 and profile.script_iterations is None
+    assert any("300 iterations an epoch, drawn with next()" in note for note in profile.notes)
+    assert not any("timed as validation" in note for note in profile.notes)
+    assert all(v.batches_total == 16 for v in profile.validations)  # the test loader's, if timed
+    decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
+                             profiles=[("p", profile)], what="epochs")
+    assert decision.headline == 3
+
+
+@pytest.mark.long
 def test_batches_drawn_with_next_from_cycled_loaders_run_the_loops_range_and_validate_a_batch_at_a_time():
     # lucidrains' loop (x-transformers' train_enwik8.py): `for i in tqdm.tqdm(range(N))` drawing from endless
     # cycle()s over a 62,500-batch training loader and a validation loader, one validation batch every 10 steps.

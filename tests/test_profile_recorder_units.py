@@ -753,3 +753,41 @@ def test_a_look_at_another_loaders_batch_before_training_stays_a_look(recorder):
     assert [e["batches_per_epoch"] for e in recorder.epochs] == [8] and recorder.validations == []
     assert any("look at a batch" in note for note in recorder.notes)
     assert not any("lockstep" in note for note in recorder.notes)
+
+
+def test_a_lockstep_loader_begun_again_when_it_runs_out_does_not_end_the_epoch(recorder):
+    """FixMatch's two iterators: a labelled one (4 batches a pass) begun again at its StopIteration, an unlabelled one
+    (10) drawn on; a step after each pair. The labelled pass running out ends nothing: the restarted pass is the
+    companion at once, the epoch stays open and is the unlabelled pass's 10 batches."""
+    import time
+
+    import torch
+
+    recorder._torch = torch
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    labelled, unlabelled = FakeLoader(4), FakeLoader(10)
+    iterators = {"l": FakeIterator(labelled), "u": FakeIterator(unlabelled)}
+    states: dict = {}
+
+    def draw(name):
+        if name not in states:
+            if recorder._undecided is not None:
+                recorder._settle_undecided()
+            states[name] = recorder._new_loader_state(iterators[name])
+        if name == "l" and states[name].batches == labelled.batches:  # runs out: begun again
+            recorder._on_exhausted(iterators[name], states[name], time.perf_counter())
+            iterators[name] = FakeIterator(labelled)
+            del states[name]
+            return draw(name)
+        start = time.perf_counter()
+        recorder._on_batch(iterators[name], states[name], start, time.perf_counter(), torch.zeros(16, 4))
+        recorder._last_batch_state = states[name]
+
+    for _ in range(9):
+        draw("l")
+        draw("u")
+        recorder._boundary(optimizer)
+    assert len(recorder.epochs) == 1 and recorder.epochs[0]["end_s"] is None
+    assert recorder.epochs[0]["iterations"] == 9 and recorder.epochs[0]["batches_per_epoch"] == 10
+    assert recorder.loaders["train"]["batches_per_pass"] == 10 and recorder.validations == []
+    assert any(note.startswith("the lockstep loader is begun again") for note in recorder.notes)

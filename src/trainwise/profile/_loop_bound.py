@@ -401,8 +401,10 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
                 passes, position, epoch_counted = ranged
                 if steps is None or steps >= passes:  # an exit on the counter before the range ends shortens it
                     steps, bound = passes, None
-                # the counter's position in the range, for advanced_with; a range begun before this epoch counts the run
-                counter_value, header_counter = position, epoch_counted
+                # the counter's position in the range, for advanced_with; a range begun before this epoch counts the run,
+                # unless another loop runs it again (FixMatch's `for batch_idx in range(args.eval_step)` inside its epoch
+                # loop, drawing from loaders it restarts: their passes are not its epochs)
+                counter_value, header_counter = position, epoch_counted or enclosed
             return LoopBound(where=f"{os.path.basename(code.co_filename)}:{loop.lineno}: {header}",
                              counter=analysis.counter, counter_value=counter_value,
                              iterations_done=done, steps=steps, bound=bound,

@@ -144,10 +144,12 @@ class LoopReading:
         known = epoch["batches_per_epoch"]
         source = later.source
         if later.per_epoch:
-            if known is not None and later.steps * per_iteration >= known:
-                return  # the loader ends its pass first
+            if known is not None and later.steps * per_iteration >= known and not later.range_header:
+                return  # the loader ends its pass first (a range drawing with next() runs on past a pass's end)
             steps = later.steps
             note = (f"{steps:,} iterations an epoch, read from {source}" if known is None else
+                    f"{steps:,} iterations an epoch, drawn with next() from its DataLoaders whatever their passes (the "
+                    f"loader's {known:,} batches; {source})" if later.range_header else
                     f"the training loop leaves each pass over its DataLoader after {steps:,} iterations, not the "
                     f"loader's {known:,} batches ({source})")
         else:

@@ -94,6 +94,8 @@ class LoaderPasses(ValidationPasses, CompanionPasses):
         info["drop_last"] = bool(getattr(iterator, "_drop_last", False))
         info["num_workers"] = int(getattr(iterator, "_num_workers", 0))
         state.info = info
+        if self._companion_end is not None and self._companion_restarted(state):
+            return state
         if state.role == "train" or not self._is_training_loader(state):
             # (an evaluation of the training set does not make the training loader the validation set)
             self.loaders.setdefault(state.role, info)
@@ -135,6 +137,8 @@ class LoaderPasses(ValidationPasses, CompanionPasses):
         shape = getattr(first, "shape", None) if first is not None else None
         samples = (int(shape[0]) if len(shape) else 1) if shape is not None else _batch_length(batch)
         if state.role == "train":
+            if self._restart_pending is not None:
+                self._restart_settled(state)
             if self._open_val_state is not None:
                 self._end_val_segment(start_s)
             if self.iter_start is None:
