@@ -226,6 +226,18 @@ def test_a_range_of_steps_over_iterators_begun_again_is_the_epoch_whatever_the_l
 
 
 @pytest.mark.long
+def test_an_epoch_loop_that_stops_early_is_named_where_the_scripts_epochs_are_taken():
+    from trainwise.predict.epochs import decide_epochs
+
+    profile = run_profile(client("early_stopping.py"), ProfileOptions(**QUICK), quiet=True)
+    assert profile.epoch_loop_exits.tests == ["bad_epochs >= args.patience or validation_loss < args.target"]
+    assert profile.epoch_loop_exits.where.endswith("for epoch in range(args.epochs)")
+    decision = decide_epochs(epochs=None, epoch_options=(5, 10, 20), epoch_options_given=False,
+                             profiles=[("p", profile)], what="epochs")
+    assert decision.headline == 50 and "also leaves on `bad_epochs >= args.patience or" in decision.says
+
+
+@pytest.mark.long
 def test_batches_drawn_with_next_from_cycled_loaders_run_the_loops_range_and_validate_a_batch_at_a_time():
     # lucidrains' loop (x-transformers' train_enwik8.py): `for i in tqdm.tqdm(range(N))` drawing from endless
     # cycle()s over a 62,500-batch training loader and a validation loader, one validation batch every 10 steps.

@@ -247,6 +247,14 @@ class OptimizerStateSubnormals(_Model):
         return (self.elements - (self.subnormals or 0)) * penalty_ns * 1e-9
 
 
+class EpochLoopExits(_Model):
+    """Tests that leave the script's epoch loop besides its count (early stopping, a target accuracy, a time limit):
+    the run may end before the epochs predicted, when training decides."""
+
+    where: str = Field(description="the epoch loop, e.g. \"train.py:120: for epoch in range(args.epochs)\"")
+    tests: list[str] = Field(description="the tests that leave it, as written (at most three)")
+
+
 class ScriptEpochs(_Model):
     """The epoch count the profiled script sets for itself (its argparse `--epochs`, Keras
     `fit(epochs=)`, Lightning `Trainer(max_epochs=)`, HF `num_train_epochs`): the N_ep of the run the
@@ -343,6 +351,8 @@ class Profile(_Model):
     host_noise: HostNoise | None = None
     # None when the script's epoch count could not be read (or in profiles made before trainwise read it)
     script_epochs: ScriptEpochs | None = None
+    # None when the epoch loop leaves only at its count, could not be read, or in profiles made before trainwise read it
+    epoch_loop_exits: EpochLoopExits | None = None
     script_iterations: ScriptIterations | None = None
     # The host's speed level beside the sampled steps (sampled profiles on CPU; empty otherwise, or when
     # --level-probe-seconds 0): with host_noise's mean level, the estimator's level correction

@@ -112,7 +112,7 @@ def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_opt
                 says = f"headline: {_epochs(own.epochs)}, set by the script itself ({own.source}); --epochs N plans another"
             else:
                 says = f"epochs: {own.epochs}, set by the script itself ({own.source}); --epochs N or --epoch-options predict others"
-            return EpochDecision(own.epochs, options, says)
+            return EpochDecision(own.epochs, options, says + _early_exits([profile for _, profile in profiles]))
         why = script_epochs_disagreement([profile for _, profile in profiles])
         if why:
             if what == "headline":
@@ -120,6 +120,16 @@ def decide_epochs(*, epochs: int | None, epoch_options: Sequence[int], epoch_opt
             shown = ",".join(str(n) for n in options)
             return EpochDecision(None, options, f"epochs: {shown} (--epoch-options); {why}: pass --epochs N")
     return EpochDecision(None, options)
+
+
+def _early_exits(profiles: Sequence[Profile]) -> str:
+    """What else ends the script's epoch loop (early stopping), for the line that takes the script's epochs."""
+    exits = next((p.epoch_loop_exits for p in profiles if p.epoch_loop_exits is not None), None)
+    if exits is None:
+        return ""
+    tests = " or ".join(f"`{test}`" for test in exits.tests)
+    return (f"; its epoch loop ({exits.where}) also leaves on {tests} (early stopping?): the run may stop sooner, "
+            "when training decides, and the prediction runs every epoch")
 
 
 def _step_budget(profiles: Sequence[Profile], own_epochs: int | None, iterations_per_epoch: int | None,

@@ -9,6 +9,7 @@ import math
 import os
 
 from trainwise.agent import stop_rule
+from trainwise.profile._epoch_exits import read_epoch_loop_exits
 from trainwise.profile._loop_bound import LoopBound, read_loop_bound
 from trainwise.profile._loop_length import read_loop_length
 from trainwise.profile._no_loader import _tensor_pass
@@ -25,6 +26,7 @@ class LoopReading:
         self._loop_bound: LoopBound | None = None
         self._loop_bound_checked = False
         self._periodic_until: int | None = None  # waiting to this iteration for the loop's every-K-passes test
+        self.epoch_loop_exits: dict | None = None  # the epoch loop's own exits (early stopping), read once
 
     def _take_as_epoch(self, iterations: int, note: str) -> None:
         """The epoch's length is known without its end: sampling ends here, the epoch truncated at `iterations`
@@ -54,6 +56,7 @@ class LoopReading:
         if not epochs or epochs[-1]["end_s"] is not None or self._torch is None:
             return
         skipped = self._library_dirs()
+        self._read_epoch_loop_exits()
         self._loop_passes = read_loop_length(int(epochs[-1]["iterations"]), skipped)
         if self._loop_passes is None and len(epochs) == 1:
             self._loop_bound = read_loop_bound(int(epochs[-1]["iterations"]), skipped)
@@ -65,6 +68,11 @@ class LoopReading:
         if whole is not None:
             self.note_script_iterations(whole[0], f"{whole[1]}, each pass an iteration, the epochs' validation inside",
                                         rank=())
+
+    def _read_epoch_loop_exits(self) -> None:
+        exits = read_epoch_loop_exits(self._library_dirs())
+        if exits is not None:
+            self.epoch_loop_exits = exits.as_record()
 
     def _library_dirs(self) -> tuple[str, ...]:
         return (os.path.dirname(self._torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,6 +130,7 @@ class LoopReading:
         epoch = self.epochs[-1] if self.epochs else None
         if epoch is None or self._torch is None:
             return
+        self._read_epoch_loop_exits()
         self._loop_bound = read_loop_bound(int(epoch["iterations"]), self._library_dirs(), loaders=True,
                                            run_iterations=len(self.iterations))
 

@@ -162,6 +162,7 @@ class RecordOutput:
             "forward_passes": {str(calls): n for calls, n in sorted(self.forward_tally.items())},
             "optimizer_state_zeros": self.optimizer_state_zeros,
             "optimizer_state_subnormals": self.optimizer_state_subnormals,
+            "epoch_loop_exits": self.epoch_loop_exits,
             "script_epochs": self.script_epochs,
             "script_iterations": self.script_iterations,
             # (a subscriber of the agent's bus that failed and was dropped says so here)

@@ -395,6 +395,7 @@ def profile_from_raw(raw: dict[str, Any], *, command: list[str], process_wall_s:
         script_iterations=ScriptIterations(**raw["script_iterations"]) if raw.get("script_iterations") else None,
         characterisation=characterisation, optimizer_state_zeros=raw.get("optimizer_state_zeros"),
         optimizer_state_subnormals=raw.get("optimizer_state_subnormals"),
+        epoch_loop_exits=raw.get("epoch_loop_exits"),
         level_probes=[LevelProbe(**probe) for probe in raw.get("level_probes", [])],
         sample_cpu_steal=raw.get("sample_cpu_steal"),
         torch_compile=raw.get("torch_compile"),
