@@ -275,3 +275,18 @@ def test_a_run_bound_by_steps_or_a_fraction_of_an_epoch_holds_no_epoch_count(tmp
     # a step limit is kept as the run's optimizer steps (predict turns them into epochs)
     steps = callback.profile.script_iterations
     assert (steps.iterations if steps else None) == limits.get("max_steps")
+
+
+def test_an_early_stopping_callback_is_named_as_the_runs_other_end(tmp_path):
+    from transformers import EarlyStoppingCallback
+
+    callback = ProfilingCallback(options=QUICK)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=3, per_device_train_batch_size=8,
+                             per_device_eval_batch_size=8, eval_strategy="epoch", save_strategy="epoch",
+                             load_best_model_at_end=True, metric_for_best_model="eval_loss", logging_strategy="no",
+                             report_to=[], use_cpu=True, disable_tqdm=True)
+    Trainer(model=_model(), args=args, train_dataset=Tokens(160, 0), eval_dataset=Tokens(24, 1),
+            callbacks=[EarlyStoppingCallback(early_stopping_patience=2), callback]).train()
+    exits = callback.profile.epoch_loop_exits
+    assert exits.where == "Hugging Face Trainer's callbacks"
+    assert exits.tests == ["EarlyStoppingCallback(early_stopping_patience=2, metric_for_best_model='eval_loss')"]

@@ -96,3 +96,16 @@ def test_fit_from_an_initial_epoch_trains_the_epochs_left():
               verbose=0, callbacks=[callback])
     assert callback.profile.script_epochs.epochs == 4
     assert callback.profile.script_epochs.source == "Keras Model.fit(epochs=10) from epoch 6"
+
+
+def test_an_early_stopping_callback_fit_was_given_is_named_as_the_runs_other_end():
+    import numpy as np
+
+    callback = ProfilingCallback(options=QUICK)
+    callback.early_stopping = [keras.callbacks.EarlyStopping(monitor="loss", patience=2)]  # what the patched fit tells it
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.zeros((256, 5), "float32"), np.zeros((256, 3), "float32"), batch_size=32, epochs=3, verbose=0,
+              callbacks=[callback, *callback.early_stopping])
+    exits = callback.profile.epoch_loop_exits
+    assert exits.where == "Keras Model.fit's callbacks" and exits.tests == ["EarlyStopping(monitor='loss', patience=2)"]

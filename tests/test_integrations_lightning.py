@@ -221,3 +221,15 @@ def test_the_scripts_epochs_are_the_loops_epoch_limit_only(limits, expected):
     # a step limit that ends the run first is kept as its optimizer steps
     steps = callback.profile.script_iterations
     assert (steps.iterations if steps else None) == (30 if limits.get("max_steps") == 30 else None)
+
+
+def test_an_early_stopping_callback_is_named_as_the_runs_other_end():
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    callback = ProfilingCallback(options=QUICK)
+    trainer = pl.Trainer(max_epochs=3, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         callbacks=[callback, EarlyStopping(monitor="val_loss", patience=4)])
+    trainer.fit(Regressor(), *_loaders(640, 160, 8))
+    exits = callback.profile.epoch_loop_exits
+    assert exits.where == "Lightning Trainer's callbacks" and exits.tests == ["EarlyStopping(monitor='val_loss', patience=4)"]

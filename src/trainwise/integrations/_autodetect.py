@@ -75,6 +75,9 @@ def _patch_keras(module: ModuleType) -> None:
         if not any(isinstance(cb, ProfilingCallback) for cb in callbacks):
             callbacks.append(ProfilingCallback())
             bound.arguments["callbacks"] = callbacks
+        for cb in callbacks:  # fit's callbacks are not a callback's to see: told here
+            if isinstance(cb, ProfilingCallback):
+                cb.early_stopping = [other for other in callbacks if type(other).__name__ == "EarlyStopping"]
         return original_fit(*bound.args, **bound.kwargs)
 
     fit._trainwise_patched = True  # type: ignore[attr-defined]

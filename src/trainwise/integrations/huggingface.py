@@ -97,6 +97,13 @@ class ProfilingCallback(TrainerCallback):
         self.session.note(
             f"transformers {transformers.__version__}, gradient_accumulation_steps={args.gradient_accumulation_steps}")
         sink = self.session
+        # the Trainer lists its exportable callbacks in its state (EarlyStoppingCallback among them)
+        stopping = (getattr(state, "stateful_callbacks", None) or {}).get("EarlyStoppingCallback")
+        for saved in stopping if isinstance(stopping, list) else [stopping] if stopping else []:
+            patience = (saved.get("args") or {}).get("early_stopping_patience")
+            sink.stops_early("Hugging Face Trainer's callbacks", [
+                f"EarlyStoppingCallback(early_stopping_patience={patience}, metric_for_best_model="
+                f"{args.metric_for_best_model!r})"])
         if args.max_steps and args.max_steps > 0:  # max_steps replaces num_train_epochs: not an epoch count
             sink.not_epoch_bound(f"Hugging Face TrainingArguments(max_steps={args.max_steps})", steps=args.max_steps)
         elif whole_epochs(args.num_train_epochs) is None:

@@ -92,6 +92,8 @@ class ProfilingCallback(keras.callbacks.Callback):
         workload: a name kept in the profile.
     """
 
+    early_stopping: list = []  # fit's EarlyStopping callbacks, told by `trainwise profile`'s patch of fit
+
     def __init__(self, output: str | Path | None = None, *, mode: Mode | None = None,
                  options: ProfileOptions | None = None, batch_size: int | None = None,
                  workload: str | None = None) -> None:
@@ -142,6 +144,8 @@ class ProfilingCallback(keras.callbacks.Callback):
         self._original_train_function = self._wrap("train_function", "_batch_samples")
         session = self.session
         session.train_begin(batches_per_epoch=steps, dataset_size=None)
+        session.stops_early("Keras Model.fit's callbacks", [f"EarlyStopping(monitor={cb.monitor!r}, patience={cb.patience})"
+                                                            for cb in self.early_stopping])
         weights = list(model.weights)
         trainable = list(model.trainable_weights)
         trainable_count = sum(math.prod(w.shape) for w in trainable)

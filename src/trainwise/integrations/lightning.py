@@ -106,6 +106,9 @@ class ProfilingCallback(pl.Callback):
             self.session.watch_optimizer(optimizers[0])
         self.session.note(f"lightning {pl.__version__}, accumulate_grad_batches={trainer.accumulate_grad_batches}")
         self._note_epochs(trainer)
+        self.session.stops_early("Lightning Trainer's callbacks", [
+            f"EarlyStopping(monitor={cb.monitor!r}, patience={cb.patience})"
+            for cb in trainer.callbacks if type(cb).__name__ == "EarlyStopping"])
 
     def _note_epochs(self, trainer: pl.Trainer) -> None:
         """The run's epoch count when its loop is bound by max_epochs; else that it is not, which also drops

@@ -142,6 +142,11 @@ class FrameworkSession:
     def epochs(self, epochs: Any, source: str) -> None:
         self.recorder.note_script_epochs(epochs, source, framework=True)
 
+    def stops_early(self, where: str, tests: list[str]) -> None:
+        """The framework's loop may end before its epochs: an early-stopping callback (`tests` describe each)."""
+        if tests:
+            self.recorder.epoch_loop_exits = {"where": where, "tests": tests[:3]}
+
     def not_epoch_bound(self, reason: str, *, steps: int | None = None) -> None:
         self.recorder.note_not_epoch_bound(reason, steps=steps)
         if steps is not None:
