@@ -30,13 +30,13 @@ class CompanionPasses:
 
     def _settling_began(self) -> dict[str, Any]:
         """What a settling may change, taken before it (_settle_undecided), so that it can be undone."""
-        return {"notes": len(self.notes), "validations": len(self.validations), "val": self.loaders.get("val"),
-                "dataloader_validation": self._dataloader_validation, "iterations": len(self.iterations),
-                "by": None}
+        return {"val": self.loaders.get("val"),
+                "dataloader_validation": self._dataloader_validation, "iterations": len(self.iterations)}
 
     def _became_companion(self, state: Any) -> bool:
-        """`state`, settled when another training pass began, draws its second batch (counted) one optimizer step later, with
-        gradients on and the model in train mode, while that pass's epoch is open: a companion (made so here)."""
+        """`state`, settled when another training pass began, draws its second batch (counted) one optimizer step
+        later, with gradients on and the model in train mode, while that pass's epoch is open: a companion (made so
+        here)."""
         settled, train = state.settled, self.current_train_state
         if (settled is None or state.batches != 2 or train is None or train is state or train.role != "train"
                 or train.undecided or len(self.iterations) != settled["iterations"] + 1 or not self.epochs
@@ -45,12 +45,14 @@ class CompanionPasses:
         loader, train_loader = state.loader, train.loader
         if loader is None or train_loader is None or loader() is train_loader():
             return False
-        # undo the settling: its validation record, the validation loader it named, its notes
-        del self.validations[settled["validations"]:]
+        # undo the settling: its validation record, the validation loader it named, its note
+        if state.record is not None:
+            self.validations = [record for record in self.validations if record is not state.record]
         if settled["val"] is None and self.loaders.get("val") is state.info:
             del self.loaders["val"]
         self._dataloader_validation = settled["dataloader_validation"]
-        del self.notes[settled["notes"]:]
+        if settled.get("note") in self.notes:
+            self.notes.remove(settled["note"])
         state.role, state.record, state.settled = "companion", None, None
         self._training_loaders.add(loader())
         ours, theirs = state.info.get("batches_per_pass"), train.info.get("batches_per_pass")

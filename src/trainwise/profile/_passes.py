@@ -297,6 +297,7 @@ class LoaderPasses(ValidationPasses, CompanionPasses):
                         "without model.eval() or torch.no_grad())")
         if note not in self.notes:
             self.notes.append(note)
+            began["note"] = note
         state.settled = began
 
     def _reclassify_as_training(self, state: _LoaderState) -> None:
