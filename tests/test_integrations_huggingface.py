@@ -277,6 +277,7 @@ def test_a_run_bound_by_steps_or_a_fraction_of_an_epoch_holds_no_epoch_count(tmp
     assert (steps.iterations if steps else None) == limits.get("max_steps")
 
 
+@pytest.mark.long  # a whole framework run: with the long tests
 def test_an_early_stopping_callback_is_named_as_the_runs_other_end(tmp_path):
     from transformers import EarlyStoppingCallback
 

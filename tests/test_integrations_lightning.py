@@ -223,6 +223,7 @@ def test_the_scripts_epochs_are_the_loops_epoch_limit_only(limits, expected):
     assert (steps.iterations if steps else None) == (30 if limits.get("max_steps") == 30 else None)
 
 
+@pytest.mark.long  # a whole framework run: with the long tests
 def test_an_early_stopping_callback_is_named_as_the_runs_other_end():
     from lightning.pytorch.callbacks import EarlyStopping
 
