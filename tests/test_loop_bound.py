@@ -412,6 +412,23 @@ def test_a_range_loop_an_epoch_loop_runs_over_loaders_it_restarts_is_an_epochs_l
     first, later = _run(loop)
     assert later.range_header and later.steps == 10 and later.per_epoch and first.advanced_with(later)
 
+    def into_the_second_epoch(readings):  # sampling that goes on past the range's first run
+        iterator = iter(loader)
+        for epoch in range(3):
+            for batch_idx in range(10):
+                try:
+                    next(iterator)
+                except StopIteration:
+                    iterator = iter(loader)
+                    next(iterator)
+                run = epoch * 10 + batch_idx + 1
+                if run in (6, 13):  # the first reading in the first run of the range, the second in its second
+                    readings.append(read_loop_bound((run - 1) % 4 + 1, (), loaders=True, run_iterations=run))
+                    _stop_after(readings)
+
+    first, later = _run(into_the_second_epoch)
+    assert later.steps == 10 and later.per_epoch and first.advanced_with(later)
+
 
 def test_a_trainers_own_attribute_counter_bounds_its_while_loop():
     """lucidrains' denoising-diffusion-pytorch Trainer: `while self.step < self.train_num_steps:` with `self.step += 1`

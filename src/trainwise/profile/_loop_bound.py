@@ -346,16 +346,21 @@ def _unbounded(loop: ast.For | ast.While, reader: _Reader) -> bool:
 
 
 def _range_reading(loop: ast.For, reader: _Reader, iterations_done: int,
-                   run_iterations: int | None) -> tuple[int, int, bool] | None:
+                   run_iterations: int | None, enclosed: bool = False) -> tuple[int, int, bool] | None:
     """For a range loop (bare or in a tqdm bar) whose pass now running is this epoch's or this run's iteration number
     `iterations_done` / `run_iterations`: (its passes, the pass's index, whether it matched the epoch's count); None
-    for another loop or a counter that does not count iterations."""
+    for another loop or a counter that does not count iterations. A range another loop runs again (`enclosed`) may be
+    in a later run of it: the run's iterations are then whole runs of the range and this pass, and the index given is
+    the run's (FixMatch's epochs of `range(eval_step)` over loaders whose passes are not its epochs)."""
     try:
         loop_range, position = _range_and_position(loop, reader)
     except _Refused:
         return None
     if position + 1 == iterations_done or (run_iterations is not None and position + 1 == run_iterations):
         return len(loop_range), position, position + 1 == iterations_done
+    if (enclosed and run_iterations is not None and len(loop_range) > 0 and run_iterations > position + 1
+            and (run_iterations - position - 1) % len(loop_range) == 0):
+        return len(loop_range), run_iterations - 1, False
     return None
 
 
@@ -376,7 +381,9 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
                 continue
             reader = _Reader(frame)
             loader = _loader_kind(loop.iter, reader) if loaders and isinstance(loop, ast.For) else None
-            ranged = _range_reading(loop, reader, iterations_done, run_iterations) \
+            enclosed = _enclosed(scope, loop) or any(_innermost_loop(outer.f_code, outer.f_lineno, (ast.For, ast.While))
+                                                     is not None for outer in frames[index + 1:])
+            ranged = _range_reading(loop, reader, iterations_done, run_iterations, enclosed) \
                 if loaders and not loader and isinstance(loop, ast.For) else None
             if not (loader or ranged or _unbounded(loop, reader)):
                 return None  # a loop with a length in its header: trainwise.profile._loop_length reads it
@@ -393,8 +400,6 @@ def read_loop_bound(iterations_done: int, skipped_dirs: tuple[str, ...], *, load
             periodic, period = analysis.periods()
             header = f"while {_short(loop.test)}" if isinstance(loop, ast.While) else \
                 f"for {_short(loop.target)} in {_short(loop.iter)}"
-            enclosed = _enclosed(scope, loop) or any(_innermost_loop(outer.f_code, outer.f_lineno, (ast.For, ast.While))
-                                                     is not None for outer in frames[index + 1:])
             steps, bound, counter_value = analysis.steps, analysis.bound, analysis.counter_value()
             header_counter = analysis.header_counter
             if ranged:
