@@ -215,6 +215,7 @@ def test_the_compile_summary_reads_dynamos_records_and_says_nothing_when_nothing
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a second torch.compile of a whole job (~10 s): the fullgraph one above stays in the default run
 def test_a_training_step_compiled_whole_is_profiled_and_its_model_found_from_the_optimizer(tmp_path):
     # the model runs only inside compiled code, which the hooks trace as nothing: found as the module holding the
     # optimizer's parameters, called with the first batch's tensor
