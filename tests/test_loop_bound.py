@@ -396,23 +396,7 @@ def test_a_range_loop_an_epoch_loop_runs_over_loaders_it_restarts_is_an_epochs_l
 
     loader = torch.utils.data.DataLoader(torch.zeros(16, 2), batch_size=4)
 
-    def loop(readings):
-        iterator = iter(loader)
-        for epoch in range(3):
-            for batch_idx in range(10):
-                try:
-                    next(iterator)
-                except StopIteration:
-                    iterator = iter(loader)
-                    next(iterator)
-                if batch_idx >= 5:  # the run's 6th and 7th iterations: the pass's 2nd and 3rd
-                    readings.append(read_loop_bound(batch_idx % 4 + 1, (), loaders=True, run_iterations=batch_idx + 1))
-                    _stop_after(readings)
-
-    first, later = _run(loop)
-    assert later.range_header and later.steps == 10 and later.per_epoch and first.advanced_with(later)
-
-    def into_the_second_epoch(readings):  # sampling that goes on past the range's first run
+    def loop(readings, at_runs):
         iterator = iter(loader)
         for epoch in range(3):
             for batch_idx in range(10):
@@ -422,12 +406,15 @@ def test_a_range_loop_an_epoch_loop_runs_over_loaders_it_restarts_is_an_epochs_l
                     iterator = iter(loader)
                     next(iterator)
                 run = epoch * 10 + batch_idx + 1
-                if run in (6, 13):  # the first reading in the first run of the range, the second in its second
+                if run in at_runs:  # read as the recorder does: the pass's count, the run's
                     readings.append(read_loop_bound((run - 1) % 4 + 1, (), loaders=True, run_iterations=run))
                     _stop_after(readings)
 
-    first, later = _run(into_the_second_epoch)
-    assert later.steps == 10 and later.per_epoch and first.advanced_with(later)
+    # the run's 6th and 7th iterations (the pass's 2nd and 3rd); then readings in the range's first and second runs
+    # (sampling that goes on past the first)
+    for at_runs in ((6, 7), (6, 13)):
+        first, later = _run(lambda readings: loop(readings, at_runs))
+        assert later.range_header and later.steps == 10 and later.per_epoch and first.advanced_with(later)
 
 
 def test_a_trainers_own_attribute_counter_bounds_its_while_loop():
