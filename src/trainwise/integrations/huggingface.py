@@ -99,11 +99,10 @@ class ProfilingCallback(TrainerCallback):
         sink = self.session
         # the Trainer lists its exportable callbacks in its state (EarlyStoppingCallback among them)
         stopping = (getattr(state, "stateful_callbacks", None) or {}).get("EarlyStoppingCallback")
-        for saved in stopping if isinstance(stopping, list) else [stopping] if stopping else []:
-            patience = (saved.get("args") or {}).get("early_stopping_patience")
-            sink.stops_early("Hugging Face Trainer's callbacks", [
-                f"EarlyStoppingCallback(early_stopping_patience={patience}, metric_for_best_model="
-                f"{args.metric_for_best_model!r})"])
+        saved = stopping if isinstance(stopping, list) else [stopping] if stopping else []
+        sink.stops_early("Hugging Face Trainer's callbacks", [
+            f"EarlyStoppingCallback(early_stopping_patience={(one.get('args') or {}).get('early_stopping_patience')}, "
+            f"metric_for_best_model={args.metric_for_best_model!r})" for one in saved])
         if args.max_steps and args.max_steps > 0:  # max_steps replaces num_train_epochs: not an epoch count
             sink.not_epoch_bound(f"Hugging Face TrainingArguments(max_steps={args.max_steps})", steps=args.max_steps)
         elif whole_epochs(args.num_train_epochs) is None:

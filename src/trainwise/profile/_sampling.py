@@ -197,7 +197,8 @@ class Sampling:
         epoch = self.epochs[-1]
         epoch["batches_per_epoch"] = state.batches
         state.info["batches_per_pass"] = state.batches
-        self.loaders["train"] = {**(self.loaders.get("train") or state.info), "batches_per_pass": state.batches}
+        # the loaders' "train" entry is the first pass's info (this one, most often): kept, not copied
+        self.loaders.setdefault("train", state.info)["batches_per_pass"] = state.batches
         self._waiting_for_epoch_end = False
         self.epoch1_truncated = True
         self._truncated_epoch = epoch["index"]
