@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "hivemind": ("hivemind", "hivemind"),
     "keras": ("keras", "keras"),
     "lightning": ("lightning", "lightning"),
+    "ignite": ("pytorch-ignite", "ignite"),
     "transformers": ("transformers", "hf"),
     "accelerate": ("accelerate", "hf"),
     "sky": ("skypilot", "sky"),

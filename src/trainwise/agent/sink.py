@@ -94,8 +94,10 @@ class IntegrationSink(Protocol):
     def epoch_end(self) -> None:
         """The epoch's training ended."""
 
-    def validation_begin(self, batches_total: int | None = None, *, can_end_early: bool = True) -> None:
-        """A validation pass starts (`can_end_early` False when the framework cannot cut it short)."""
+    def validation_begin(self, batches_total: int | None = None, *, can_end_early: bool = True,
+                         data: Any = None) -> None:
+        """A validation pass starts (`can_end_early` False when the framework cannot cut it short; `data`: what it
+        iterates, when an epoch may evaluate several loaders)."""
 
     def validation_batch_begin(self) -> None:
         """A validation batch starts."""

@@ -2,7 +2,7 @@
 
 Called by the import watcher below, which the bootstraps of `trainwise profile` and `trainwise run` install
 after arming the recorder (`watch_framework_imports`), right after the module that defines the framework's
-Trainer (or Keras' Model) is imported, and only in that process. A script that already passes trainwise's
+Trainer (or Keras' Model, or Ignite's Engine) is imported, and only in that process. A script that already passes trainwise's
 callback keeps its own. Standard library only until a framework is imported.
 """
 
@@ -29,6 +29,10 @@ def patch_trainer(framework: str, module: ModuleType) -> None:
         _patch_huggingface(module)
     elif framework == "keras":
         _patch_keras(module)
+    elif framework == "ignite":
+        from trainwise.integrations import ignite
+
+        ignite.watch_runs(attach_to_trainers=True)  # a trainer engine gets its handler when it runs
 
 
 def _add_after_init(trainer_class: type, callback_module: str, registered, add) -> None:
@@ -93,6 +97,7 @@ class _FrameworkImportWatcher(importlib.abc.MetaPathFinder):
         "pytorch_lightning.trainer.trainer": "lightning",
         "transformers.trainer": "huggingface",
         "keras.src.models.model": "keras",  # Model.fit gets the callback
+        "ignite.engine.engine": "ignite",  # Engine.run: a trainer gets the handler
     }
 
     def __init__(self) -> None:

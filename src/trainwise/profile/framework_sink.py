@@ -218,9 +218,9 @@ class FrameworkSession:
         now = recorder.now()
         if recorder.epochs and recorder.epochs[-1]["end_s"] is None:
             recorder.epochs[-1]["end_s"] = self._last_iteration_end_s or now
-        batches = recorder.loaders.get("train", {}).get("batches_per_pass")
-        recorder.epochs.append({"index": len(recorder.epochs), "start_s": now, "end_s": None, "iterations": 0,
-                                "truncated": False, "batches_per_epoch": batches})
+        recorder._training_resumed()  # the evaluations after a truncated epoch are over
+        recorder.epochs.append({"index": len(recorder.epochs), "start_s": now, "end_s": None, "iterations": 0, "truncated": False,
+                                "batches_per_epoch": recorder.loaders.get("train", {}).get("batches_per_pass")})
         # The stopping rule ends an epoch by flagging its training "loader": here, this epoch.
         recorder.current_train_state = _child._LoaderState("train", len(recorder.epochs))
         recorder._reset_iteration()
@@ -274,9 +274,10 @@ class FrameworkSession:
         recorder.iter_start = None
 
     # ---- validation -----------------------------------------------------------------------------
-    def validation_begin(self, batches_total: int | None = None, *, can_end_early: bool = True) -> None:
-        """A validation pass starts; `can_end_early=False` for loops a callback cannot cut short
-        (the pass is then timed in full, never marked truncated)."""
+    def validation_begin(self, batches_total: int | None = None, *, can_end_early: bool = True,
+                         data: Any = None) -> None:
+        """A validation pass starts; `can_end_early=False` for loops a callback cannot cut short (timed in full).
+        `data`: what it iterates, when an epoch may evaluate several (each estimated apart; they end with training)."""
         recorder = self.recorder
         self._validation_can_end_early = can_end_early
         if recorder.finished:
@@ -292,6 +293,8 @@ class FrameworkSession:
                             "batches_total": batches_total if batches_total is not None
                             else recorder.loaders.get("val", {}).get("batches_per_pass"),
                             "_gap_from_s": now}
+        if data is not None:
+            self._validation["loader"] = _loader_number(recorder, data)
         self._validation_cut = False
 
     def validation_batch_begin(self) -> None:
@@ -346,7 +349,7 @@ class FrameworkSession:
             recorder.iter_start = now
             self._gap_from_s = now
         if record["batch_starts_s"]:
-            recorder._after_validation()  # may end the profile
+            recorder._after_validation(another_may_follow="loader" in record)  # may end the profile
 
     # ---- end ------------------------------------------------------------------------------------
     def train_end(self) -> Profile | None:
@@ -376,6 +379,14 @@ class FrameworkSession:
         if self.output is not None:
             self.profile.save(self.output)
         return self.profile
+
+
+def _loader_number(recorder: _child.Recorder, data: Any) -> int | None:
+    """The recorder's number for the data a validation pass iterates; None for data it cannot number."""
+    try:
+        return recorder._loader_index(data)
+    except TypeError:  # not weakly referenced, not hashable
+        return None
 
 
 def open_sink(framework: str, *, mode: Mode | None = None, output: str | Path | None = None,
