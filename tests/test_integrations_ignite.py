@@ -115,3 +115,20 @@ def test_trainwise_profile_detects_an_ignite_trainer_without_code_change(tmp_pat
     assert profile.dataset.train_batches_per_epoch == 60
     assert [(v.batches_timed, v.batches_total) for v in profile.validations] == [(2, 3)]
     assert profile.script_epochs.epochs == 4 and profile.optimizer_state_zeros.optimizer == "Adam"
+
+
+def test_an_evaluation_every_n_iterations_is_validation_not_part_of_an_iteration():
+    import time
+
+    from ignite.engine import Engine
+
+    trainer, _, train_loader, _ = _engines(train=320, val=32)
+    evaluator = Engine(lambda engine, batch: time.sleep(0.01))  # 4 batches of 10 ms: 40 ms a pass
+    val_loader = DataLoader(TensorDataset(torch.randn(32, 16)), batch_size=8)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(every=10), lambda engine: evaluator.run(val_loader))
+    full = ProfilingHandler(mode="full").attach(trainer)
+    trainer.run(train_loader, max_epochs=1)
+    profile = full.profile
+    passes = [v for v in profile.validations if v.batches_total == 4]  # not the end-of-epoch handler's 40 and 2
+    assert [v.batches_timed for v in passes] == [4] * 4 and all(v.wall_s >= 0.04 for v in passes)
+    assert max(it.wall_s for it in profile.iterations[1:]) < 0.03  # no iteration holds an evaluation

@@ -12,14 +12,16 @@ own and whose process function calls `backward` gets this handler (the core hook
 counted twice).
 
 What it records, from the trainer's events: an iteration is one optimizer step (torch's global step hook),
-from the end of the previous one to the `ITERATION_COMPLETED` of the batch whose step ran, so gradient
+from the end of the previous one to the `ITERATION_COMPLETED` of the batch whose step ran (the handler's runs first,
+before an evaluation the script starts there), so gradient
 accumulation in the process function gives iterations of several batches; the data wait runs from the end of
 one iteration to the next `ITERATION_STARTED` (the engine fetches the batch in between). An engine run while
 the trainer runs (an evaluator started from an `EPOCH_COMPLETED` handler, over the validation set and often
 over the training set too) is a validation pass, timed per batch; passes over different data are estimated
 apart. Sampled mode ends epoch 1 early with `terminate_epoch()` (Ignite then fires `EPOCH_COMPLETED`, so the
 evaluations run), cuts each evaluation after a few batches with the evaluator's `terminate_epoch()` and stops after
-a few epoch-2 iterations. (The evaluator's metrics are then those of the batches it ran.) The epoch count is the run's `max_epochs` (a `max_iters` is a step budget).
+a few epoch-2 iterations (the evaluator's metrics are then those of the batches it ran). The epoch count is the
+run's `max_epochs` (a `max_iters` is a step budget).
 """
 
 from __future__ import annotations
@@ -141,15 +143,15 @@ class ProfilingHandler:
         _handlers[trainer] = self
         watch_runs()
         for event, handler in ((Events.STARTED, self._started), (Events.EPOCH_STARTED, self._epoch_started),
-                               (Events.ITERATION_STARTED, self._iteration_started),
-                               (Events.ITERATION_COMPLETED, self._iteration_completed),
-                               (Events.COMPLETED, self._completed)):
+                               (Events.ITERATION_STARTED, self._iteration_started), (Events.COMPLETED, self._completed)):
             trainer.add_event_handler(event, handler)
-        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._epoch_completed)
-        # first among EPOCH_COMPLETED's handlers: the epoch ends before the script's evaluations run
-        entries = (getattr(trainer, "_event_handlers", None) or {}).get(Events.EPOCH_COMPLETED)
-        if entries and entries[-1][0] == self._epoch_completed:
-            entries.insert(0, entries.pop())
+        # first among their events' handlers: the iteration and the epoch end before the script's evaluations run
+        for event, handler in ((Events.ITERATION_COMPLETED, self._iteration_completed),
+                               (Events.EPOCH_COMPLETED, self._epoch_completed)):
+            trainer.add_event_handler(event, handler)
+            entries = (getattr(trainer, "_event_handlers", None) or {}).get(event)
+            if entries and entries[-1][0] == handler:
+                entries.insert(0, entries.pop())
         return self
 
     # ---- training -------------------------------------------------------------------------------
