@@ -132,3 +132,38 @@ def test_an_evaluation_every_n_iterations_is_validation_not_part_of_an_iteration
     passes = [v for v in profile.validations if v.batches_total == 4]  # not the end-of-epoch handler's 40 and 2
     assert [v.batches_timed for v in passes] == [4] * 4 and all(v.wall_s >= 0.04 for v in passes)
     assert max(it.wall_s for it in profile.iterations[1:]) < 0.03  # no iteration holds an evaluation
+
+
+def test_the_ignite_mnist_workload_evaluates_both_sets_every_epoch(capsys):
+    from trainwise.workloads import ignite_mnist
+
+    assert ignite_mnist.main(["--epochs", "2", "--batch-size", "32", "--train-samples", "64", "--val-samples", "32",
+                              "--eval-batch-size", "32"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in printed] == ["epoch 1 training", "epoch 1 validation",
+                                                       "epoch 2 training", "epoch 2 validation"]
+
+
+def test_a_process_function_that_is_a_method_finds_its_objects_model_and_optimizer():
+    from ignite.engine import Engine
+
+    class Step:
+        def __init__(self):
+            self.model = nn.Linear(16, 1)
+            self.optimizer = torch.optim.Adam(self.model.parameters())
+
+        def train_step(self, engine, batch):
+            x, y = batch
+            self.optimizer.zero_grad()
+            loss = nn.functional.mse_loss(self.model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            return loss.item()
+
+    _, _, train_loader, _ = _engines(train=160)
+    trainer = Engine(Step().train_step)
+    assert trains(trainer)
+    handler = ProfilingHandler(mode="full").attach(trainer)
+    trainer.run(train_loader, max_epochs=1)
+    assert handler.profile.model.parameters == 17 and handler.profile.model.optimizer == "Adam"
+    assert len(handler.profile.iterations) == 20

@@ -163,8 +163,13 @@ class ProfilingHandler:
                          dataset_size=_length(getattr(data, "dataset", None)) if epoch_length == _length(data) else None,
                          num_workers=int(getattr(data, "num_workers", 0) or 0),
                          drop_last=bool(getattr(data, "drop_last", False)))
-        function = _function_of(engine._process_function)
-        used = _referenced_objects(function)
+        process = engine._process_function
+        function = _function_of(process)
+        owner = getattr(process, "__self__", None)  # a bound method's object
+        if owner is None and not isinstance(process, (types.FunctionType, functools.partial)):
+            owner = process  # a callable object
+        # a process function's modules and optimizer: its closure, the globals it names, the object it is a method of
+        used = _referenced_objects(function) + (list(vars(owner).values()) if hasattr(owner, "__dict__") else [])
         models = [m for m in used if isinstance(m, torch.nn.Module) and any(p.requires_grad for p in m.parameters())]
         optimizers = [o for o in used if isinstance(o, torch.optim.Optimizer)]
         parameters = list({id(p): p for m in models for p in m.parameters()}.values())
