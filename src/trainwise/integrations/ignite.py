@@ -111,15 +111,9 @@ def _handlers_of(engine: Engine) -> list[Any]:
 
 
 class ProfilingHandler:
-    """Record a trainwise Profile from an Ignite trainer's `run`.
-
-    Args:
-        output: where to write the Profile JSON when training ends (stand-alone use).
-        mode: "sampled" (default: stop once the iteration time is stable, after timing a few
-            validation batches and epoch-2 iterations) or "full" (record the whole run).
-        options: the profiler's options (`trainwise.profile.runner.ProfileOptions`).
-        workload: a name kept in the profile.
-    """
+    """Record a trainwise Profile from an Ignite trainer's `run` (`attach(trainer)`), written to `output` when
+    training ends outside `trainwise profile`. `mode`: "sampled" (the default: the run is stopped once the profile
+    is complete) or "full"; `options`: `trainwise.profile.runner.ProfileOptions`; `workload`: a name for it."""
 
     def __init__(self, output: str | Path | None = None, *, mode: Mode | None = None,
                  options: ProfileOptions | None = None, workload: str | None = None) -> None:
