@@ -261,7 +261,11 @@ def test_batches_drawn_with_next_from_cycled_loaders_run_the_loops_range_and_val
     # each validation (20 forwards of a 512-row batch) costs several training steps; none is in a step
     one_validation_s = statistics.median(v.batch_wall_s[0] for v in validations[1:])
     assert one_validation_s > 2 * profile.steady_state.iteration.median_s
-    assert profile.steady_state.iteration.max_s < one_validation_s + profile.steady_state.iteration.median_s
+    # a step holding a validation would put one step in ten above this; a stall of the host may put one in a thousand
+    # (a single 16-ms step of 2,097 in a fresh-clone CI run, 2026-12-01)
+    walls = profile.iterations.column("wall_s")
+    held = sum(w > one_validation_s + profile.steady_state.iteration.median_s for w in walls[2:])
+    assert held <= 0.01 * len(walls)
     assert profile.process_wall_s < 45  # sampled, not the whole ~60-s run
     estimate = trainwise_estimate(profile, 1, iterations_per_epoch=20_000)
     assert estimate.breakdown_s["validation_s"] == pytest.approx(2_000 * one_validation_s, rel=0.5)
